@@ -1,0 +1,1 @@
+//! CSI spec bindings (placeholder until the Foundation issue lands).

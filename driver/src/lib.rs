@@ -1,0 +1,1 @@
+//! wincsi node driver library (placeholder until the Foundation issue lands).

@@ -1,0 +1,2 @@
+//! wincsi-node binary.
+fn main() {}

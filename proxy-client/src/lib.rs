@@ -1,0 +1,1 @@
+//! csi-proxy client (placeholder until the proxy-client issue lands).

@@ -1,0 +1,1 @@
+//! Simulated Windows host (placeholder until the simulated-host issue lands).

@@ -1,1 +1,9 @@
-//! wincsi node driver library (placeholder until the Foundation issue lands).
+//! wincsi: a Kubernetes CSI node driver for Windows nodes.
+//!
+//! The `wincsi-node` binary is a thin wrapper over this library: `config` parses and validates
+//! flags, `logging` sets up tracing, and `server` serves the CSI Identity and Node services on
+//! the kubelet's socket through the platform `listener`.
+
+pub mod error;
+
+pub use error::{Error, Result};

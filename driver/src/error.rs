@@ -1,0 +1,199 @@
+//! The crate's one error type and its single, deliberate mapping to gRPC status codes.
+//!
+//! Every fallible path in the driver returns [`Error`]. RPC handlers convert it with
+//! `tonic::Status::from(err)` (or `?` in a function returning `Result<_, Status>`), which is the
+//! only place CSI error codes are chosen. The codes follow the CSI spec's error scheme:
+//!
+//! | Variant | gRPC code | CO behaviour |
+//! | --- | --- | --- |
+//! | [`Error::InvalidArgument`] | `INVALID_ARGUMENT` | fix the request, do not retry as is |
+//! | [`Error::NotFound`] | `NOT_FOUND` | volume/path does not exist |
+//! | [`Error::AlreadyExists`] | `ALREADY_EXISTS` | incompatible object already present |
+//! | [`Error::FailedPrecondition`] | `FAILED_PRECONDITION` | e.g. publish before stage |
+//! | [`Error::Aborted`] | `ABORTED` | an operation on the same volume is in flight; retry with backoff |
+//! | [`Error::Unavailable`] | `UNAVAILABLE` | host backend (csi-proxy) not reachable; retry |
+//! | [`Error::DeadlineExceeded`] | `DEADLINE_EXCEEDED` | host call timed out; retry |
+//! | [`Error::Unimplemented`] | `UNIMPLEMENTED` | never retry |
+//! | everything else | `INTERNAL` | unexpected; message carries the context chain |
+//!
+//! Error texts must never contain secrets: variants carry identifiers and paths only.
+
+use std::error::Error as StdError;
+use std::io;
+
+/// Result alias defaulting to the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the driver.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A request field is missing or invalid.
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// The referenced volume, path or host object does not exist.
+    #[error("{0}")]
+    NotFound(String),
+
+    /// An incompatible object already exists (e.g. a volume staged with other parameters).
+    #[error("{0}")]
+    AlreadyExists(String),
+
+    /// The call is valid but the system is not in the required state.
+    #[error("{0}")]
+    FailedPrecondition(String),
+
+    /// Another operation on the same volume is in progress.
+    #[error("an operation on {0} is already in progress")]
+    Aborted(String),
+
+    /// The host backend (csi-proxy or the simulated host) cannot be reached.
+    #[error("host backend unavailable: {0}")]
+    Unavailable(String),
+
+    /// A call to the host backend did not finish in time.
+    #[error("deadline exceeded: {0}")]
+    DeadlineExceeded(String),
+
+    /// The RPC is not implemented by this driver.
+    #[error("{0} is not implemented by this driver")]
+    Unimplemented(&'static str),
+
+    /// An unexpected failure; the message says what was being done.
+    #[error("{0}")]
+    Internal(String),
+
+    /// A command-line flag or environment variable has an invalid value.
+    #[error("invalid value for {flag}: {rule}")]
+    Config {
+        /// The flag, e.g. `--driver-name`.
+        flag: &'static str,
+        /// The rule that was violated, phrased for the operator.
+        rule: String,
+    },
+
+    /// An I/O operation failed; `context` says which and on what.
+    #[error("{context}")]
+    Io {
+        /// What was being done, e.g. `binding C:\...\csi.sock`.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The gRPC server failed.
+    #[error("gRPC server error")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+impl Error {
+    /// Wraps an I/O error with a description of what was being done.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The error's message followed by its `source()` chain, joined by `": "`.
+    pub fn chain(&self) -> String {
+        let mut msg = self.to_string();
+        let mut source = self.source();
+        while let Some(s) = source {
+            msg.push_str(": ");
+            msg.push_str(&s.to_string());
+            source = s.source();
+        }
+        msg
+    }
+
+    /// The gRPC code this error maps to (see the module docs).
+    pub fn code(&self) -> tonic::Code {
+        use tonic::Code;
+        match self {
+            Self::InvalidArgument(_) => Code::InvalidArgument,
+            Self::NotFound(_) => Code::NotFound,
+            Self::AlreadyExists(_) => Code::AlreadyExists,
+            Self::FailedPrecondition(_) => Code::FailedPrecondition,
+            Self::Aborted(_) => Code::Aborted,
+            Self::Unavailable(_) => Code::Unavailable,
+            Self::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            Self::Unimplemented(_) => Code::Unimplemented,
+            Self::Internal(_) | Self::Config { .. } | Self::Io { .. } | Self::Transport(_) => {
+                Code::Internal
+            }
+        }
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(err: Error) -> Self {
+        tonic::Status::new(err.code(), err.chain())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::*;
+
+    #[test]
+    fn maps_each_variant_to_its_csi_code() {
+        let cases = [
+            (
+                Error::InvalidArgument("volume_id is required".into()),
+                Code::InvalidArgument,
+            ),
+            (Error::NotFound("vol-1".into()), Code::NotFound),
+            (Error::AlreadyExists("vol-1".into()), Code::AlreadyExists),
+            (
+                Error::FailedPrecondition("not staged".into()),
+                Code::FailedPrecondition,
+            ),
+            (Error::Aborted("vol-1".into()), Code::Aborted),
+            (
+                Error::Unavailable("csi-proxy-smb-v1".into()),
+                Code::Unavailable,
+            ),
+            (
+                Error::DeadlineExceeded("NewSmbGlobalMapping".into()),
+                Code::DeadlineExceeded,
+            ),
+            (Error::Unimplemented("NodeStageVolume"), Code::Unimplemented),
+            (Error::Internal("boom".into()), Code::Internal),
+            (
+                Error::io("reading state", io::Error::other("disk on fire")),
+                Code::Internal,
+            ),
+        ];
+        for (err, code) in cases {
+            let status = tonic::Status::from(err);
+            assert_eq!(status.code(), code, "{}", status.message());
+        }
+    }
+
+    #[test]
+    fn status_message_carries_the_context_chain() {
+        let err = Error::io(
+            r"creating C:\var\lib\kubelet\plugins\wincsi.csi.io",
+            io::Error::new(io::ErrorKind::PermissionDenied, "access denied"),
+        );
+        let status = tonic::Status::from(err);
+        assert_eq!(
+            status.message(),
+            r"creating C:\var\lib\kubelet\plugins\wincsi.csi.io: access denied"
+        );
+    }
+
+    #[test]
+    fn aborted_names_the_volume() {
+        let status = tonic::Status::from(Error::Aborted("volume vol-7".into()));
+        assert_eq!(
+            status.message(),
+            "an operation on volume vol-7 is already in progress"
+        );
+    }
+}

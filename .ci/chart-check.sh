@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Chart checks for charts/wincsi and examples/ (offline; no cluster needed):
+#   - helm lint --strict with Helm 3 and Helm 4;
+#   - helm template with every scenario in charts/wincsi/ci/*-values.yaml, with both Helms;
+#   - strict Kubernetes schema validation (unknown fields rejected) of every rendered object
+#     and every file in examples/, against Kubernetes 1.30 and the newest bundled (1.37);
+#   - yamllint of values files and examples;
+#   - negative checks: the values schema rejects typos and wrong types, and the validator
+#     really is strict.
+# Tools: $WINCSI_HELM3 / $WINCSI_HELM4 (else helm3 / helm4 on PATH), kubernetes-validate,
+# yamllint — all installed by .ci/install.sh. Missing tools fail the run.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+chart="$repo/charts/wincsi"
+examples="$repo/examples"
+k8s_versions=(1.30.0 1.37.0)
+
+fail() { echo "chart-check: FAIL: $*" >&2; exit 1; }
+need() { command -v "$1" >/dev/null 2>&1 || fail "'$1' not found; run .ci/install.sh (and source .ci/env.sh)"; }
+
+helm3="${WINCSI_HELM3:-helm3}"
+helm4="${WINCSI_HELM4:-helm4}"
+need "$helm3"; need "$helm4"; need kubernetes-validate; need yamllint
+"$helm3" version --short | grep -q '^v3\.' || fail "$helm3 is not Helm 3"
+"$helm4" version --short | grep -q '^v4\.' || fail "$helm4 is not Helm 4"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+export HELM_CACHE_HOME="$work/helm/cache" HELM_CONFIG_HOME="$work/helm/config" HELM_DATA_HOME="$work/helm/data"
+
+passed=0
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+
+# 1. lint
+for h in "$helm3" "$helm4"; do
+  for v in "$chart"/ci/*-values.yaml; do
+    "$h" lint --strict "$chart" -f "$v" >"$work/lint.log" 2>&1 || { cat "$work/lint.log"; fail "$h lint --strict -f ${v##*/}"; }
+  done
+  ok "$("$h" version --short) lint --strict ($(ls "$chart"/ci/*-values.yaml | wc -l) value sets)"
+done
+
+# 2. render every scenario with both Helms
+rendered=()
+for v in "$chart"/ci/*-values.yaml; do
+  name="$(basename "$v" -values.yaml)"
+  for h in helm3 helm4; do
+    bin="${!h}"
+    out="$work/rendered-$name-$h.yaml"
+    "$bin" template wincsi "$chart" --namespace wincsi-system -f "$v" >"$out" 2>"$work/err" \
+      || { cat "$work/err"; fail "$h template $name"; }
+    [ -s "$out" ] || fail "$h template $name rendered nothing"
+    rendered+=("$out")
+  done
+  ok "template $name (helm3, helm4)"
+done
+# Helm 3 and Helm 4 must render the same objects (Helm 4 adds blank lines between documents).
+for v in "$chart"/ci/*-values.yaml; do
+  name="$(basename "$v" -values.yaml)"
+  diff -u -B "$work/rendered-$name-helm3.yaml" "$work/rendered-$name-helm4.yaml" >/dev/null \
+    || fail "helm3 and helm4 render $name differently"
+done
+ok "helm3 and helm4 renders identical"
+
+# Kubernetes 1.29: no ValidatingAdmissionPolicy v1, so the policy is skipped.
+"$helm4" template wincsi "$chart" --namespace wincsi-system --kube-version 1.29.0 >"$work/k129.yaml"
+grep -q 'kind: ValidatingAdmissionPolicy' "$work/k129.yaml" && fail "admission policy rendered for Kubernetes 1.29"
+grep -q 'kind: ValidatingAdmissionPolicy$' "$work/rendered-default-helm4.yaml" || fail "admission policy missing by default"
+grep -q 'kind: ValidatingAdmissionPolicy' "$work/rendered-no-admission-helm4.yaml" && fail "admission policy rendered although disabled"
+ok "admission policy gated on Kubernetes >= 1.30 and admissionPolicy.enabled"
+
+# 3. strict schema validation
+example_files=()
+while IFS= read -r -d '' f; do example_files+=("$f"); done < <(find "$examples" -name '*.yaml' -print0 | sort -z)
+[ "${#example_files[@]}" -gt 0 ] || fail "no examples found in $examples"
+for k in "${k8s_versions[@]}"; do
+  kubernetes-validate --strict --quiet -k "$k" "${rendered[@]}" "$work/k129.yaml" >"$work/kv.log" 2>&1 \
+    || { cat "$work/kv.log"; fail "rendered objects do not validate strictly against Kubernetes $k"; }
+  kubernetes-validate --strict --quiet -k "$k" "${example_files[@]}" >"$work/kv.log" 2>&1 \
+    || { cat "$work/kv.log"; fail "examples do not validate strictly against Kubernetes $k"; }
+  ok "strict validation against Kubernetes $k (${#rendered[@]} renders, ${#example_files[@]} examples)"
+done
+# Every example is a list of complete objects: each document names apiVersion and kind.
+for f in "${example_files[@]}"; do
+  docs="$(grep -c '^---' "$f" || true)"; kinds="$(grep -c '^kind:' "$f" || true)"
+  [ "$docs" -eq "$kinds" ] || fail "$f: $docs documents but $kinds top-level kinds"
+done
+
+# The validator must really be strict: an unknown field and a wrong type must fail.
+cat >"$work/bad-field.yaml" <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata:
+  name: bad.example.com
+spec:
+  attachRequired: false
+  atachRequired: false
+YAML
+cat >"$work/bad-type.yaml" <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata:
+  name: bad.example.com
+spec:
+  attachRequired: "no"
+YAML
+for bad in bad-field bad-type; do
+  if kubernetes-validate --strict --quiet -k 1.37.0 "$work/$bad.yaml" >/dev/null 2>&1; then
+    fail "kubernetes-validate --strict accepted $bad.yaml"
+  fi
+done
+ok "validator rejects unknown fields and wrong types"
+
+# 4. yamllint
+yamllint -s -c "$repo/charts/.yamllint" "$chart/values.yaml" "$chart"/ci/*-values.yaml "${example_files[@]}" \
+  || fail "yamllint"
+ok "yamllint values and examples"
+
+# 5. the values schema rejects typos and wrong types
+expect_reject() {
+  local what="$1"; shift
+  for h in "$helm3" "$helm4"; do
+    if "$h" template wincsi "$chart" "$@" >/dev/null 2>"$work/err"; then
+      fail "$what was accepted by $h ($*)"
+    fi
+    grep -qi 'schema' "$work/err" || { cat "$work/err"; fail "$what failed for another reason than the schema"; }
+  done
+  ok "schema rejects $what"
+}
+expect_reject "a typo in a nested key" --set driver.nmae=x
+expect_reject "a typo in a top-level key" --set modee=hostProcess
+expect_reject "an unknown mode" --set mode=privileged
+expect_reject "a string for an integer" --set driver.maxVolumesPerNode=lots
+expect_reject "a string for a boolean" --set-string csiProxy.install=yes
+expect_reject "an invalid log level" --set driver.logLevel=verbose
+expect_reject "a kubelet root without a drive" --set-string kubeletRoot=/var/lib/kubelet
+expect_reject "an invalid driver name" --set driver.name=Not_A_DNS_Name
+expect_reject "an unknown validation action" --set 'admissionPolicy.validationActions={Block}'
+
+echo "chart-check: $passed passed, 0 failed"

@@ -4,6 +4,8 @@
 //! flags, `logging` sets up tracing, and `server` serves the CSI Identity and Node services on
 //! the kubelet's socket through the platform `listener`.
 
+pub mod config;
 pub mod error;
+pub mod logging;
 
 pub use error::{Error, Result};

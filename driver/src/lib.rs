@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod error;
+pub mod listener;
 pub mod logging;
 
 pub use error::{Error, Result};

@@ -1,1 +1,20 @@
-//! Simulated Windows host (placeholder until the simulated-host issue lands).
+//! A simulated Windows node running csi-proxy.
+//!
+//! [`SimHost`] is a faithful, stateful test double of a Windows host as seen through csi-proxy's v1 gRPC API
+//! (disk v1, volume v1, filesystem v1, smb v1, iscsi v1alpha2, system v1alpha1): real directories and symlinks
+//! in a sandbox, disks/volumes, SMB global mappings and iSCSI sessions, with csi-proxy's exact validation,
+//! idempotency rules and error texts. It records an audit log, injects faults, simulates reboots and checks
+//! invariants (no data loss, nothing left behind). [`serve_unix`] serves it over Unix sockets; the `wincsi-sim`
+//! binary serves a scenario file and exposes an [admin] interface.
+
+mod error;
+mod host;
+mod scenario;
+mod secret;
+pub mod state;
+
+pub use error::{Error, Result};
+pub use host::{AuditEntry, Fault, InvariantReport, RPCS, SimHost, normalize_rpc};
+pub use scenario::*;
+pub use secret::{REDACTED, Secret};
+pub use state::{DataLossEvent, HostOptions, State};

@@ -1,0 +1,483 @@
+//! [`SimHost`]: the shared, lockable host with its audit log, fault injection, reboot and invariant checks.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::scenario::Scenario;
+use crate::state::{DataLossEvent, HostOptions, State};
+
+/// Every RPC the simulator serves, by bare method name (unique across the six groups).
+pub const RPCS: &[&str] = &[
+    // disk v1
+    "ListDiskLocations",
+    "PartitionDisk",
+    "Rescan",
+    "ListDiskIDs",
+    "GetDiskStats",
+    "SetDiskState",
+    "GetDiskState",
+    // volume v1
+    "ListVolumesOnDisk",
+    "MountVolume",
+    "UnmountVolume",
+    "IsVolumeFormatted",
+    "FormatVolume",
+    "ResizeVolume",
+    "GetVolumeStats",
+    "GetDiskNumberFromVolumeID",
+    "GetVolumeIDFromTargetPath",
+    "WriteVolumeCache",
+    // filesystem v1
+    "PathExists",
+    "Mkdir",
+    "Rmdir",
+    "CreateSymlink",
+    "IsSymlink",
+    // smb v1
+    "NewSmbGlobalMapping",
+    "RemoveSmbGlobalMapping",
+    // iscsi v1alpha2
+    "AddTargetPortal",
+    "DiscoverTargetPortal",
+    "RemoveTargetPortal",
+    "ListTargetPortals",
+    "ConnectTarget",
+    "DisconnectTarget",
+    "GetTargetDisks",
+    "SetMutualChapSecret",
+    // system v1alpha1
+    "GetBIOSSerialNumber",
+    "StartService",
+    "StopService",
+    "GetService",
+];
+
+/// Normalises an RPC name: accepts `PartitionDisk` or `/v1.Disk/PartitionDisk`; `*` means every RPC.
+pub fn normalize_rpc(name: &str) -> Result<String> {
+    let bare = name.rsplit('/').next().unwrap_or(name);
+    if bare == "*" {
+        return Ok("*".to_string());
+    }
+    RPCS.iter()
+        .find(|r| r.eq_ignore_ascii_case(bare))
+        .map(|r| r.to_string())
+        .ok_or_else(|| Error::Scenario(format!("unknown RPC {name:?}")))
+}
+
+/// One audited call.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AuditEntry {
+    /// Sequence number (1-based, never reused).
+    pub seq: u64,
+    /// Bare RPC name.
+    pub rpc: String,
+    /// Request fields; secrets replaced by `<redacted>`.
+    pub args: serde_json::Value,
+    /// Wall-clock start, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Duration in microseconds (including injected latency and hangs).
+    pub duration_us: u64,
+    /// `None` on success, else the error message sent to the client.
+    pub error: Option<String>,
+    /// Whether the outcome was an injected fault.
+    pub injected: bool,
+    /// Boot number of the host when the call ran.
+    pub boot: u64,
+}
+
+/// A fault: fail the `nth` call of `rpc` (counted from when the fault is added; 1 = the next call), and
+/// `times - 1` calls after it, with `message` as the gRPC UNKNOWN text.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Fault {
+    /// RPC name (bare or full path) or `*`.
+    pub rpc: String,
+    /// Which call fails first (1-based).
+    #[serde(default = "one")]
+    pub nth: u64,
+    /// How many consecutive calls fail.
+    #[serde(default = "one")]
+    pub times: u64,
+    /// Error message returned.
+    pub message: String,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug)]
+struct FaultRule {
+    fault: Fault,
+    seen: u64,
+    remaining: u64,
+}
+
+#[derive(Debug)]
+struct HangRule {
+    rpc: String,
+    nth: u64,
+    seen: u64,
+}
+
+/// Outcome of the invariant checks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InvariantReport {
+    /// Every data-loss event (must be empty).
+    pub data_loss: Vec<DataLossEvent>,
+    /// Mappings, sessions, mount points and links still present (must be empty once every volume is unstaged).
+    pub leftovers: Vec<String>,
+}
+
+impl InvariantReport {
+    /// Whether both checks pass.
+    pub fn ok(&self) -> bool {
+        self.data_loss.is_empty() && self.leftovers.is_empty()
+    }
+}
+
+const AUDIT_CAP: usize = 100_000;
+
+#[derive(Debug, Default)]
+struct Control {
+    audit: VecDeque<AuditEntry>,
+    next_seq: u64,
+    faults: Vec<FaultRule>,
+    hangs: Vec<HangRule>,
+    latency: BTreeMap<String, Duration>,
+    counts: BTreeMap<String, u64>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<State>,
+    root: PathBuf,
+    opts: HostOptions,
+    ctl: Mutex<Control>,
+    /// (generation, fail): bumped to wake hung calls; `fail` = they return an error (reboot).
+    release: watch::Sender<(u64, bool)>,
+    /// Number of calls currently hung.
+    hung: watch::Sender<u64>,
+}
+
+/// The simulated Windows host: cheap to clone (an `Arc` inside), safe to share between the gRPC services, the
+/// admin interface and tests.
+#[derive(Debug, Clone)]
+pub struct SimHost {
+    inner: Arc<Inner>,
+}
+
+struct HungGuard<'a>(&'a watch::Sender<u64>);
+
+impl Drop for HungGuard<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep serving rather than cascade panics.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SimHost {
+    /// Builds a host from a scenario, with its sandbox at `root` (created; previous sandbox contents replaced).
+    pub fn new(scenario: &Scenario, root: &Path, opts: HostOptions) -> Result<SimHost> {
+        let state = State::new(scenario, root, &opts)?;
+        let (release, _) = watch::channel((0, false));
+        let (hung, _) = watch::channel(0);
+        Ok(SimHost {
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                root: root.to_path_buf(),
+                opts,
+                ctl: Mutex::new(Control {
+                    next_seq: 1,
+                    ..Control::default()
+                }),
+                release,
+                hung,
+            }),
+        })
+    }
+
+    /// Replaces the whole host with a new scenario (same sandbox root and options). Faults and the audit log
+    /// are kept.
+    pub fn load_scenario(&self, scenario: &Scenario) -> Result<()> {
+        let mut st = lock(&self.inner.state);
+        *st = State::new(scenario, &self.inner.root, &self.inner.opts)?;
+        Ok(())
+    }
+
+    /// Runs `f` on the state (read-only inspection).
+    pub fn with_state<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        f(&lock(&self.inner.state))
+    }
+
+    /// Runs `f` on the state mutably, outside the audit log and fault injection (test set-up).
+    pub fn with_state_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut lock(&self.inner.state))
+    }
+
+    /// The sandbox root.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// Executes one host call: counts it, applies injected latency / hang / fault, runs `f` under the state
+    /// lock, and records an audit entry.
+    pub async fn call<T>(
+        &self,
+        rpc: &'static str,
+        args: serde_json::Value,
+        f: impl FnOnce(&mut State) -> Result<T>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let started_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
+        let (fault, latency, hang) = {
+            let mut ctl = lock(&self.inner.ctl);
+            *ctl.counts.entry(rpc.to_string()).or_default() += 1;
+            let mut fault = None;
+            for rule in ctl
+                .faults
+                .iter_mut()
+                .filter(|r| r.fault.rpc == rpc || r.fault.rpc == "*")
+            {
+                rule.seen += 1;
+                if fault.is_none() && rule.seen >= rule.fault.nth && rule.remaining > 0 {
+                    rule.remaining -= 1;
+                    fault = Some(rule.fault.message.clone());
+                }
+            }
+            ctl.faults.retain(|r| r.remaining > 0);
+            let mut hang = false;
+            for rule in ctl
+                .hangs
+                .iter_mut()
+                .filter(|r| r.rpc == rpc || r.rpc == "*")
+            {
+                rule.seen += 1;
+                if rule.seen == rule.nth {
+                    hang = true;
+                }
+            }
+            ctl.hangs.retain(|r| r.seen < r.nth);
+            let latency = ctl
+                .latency
+                .get(rpc)
+                .or_else(|| ctl.latency.get("*"))
+                .copied();
+            (fault, latency, hang)
+        };
+        if let Some(d) = latency {
+            tokio::time::sleep(d).await;
+        }
+        let mut aborted = false;
+        if hang {
+            let mut rx = self.inner.release.subscribe();
+            rx.borrow_and_update();
+            self.inner.hung.send_modify(|n| *n += 1);
+            let _guard = HungGuard(&self.inner.hung);
+            if rx.changed().await.is_ok() {
+                aborted = rx.borrow().1;
+            }
+        }
+        let injected = fault.is_some() || aborted;
+        let boot = self.with_state(|s| s.boots());
+        let result = if aborted {
+            Err(Error::host("The pipe has been ended."))
+        } else if let Some(msg) = fault {
+            Err(Error::Host(msg))
+        } else {
+            f(&mut lock(&self.inner.state))
+        };
+        let error = result.as_ref().err().map(|e| e.to_string());
+        if let Some(e) = &error {
+            tracing::debug!(rpc, error = %e, "host call failed");
+        }
+        let mut ctl = lock(&self.inner.ctl);
+        let seq = ctl.next_seq;
+        ctl.next_seq += 1;
+        ctl.audit.push_back(AuditEntry {
+            seq,
+            rpc: rpc.to_string(),
+            args,
+            started_unix_ms,
+            duration_us: started.elapsed().as_micros() as u64,
+            error,
+            injected,
+            boot,
+        });
+        if ctl.audit.len() > AUDIT_CAP {
+            ctl.audit.pop_front();
+        }
+        result
+    }
+
+    // ---- audit ----
+
+    /// Audit entries with `seq > since` (0 = all retained entries).
+    pub fn audit(&self, since: u64) -> Vec<AuditEntry> {
+        lock(&self.inner.ctl)
+            .audit
+            .iter()
+            .filter(|e| e.seq > since)
+            .cloned()
+            .collect()
+    }
+
+    /// Clears the audit log (sequence numbers keep increasing).
+    pub fn clear_audit(&self) {
+        lock(&self.inner.ctl).audit.clear();
+    }
+
+    /// How many times each RPC has been called.
+    pub fn call_counts(&self) -> BTreeMap<String, u64> {
+        lock(&self.inner.ctl).counts.clone()
+    }
+
+    // ---- faults ----
+
+    /// Adds a fault (see [`Fault`]).
+    pub fn inject_fault(&self, mut fault: Fault) -> Result<()> {
+        fault.rpc = normalize_rpc(&fault.rpc)?;
+        if fault.nth == 0 || fault.times == 0 {
+            return Err(Error::Scenario("fault nth and times must be >= 1".into()));
+        }
+        let remaining = fault.times;
+        lock(&self.inner.ctl).faults.push(FaultRule {
+            fault,
+            seen: 0,
+            remaining,
+        });
+        Ok(())
+    }
+
+    /// Shorthand: fail the `nth` next call of `rpc` once with `message`.
+    pub fn fail_nth(&self, rpc: &str, nth: u64, message: &str) -> Result<()> {
+        self.inject_fault(Fault {
+            rpc: rpc.to_string(),
+            nth,
+            times: 1,
+            message: message.to_string(),
+        })
+    }
+
+    /// Adds latency to every call of `rpc` (`*` = all RPCs; zero removes it).
+    pub fn set_latency(&self, rpc: &str, latency: Duration) -> Result<()> {
+        let rpc = normalize_rpc(rpc)?;
+        let mut ctl = lock(&self.inner.ctl);
+        if latency.is_zero() {
+            ctl.latency.remove(&rpc);
+        } else {
+            ctl.latency.insert(rpc, latency);
+        }
+        Ok(())
+    }
+
+    /// Makes the `nth` next call of `rpc` hang until [`SimHost::release_hangs`] (or a reboot, which fails it).
+    pub fn hang_nth(&self, rpc: &str, nth: u64) -> Result<()> {
+        let rpc = normalize_rpc(rpc)?;
+        if nth == 0 {
+            return Err(Error::Scenario("hang nth must be >= 1".into()));
+        }
+        lock(&self.inner.ctl)
+            .hangs
+            .push(HangRule { rpc, nth, seen: 0 });
+        Ok(())
+    }
+
+    /// Lets every hung call proceed normally.
+    pub fn release_hangs(&self) {
+        self.inner.release.send_modify(|(g, fail)| {
+            *g += 1;
+            *fail = false;
+        });
+    }
+
+    /// Number of calls hung right now.
+    pub fn hung_calls(&self) -> u64 {
+        *self.inner.hung.borrow()
+    }
+
+    /// Waits until at least `n` calls are hung (no sleeping: woken by the hang itself).
+    pub async fn wait_hung(&self, n: u64) {
+        let mut rx = self.inner.hung.subscribe();
+        let _ = rx.wait_for(|c| *c >= n).await;
+    }
+
+    /// Removes all faults, pending hangs and latencies (already hung calls stay hung until released).
+    pub fn clear_faults(&self) {
+        let mut ctl = lock(&self.inner.ctl);
+        ctl.faults.clear();
+        ctl.hangs.clear();
+        ctl.latency.clear();
+    }
+
+    // ---- reboot and invariants ----
+
+    /// Reboots the node (see [`State::reboot`]); calls hung at that moment fail.
+    pub fn reboot(&self) -> Result<()> {
+        self.inner.release.send_modify(|(g, fail)| {
+            *g += 1;
+            *fail = true;
+        });
+        lock(&self.inner.state).reboot()
+    }
+
+    /// Data-loss events so far.
+    pub fn data_loss_events(&self) -> Vec<DataLossEvent> {
+        self.with_state(|s| s.data_loss_events().to_vec())
+    }
+
+    /// `Ok` when no destructive call ever hit data.
+    pub fn check_no_data_loss(&self) -> std::result::Result<(), Vec<DataLossEvent>> {
+        let ev = self.data_loss_events();
+        if ev.is_empty() { Ok(()) } else { Err(ev) }
+    }
+
+    /// `Ok` when no SMB mapping, iSCSI session, mount point or link under the kubelet/working dirs is left.
+    pub fn check_nothing_left(&self) -> std::result::Result<(), Vec<String>> {
+        let l = self.with_state(State::leftovers);
+        if l.is_empty() { Ok(()) } else { Err(l) }
+    }
+
+    /// Both checks at once.
+    pub fn invariants(&self) -> InvariantReport {
+        InvariantReport {
+            data_loss: self.data_loss_events(),
+            leftovers: self.with_state(State::leftovers),
+        }
+    }
+
+    /// A JSON snapshot of the whole state (no secrets).
+    pub fn snapshot(&self) -> serde_json::Value {
+        self.with_state(|s| {
+            serde_json::json!({
+                "boots": s.boots(),
+                "root": s.root(),
+                "kubelet_path": s.cfg.kubelet_path,
+                "working_dirs": s.cfg.working_dirs,
+                "require_privacy": s.cfg.require_privacy,
+                "bios_serial": s.bios_serial,
+                "disks": s.disks(),
+                "smb_servers": s.servers,
+                "mappings": s.mappings(),
+                "portals": s.portals(),
+                "sessions": s.sessions(),
+                "mutual_chap_secret_set": s.mutual_chap_secret.is_some(),
+                "services": s.services,
+                "data_loss": s.data_loss_events(),
+                "leftovers": s.leftovers(),
+            })
+        })
+    }
+}

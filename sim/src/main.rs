@@ -1,0 +1,2 @@
+//! `wincsi-sim` binary (placeholder until serving lands).
+fn main() {}

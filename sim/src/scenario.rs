@@ -1,0 +1,385 @@
+//! The scenario file: what the simulated host and its storage network look like when the simulator starts.
+//!
+//! The format is JSON (documented with an example in `sim/README.md` and `sim/scenarios/example.json`). Every
+//! field except the names of things has a default, so `{}` is a valid (empty) scenario.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::secret::Secret;
+
+/// A complete scenario.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scenario {
+    /// Host-level settings (csi-proxy flags, BIOS serial, services, pre-created directories).
+    pub host: HostSpec,
+    /// Disks attached locally (always present, e.g. the OS disk, cloud data disks).
+    pub disks: Vec<DiskSpec>,
+    /// SMB file servers reachable from the host.
+    pub smb: SmbSpec,
+    /// iSCSI portals reachable from the host.
+    pub iscsi: IscsiSpec,
+}
+
+impl Scenario {
+    /// Parses a scenario from JSON text.
+    pub fn from_json(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|e| Error::Scenario(e.to_string()))
+    }
+
+    /// Reads and parses a scenario file.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::ScenarioFile {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        serde_json::from_str(&text).map_err(|e| Error::ScenarioFile {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// Host-level settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostSpec {
+    /// csi-proxy's `-kubelet-path` (filesystem path-validation root).
+    pub kubelet_path: String,
+    /// csi-proxy's `-working-dir` values (extra allowed roots).
+    pub working_dirs: Vec<String>,
+    /// csi-proxy's `-require-privacy` flag passed to every new SMB global mapping.
+    pub require_privacy: bool,
+    /// `CIM_BIOSElement.SerialNumber`.
+    pub bios_serial: String,
+    /// The SCSI adapter number of the Microsoft iSCSI initiator (appears in `DiskLocation.Adapter`).
+    pub iscsi_adapter: u32,
+    /// When true (the default), creating a global mapping over an existing *Disconnected* mapping of the same root
+    /// fails like a real host does after a reboot, until the mapping is removed.
+    pub disconnected_mapping_blocks_create: bool,
+    /// Directories (Windows paths) that exist when the host boots, besides the kubelet path and working dirs.
+    pub directories: Vec<String>,
+    /// Windows services known to `GetService`/`StartService`/`StopService`.
+    pub services: Vec<ServiceSpec>,
+}
+
+impl Default for HostSpec {
+    fn default() -> Self {
+        HostSpec {
+            kubelet_path: r"C:\var\lib\kubelet".to_string(),
+            working_dirs: Vec::new(),
+            require_privacy: true,
+            bios_serial: "SIM-0000-0000-0001".to_string(),
+            iscsi_adapter: 2,
+            disconnected_mapping_blocks_create: true,
+            directories: Vec::new(),
+            services: Vec::new(),
+        }
+    }
+}
+
+/// A Windows service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    /// Service name (case-insensitive key).
+    pub name: String,
+    /// Display name.
+    #[serde(default)]
+    pub display_name: String,
+    /// Start type.
+    #[serde(default)]
+    pub start_type: StartType,
+    /// Current status.
+    #[serde(default)]
+    pub status: ServiceStatus,
+    /// Names of services this one depends on (they must run for it to start).
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+}
+
+/// Service start type (same names and numbers as csi-proxy's `StartType`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartType {
+    /// 0
+    Boot,
+    /// 1
+    System,
+    /// 2
+    Automatic,
+    /// 3
+    #[default]
+    Manual,
+    /// 4
+    Disabled,
+}
+
+/// Service status (same names and numbers as csi-proxy's `ServiceStatus`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceStatus {
+    /// 0
+    Unknown,
+    /// 1
+    #[default]
+    Stopped,
+    /// 2
+    StartPending,
+    /// 3
+    StopPending,
+    /// 4
+    Running,
+    /// 5
+    ContinuePending,
+    /// 6
+    PausePending,
+    /// 7
+    Paused,
+}
+
+/// Partition table style of a disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartitionStyle {
+    /// Not initialised.
+    #[default]
+    Raw,
+    /// GUID partition table.
+    Gpt,
+    /// Master boot record.
+    Mbr,
+}
+
+/// A disk (local, or the backing disk of an iSCSI LUN).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiskSpec {
+    /// Stable identifier used by the control surface (defaults to `disk<N>` / `<iqn>/lun<N>`).
+    pub id: Option<String>,
+    /// Disk number for local disks (defaults to the next free number). Ignored for iSCSI LUNs, which get the
+    /// lowest free number when their target is connected.
+    pub number: Option<u32>,
+    /// Size in bytes.
+    pub size: u64,
+    /// `MSFT_Disk.Location`; default `PCI Slot <n> : Adapter 0 : Port 0 : Target 0 : LUN <n>` for local disks and
+    /// `Integrated : Adapter <iscsi_adapter> : Port 0 : Target <t> : LUN <lun>` for iSCSI disks.
+    pub location: Option<String>,
+    /// SCSI VPD page 0x83 identifier as csi-proxy returns it (lowercase hex for binary ids).
+    pub page83: Option<String>,
+    /// Serial number (may be blank or space-padded, as on real hosts).
+    pub serial: Option<String>,
+    /// Whether the disk is online (for iSCSI LUNs: whether it arrives online when connected).
+    pub online: Option<bool>,
+    /// Whether the disk is read-only.
+    pub read_only: bool,
+    /// Partition table style.
+    pub partition_style: PartitionStyle,
+    /// Partitions, in order (numbers start at 1).
+    pub partitions: Vec<PartitionSpec>,
+    /// Data Windows cannot see (e.g. ext4 written by a Linux node): the disk looks RAW or unformatted, but
+    /// initialising or formatting it destroys data and is recorded as a data-loss event.
+    pub foreign_data: bool,
+    /// When true, `ListDiskIDs` cannot open this disk and fails as a whole (a real csi-proxy quirk).
+    pub unopenable: bool,
+}
+
+/// What a partition is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartitionKind {
+    /// Microsoft reserved partition (no volume).
+    Reserved,
+    /// EFI system partition.
+    System,
+    /// Basic data partition.
+    #[default]
+    Basic,
+}
+
+/// A partition.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PartitionSpec {
+    /// Partition kind.
+    pub kind: PartitionKind,
+    /// Size in bytes (0 = all remaining space).
+    pub size: u64,
+    /// The volume on the partition (basic partitions only; absent = basic partition without a volume).
+    pub volume: Option<VolumeSpec>,
+}
+
+/// A volume.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VolumeSpec {
+    /// The GUID (without braces); generated when absent.
+    pub guid: Option<String>,
+    /// File system type (`NTFS`, `ReFS`, ...); absent = unformatted.
+    pub filesystem: Option<String>,
+    /// Drive letter, if any (informational).
+    pub drive_letter: Option<char>,
+    /// Files on the volume: relative path (`/` or `\` separated) → text content.
+    pub files: BTreeMap<String, String>,
+    /// Data Windows cannot read (foreign filesystem); formatting it is a data-loss event.
+    pub foreign_data: bool,
+}
+
+/// SMB servers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SmbSpec {
+    /// The servers.
+    pub servers: Vec<SmbServerSpec>,
+}
+
+/// An SMB server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmbServerSpec {
+    /// Host name or address as used in `\\server\share` (case-insensitive).
+    pub name: String,
+    /// Whether the server is reachable (false → error 53 "network path was not found").
+    #[serde(default = "yes")]
+    pub reachable: bool,
+    /// Whether the server supports SMB3 encryption (false + RequirePrivacy → access denied).
+    #[serde(default = "yes")]
+    pub encryption: bool,
+    /// Accounts known to the server.
+    #[serde(default)]
+    pub accounts: Vec<SmbAccountSpec>,
+    /// Shares.
+    #[serde(default)]
+    pub shares: Vec<SmbShareSpec>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// An account on an SMB server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmbAccountSpec {
+    /// User name (without domain).
+    pub user: String,
+    /// Password.
+    pub password: Secret,
+    /// Domain; absent = a local account of the server (matches `user`, `SERVER\user` and `.\user`).
+    #[serde(default)]
+    pub domain: Option<String>,
+}
+
+/// A share.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmbShareSpec {
+    /// Share name (case-insensitive).
+    pub name: String,
+    /// Accounts (user names) allowed on this share; empty = every account of the server.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Whether guest (no credentials) access is allowed.
+    #[serde(default)]
+    pub guest: bool,
+    /// Initial files: relative path → text content.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+}
+
+/// iSCSI portals.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IscsiSpec {
+    /// The portals.
+    pub portals: Vec<PortalSpec>,
+}
+
+/// An iSCSI target portal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortalSpec {
+    /// Address (as the client passes it).
+    pub address: String,
+    /// TCP port (3260 by default).
+    #[serde(default = "default_iscsi_port")]
+    pub port: u32,
+    /// CHAP required for discovery. csi-proxy's AddTargetPortal cannot send credentials, so such a portal can
+    /// only be used when `preconfigured` (added by the node's administrator with credentials).
+    #[serde(default)]
+    pub discovery_chap: Option<ChapCredentials>,
+    /// Whether the portal is already added on the host when it boots (as an administrator would have done).
+    #[serde(default)]
+    pub preconfigured: bool,
+    /// Targets exposed through this portal.
+    #[serde(default)]
+    pub targets: Vec<TargetSpec>,
+}
+
+fn default_iscsi_port() -> u32 {
+    3260
+}
+
+/// CHAP user name and secret.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChapCredentials {
+    /// CHAP user name.
+    pub username: String,
+    /// CHAP secret.
+    pub secret: Secret,
+}
+
+/// Authentication a target requires for login.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TargetChap {
+    /// No authentication.
+    #[default]
+    None,
+    /// The initiator authenticates with `username`/`secret`.
+    OneWay {
+        /// Expected CHAP user name.
+        username: String,
+        /// Expected CHAP secret.
+        secret: Secret,
+    },
+    /// Both sides authenticate; the initiator's node-wide mutual secret (`SetMutualChapSecret`) must equal
+    /// `target_secret`.
+    Mutual {
+        /// Expected CHAP user name.
+        username: String,
+        /// Expected CHAP secret.
+        secret: Secret,
+        /// The secret the target answers with (must match the initiator's mutual CHAP secret).
+        target_secret: Secret,
+    },
+}
+
+/// An iSCSI target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    /// Target IQN.
+    pub iqn: String,
+    /// Login authentication.
+    #[serde(default)]
+    pub chap: TargetChap,
+    /// LUNs.
+    #[serde(default)]
+    pub luns: Vec<LunSpec>,
+}
+
+/// A LUN of a target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LunSpec {
+    /// LUN number.
+    pub lun: u32,
+    /// The disk behind the LUN (its `number` is ignored; `online` = whether it arrives online).
+    #[serde(flatten)]
+    pub disk: DiskSpec,
+}

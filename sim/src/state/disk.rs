@@ -1,0 +1,647 @@
+//! Disks, partitions and volumes (the Disk and Volume API groups).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{DataLossEvent, State, dir_usage, make_symlink, wipe_dir, write_files};
+use crate::error::{Error, Result};
+use crate::scenario::{DiskSpec, PartitionKind, PartitionSpec, PartitionStyle};
+
+const MIB: u64 = 1024 * 1024;
+/// GPT/MBR alignment and metadata overhead (1 MiB in front, 1 MiB for the backup table).
+const TABLE_OVERHEAD: u64 = 2 * MIB;
+/// Size of the Microsoft reserved partition `Initialize-Disk -PartitionStyle GPT` creates.
+const MSR_SIZE: u64 = 16 * MIB;
+/// csi-proxy skips resizes that grow a partition by less than this.
+const MIN_RESIZE_GROWTH: i64 = 100 * 1024 * 1024;
+
+/// Where a disk comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DiskSource {
+    /// Attached locally; always present.
+    Local,
+    /// Backing disk of an iSCSI LUN; present while its target is connected.
+    Iscsi {
+        /// Target IQN.
+        iqn: String,
+        /// LUN number.
+        lun: u32,
+    },
+}
+
+/// A volume on a basic partition.
+#[derive(Debug, Clone, Serialize)]
+pub struct Volume {
+    /// GUID (lower-case, no braces).
+    pub guid: String,
+    /// File system type; `None` = unformatted (FileSystemType Unknown).
+    pub filesystem: Option<String>,
+    /// Drive letter (informational).
+    pub drive_letter: Option<char>,
+    /// Data Windows cannot read (formatting it is a data-loss event).
+    pub foreign_data: bool,
+}
+
+impl Volume {
+    /// The `MSFT_Volume.UniqueId` form: `\\?\Volume{GUID}\`.
+    pub fn id(&self) -> String {
+        format!(r"\\?\Volume{{{}}}\", self.guid)
+    }
+}
+
+/// A partition.
+#[derive(Debug, Clone, Serialize)]
+pub struct Partition {
+    /// Partition number (1-based).
+    pub number: u32,
+    /// Kind.
+    pub kind: PartitionKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Volume (basic partitions).
+    pub volume: Option<Volume>,
+}
+
+/// A disk.
+#[derive(Debug, Clone, Serialize)]
+pub struct Disk {
+    /// Stable identifier (scenario `id`, or generated).
+    pub id: String,
+    /// Disk number while present.
+    pub number: Option<u32>,
+    /// Source (local or iSCSI LUN).
+    pub source: DiskSource,
+    /// `MSFT_Disk.Location`.
+    pub location: String,
+    /// page83 identifier as csi-proxy returns it.
+    pub page83: String,
+    /// Serial number.
+    pub serial: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Online state.
+    pub online: bool,
+    /// Whether the disk comes online when it appears (iSCSI SAN policy).
+    pub online_on_arrival: bool,
+    /// Read-only flag.
+    pub read_only: bool,
+    /// Partition style.
+    pub partition_style: PartitionStyle,
+    /// Partitions.
+    pub partitions: Vec<Partition>,
+    /// Data Windows cannot see (foreign partitioning or filesystem).
+    pub foreign_data: bool,
+    /// `ListDiskIDs` cannot open this disk.
+    pub unopenable: bool,
+}
+
+impl Disk {
+    fn free_space(&self, except: Option<u32>) -> u64 {
+        let used: u64 = self
+            .partitions
+            .iter()
+            .filter(|p| Some(p.number) != except)
+            .map(|p| p.size)
+            .sum();
+        self.size
+            .saturating_sub(TABLE_OVERHEAD)
+            .saturating_sub(used)
+    }
+
+    /// Whether the volumes of this disk are visible to the host.
+    pub fn volumes_visible(&self) -> bool {
+        self.number.is_some() && self.online
+    }
+}
+
+pub(crate) fn build_disk(
+    st: &mut State,
+    spec: &DiskSpec,
+    id: String,
+    source: DiskSource,
+) -> Result<Disk> {
+    if spec.size == 0 {
+        return Err(Error::Scenario(format!("disk {id}: size must be > 0")));
+    }
+    let h = simple_hash(&id);
+    let mut disk = Disk {
+        id: id.clone(),
+        number: None,
+        source,
+        location: spec.location.clone().unwrap_or_default(),
+        page83: spec
+            .page83
+            .clone()
+            .unwrap_or_else(|| format!("6001405{:025x}", h as u128 * 0x9e37)),
+        serial: spec
+            .serial
+            .clone()
+            .unwrap_or_else(|| format!("SIM{:012X}", h & 0xffff_ffff_ffff)),
+        size: spec.size,
+        online: spec.online.unwrap_or(true),
+        online_on_arrival: spec.online.unwrap_or(true),
+        read_only: spec.read_only,
+        partition_style: spec.partition_style,
+        partitions: Vec::new(),
+        foreign_data: spec.foreign_data,
+        unopenable: spec.unopenable,
+    };
+    if spec.partition_style == PartitionStyle::Raw && !spec.partitions.is_empty() {
+        return Err(Error::Scenario(format!(
+            "disk {id}: a RAW disk cannot have partitions"
+        )));
+    }
+    for (i, p) in spec.partitions.iter().enumerate() {
+        add_partition(st, &mut disk, i as u32 + 1, p)?;
+    }
+    Ok(disk)
+}
+
+fn add_partition(st: &mut State, disk: &mut Disk, number: u32, p: &PartitionSpec) -> Result<()> {
+    let free = disk.free_space(None);
+    let size = if p.size == 0 { free } else { p.size };
+    if size > free || size == 0 {
+        return Err(Error::Scenario(format!(
+            "disk {}: partition {number} does not fit",
+            disk.id
+        )));
+    }
+    let volume = match (&p.volume, p.kind) {
+        (Some(v), PartitionKind::Basic | PartitionKind::System) => {
+            let guid = match &v.guid {
+                Some(g) => g.trim_matches(['{', '}']).to_lowercase(),
+                None => st.new_guid(),
+            };
+            write_files(&st.layout.volume_store(&guid), &v.files)?;
+            Some(Volume {
+                guid,
+                filesystem: v.filesystem.clone(),
+                drive_letter: v.drive_letter.map(|c| c.to_ascii_uppercase()),
+                foreign_data: v.foreign_data,
+            })
+        }
+        (Some(_), PartitionKind::Reserved) => {
+            return Err(Error::Scenario(format!(
+                "disk {}: a reserved partition has no volume",
+                disk.id
+            )));
+        }
+        (None, _) => None,
+    };
+    disk.partitions.push(Partition {
+        number,
+        kind: p.kind,
+        size,
+        volume,
+    });
+    Ok(())
+}
+
+fn simple_hash(s: &str) -> u64 {
+    // FNV-1a: deterministic identifiers derived from stable ids.
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+pub(crate) fn load_local(st: &mut State, specs: &[DiskSpec]) -> Result<()> {
+    let mut used: Vec<u32> = specs.iter().filter_map(|d| d.number).collect();
+    used.sort_unstable();
+    if used.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::Scenario(
+            "two local disks have the same number".into(),
+        ));
+    }
+    let mut next = 0u32;
+    for (i, spec) in specs.iter().enumerate() {
+        let number = match spec.number {
+            Some(n) => n,
+            None => {
+                while used.contains(&next) {
+                    next += 1;
+                }
+                used.push(next);
+                next
+            }
+        };
+        let id = spec.id.clone().unwrap_or_else(|| format!("disk{number}"));
+        if st.disks.iter().any(|d| d.id == id) {
+            return Err(Error::Scenario(format!("duplicate disk id {id}")));
+        }
+        let mut disk = build_disk(st, spec, id, DiskSource::Local)?;
+        if disk.location.is_empty() {
+            disk.location = format!(
+                "PCI Slot {} : Adapter 0 : Port 0 : Target 0 : LUN {i}",
+                3 + i
+            );
+        }
+        disk.number = Some(number);
+        st.disks.push(disk);
+    }
+    Ok(())
+}
+
+/// Makes `<root>/volumes/<guid>` exist exactly for visible volumes.
+pub(crate) fn sync_volume_links(st: &mut State) -> Result<()> {
+    let dir = st.layout.volumes_dir();
+    let mut visible = BTreeMap::new();
+    for d in &st.disks {
+        for p in &d.partitions {
+            if let Some(v) = &p.volume {
+                visible.insert(v.guid.clone(), d.volumes_visible());
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if visible.get(&name) != Some(&true) {
+                super::fs::remove_link(&e.path()).map_err(|err| Error::io(e.path(), err))?;
+            }
+        }
+    }
+    for (guid, vis) in visible {
+        let link = st.layout.volume_link(&guid);
+        if vis && link.symlink_metadata().is_err() {
+            let store = st.layout.volume_store(&guid);
+            std::fs::create_dir_all(&store).map_err(|e| Error::io(&store, e))?;
+            make_symlink(&store, &link).map_err(|e| Error::io(&link, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Parsed csi-proxy `DiskLocation` (Bus is never filled).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Location {
+    /// Adapter number.
+    pub adapter: String,
+    /// Always empty, like the real server.
+    pub bus: String,
+    /// Target number.
+    pub target: String,
+    /// LUN.
+    pub lun_id: String,
+}
+
+/// csi-proxy's Location parser: ≥ 5 colon-separated parts, `Adapter`/`Target`/`LUN` taken, others ignored.
+pub(crate) fn parse_location(loc: &str) -> Option<Location> {
+    let parts: Vec<&str> = loc.split(':').collect();
+    if parts.len() < 5 {
+        return None;
+    }
+    let mut out = Location::default();
+    let mut found = false;
+    for item in parts {
+        let fields: Vec<&str> = item.trim().split(' ').collect();
+        if fields.len() == 2 {
+            found = true;
+            match fields[0].trim() {
+                "Adapter" => out.adapter = fields[1].trim().to_string(),
+                "Target" => out.target = fields[1].trim().to_string(),
+                "LUN" => out.lun_id = fields[1].trim().to_string(),
+                _ => {}
+            }
+        }
+    }
+    found.then_some(out)
+}
+
+fn disk_not_found(n: u32) -> Error {
+    Error::host(format!(
+        "No MSFT_Disk objects found with property 'Number' equal to '{n}'.  Verify the value of the property and retry."
+    ))
+}
+
+/// Error text for a volume id that does not resolve (WMI query on `UniqueId`).
+pub(crate) fn volume_not_found(id: &str) -> String {
+    format!(
+        "No MSFT_Volume objects found with property 'UniqueId' equal to '{id}'.  Verify the value of the property and retry."
+    )
+}
+
+impl State {
+    pub(crate) fn disk_by_number(&self, n: u32) -> Result<usize> {
+        self.disks
+            .iter()
+            .position(|d| d.number == Some(n))
+            .ok_or_else(|| disk_not_found(n))
+    }
+
+    /// Finds a visible volume by its exact `\\?\Volume{GUID}\` id (case-insensitive, as WQL compares).
+    pub(crate) fn find_volume(&self, id: &str) -> Option<(usize, usize)> {
+        for (di, d) in self.disks.iter().enumerate() {
+            if !d.volumes_visible() {
+                continue;
+            }
+            for (pi, p) in d.partitions.iter().enumerate() {
+                if let Some(v) = &p.volume
+                    && v.id().eq_ignore_ascii_case(id)
+                {
+                    return Some((di, pi));
+                }
+            }
+        }
+        None
+    }
+
+    fn record_loss(&mut self, rpc: &str, di: usize, volume_id: Option<String>, detail: String) {
+        let d = &self.disks[di];
+        tracing::warn!(rpc, disk = %d.id, %detail, "data-loss event");
+        self.data_loss.push(DataLossEvent {
+            rpc: rpc.to_string(),
+            disk_id: d.id.clone(),
+            disk_number: d.number.unwrap_or(u32::MAX),
+            volume_id,
+            detail,
+        });
+    }
+
+    // ---- Disk group ----
+
+    /// `ListDiskLocations`.
+    pub fn list_disk_locations(&self) -> BTreeMap<u32, Location> {
+        let mut out = BTreeMap::new();
+        for d in &self.disks {
+            if let Some(n) = d.number
+                && let Some(loc) = parse_location(&d.location)
+            {
+                out.insert(n, loc);
+            }
+        }
+        out
+    }
+
+    /// `PartitionDisk`: initialise GPT if RAW, then create a max-size basic partition if there is no
+    /// non-reserved partition; a no-op on a partitioned disk.
+    pub fn partition_disk(&mut self, n: u32) -> Result<()> {
+        let di = self.disk_by_number(n)?;
+        let d = &self.disks[di];
+        let needs_init = d.partition_style == PartitionStyle::Raw;
+        let needs_part = !d
+            .partitions
+            .iter()
+            .any(|p| p.kind != PartitionKind::Reserved);
+        if !needs_init && !needs_part {
+            return Ok(());
+        }
+        if !d.online {
+            return Err(Error::host(format!(
+                "failed to initialize disk {n}. error: The disk is offline. Bring the disk online and retry."
+            )));
+        }
+        if d.read_only {
+            return Err(Error::host(format!(
+                "failed to initialize disk {n}. error: The media is write protected."
+            )));
+        }
+        if needs_init {
+            if d.foreign_data {
+                let detail = format!(
+                    "PartitionDisk initialised disk {n} ({}) that held foreign data",
+                    d.id
+                );
+                self.record_loss("PartitionDisk", di, None, detail);
+            }
+            let d = &mut self.disks[di];
+            d.foreign_data = false;
+            d.partition_style = PartitionStyle::Gpt;
+            d.partitions.clear();
+            let msr = MSR_SIZE.min(d.free_space(None));
+            d.partitions.push(Partition {
+                number: 1,
+                kind: PartitionKind::Reserved,
+                size: msr,
+                volume: None,
+            });
+        }
+        let guid = self.new_guid();
+        let d = &mut self.disks[di];
+        if d.partitions
+            .iter()
+            .any(|p| p.kind != PartitionKind::Reserved)
+        {
+            return Ok(());
+        }
+        let size = d.free_space(None);
+        if size < MIB {
+            return Err(Error::host(format!(
+                "failed to create partition on disk {n}. error: Not enough available capacity."
+            )));
+        }
+        let number = d.partitions.iter().map(|p| p.number).max().unwrap_or(0) + 1;
+        d.partitions.push(Partition {
+            number,
+            kind: PartitionKind::Basic,
+            size,
+            volume: Some(Volume {
+                guid: guid.clone(),
+                filesystem: None,
+                drive_letter: None,
+                foreign_data: false,
+            }),
+        });
+        wipe_dir(&self.layout.volume_store(&guid))?;
+        self.sync_links()
+    }
+
+    /// `Rescan`: always succeeds.
+    pub fn rescan(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// `ListDiskIDs`: page83 and serial by disk number; one unopenable disk fails the whole call.
+    pub fn list_disk_ids(&self) -> Result<BTreeMap<u32, (String, String)>> {
+        let mut out = BTreeMap::new();
+        for d in &self.disks {
+            if let Some(n) = d.number {
+                if d.unopenable {
+                    return Err(Error::host(format!(
+                        "failed to open disk {n} (\\\\?\\PhysicalDrive{n}): Access is denied."
+                    )));
+                }
+                out.insert(n, (d.page83.clone(), d.serial.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `GetDiskStats`: the disk size (not the volume size).
+    pub fn get_disk_stats(&self, n: u32) -> Result<i64> {
+        let di = self.disk_by_number(n)?;
+        Ok(self.disks[di].size as i64)
+    }
+
+    /// `SetDiskState`: Online()/Offline(), a no-op when already in that state.
+    pub fn set_disk_state(&mut self, n: u32, online: bool) -> Result<()> {
+        let di = self.disk_by_number(n)?;
+        if self.disks[di].online != online {
+            self.disks[di].online = online;
+            self.sync_links()?;
+        }
+        Ok(())
+    }
+
+    /// `GetDiskState`.
+    pub fn get_disk_state(&self, n: u32) -> Result<bool> {
+        let di = self.disk_by_number(n)?;
+        Ok(self.disks[di].online)
+    }
+
+    // ---- Volume group ----
+
+    /// `ListVolumesOnDisk` (partition 0 = all partitions); a disk without volumes gives an empty list.
+    pub fn list_volumes_on_disk(&self, n: u32, partition: u32) -> Result<Vec<String>> {
+        let di = self
+            .disk_by_number(n)
+            .map_err(|e| Error::host(format!("failed to list partition on disk {n}: {e}")))?;
+        let d = &self.disks[di];
+        if !d.online {
+            return Ok(Vec::new());
+        }
+        Ok(d.partitions
+            .iter()
+            .filter(|p| partition == 0 || p.number == partition)
+            .filter_map(|p| p.volume.as_ref().map(Volume::id))
+            .collect())
+    }
+
+    /// `IsVolumeFormatted`: FileSystemType != Unknown.
+    pub fn is_volume_formatted(&self, id: &str) -> Result<bool> {
+        let (di, pi) = self.find_volume(id).ok_or_else(|| {
+            Error::host(format!(
+                "error checking if volume ({id}) is formatted. error: {}",
+                volume_not_found(id)
+            ))
+        })?;
+        Ok(self.disks[di].partitions[pi]
+            .volume
+            .as_ref()
+            .is_some_and(|v| v.filesystem.is_some()))
+    }
+
+    /// `FormatVolume`: quick NTFS format, unguarded. Formatting a volume that holds data records a data-loss
+    /// event (and the data is gone).
+    pub fn format_volume(&mut self, id: &str) -> Result<()> {
+        let (di, pi) = self.find_volume(id).ok_or_else(|| {
+            Error::host(format!(
+                "error formatting volume ({id}). error: {}",
+                volume_not_found(id)
+            ))
+        })?;
+        if self.disks[di].read_only {
+            return Err(Error::host(format!(
+                "error formatting volume ({id}). result: 19, error: The media is write protected."
+            )));
+        }
+        let Some(v) = self.disks[di].partitions[pi].volume.clone() else {
+            return Err(Error::host(volume_not_found(id)));
+        };
+        let store = self.layout.volume_store(&v.guid);
+        let (bytes, files) = dir_usage(&store);
+        if files > 0 || v.foreign_data {
+            let detail = format!(
+                "FormatVolume on {} (disk {}) destroyed {files} file(s), {bytes} byte(s){}",
+                v.id(),
+                self.disks[di].id,
+                if v.foreign_data {
+                    " and foreign data"
+                } else {
+                    ""
+                }
+            );
+            self.record_loss("FormatVolume", di, Some(v.id()), detail);
+        }
+        wipe_dir(&store)?;
+        if let Some(vol) = self.disks[di].partitions[pi].volume.as_mut() {
+            vol.filesystem = Some("NTFS".to_string());
+            vol.foreign_data = false;
+        }
+        Ok(())
+    }
+
+    /// `ResizeVolume`: 0 = maximum; skipped (success) when growth < 100 MiB or not a growth.
+    pub fn resize_volume(&mut self, id: &str, size: i64) -> Result<()> {
+        let (di, pi) = self.find_volume(id).ok_or_else(|| {
+            Error::host(format!(
+                "error resizing volume ({id}). error: {}",
+                volume_not_found(id)
+            ))
+        })?;
+        let d = &self.disks[di];
+        let part = &d.partitions[pi];
+        let max = d.free_space(Some(part.number)) as i64;
+        let final_size = if size == 0 { max } else { size };
+        let current = part.size as i64;
+        if final_size - current < MIN_RESIZE_GROWTH || current >= final_size {
+            return Ok(());
+        }
+        if final_size > max {
+            return Err(Error::host(format!(
+                "error resizing volume ({id}). size:{size}, finalSize {final_size}, error: Size Not Supported"
+            )));
+        }
+        if d.read_only {
+            return Err(Error::host(format!(
+                "error resizing volume ({id}). size:{size}, finalSize {final_size}, error: The media is write protected."
+            )));
+        }
+        self.disks[di].partitions[pi].size = final_size as u64;
+        Ok(())
+    }
+
+    /// `GetVolumeStats`: (total, used) bytes.
+    pub fn get_volume_stats(&self, id: &str) -> Result<(i64, i64)> {
+        let (di, pi) = self.find_volume(id).ok_or_else(|| {
+            Error::host(format!(
+                "error getting capacity and used size of volume ({id}). error: {}",
+                volume_not_found(id)
+            ))
+        })?;
+        let p = &self.disks[di].partitions[pi];
+        let guid = p
+            .volume
+            .as_ref()
+            .map(|v| v.guid.clone())
+            .unwrap_or_default();
+        let (bytes, _) = dir_usage(&self.layout.volume_store(&guid));
+        Ok((p.size as i64, bytes.min(p.size) as i64))
+    }
+
+    /// `GetDiskNumberFromVolumeID`.
+    pub fn get_disk_number_from_volume_id(&self, id: &str) -> Result<u32> {
+        let (di, _) = self
+            .find_volume(id)
+            .ok_or_else(|| Error::host(volume_not_found(id)))?;
+        Ok(self.disks[di].number.unwrap_or_default())
+    }
+
+    /// `WriteVolumeCache`.
+    pub fn write_volume_cache(&self, id: &str) -> Result<()> {
+        self.find_volume(id).map(|_| ()).ok_or_else(|| {
+            Error::host(format!(
+                "error writing volume ({id}) cache. error: {}",
+                volume_not_found(id)
+            ))
+        })
+    }
+
+    /// Changes the size of a disk (e.g. the storage backend expanded a LUN). Partitions are untouched.
+    pub fn set_disk_size(&mut self, disk_id: &str, size: u64) -> Result<()> {
+        let d = self
+            .disks
+            .iter_mut()
+            .find(|d| d.id == disk_id)
+            .ok_or_else(|| Error::Scenario(format!("no disk with id {disk_id}")))?;
+        let used: u64 = d.partitions.iter().map(|p| p.size).sum();
+        if size < used + TABLE_OVERHEAD {
+            return Err(Error::Scenario(format!(
+                "disk {disk_id}: cannot shrink below its partitions"
+            )));
+        }
+        d.size = size;
+        Ok(())
+    }
+}

@@ -1,0 +1,504 @@
+//! The pure host state model (no gRPC): disks, volumes, the filesystem sandbox, SMB, iSCSI and services.
+//!
+//! Every host call is a method on [`State`] returning `Result<_, Error>`; `Error::Host` carries the exact text a
+//! real csi-proxy would put in its gRPC `UNKNOWN` status. [`crate::SimHost`] wraps a `State` with locking, the
+//! audit log and fault injection.
+//!
+//! # Sandbox layout
+//!
+//! Everything that is a file or a link on a real host is a real file or symlink under the sandbox root, so the
+//! filesystem semantics (lstat, dangling links, recursive removal not following links) are the OS's own:
+//!
+//! | Sandbox path | Windows meaning |
+//! | --- | --- |
+//! | `<root>/c/...` | `C:\...` (any drive letter, lower-cased) |
+//! | `<root>/volumes/<guid>` | `\\?\Volume{<guid>}\`: a symlink to the volume's store, present only while the volume is visible (disk present and online) |
+//! | `<root>/store/volumes/<guid>/` | the volume's contents (persist while the disk is detached) |
+//! | `<root>/unc/<server>/<share>` | `\\server\share`: a symlink to the share's store, present only while an OK global mapping of that share exists |
+//! | `<root>/store/shares/<server>/<share>/` | the share's contents on the file server |
+//!
+//! A mount point made by `MountVolume` is a symlink into `<root>/volumes/`; an SMB `local_path` link points into
+//! `<root>/unc/`; a `CreateSymlink` link points at another drive path. The kind of a link is therefore visible on
+//! disk, and survives a simulated reboot exactly like reparse points do.
+
+pub(crate) mod disk;
+pub(crate) mod fs;
+pub(crate) mod iscsi;
+pub(crate) mod paths;
+pub(crate) mod smb;
+pub(crate) mod system;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::scenario::{HostSpec, Scenario};
+use crate::secret::Secret;
+
+pub use disk::{Disk, DiskSource, Partition, Volume};
+pub use iscsi::{Portal, Session, Target};
+pub use smb::{Mapping, MappingStatus, SmbAccount, SmbServer, SmbShare};
+pub use system::Service;
+
+/// Options that correspond to csi-proxy's command-line flags; they override the scenario's `host` values.
+#[derive(Debug, Clone, Default)]
+pub struct HostOptions {
+    /// `-kubelet-path`.
+    pub kubelet_path: Option<String>,
+    /// `-working-dir` (replaces the scenario's list when non-empty).
+    pub working_dirs: Vec<String>,
+    /// `-require-privacy`.
+    pub require_privacy: Option<bool>,
+}
+
+/// Paths inside the sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    pub(crate) fn new(root: PathBuf) -> Self {
+        Layout { root }
+    }
+
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn drive(&self, letter: char) -> PathBuf {
+        self.root.join(letter.to_ascii_lowercase().to_string())
+    }
+
+    pub(crate) fn volumes_dir(&self) -> PathBuf {
+        self.root.join("volumes")
+    }
+
+    pub(crate) fn volume_link(&self, guid: &str) -> PathBuf {
+        self.volumes_dir().join(guid)
+    }
+
+    pub(crate) fn volume_store(&self, guid: &str) -> PathBuf {
+        self.root.join("store").join("volumes").join(guid)
+    }
+
+    pub(crate) fn unc_dir(&self) -> PathBuf {
+        self.root.join("unc")
+    }
+
+    pub(crate) fn unc_link(&self, server: &str, share: &str) -> PathBuf {
+        self.unc_dir().join(server).join(share)
+    }
+
+    pub(crate) fn share_store(&self, server: &str, share: &str) -> PathBuf {
+        self.root
+            .join("store")
+            .join("shares")
+            .join(server)
+            .join(share)
+    }
+
+    /// Maps a sandbox path back to its Windows spelling (for link targets shown to tests).
+    pub(crate) fn to_windows(&self, real: &Path) -> Option<String> {
+        let rel = real.strip_prefix(&self.root).ok()?;
+        let parts: Vec<String> = rel
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        let first = parts.first()?;
+        match first.as_str() {
+            "volumes" => {
+                let guid = parts.get(1)?;
+                let mut s = format!(r"\\?\Volume{{{guid}}}\");
+                s.push_str(&parts[2..].join("\\"));
+                Some(s)
+            }
+            "unc" => {
+                let mut s = format!(r"\\{}\{}\", parts.get(1)?, parts.get(2)?);
+                if parts.len() > 3 {
+                    s.push_str(&parts[3..].join("\\"));
+                    s.push('\\');
+                }
+                Some(s)
+            }
+            d if d.len() == 1 => Some(format!(
+                "{}:\\{}",
+                d.to_ascii_uppercase(),
+                parts[1..].join("\\")
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A data-loss event: a destructive host call hit a volume or disk that held data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DataLossEvent {
+    /// The RPC that destroyed data (`FormatVolume`, `PartitionDisk`).
+    pub rpc: String,
+    /// Stable id of the disk.
+    pub disk_id: String,
+    /// Disk number at the time.
+    pub disk_number: u32,
+    /// Volume id, when a volume was formatted.
+    pub volume_id: Option<String>,
+    /// What was lost.
+    pub detail: String,
+}
+
+/// Host-level configuration (csi-proxy flags and scenario knobs).
+#[derive(Debug, Clone)]
+pub(crate) struct HostConfig {
+    pub(crate) kubelet_path: String,
+    pub(crate) working_dirs: Vec<String>,
+    pub(crate) require_privacy: bool,
+    pub(crate) iscsi_adapter: u32,
+    pub(crate) disconnected_mapping_blocks_create: bool,
+}
+
+/// The whole simulated host.
+#[derive(Debug)]
+pub struct State {
+    pub(crate) layout: Layout,
+    pub(crate) cfg: HostConfig,
+    pub(crate) bios_serial: String,
+    pub(crate) services: BTreeMap<String, Service>,
+    pub(crate) disks: Vec<Disk>,
+    pub(crate) servers: BTreeMap<String, SmbServer>,
+    pub(crate) mappings: BTreeMap<String, Mapping>,
+    pub(crate) portals: Vec<Portal>,
+    pub(crate) sessions: Vec<Session>,
+    pub(crate) mutual_chap_secret: Option<Secret>,
+    pub(crate) data_loss: Vec<DataLossEvent>,
+    pub(crate) next_guid: u64,
+    pub(crate) boots: u64,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| Error::io(path, e)
+}
+
+impl State {
+    /// Builds a host from a scenario on a sandbox directory (created if missing; must be empty or a previous
+    /// sandbox of this simulator, whose contents are replaced).
+    pub fn new(scenario: &Scenario, root: &Path, opts: &HostOptions) -> Result<State> {
+        let h: &HostSpec = &scenario.host;
+        let cfg = HostConfig {
+            kubelet_path: opts
+                .kubelet_path
+                .clone()
+                .unwrap_or_else(|| h.kubelet_path.clone()),
+            working_dirs: if opts.working_dirs.is_empty() {
+                h.working_dirs.clone()
+            } else {
+                opts.working_dirs.clone()
+            },
+            require_privacy: opts.require_privacy.unwrap_or(h.require_privacy),
+            iscsi_adapter: h.iscsi_adapter,
+            disconnected_mapping_blocks_create: h.disconnected_mapping_blocks_create,
+        };
+        let layout = Layout::new(root.to_path_buf());
+        for sub in ["volumes", "unc", "store"] {
+            let p = root.join(sub);
+            if p.exists() {
+                std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
+            }
+        }
+        // Drive directories from an earlier run are wiped too: a scenario describes the whole host.
+        if let Ok(rd) = std::fs::read_dir(root) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.len() == 1 && name.chars().all(|c| c.is_ascii_lowercase()) {
+                    std::fs::remove_dir_all(e.path()).map_err(io_err(&e.path()))?;
+                }
+            }
+        }
+        for p in [layout.volumes_dir(), layout.unc_dir(), layout.drive('c')] {
+            std::fs::create_dir_all(&p).map_err(io_err(&p))?;
+        }
+        let mut st = State {
+            layout,
+            cfg,
+            bios_serial: h.bios_serial.clone(),
+            services: BTreeMap::new(),
+            disks: Vec::new(),
+            servers: BTreeMap::new(),
+            mappings: BTreeMap::new(),
+            portals: Vec::new(),
+            sessions: Vec::new(),
+            mutual_chap_secret: None,
+            data_loss: Vec::new(),
+            next_guid: 1,
+            boots: 1,
+        };
+        let mut dirs = vec![st.cfg.kubelet_path.clone()];
+        dirs.extend(st.cfg.working_dirs.iter().cloned());
+        dirs.extend(h.directories.iter().cloned());
+        for d in &dirs {
+            let dp = paths::DrivePath::parse(d)
+                .ok_or_else(|| Error::Scenario(format!("not a drive-letter path: {d}")))?;
+            let real = st.real_drive_path(&dp);
+            std::fs::create_dir_all(&real).map_err(io_err(&real))?;
+        }
+        system::load(&mut st, &h.services)?;
+        disk::load_local(&mut st, &scenario.disks)?;
+        smb::load(&mut st, &scenario.smb)?;
+        iscsi::load(&mut st, &scenario.iscsi)?;
+        st.sync_links()?;
+        Ok(st)
+    }
+
+    /// The sandbox root.
+    pub fn root(&self) -> &Path {
+        self.layout.root()
+    }
+
+    /// Maps a parsed drive path to the sandbox (case-insensitive, like NTFS).
+    pub(crate) fn real_drive_path(&self, p: &paths::DrivePath) -> PathBuf {
+        let base = self.layout.drive(p.drive);
+        paths::resolve_ci(&base, &p.components)
+    }
+
+    /// Maps any Windows path the host can reach (drive path, `\\server\share\...` through an OK mapping,
+    /// `\\?\Volume{..}\...`) to the sandbox.
+    pub(crate) fn real_path(&self, win: &str) -> Option<PathBuf> {
+        if let Some(dp) = paths::DrivePath::parse(win) {
+            return Some(self.real_drive_path(&dp));
+        }
+        if let Some(rest) = win.strip_prefix(r"\\?\") {
+            if let Some(after) = rest
+                .strip_prefix("Volume{")
+                .or_else(|| rest.strip_prefix("volume{"))
+            {
+                let (guid, tail) = after.split_once('}')?;
+                let comps: Vec<String> = tail
+                    .split('\\')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                return Some(paths::resolve_ci(
+                    &self.layout.volume_link(&guid.to_lowercase()),
+                    &comps,
+                ));
+            }
+            return self.real_path(rest);
+        }
+        let (server, share, rest) = paths::parse_unc(win)?;
+        Some(paths::resolve_ci(
+            &self.layout.unc_link(&server, &share),
+            &rest,
+        ))
+    }
+
+    pub(crate) fn new_guid(&mut self) -> String {
+        let n = self.next_guid;
+        self.next_guid += 1;
+        format!("{:08x}-5eed-4000-8000-{:012x}", 0x5ee0_0000u64 + n, n)
+    }
+
+    /// Re-creates the `volumes/` and `unc/` presence links from the state.
+    pub(crate) fn sync_links(&mut self) -> Result<()> {
+        disk::sync_volume_links(self)?;
+        smb::sync_unc_links(self)?;
+        Ok(())
+    }
+
+    /// Simulates a node reboot: SMB global mappings become `Disconnected`, iSCSI sessions (never persistent with
+    /// csi-proxy) drop so their disks vanish, services return to their start types; directories, symlinks and
+    /// mount points stay on disk (a mount point whose volume vanished dangles).
+    pub fn reboot(&mut self) -> Result<()> {
+        self.boots += 1;
+        for m in self.mappings.values_mut() {
+            m.status = MappingStatus::Disconnected;
+        }
+        let sessions = std::mem::take(&mut self.sessions);
+        for s in &sessions {
+            iscsi::detach_session_disks(self, s);
+        }
+        system::reboot(self);
+        self.sync_links()
+    }
+
+    /// All data-loss events so far.
+    pub fn data_loss_events(&self) -> &[DataLossEvent] {
+        &self.data_loss
+    }
+
+    /// Everything left behind that a fully unstaged node must not have: SMB mappings (any status), iSCSI sessions,
+    /// and mount points or symlinks under the kubelet path and working dirs.
+    pub fn leftovers(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for m in self.mappings.values() {
+            out.push(format!(
+                "SMB global mapping {} ({})",
+                m.remote_path,
+                m.status.as_str()
+            ));
+        }
+        for s in &self.sessions {
+            out.push(format!(
+                "iSCSI session to {} via {}:{}",
+                s.iqn, s.portal_address, s.portal_port
+            ));
+        }
+        let mut roots = vec![self.cfg.kubelet_path.clone()];
+        roots.extend(self.cfg.working_dirs.iter().cloned());
+        let mut seen = std::collections::BTreeSet::new();
+        for r in roots {
+            let Some(dp) = paths::DrivePath::parse(&r) else {
+                continue;
+            };
+            let real = self.real_drive_path(&dp);
+            if !seen.insert(real.clone()) {
+                continue;
+            }
+            let mut found = Vec::new();
+            collect_links(&real, &mut found);
+            for l in found {
+                let win = self
+                    .layout
+                    .to_windows(&l)
+                    .unwrap_or_else(|| l.display().to_string());
+                let target = std::fs::read_link(&l)
+                    .ok()
+                    .and_then(|t| self.layout.to_windows(&t))
+                    .unwrap_or_default();
+                let kind = if target.starts_with(r"\\?\Volume") {
+                    "mount point"
+                } else {
+                    "symlink"
+                };
+                out.push(format!("{kind} {win} -> {target}"));
+            }
+        }
+        out
+    }
+
+    /// Reads a link's target, in Windows spelling (`None` if `path` is not a link).
+    pub fn read_link(&self, path: &str) -> Option<String> {
+        let real = self.real_path(path)?;
+        let t = std::fs::read_link(real).ok()?;
+        self.layout.to_windows(&t)
+    }
+
+    /// The sandbox path of a Windows path (drive, UNC through a mapping, or volume path).
+    pub fn sandbox_path(&self, path: &str) -> Option<PathBuf> {
+        self.real_path(path)
+    }
+
+    /// Current disks (including detached iSCSI LUN disks, whose `number` is `None`).
+    pub fn disks(&self) -> &[Disk] {
+        &self.disks
+    }
+
+    /// Current SMB global mappings, keyed by lower-cased `\\server\share`.
+    pub fn mappings(&self) -> &BTreeMap<String, Mapping> {
+        &self.mappings
+    }
+
+    /// Current iSCSI sessions.
+    pub fn sessions(&self) -> &[Session] {
+        &self.sessions
+    }
+
+    /// iSCSI portals (scenario side, with whether they are added on the host).
+    pub fn portals(&self) -> &[Portal] {
+        &self.portals
+    }
+
+    /// How many times the host has booted (1 + reboots).
+    pub fn boots(&self) -> u64 {
+        self.boots
+    }
+}
+
+fn collect_links(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        match p.symlink_metadata() {
+            Ok(m) if m.file_type().is_symlink() => out.push(p),
+            Ok(m) if m.is_dir() => collect_links(&p, out),
+            _ => {}
+        }
+    }
+}
+
+/// Total size in bytes and number of files below `dir` (not following symlinks).
+pub(crate) fn dir_usage(dir: &Path) -> (u64, u64) {
+    let mut bytes = 0;
+    let mut files = 0;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    for e in rd.flatten() {
+        let Ok(m) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if m.is_dir() {
+            let (b, f) = dir_usage(&e.path());
+            bytes += b;
+            files += f + 1;
+        } else {
+            bytes += m.len();
+            files += 1;
+        }
+    }
+    (bytes, files)
+}
+
+/// Writes scenario files under `dir`.
+pub(crate) fn write_files(dir: &Path, files: &BTreeMap<String, String>) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    for (rel, content) in files {
+        let relp = paths::safe_relative(rel).ok_or_else(|| {
+            Error::Scenario(format!("file path must be relative without '..': {rel}"))
+        })?;
+        let p = dir.join(relp);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        std::fs::write(&p, content).map_err(io_err(&p))?;
+    }
+    Ok(())
+}
+
+/// Removes everything inside `dir` (keeps `dir`).
+pub(crate) fn wipe_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(io_err(dir))?;
+    }
+    std::fs::create_dir_all(dir).map_err(io_err(dir))
+}
+
+/// Creates (replacing) a symlink `link` → `target`.
+pub(crate) fn make_symlink(target: &Path, link: &Path) -> std::io::Result<()> {
+    platform::symlink_dir(target, link)
+}
+
+#[cfg(unix)]
+mod platform {
+    pub(super) fn symlink_dir(
+        target: &std::path::Path,
+        link: &std::path::Path,
+    ) -> std::io::Result<()> {
+        std::os::unix::fs::symlink(target, link)
+    }
+}
+
+#[cfg(windows)]
+mod platform {
+    pub(super) fn symlink_dir(
+        target: &std::path::Path,
+        link: &std::path::Path,
+    ) -> std::io::Result<()> {
+        std::os::windows::fs::symlink_dir(target, link)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,238 @@
+//! [`ProxyClient`]: lazy per-group channels, reconnect, deadlines, status → [`Error`] mapping.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tonic::transport::Channel;
+
+use crate::api::{
+    DiskClient, FilesystemClient, IscsiClient, SmbClient, SystemClient, VolumeClient,
+};
+use crate::transport::{ConnectError, ConnectFailure};
+use crate::{ApiGroup, Error, Transport};
+
+/// Default deadline of every call. Generous because csi-proxy ≤ v1.2.1 starts a PowerShell
+/// process per call and formatting a large volume takes a while.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A client for all six csi-proxy API groups.
+///
+/// Cheap to clone (an `Arc` inside); clones share connections. Connections are opened lazily,
+/// one per group, on first use, and are re-established after csi-proxy restarts. Every call has a
+/// deadline ([`DEFAULT_TIMEOUT`] unless set with [`ProxyClient::with_timeout`]).
+///
+/// Must be used inside a tokio runtime.
+#[derive(Clone)]
+pub struct ProxyClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    transport: Transport,
+    timeout: Duration,
+    channels: [Mutex<Option<Channel>>; ApiGroup::ALL.len()],
+}
+
+impl std::fmt::Debug for ProxyClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyClient")
+            .field("transport", &self.inner.transport)
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProxyClient {
+    /// A client for the given transport with the default deadline. Does not connect.
+    pub fn new(transport: Transport) -> Self {
+        Self::build(transport, DEFAULT_TIMEOUT)
+    }
+
+    /// The same client settings with a different per-call deadline (new connections).
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        Self::build(self.inner.transport.clone(), timeout)
+    }
+
+    fn build(transport: Transport, timeout: Duration) -> Self {
+        ProxyClient {
+            inner: Arc::new(Inner {
+                transport,
+                timeout,
+                channels: Default::default(),
+            }),
+        }
+    }
+
+    /// The transport this client uses.
+    pub fn transport(&self) -> &Transport {
+        &self.inner.transport
+    }
+
+    /// The per-call deadline.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// The disk v1 API.
+    pub fn disk(&self) -> DiskClient {
+        DiskClient::new(self.clone())
+    }
+
+    /// The volume v1 API.
+    pub fn volume(&self) -> VolumeClient {
+        VolumeClient::new(self.clone())
+    }
+
+    /// The filesystem v1 API.
+    pub fn filesystem(&self) -> FilesystemClient {
+        FilesystemClient::new(self.clone())
+    }
+
+    /// The SMB v1 API.
+    pub fn smb(&self) -> SmbClient {
+        SmbClient::new(self.clone())
+    }
+
+    /// The iSCSI v1alpha2 API.
+    pub fn iscsi(&self) -> IscsiClient {
+        IscsiClient::new(self.clone())
+    }
+
+    /// The system v1alpha1 API.
+    pub fn system(&self) -> SystemClient {
+        SystemClient::new(self.clone())
+    }
+
+    fn channel(&self, group: ApiGroup) -> Channel {
+        let mut slot = self.inner.channels[group.index()]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        slot.get_or_insert_with(|| self.inner.transport.lazy_channel(group))
+            .clone()
+    }
+
+    /// Drops the group's channel so the next call starts from a fresh one. tonic's channel
+    /// reconnects by itself once it notices a dead connection; this is the belt to those braces
+    /// for connections that broke mid-call.
+    fn reset(&self, group: ApiGroup) {
+        *self.inner.channels[group.index()]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Runs one unary call with the deadline and maps the outcome.
+    pub(crate) async fn unary<Req, Resp, F, Fut>(
+        &self,
+        group: ApiGroup,
+        method: &'static str,
+        request: Req,
+        call: F,
+    ) -> Result<Resp, Error>
+    where
+        F: FnOnce(Channel, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let timeout = self.inner.timeout;
+        let mut request = tonic::Request::new(request);
+        // Tells the server too (grpc-timeout header); the local timeout below is what counts.
+        request.set_timeout(timeout);
+        let result = tokio::time::timeout(timeout, call(self.channel(group), request)).await;
+        match result {
+            Err(_elapsed) => Err(Error::DeadlineExceeded { method, timeout }),
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => {
+                let error = self.map_status(group, method, status);
+                if matches!(error, Error::Unavailable { .. } | Error::PipeMissing { .. }) {
+                    self.reset(group);
+                }
+                tracing::debug!(%group, method, error = %error, "csi-proxy call failed");
+                Err(error)
+            }
+        }
+    }
+
+    fn map_status(&self, group: ApiGroup, method: &'static str, status: tonic::Status) -> Error {
+        let endpoint = || self.inner.transport.address(group);
+        if let Some(connect) = find_source::<ConnectError>(&status) {
+            return match &connect.reason {
+                ConnectFailure::Missing { hint } => Error::PipeMissing {
+                    method,
+                    endpoint: connect.endpoint.clone(),
+                    hint,
+                },
+                ConnectFailure::Unsupported(_) => Error::Unsupported {
+                    method,
+                    message: connect.to_string(),
+                },
+                ConnectFailure::Io(..) => Error::Unavailable {
+                    method,
+                    endpoint: connect.endpoint.clone(),
+                    message: connect.to_string(),
+                },
+            };
+        }
+        // A status with a source was made on this side from a transport failure; statuses
+        // sent by the server have none.
+        let local = std::error::Error::source(&status).is_some();
+        match status.code() {
+            tonic::Code::DeadlineExceeded => Error::DeadlineExceeded {
+                method,
+                timeout: self.inner.timeout,
+            },
+            // tonic servers answer an expired grpc-timeout with CANCELLED "Timeout expired".
+            tonic::Code::Cancelled if status.message().contains("Timeout expired") => {
+                Error::DeadlineExceeded {
+                    method,
+                    timeout: self.inner.timeout,
+                }
+            }
+            tonic::Code::Unimplemented => Error::Unimplemented {
+                method,
+                endpoint: endpoint(),
+                message: status.message().to_owned(),
+            },
+            tonic::Code::Unavailable => Error::Unavailable {
+                method,
+                endpoint: endpoint(),
+                message: describe(&status),
+            },
+            _ if local => Error::Unavailable {
+                method,
+                endpoint: endpoint(),
+                message: describe(&status),
+            },
+            code => Error::Proxy {
+                method,
+                code: code as i32,
+                message: status.message().to_owned(),
+            },
+        }
+    }
+}
+
+/// The status message plus its source chain (transport errors hide the useful part there).
+fn describe(status: &tonic::Status) -> String {
+    let mut text = status.message().to_owned();
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        let part = err.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = err.source();
+    }
+    text
+}
+
+fn find_source<T: std::error::Error + 'static>(status: &tonic::Status) -> Option<&T> {
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if let Some(found) = err.downcast_ref::<T>() {
+            return Some(found);
+        }
+        source = err.source();
+    }
+    None
+}

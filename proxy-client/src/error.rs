@@ -1,0 +1,334 @@
+//! The crate's error type and the classification of csi-proxy's error texts.
+//!
+//! csi-proxy reports every host failure as gRPC status `UNKNOWN` with the Go error text as the
+//! message, e.g. (PowerShell era, ≤ v1.2.1; the output is Go-`%q`-quoted, so line breaks arrive
+//! as the characters `\r\n`):
+//!
+//! ```text
+//! NewSmbGlobalMapping failed. output: "New-SmbGlobalMapping : Multiple connections to a server
+//! or shared resource by the same user, using more than one user \r\nname, are not allowed. ...
+//! + FullyQualifiedErrorId : Windows System Error 1219,New-SmbGlobalMapping\r\n \r\n", err: exit status 1
+//! ```
+//!
+//! [`ErrorKind`] recognises the handful of Windows failures the driver reacts to, from either the
+//! Windows error number (`Windows System Error 1219`, `error 53`, `0x800704C3`, ...) or the
+//! message text, and keeps the original message in the [`Error`].
+
+use std::time::Duration;
+
+/// What went wrong, as far as the driver needs to know. See [`Error::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Windows error 1219: the node already has an SMB connection to this server under a different
+    /// user name ("Multiple connections to a server or shared resource by the same user ...").
+    SmbMultipleConnections,
+    /// Windows error 53: "The network path was not found" (server unreachable / unknown).
+    NetworkPathNotFound,
+    /// Windows error 1326 ("The user name or password is incorrect") or 86 ("The specified network
+    /// password is not correct").
+    LogonFailure,
+    /// Windows error 67: "The network name cannot be found" (the share does not exist).
+    NetworkNameNotFound,
+    /// The named pipe (or Unix socket) of the API group does not exist.
+    PipeMissing,
+    /// csi-proxy could not be reached or the connection broke (refused, busy, reset, ...).
+    ProxyUnavailable,
+    /// The call did not complete within its deadline.
+    DeadlineExceeded,
+    /// csi-proxy does not implement the method (too old a csi-proxy).
+    Unimplemented,
+    /// The caller passed a value that cannot be sent (e.g. a size beyond `i64::MAX`).
+    InvalidArgument,
+    /// The transport is not available on this operating system.
+    Unsupported,
+    /// Anything else; see the message.
+    Other,
+}
+
+impl ErrorKind {
+    /// Classifies an error text from csi-proxy (the gRPC status message).
+    ///
+    /// Returns [`ErrorKind::Other`] when no well-known Windows failure is recognised.
+    ///
+    /// ```
+    /// use proxy_client::ErrorKind;
+    /// let msg = "NewSmbGlobalMapping failed. output: \"New-SmbGlobalMapping : The network path \
+    ///            was not found. \\r\\n ... FullyQualifiedErrorId : Windows System Error 53,\
+    ///            New-SmbGlobalMapping\\r\\n\", err: exit status 1";
+    /// assert_eq!(ErrorKind::from_message(msg), ErrorKind::NetworkPathNotFound);
+    /// ```
+    pub fn from_message(message: &str) -> ErrorKind {
+        let text = normalise(message);
+        // The Windows error number is the most reliable signal; the English text is the fallback
+        // (localised hosts or formats without a number).
+        for code in windows_error_codes(&text) {
+            if let Some(kind) = kind_for_code(code) {
+                return kind;
+            }
+        }
+        const TEXTS: &[(&str, ErrorKind)] = &[
+            (
+                "multiple connections to a server or shared resource by the same user",
+                ErrorKind::SmbMultipleConnections,
+            ),
+            (
+                "the network path was not found",
+                ErrorKind::NetworkPathNotFound,
+            ),
+            (
+                "the user name or password is incorrect",
+                ErrorKind::LogonFailure,
+            ),
+            (
+                "the specified network password is not correct",
+                ErrorKind::LogonFailure,
+            ),
+            ("logon failure", ErrorKind::LogonFailure),
+            (
+                "the network name cannot be found",
+                ErrorKind::NetworkNameNotFound,
+            ),
+        ];
+        TEXTS
+            .iter()
+            .find(|(needle, _)| text.contains(needle))
+            .map_or(ErrorKind::Other, |(_, kind)| *kind)
+    }
+}
+
+fn kind_for_code(code: u32) -> Option<ErrorKind> {
+    match code {
+        1219 => Some(ErrorKind::SmbMultipleConnections),
+        53 => Some(ErrorKind::NetworkPathNotFound),
+        1326 | 86 => Some(ErrorKind::LogonFailure),
+        67 => Some(ErrorKind::NetworkNameNotFound),
+        _ => None,
+    }
+}
+
+/// Lower-cases, turns the Go-quoted `\r` / `\n` / `\t` escapes into spaces and collapses
+/// whitespace, so texts wrapped by PowerShell's console width still match.
+fn normalise(message: &str) -> String {
+    let unescaped = message
+        .replace("\\r", " ")
+        .replace("\\n", " ")
+        .replace("\\t", " ");
+    let mut out = String::with_capacity(unescaped.len());
+    for word in unescaped.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&word.to_lowercase());
+    }
+    out
+}
+
+/// Windows error numbers mentioned in a normalised message: `error 1219`, `error code 1219`,
+/// `error: 1219`, `error (1219)`, `error 0x4c3`, and HRESULTs `0x800704c3`.
+fn windows_error_codes(text: &str) -> Vec<u32> {
+    let mut codes = Vec::new();
+    for (at, _) in text.match_indices("error") {
+        let mut rest = text[at + "error".len()..].trim_start();
+        if let Some(r) = rest.strip_prefix("code") {
+            rest = r.trim_start();
+        }
+        rest = rest.trim_start_matches([':', '=', '(', '#', ' ']);
+        if let Some(code) = leading_number(rest) {
+            codes.push(code);
+        }
+    }
+    for (at, _) in text.match_indices("0x8007") {
+        let hex: String = text[at + "0x8007".len()..].chars().take(4).collect();
+        if let Ok(code) = u32::from_str_radix(&hex, 16)
+            && hex.len() == 4
+        {
+            codes.push(code);
+        }
+    }
+    codes
+}
+
+fn leading_number(s: &str) -> Option<u32> {
+    if let Some(hex) = s.strip_prefix("0x") {
+        let digits: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
+        return u32::from_str_radix(&digits, 16).ok();
+    }
+    let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
+    // Ignore the number when it runs into letters ("error 53abc" is no error code).
+    let next = s[digits.len()..].chars().next();
+    if next.is_some_and(char::is_alphanumeric) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// An error from a csi-proxy call. Every variant names the RPC (`method`, e.g.
+/// `"NewSmbGlobalMapping"`) and keeps the original message; [`Error::kind`] classifies it.
+///
+/// No variant ever contains a secret: requests are never formatted into errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// csi-proxy ran the call and reported a failure (gRPC `UNKNOWN` for every host error).
+    #[error("csi-proxy {method} failed: {message}")]
+    Proxy {
+        /// The RPC name, e.g. `NewSmbGlobalMapping`.
+        method: &'static str,
+        /// The gRPC status code number (csi-proxy always sends 2 = `UNKNOWN`).
+        code: i32,
+        /// The status message, unchanged.
+        message: String,
+    },
+    /// csi-proxy does not implement the method (gRPC `UNIMPLEMENTED`).
+    #[error(
+        "csi-proxy {method} is not implemented by the csi-proxy serving {endpoint} \
+         (csi-proxy v1.1.0 or newer is required): {message}"
+    )]
+    Unimplemented {
+        /// The RPC name.
+        method: &'static str,
+        /// The pipe or socket the call went to.
+        endpoint: String,
+        /// The status message, unchanged.
+        message: String,
+    },
+    /// The call did not complete within its deadline.
+    #[error("csi-proxy {method} did not complete within {} ms", timeout.as_millis())]
+    DeadlineExceeded {
+        /// The RPC name.
+        method: &'static str,
+        /// The deadline that passed.
+        timeout: Duration,
+    },
+    /// The pipe or socket of the API group does not exist.
+    #[error("csi-proxy {method}: {endpoint} does not exist: {hint}")]
+    PipeMissing {
+        /// The RPC name.
+        method: &'static str,
+        /// The pipe or socket path.
+        endpoint: String,
+        /// The usual causes.
+        hint: &'static str,
+    },
+    /// csi-proxy could not be reached, or the connection failed during the call.
+    #[error("csi-proxy {method}: cannot reach csi-proxy at {endpoint}: {message}")]
+    Unavailable {
+        /// The RPC name.
+        method: &'static str,
+        /// The pipe or socket path.
+        endpoint: String,
+        /// What the transport reported.
+        message: String,
+    },
+    /// The configured transport cannot be used on this operating system.
+    #[error("csi-proxy {method}: {message}")]
+    Unsupported {
+        /// The RPC name.
+        method: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// An argument cannot be represented on the wire.
+    #[error("csi-proxy {method}: invalid argument: {message}")]
+    InvalidArgument {
+        /// The RPC name.
+        method: &'static str,
+        /// Which argument and why.
+        message: String,
+    },
+    /// csi-proxy answered with something this client cannot interpret.
+    #[error("csi-proxy {method} returned an unexpected response: {message}")]
+    InvalidResponse {
+        /// The RPC name.
+        method: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl Error {
+    /// Classifies the error. For [`Error::Proxy`] this looks at the Windows error number and
+    /// text in the message (see [`ErrorKind::from_message`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Proxy { message, .. } => ErrorKind::from_message(message),
+            Error::Unimplemented { .. } => ErrorKind::Unimplemented,
+            Error::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
+            Error::PipeMissing { .. } => ErrorKind::PipeMissing,
+            Error::Unavailable { .. } => ErrorKind::ProxyUnavailable,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            Error::InvalidResponse { .. } => ErrorKind::Other,
+        }
+    }
+
+    /// The RPC the error belongs to, e.g. `"ConnectTarget"`.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Error::Proxy { method, .. }
+            | Error::Unimplemented { method, .. }
+            | Error::DeadlineExceeded { method, .. }
+            | Error::PipeMissing { method, .. }
+            | Error::Unavailable { method, .. }
+            | Error::Unsupported { method, .. }
+            | Error::InvalidArgument { method, .. }
+            | Error::InvalidResponse { method, .. } => method,
+        }
+    }
+
+    /// The original message: csi-proxy's status text for [`Error::Proxy`] and
+    /// [`Error::Unimplemented`], otherwise this client's description.
+    pub fn message(&self) -> String {
+        match self {
+            Error::Proxy { message, .. }
+            | Error::Unimplemented { message, .. }
+            | Error::Unavailable { message, .. }
+            | Error::Unsupported { message, .. }
+            | Error::InvalidArgument { message, .. }
+            | Error::InvalidResponse { message, .. } => message.clone(),
+            Error::DeadlineExceeded { .. } | Error::PipeMissing { .. } => self.to_string(),
+        }
+    }
+
+    /// The first Windows error number found in csi-proxy's message, if any
+    /// (e.g. `Some(1219)` for "... Windows System Error 1219, ...").
+    pub fn windows_error_code(&self) -> Option<u32> {
+        match self {
+            Error::Proxy { message, .. } => {
+                windows_error_codes(&normalise(message)).into_iter().next()
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the call may succeed if retried later without changes (proxy not reachable,
+    /// deadline passed, pipe missing because csi-proxy is restarting).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind(),
+            ErrorKind::ProxyUnavailable | ErrorKind::DeadlineExceeded | ErrorKind::PipeMissing
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_parsed_exactly() {
+        assert_eq!(windows_error_codes("windows system error 87,new"), vec![87]);
+        assert_eq!(windows_error_codes("error code: 1219"), vec![1219]);
+        assert_eq!(windows_error_codes("hresult 0x800704c3 failed"), vec![1219]);
+        assert_eq!(windows_error_codes("error 53abc"), Vec::<u32>::new());
+        assert_eq!(
+            ErrorKind::from_message("Windows System Error 87"),
+            ErrorKind::Other
+        );
+        assert_eq!(
+            ErrorKind::from_message("Windows System Error 86"),
+            ErrorKind::LogonFailure
+        );
+    }
+}

@@ -32,17 +32,20 @@ export HELM_CACHE_HOME="$work/helm/cache" HELM_CONFIG_HOME="$work/helm/config" H
 passed=0
 ok() { passed=$((passed + 1)); echo "ok - $*"; }
 
+value_sets=("$chart"/ci/*-values.yaml)
+[ -f "${value_sets[0]}" ] || fail "no value sets in $chart/ci"
+
 # 1. lint
 for h in "$helm3" "$helm4"; do
-  for v in "$chart"/ci/*-values.yaml; do
+  for v in "${value_sets[@]}"; do
     "$h" lint --strict "$chart" -f "$v" >"$work/lint.log" 2>&1 || { cat "$work/lint.log"; fail "$h lint --strict -f ${v##*/}"; }
   done
-  ok "$("$h" version --short) lint --strict ($(ls "$chart"/ci/*-values.yaml | wc -l) value sets)"
+  ok "$("$h" version --short) lint --strict (${#value_sets[@]} value sets)"
 done
 
 # 2. render every scenario with both Helms
 rendered=()
-for v in "$chart"/ci/*-values.yaml; do
+for v in "${value_sets[@]}"; do
   name="$(basename "$v" -values.yaml)"
   for h in helm3 helm4; do
     bin="${!h}"
@@ -55,7 +58,7 @@ for v in "$chart"/ci/*-values.yaml; do
   ok "template $name (helm3, helm4)"
 done
 # Helm 3 and Helm 4 must render the same objects (Helm 4 adds blank lines between documents).
-for v in "$chart"/ci/*-values.yaml; do
+for v in "${value_sets[@]}"; do
   name="$(basename "$v" -values.yaml)"
   diff -u -B "$work/rendered-$name-helm3.yaml" "$work/rendered-$name-helm4.yaml" >/dev/null \
     || fail "helm3 and helm4 render $name differently"
@@ -112,7 +115,7 @@ done
 ok "validator rejects unknown fields and wrong types"
 
 # 4. yamllint
-yamllint -s -c "$repo/charts/.yamllint" "$chart/values.yaml" "$chart"/ci/*-values.yaml "${example_files[@]}" \
+yamllint -s -c "$repo/charts/.yamllint" "$chart/values.yaml" "${value_sets[@]}" "${example_files[@]}" \
   || fail "yamllint"
 ok "yamllint values and examples"
 

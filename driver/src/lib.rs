@@ -7,6 +7,13 @@
 pub mod config;
 pub mod error;
 pub mod listener;
+pub mod ephemeral;
+pub mod host;
+pub mod locks;
+pub mod paths;
+pub mod smb;
+pub mod state;
+pub mod volume;
 pub mod logging;
 
 pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! The csi-proxy adapter of the host port (placeholder until proxy-client lands).

@@ -1,0 +1,233 @@
+//! Concurrency control: a per-volume operation guard (ABORTED on collision), per-resource async locks (one SMB
+//! share root, later one iSCSI target), and the RPC deadline every host call is bounded by. There is no global lock.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::Error;
+
+/// The set of volume ids with an operation in flight.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeLocks {
+    busy: Arc<Mutex<HashSet<String>>>,
+}
+
+/// Held while an operation on one volume runs; releases the volume on drop (also when the RPC future is dropped).
+#[derive(Debug)]
+pub struct VolumeGuard {
+    busy: Arc<Mutex<HashSet<String>>>,
+    volume_id: String,
+}
+
+impl VolumeLocks {
+    /// Claim `volume_id`, or ABORTED when another operation on it is in flight (the CSI spec's answer; kubelet
+    /// retries).
+    pub fn try_lock(&self, volume_id: &str, operation: &str) -> Result<VolumeGuard, Error> {
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        if !busy.insert(volume_id.to_owned()) {
+            return Err(Error::Aborted(format!(
+                "volume {volume_id:?} ({operation} refused; retry later)"
+            )));
+        }
+        Ok(VolumeGuard {
+            busy: Arc::clone(&self.busy),
+            volume_id: volume_id.to_owned(),
+        })
+    }
+}
+
+impl Drop for VolumeGuard {
+    fn drop(&mut self) {
+        self.busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.volume_id);
+    }
+}
+
+/// Async locks keyed by a resource name (e.g. a lower-cased `\\server\share`); entries vanish when unused.
+#[derive(Clone, Debug, Default)]
+pub struct KeyedLocks {
+    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// Held while one resource is being changed.
+#[derive(Debug)]
+pub struct KeyedGuard {
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    key: String,
+}
+
+impl KeyedLocks {
+    /// Wait for the lock on `key`.
+    pub async fn lock(&self, key: &str) -> KeyedGuard {
+        let mutex = {
+            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(locks.entry(key.to_owned()).or_default())
+        };
+        let guard = mutex.lock_owned().await;
+        KeyedGuard {
+            guard: Some(guard),
+            locks: Arc::clone(&self.locks),
+            key: key.to_owned(),
+        }
+    }
+
+    /// How many keys currently have a lock entry (for tests: entries must not leak).
+    pub fn len(&self) -> usize {
+        self.locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether no key has a lock entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for KeyedGuard {
+    fn drop(&mut self) {
+        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(self.guard.take());
+        // Only the map still holds the mutex: nobody waits for it, so the entry can go.
+        if locks
+            .get(&self.key)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            locks.remove(&self.key);
+        }
+    }
+}
+
+/// The point in time by which an RPC must answer; every host call is bounded by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// The default budget when the caller sent no `grpc-timeout` (kubelet always does; tools may not).
+    pub const DEFAULT_BUDGET: Duration = Duration::from_secs(120);
+
+    /// A deadline `budget` from now.
+    pub fn after(budget: Duration) -> Self {
+        Self(Instant::now() + budget)
+    }
+
+    /// The deadline from a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`), or the default budget.
+    pub fn from_grpc_timeout(header: Option<&str>) -> Self {
+        Self::after(
+            header
+                .and_then(parse_grpc_timeout)
+                .unwrap_or(Self::DEFAULT_BUDGET),
+        )
+    }
+
+    /// The instant.
+    pub fn instant(&self) -> Instant {
+        self.0
+    }
+
+    /// Time left (zero when passed).
+    pub fn remaining(&self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+
+    /// Run `fut` bounded by this deadline; `what` names the step for the DEADLINE_EXCEEDED message.
+    pub async fn run<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout_at(self.0, fut).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::DeadlineExceeded(format!(
+                "{what} did not finish before the request deadline; the operation is safe to retry"
+            ))),
+        }
+    }
+}
+
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_guard_aborts_collisions_and_releases_on_drop() {
+        let locks = VolumeLocks::default();
+        let g = locks.try_lock("vol-1", "NodeStageVolume").expect("first");
+        assert!(matches!(
+            locks.try_lock("vol-1", "NodeStageVolume"),
+            Err(Error::Aborted(_))
+        ));
+        let other = locks
+            .try_lock("vol-2", "NodeStageVolume")
+            .expect("other volume");
+        drop(g);
+        let _again = locks
+            .try_lock("vol-1", "NodeStageVolume")
+            .expect("released");
+        drop(other);
+    }
+
+    #[tokio::test]
+    async fn keyed_locks_serialise_and_clean_up() {
+        let locks = KeyedLocks::default();
+        let g = locks.lock(r"\\srv\share").await;
+        let l2 = locks.clone();
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let waiter = tokio::spawn(async move {
+            let _g = l2.lock(r"\\srv\share").await;
+            tx.send(()).ok();
+        });
+        tokio::task::yield_now().await;
+        assert!(rx.try_recv().is_err(), "second locker must wait");
+        let _other = locks.lock(r"\\srv\other").await;
+        drop(g);
+        waiter.await.expect("join");
+        assert!(rx.try_recv().is_ok());
+        drop(_other);
+        assert!(locks.is_empty());
+    }
+
+    #[test]
+    fn grpc_timeout_parsing() {
+        assert_eq!(parse_grpc_timeout("15S"), Some(Duration::from_secs(15)));
+        assert_eq!(parse_grpc_timeout("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(parse_grpc_timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("5u"), Some(Duration::from_micros(5)));
+        assert_eq!(parse_grpc_timeout("7n"), Some(Duration::from_nanos(7)));
+        assert_eq!(parse_grpc_timeout("x"), None);
+        assert_eq!(parse_grpc_timeout(""), None);
+        assert_eq!(parse_grpc_timeout("10s"), None);
+    }
+
+    #[tokio::test]
+    async fn run_bounds_by_deadline() {
+        // Already expired: no waiting, no timing assumption.
+        let d = Deadline::after(Duration::ZERO);
+        let r: Result<(), Error> = d.run("NewSmbGlobalMapping", std::future::pending()).await;
+        assert!(matches!(r, Err(Error::DeadlineExceeded(m)) if m.contains("NewSmbGlobalMapping")));
+    }
+}

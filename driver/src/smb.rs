@@ -1,0 +1,646 @@
+//! SMB volume parameters: the csi-driver-smb-compatible `volume_context` keys and node-stage secrets.
+//!
+//! | Where | Key (matched case-insensitively) | Meaning |
+//! | --- | --- | --- |
+//! | volume_context | `source` | `\\server\share[\path]` or `//server/share[/path]` (required) |
+//! | volume_context | `subDir` | appended to `source`; may use `${pvc.metadata.name}`, `${pvc.metadata.namespace}` and `${pv.metadata.name}`, filled from `csi.storage.k8s.io/pvc/name`, `…/pvc/namespace`, `…/pv/name`. Created on the share when missing |
+//! | secrets | `username`, `password`, `domain` | the mapping's credential: `DOMAIN\user` when a domain is given and the user name has neither `\` nor `@`; a UPN `user@fqdn` or `DOMAIN\user` stays as written. No default domain is invented. No username and no password: the mapping is made without a credential (the node's own identity) |
+//!
+//! Credentials anywhere else — a `username`/`password`-like key in volume_context or a `password=`-like mount option
+//! (csi-driver-smb's Linux habit) — are refused with InvalidArgument that names the key, never the value. Other mount
+//! options are ignored on Windows, as csi-driver-smb does, and logged by key.
+//!
+//! Whether the mapping requires SMB encryption (`RequirePrivacy`) is decided by csi-proxy's `-require-privacy` flag
+//! (default true), not per volume: csi-proxy v1's `NewSmbGlobalMapping` has no such field.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::error::Error;
+
+/// A secret string (a password): its `Debug`/`Display` never show the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that must send it to the host.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// The CSI `secrets` map of a request: keys are shown by `Debug`, values never.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secrets(BTreeMap<String, Secret>);
+
+impl Secrets {
+    /// Build from the request's map.
+    pub fn new<I, K, V>(entries: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        Self(
+            entries
+                .into_iter()
+                .map(|(k, v)| (k.into(), Secret::new(v)))
+                .collect(),
+        )
+    }
+
+    /// Look a key up case-insensitively.
+    pub fn get(&self, key: &str) -> Option<&Secret> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v)
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every value (for tests that assert no secret leaks).
+    pub fn values(&self) -> impl Iterator<Item = &Secret> {
+        self.0.values()
+    }
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|k| (k, "<redacted>")))
+            .finish()
+    }
+}
+
+/// A validated UNC path `\\server\share[\component…]`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UncPath {
+    server: String,
+    share: String,
+    rest: Vec<String>,
+}
+
+impl UncPath {
+    /// Parse `\\server\share[\path]` or `//server/share[/path]`; `what` names the value in errors.
+    pub fn parse(raw: &str, what: &str) -> Result<Self, Error> {
+        let bad = |rule: &str| {
+            Error::InvalidArgument(format!(
+                "{what} {raw:?} is not a valid UNC path; rule: {rule}"
+            ))
+        };
+        if raw.chars().any(char::is_control) {
+            return Err(bad("no control characters"));
+        }
+        let slashed = raw.trim().replace('/', "\\");
+        let Some(body) = slashed.strip_prefix("\\\\") else {
+            return Err(bad("it starts with \\\\server\\share or //server/share"));
+        };
+        if body.starts_with('\\') || body.starts_with("?\\") || body.starts_with(".\\") {
+            return Err(bad("it starts with \\\\server\\share or //server/share"));
+        }
+        let mut parts = body.split('\\').filter(|p| !p.is_empty());
+        let server = parts
+            .next()
+            .ok_or_else(|| bad("a server name is required"))?;
+        if !server
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        {
+            return Err(bad(
+                "the server is a host name or IPv4 address (letters, digits, - . _)",
+            ));
+        }
+        let share = parts
+            .next()
+            .ok_or_else(|| bad("a share name is required"))?;
+        if share.contains([
+            '"', '/', ':', '*', '?', '<', '>', '|', '[', ']', ';', ',', '=', '+',
+        ]) {
+            return Err(bad(
+                "the share name has none of \" / : * ? < > | [ ] ; , = +",
+            ));
+        }
+        let rest = parts
+            .map(|p| check_component(p, raw, what))
+            .collect::<Result<Vec<_>, _>>()?;
+        if share == "." || share == ".." {
+            return Err(bad("no . or .. segments"));
+        }
+        Ok(Self {
+            server: server.to_owned(),
+            share: share.to_owned(),
+            rest,
+        })
+    }
+
+    /// The server name as written.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// `\\server\share` only.
+    pub fn root(&self) -> UncPath {
+        Self {
+            server: self.server.clone(),
+            share: self.share.clone(),
+            rest: Vec::new(),
+        }
+    }
+
+    /// The mapping key: `\\server\share`, lower-cased (csi-proxy keys global mappings the same way).
+    pub fn root_key(&self) -> String {
+        format!("\\\\{}\\{}", self.server, self.share).to_ascii_lowercase()
+    }
+
+    /// The server, lower-cased (Windows error 1219 is per server).
+    pub fn server_key(&self) -> String {
+        self.server.to_ascii_lowercase()
+    }
+
+    /// The components after the share.
+    pub fn components(&self) -> &[String] {
+        &self.rest
+    }
+
+    /// This path with more components appended.
+    pub fn join(&self, more: &[String]) -> UncPath {
+        let mut out = self.clone();
+        out.rest.extend(more.iter().cloned());
+        out
+    }
+}
+
+impl fmt::Display for UncPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\\\\{}\\{}", self.server, self.share)?;
+        for c in &self.rest {
+            write!(f, "\\{c}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for UncPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.to_string(), f)
+    }
+}
+
+/// Validate one path component of a UNC path or subDir.
+fn check_component(part: &str, raw: &str, what: &str) -> Result<String, Error> {
+    let bad =
+        |rule: &str| Error::InvalidArgument(format!("{what} {raw:?} is invalid; rule: {rule}"));
+    if part == "." || part == ".." {
+        return Err(bad("no . or .. segments"));
+    }
+    if part.contains(['"', ':', '*', '?', '<', '>', '|']) || part.chars().any(char::is_control) {
+        return Err(bad(
+            "path segments have none of \" : * ? < > | or control characters",
+        ));
+    }
+    if part.ends_with(' ') || part.ends_with('.') {
+        return Err(bad("no segment ending in a space or a dot"));
+    }
+    Ok(part.to_owned())
+}
+
+/// The credential of an SMB global mapping: the principal name and its password (redacted in `Debug`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SmbCredential {
+    principal: String,
+    password: Secret,
+}
+
+impl SmbCredential {
+    /// A credential for `principal` (`DOMAIN\user` or `user@fqdn` or `user`).
+    pub fn new(principal: impl Into<String>, password: Secret) -> Self {
+        Self {
+            principal: principal.into(),
+            password,
+        }
+    }
+
+    /// The principal name (not secret).
+    pub fn principal(&self) -> &str {
+        &self.principal
+    }
+
+    /// The password, for the host call only.
+    pub fn password(&self) -> &Secret {
+        &self.password
+    }
+}
+
+impl fmt::Debug for SmbCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SmbCredential")
+            .field("principal", &self.principal)
+            .field("password", &self.password)
+            .finish()
+    }
+}
+
+/// A parsed SMB volume: where it lives and how to map it.
+#[derive(Clone, Debug)]
+pub struct SmbVolume {
+    /// `source` as given (root plus optional path).
+    pub source: UncPath,
+    /// The resolved subDir components (templates filled in), possibly empty.
+    pub sub_dir: Vec<String>,
+    /// The credential, if any.
+    pub credential: Option<SmbCredential>,
+}
+
+impl SmbVolume {
+    /// The full remote path: root + source path + subDir.
+    pub fn full_path(&self) -> UncPath {
+        self.source.join(&self.sub_dir)
+    }
+
+    /// The principal name, if a credential is given.
+    pub fn principal(&self) -> Option<&str> {
+        self.credential.as_ref().map(SmbCredential::principal)
+    }
+}
+
+/// Keys that smell of credentials; refused outside the secrets map.
+const CREDENTIAL_KEYS: &[&str] = &[
+    "username",
+    "user",
+    "password",
+    "pass",
+    "passwd",
+    "pwd",
+    "credentials",
+    "cred",
+];
+
+fn is_credential_key(key: &str) -> bool {
+    let key = key.trim().to_ascii_lowercase();
+    let last = key.rsplit(['/', '.']).next().unwrap_or(&key);
+    CREDENTIAL_KEYS.contains(&last)
+}
+
+/// Look a volume_context key up case-insensitively.
+pub fn context_get<'a>(context: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
+    context
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .map(|(_, v)| v.as_str())
+}
+
+/// Refuse credentials in mount options (each option may itself be a comma-separated list). Returns the other option
+/// keys, which Windows ignores (for a log line).
+pub fn check_mount_flags(flags: &[String]) -> Result<Vec<String>, Error> {
+    let mut ignored = Vec::new();
+    for flag in flags.iter().flat_map(|f| f.split(',')) {
+        let key = flag.split('=').next().unwrap_or_default().trim();
+        if key.is_empty() {
+            continue;
+        }
+        if is_credential_key(key) {
+            return Err(Error::InvalidArgument(format!(
+                "mount option {key:?} carries a credential; rule: put username/password/domain in the node-stage \
+                 secret, never in mountOptions"
+            )));
+        }
+        ignored.push(key.to_owned());
+    }
+    Ok(ignored)
+}
+
+/// Parse an SMB volume from `volume_context` and the node-stage `secrets`.
+pub fn parse_volume(
+    context: &BTreeMap<String, String>,
+    secrets: &Secrets,
+) -> Result<SmbVolume, Error> {
+    for key in context.keys() {
+        if is_credential_key(key) {
+            return Err(Error::InvalidArgument(format!(
+                "volume_context key {key:?} carries a credential; rule: credentials belong in the node-stage secret \
+                 (username, password, domain), never in volume attributes"
+            )));
+        }
+    }
+    if let Some(opts) = context_get(context, "mountOptions") {
+        check_mount_flags(&[opts.to_owned()])?;
+    }
+    let source = context_get(context, "source").filter(|s| !s.trim().is_empty()).ok_or_else(|| {
+        Error::InvalidArgument(
+            "volume_context has no source; rule: SMB volumes need source=\\\\server\\share[\\path]".to_owned(),
+        )
+    })?;
+    let source = UncPath::parse(source, "source")?;
+    let sub_dir = match context_get(context, "subDir") {
+        Some(raw) if !raw.trim().is_empty() => resolve_sub_dir(raw, context)?,
+        _ => Vec::new(),
+    };
+    Ok(SmbVolume {
+        source,
+        sub_dir,
+        credential: credential(secrets)?,
+    })
+}
+
+/// Fill the subDir templates and split it into validated components.
+fn resolve_sub_dir(raw: &str, context: &BTreeMap<String, String>) -> Result<Vec<String>, Error> {
+    let mut text = raw.to_owned();
+    for (template, key) in [
+        ("${pvc.metadata.name}", "csi.storage.k8s.io/pvc/name"),
+        (
+            "${pvc.metadata.namespace}",
+            "csi.storage.k8s.io/pvc/namespace",
+        ),
+        ("${pv.metadata.name}", "csi.storage.k8s.io/pv/name"),
+    ] {
+        if text.contains(template) {
+            let value = context_get(context, key).filter(|v| !v.is_empty()).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "subDir {raw:?} uses {template} but volume_context has no {key}; rule: templates need the \
+                     provisioner's --extra-create-metadata keys"
+                ))
+            })?;
+            text = text.replace(template, value);
+        }
+    }
+    if text.contains("${") {
+        return Err(Error::InvalidArgument(format!(
+            "subDir {raw:?} uses an unknown template; rule: only ${{pvc.metadata.name}}, ${{pvc.metadata.namespace}} \
+             and ${{pv.metadata.name}} are supported"
+        )));
+    }
+    text.replace('/', "\\")
+        .split('\\')
+        .filter(|p| !p.is_empty())
+        .map(|p| check_component(p, raw, "subDir"))
+        .collect()
+}
+
+/// Build the credential from the secrets: `username`, `password`, `domain` (trimmed).
+fn credential(secrets: &Secrets) -> Result<Option<SmbCredential>, Error> {
+    let get = |k: &str| {
+        secrets
+            .get(k)
+            .map(|s| s.expose().trim().to_owned())
+            .filter(|s| !s.is_empty())
+    };
+    let (user, password, domain) = (get("username"), get("password"), get("domain"));
+    match (user, password) {
+        (None, None) => {
+            if domain.is_some() {
+                return Err(Error::InvalidArgument(
+                    "node-stage secret has a domain but no username; rule: give username and password".to_owned(),
+                ));
+            }
+            Ok(None)
+        }
+        (Some(_), None) => Err(Error::InvalidArgument(
+            "node-stage secret has a username but no password; rule: give both".to_owned(),
+        )),
+        (None, Some(_)) => Err(Error::InvalidArgument(
+            "node-stage secret has a password but no username; rule: give both".to_owned(),
+        )),
+        (Some(user), Some(password)) => {
+            if user
+                .chars()
+                .any(|c| c.is_control() || matches!(c, ':' | '"' | '|' | '<' | '>'))
+            {
+                return Err(Error::InvalidArgument(
+                    "node-stage secret username has a forbidden character; rule: no : \" | < > or control \
+                     characters"
+                        .to_owned(),
+                ));
+            }
+            let principal = match domain {
+                Some(domain) if !user.contains(['\\', '@']) => format!("{domain}\\{user}"),
+                _ => user,
+            };
+            Ok(Some(SmbCredential::new(principal, Secret::new(password))))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn secrets(pairs: &[(&str, &str)]) -> Secrets {
+        Secrets::new(pairs.iter().map(|(k, v)| (*k, *v)))
+    }
+
+    fn invalid(r: Result<SmbVolume, Error>) -> String {
+        match r {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unc_spellings() {
+        for raw in [
+            r"\\srv\share\a\b",
+            "//srv/share/a/b",
+            r"\\srv\share\\a\b\",
+            "//srv//share/a/b/",
+        ] {
+            let p = UncPath::parse(raw, "source").expect(raw);
+            assert_eq!(p.to_string(), r"\\srv\share\a\b");
+            assert_eq!(p.root().to_string(), r"\\srv\share");
+        }
+        let p = UncPath::parse(r"\\Srv.Example.COM\Data$", "source").expect("ok");
+        assert_eq!(p.root_key(), r"\\srv.example.com\data$");
+        assert_eq!(p.server_key(), "srv.example.com");
+        for raw in [
+            "srv/share",
+            r"\\",
+            r"\\srv",
+            r"\\srv\",
+            r"\\\srv\share",
+            r"\\?\C:\x",
+            r"\\.\pipe\x",
+            r"\\srv\share\..\x",
+            r"\\srv\share\a\.\b",
+            r"\\srv\sh:are",
+            r"\\srv\share\a*b",
+            r"\\s rv\share",
+            "C:\\share",
+        ] {
+            assert!(
+                matches!(
+                    UncPath::parse(raw, "source"),
+                    Err(Error::InvalidArgument(_))
+                ),
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn sub_dir_templates() {
+        let c = ctx(&[
+            ("source", "//srv/share/base"),
+            (
+                "subDir",
+                "${pvc.metadata.namespace}/${pvc.metadata.name}-${pv.metadata.name}",
+            ),
+            ("csi.storage.k8s.io/pvc/name", "data"),
+            ("csi.storage.k8s.io/pvc/namespace", "team-a"),
+            ("csi.storage.k8s.io/pv/name", "pv-1"),
+        ]);
+        let v = parse_volume(&c, &Secrets::default()).expect("ok");
+        assert_eq!(
+            v.full_path().to_string(),
+            r"\\srv\share\base\team-a\data-pv-1"
+        );
+        assert_eq!(v.sub_dir, vec!["team-a".to_owned(), "data-pv-1".to_owned()]);
+        // Keys are case-insensitive like csi-driver-smb.
+        let v = parse_volume(
+            &ctx(&[("Source", r"\\srv\share"), ("SUBDIR", "x")]),
+            &Secrets::default(),
+        )
+        .expect("ok");
+        assert_eq!(v.full_path().to_string(), r"\\srv\share\x");
+    }
+
+    #[test]
+    fn sub_dir_rules() {
+        let m = invalid(parse_volume(
+            &ctx(&[("source", r"\\s\x"), ("subDir", "a/../../b")]),
+            &Secrets::default(),
+        ));
+        assert!(m.contains(".."), "{m}");
+        let m = invalid(parse_volume(
+            &ctx(&[("source", r"\\s\x"), ("subDir", "${pvc.metadata.name}")]),
+            &Secrets::default(),
+        ));
+        assert!(m.contains("csi.storage.k8s.io/pvc/name"), "{m}");
+        let m = invalid(parse_volume(
+            &ctx(&[("source", r"\\s\x"), ("subDir", "${foo}")]),
+            &Secrets::default(),
+        ));
+        assert!(m.contains("unknown template"), "{m}");
+        // A template value cannot smuggle a traversal either.
+        let c = ctx(&[
+            ("source", r"\\s\x"),
+            ("subDir", "${pvc.metadata.name}"),
+            ("csi.storage.k8s.io/pvc/name", ".."),
+        ]);
+        assert!(invalid(parse_volume(&c, &Secrets::default())).contains(".."));
+        assert!(invalid(parse_volume(&ctx(&[]), &Secrets::default())).contains("no source"));
+    }
+
+    #[test]
+    fn credentials() {
+        let c = ctx(&[("source", r"\\s\x")]);
+        let p = |s: &[(&str, &str)]| {
+            parse_volume(&c, &secrets(s)).map(|v| v.principal().map(str::to_owned))
+        };
+        assert_eq!(
+            p(&[("username", " bob "), ("password", "pw")])
+                .expect("ok")
+                .as_deref(),
+            Some("bob")
+        );
+        assert_eq!(
+            p(&[("username", "bob"), ("password", "pw"), ("domain", "CORP")])
+                .expect("ok")
+                .as_deref(),
+            Some(r"CORP\bob")
+        );
+        assert_eq!(
+            p(&[
+                ("username", "bob@corp.example"),
+                ("password", "pw"),
+                ("domain", "CORP")
+            ])
+            .expect("ok")
+            .as_deref(),
+            Some("bob@corp.example")
+        );
+        assert_eq!(
+            p(&[
+                ("username", r"OTHER\bob"),
+                ("password", "pw"),
+                ("domain", "CORP")
+            ])
+            .expect("ok")
+            .as_deref(),
+            Some(r"OTHER\bob")
+        );
+        assert_eq!(p(&[]).expect("ok"), None);
+        assert!(p(&[("username", "bob")]).is_err());
+        assert!(p(&[("password", "pw")]).is_err());
+        assert!(p(&[("domain", "CORP")]).is_err());
+    }
+
+    #[test]
+    fn credentials_elsewhere_are_refused_without_echo() {
+        let secret = "hunter2-value";
+        for c in [
+            ctx(&[("source", r"\\s\x"), ("password", secret)]),
+            ctx(&[("source", r"\\s\x"), ("Username", secret)]),
+            ctx(&[
+                ("source", r"\\s\x"),
+                ("mountOptions", &format!("dir_mode=0777,password={secret}")),
+            ]),
+        ] {
+            let m = invalid(parse_volume(&c, &Secrets::default()));
+            assert!(!m.contains(secret), "{m}");
+        }
+        let flags = vec![
+            "vers=3.0,dir_mode=0777".to_owned(),
+            format!("pass={secret}"),
+        ];
+        match check_mount_flags(&flags) {
+            Err(Error::InvalidArgument(m)) => assert!(!m.contains(secret) && m.contains("pass")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            check_mount_flags(&["vers=3.0,dir_mode=0777".to_owned()]).expect("ok"),
+            vec!["vers", "dir_mode"]
+        );
+    }
+
+    #[test]
+    fn debug_is_redacted() {
+        let s = secrets(&[("username", "bob"), ("password", "s3cr3t-pw")]);
+        let v = parse_volume(&ctx(&[("source", r"\\s\x")]), &s).expect("ok");
+        for text in [
+            format!("{s:?}"),
+            format!("{v:?}"),
+            format!("{:?}", v.credential),
+            Secret::new("s3cr3t-pw").to_string(),
+        ] {
+            assert!(!text.contains("s3cr3t-pw"), "{text}");
+        }
+        assert!(format!("{v:?}").contains("bob"));
+    }
+}

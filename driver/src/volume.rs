@@ -303,6 +303,28 @@ impl<H: Host> Calls<'_, H> {
         )
         .await
     }
+    /// `NewSmbGlobalMapping`, repairing once when a stale (e.g. Disconnected) mapping blocks the create: csi-proxy
+    /// treats a non-OK mapping as absent and tries to create over it, which Windows may refuse.
+    async fn map_repairing(
+        &self,
+        remote: &UncPath,
+        link: &HostPath,
+        cred: Option<&SmbCredential>,
+    ) -> HostResult<()> {
+        match self.new_mapping(remote, link, cred).await {
+            Err(e) if e.kind == HostErrorKind::StaleMapping => {
+                info!(root = %remote.root(), "a stale mapping blocks the new one: removing it and retrying once");
+                match self.remove_mapping(&remote.root()).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind == HostErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                self.new_mapping(remote, link, cred).await
+            }
+            other => other,
+        }
+    }
+
     async fn remove_mapping(&self, remote: &UncPath) -> HostResult<()> {
         self.run(
             HostOp::RemoveSmbGlobalMapping,
@@ -341,6 +363,10 @@ pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
         )),
         HostErrorKind::AccessDenied => Error::FailedPrecondition(format!(
             "access to {subject} was denied on the host ({op}: {message})"
+        )),
+        HostErrorKind::StaleMapping => Error::FailedPrecondition(format!(
+            "a stale SMB mapping for {subject} blocks a new one and could not be replaced ({message}); remove it on the \
+             node with Remove-SmbGlobalMapping"
         )),
         HostErrorKind::NotEmpty => Error::FailedPrecondition(format!(
             "{subject} is a non-empty directory; refusing to replace it (remove its contents or fix the path)"
@@ -566,7 +592,7 @@ impl<H: Host> VolumeManager<H> {
             if !vol.sub_dir.is_empty() {
                 let sub = staging.join(&vol.sub_dir.join("\\"), &self.cfg.kubelet_root)?;
                 debug!(sub_dir = %vol.full_path(), "ensuring subDir exists on the share through a temporary link");
-                h.new_mapping(&vol.source, staging, vol.credential.as_ref())
+                h.map_repairing(&vol.source, staging, vol.credential.as_ref())
                     .await
                     .map_err(|e| host_error(e, &vol.source))?;
                 mapped = true;
@@ -576,7 +602,7 @@ impl<H: Host> VolumeManager<H> {
                 link_ours = false;
             }
             let full = vol.full_path();
-            h.new_mapping(&full, staging, vol.credential.as_ref()).await.map_err(|e| host_error(e, &full))?;
+            h.map_repairing(&full, staging, vol.credential.as_ref()).await.map_err(|e| host_error(e, &full))?;
             mapped = true;
             link_ours = true;
             if !h.is_symlink(staging).await.map_err(|e| host_error(e, staging))? {
@@ -1785,6 +1811,34 @@ mod tests {
         assert!(env.host.resolves(&target("p1")));
         let report = env.mgr.reconcile(d()).await.expect("reconcile");
         assert!(report.restage.is_empty());
+    }
+
+    #[tokio::test]
+    async fn disconnected_mapping_that_blocks_create_is_replaced() {
+        let env = Env::new();
+        env.host.disconnected_blocks_create(true);
+        env.mgr
+            .stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .expect("stage");
+        env.host.reboot();
+        env.mgr.reconcile(d()).await.expect("reconcile");
+        env.host.clear_calls();
+        env.mgr
+            .stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .expect("restage");
+        assert_eq!(
+            env.ops(),
+            vec![
+                PathExists,
+                NewSmbGlobalMapping,
+                RemoveSmbGlobalMapping,
+                NewSmbGlobalMapping,
+                IsSymlink
+            ]
+        );
+        assert_eq!(env.host.mappings()[SHARE].status, MappingStatus::Ok);
     }
 
     /// Count the host calls of a complete stage → publish → unpublish → unstage with subDir.

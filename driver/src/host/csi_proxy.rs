@@ -1,1 +1,247 @@
-//! The csi-proxy adapter of the host port (placeholder until proxy-client lands).
+//! The csi-proxy adapter of the host port: [`CsiProxyHost`] implements [`Host`] with `proxy_client`, over Windows
+//! named pipes in production or over Unix sockets against the simulated host (`--csi-proxy-socket-dir`).
+//!
+//! Errors are classified from [`proxy_client::Error::kind`] (Windows errors 1219, 53, 67, 1326/86; pipe missing;
+//! unavailable; deadline) and, for the filesystem texts proxy-client does not classify, from the Windows message
+//! ("The directory is not empty.", "The system cannot find the file specified.", …). The message kept for operators
+//! is csi-proxy's first line, trimmed — never the whole PowerShell dump, and never a request (so never a password).
+//!
+//! Deadlines: proxy-client applies its own per-call timeout (`ProxyClient::with_timeout`) and sends it as
+//! `grpc-timeout`; the driver additionally drops every call at the RPC's deadline, which cancels the gRPC stream.
+
+use proxy_client::{ErrorKind, ProxyClient, SmbCredentials};
+
+use super::{Host, HostError, HostErrorKind, HostOp, HostResult};
+use crate::locks::Deadline;
+use crate::paths::HostPath;
+use crate::smb::{SmbCredential, UncPath};
+
+/// The host port over csi-proxy.
+#[derive(Clone, Debug)]
+pub struct CsiProxyHost {
+    client: ProxyClient,
+}
+
+impl CsiProxyHost {
+    /// An adapter over `client`.
+    pub fn new(client: ProxyClient) -> Self {
+        Self { client }
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &ProxyClient {
+        &self.client
+    }
+}
+
+/// The most the operator-facing message keeps of csi-proxy's text.
+const MAX_MESSAGE: usize = 300;
+
+/// The first line of csi-proxy's message (PowerShell dumps arrive Go-quoted with `\r\n` escapes), trimmed.
+fn first_line(text: &str) -> String {
+    let cut = ["\\r\\n", "\r\n", "\n", "+ CategoryInfo"]
+        .iter()
+        .filter_map(|sep| text.find(sep))
+        .min()
+        .unwrap_or(text.len());
+    let mut line = text[..cut].trim().trim_end_matches(['"', ' ']).to_owned();
+    if line.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push('…');
+    }
+    line
+}
+
+/// Classify a proxy-client error for the driver.
+pub fn classify(op: HostOp, err: &proxy_client::Error) -> HostError {
+    let message = first_line(&err.to_string());
+    let text = err.message().to_ascii_lowercase();
+    let kind = match err.kind() {
+        ErrorKind::SmbMultipleConnections => HostErrorKind::MultipleConnections,
+        ErrorKind::NetworkPathNotFound => HostErrorKind::NetworkPathNotFound,
+        ErrorKind::NetworkNameNotFound => HostErrorKind::NetworkNameNotFound,
+        ErrorKind::LogonFailure => HostErrorKind::LogonFailure,
+        ErrorKind::PipeMissing | ErrorKind::ProxyUnavailable | ErrorKind::Unsupported => {
+            HostErrorKind::Unavailable
+        }
+        ErrorKind::DeadlineExceeded => HostErrorKind::DeadlineExceeded,
+        ErrorKind::InvalidArgument => HostErrorKind::InvalidPath,
+        _ if text.contains("directory is not empty") => HostErrorKind::NotEmpty,
+        _ if text.contains("local device name is already in use")
+            || text.contains("system error 85,") =>
+        {
+            HostErrorKind::StaleMapping
+        }
+        _ if text.contains("already exists") => HostErrorKind::AlreadyExists,
+        _ if text.contains("access is denied") => HostErrorKind::AccessDenied,
+        _ if text.contains("cannot find the file specified")
+            || text.contains("cannot find the path specified")
+            || text.contains("no msft_smbglobalmapping objects found") =>
+        {
+            HostErrorKind::NotFound
+        }
+        _ => HostErrorKind::Other,
+    };
+    HostError::new(op, kind, message)
+}
+
+impl Host for CsiProxyHost {
+    async fn path_exists(&self, path: &HostPath, _deadline: Deadline) -> HostResult<bool> {
+        self.client
+            .filesystem()
+            .path_exists(path.as_str())
+            .await
+            .map_err(|e| classify(HostOp::PathExists, &e))
+    }
+
+    async fn mkdir(&self, path: &HostPath, _deadline: Deadline) -> HostResult<()> {
+        self.client
+            .filesystem()
+            .mkdir(path.as_str())
+            .await
+            .map_err(|e| classify(HostOp::Mkdir, &e))
+    }
+
+    async fn rmdir(&self, path: &HostPath, force: bool, _deadline: Deadline) -> HostResult<()> {
+        self.client
+            .filesystem()
+            .rmdir(path.as_str(), force)
+            .await
+            .map_err(|e| classify(HostOp::Rmdir, &e))
+    }
+
+    async fn create_symlink(
+        &self,
+        link: &HostPath,
+        points_to: &HostPath,
+        _deadline: Deadline,
+    ) -> HostResult<()> {
+        // csi-proxy: CreateSymlink(source_path = what the link points to, target_path = the link).
+        self.client
+            .filesystem()
+            .create_symlink(points_to.as_str(), link.as_str())
+            .await
+            .map_err(|e| classify(HostOp::CreateSymlink, &e))
+    }
+
+    async fn is_symlink(&self, path: &HostPath, _deadline: Deadline) -> HostResult<bool> {
+        self.client
+            .filesystem()
+            .is_symlink(path.as_str())
+            .await
+            .map_err(|e| classify(HostOp::IsSymlink, &e))
+    }
+
+    async fn new_smb_global_mapping(
+        &self,
+        remote: &UncPath,
+        link: Option<&HostPath>,
+        credential: Option<&SmbCredential>,
+        _deadline: Deadline,
+    ) -> HostResult<()> {
+        let creds = credential
+            .map(|c| SmbCredentials::new(c.principal(), c.password().expose()))
+            .unwrap_or_default();
+        self.client
+            .smb()
+            .new_global_mapping(&remote.to_string(), link.map(HostPath::as_str), &creds)
+            .await
+            .map_err(|e| classify(HostOp::NewSmbGlobalMapping, &e))
+    }
+
+    async fn remove_smb_global_mapping(
+        &self,
+        remote: &UncPath,
+        _deadline: Deadline,
+    ) -> HostResult<()> {
+        self.client
+            .smb()
+            .remove_global_mapping(&remote.root().to_string())
+            .await
+            .map_err(|e| classify(HostOp::RemoveSmbGlobalMapping, &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proxy(message: &str) -> proxy_client::Error {
+        proxy_client::Error::Proxy {
+            method: "X",
+            code: 2,
+            message: message.to_owned(),
+        }
+    }
+
+    #[test]
+    fn classification_and_trimming() {
+        let ps = "NewSmbGlobalMapping failed. output: \"New-SmbGlobalMapping : Multiple connections to a server or \
+                  shared resource by the same user \\r\\n    + CategoryInfo : NotSpecified\\r\\n    + \
+                  FullyQualifiedErrorId : Windows System Error 1219,New-SmbGlobalMapping\\r\\n\", err: exit status 1";
+        let e = classify(HostOp::NewSmbGlobalMapping, &proxy(ps));
+        assert_eq!(e.kind, HostErrorKind::MultipleConnections);
+        assert!(!e.message.contains("CategoryInfo"), "{}", e.message);
+        for (text, kind) in [
+            (
+                "remove C:\\x: The directory is not empty.",
+                HostErrorKind::NotEmpty,
+            ),
+            (
+                "remove C:\\x: The system cannot find the file specified.",
+                HostErrorKind::NotFound,
+            ),
+            (
+                "No MSFT_SmbGlobalMapping objects found with property 'RemotePath'",
+                HostErrorKind::NotFound,
+            ),
+            (
+                "symlink a b: Cannot create a file when that file already exists.",
+                HostErrorKind::AlreadyExists,
+            ),
+            (
+                "New-SmbGlobalMapping : The local device name is already in use.",
+                HostErrorKind::StaleMapping,
+            ),
+            ("Access is denied.", HostErrorKind::AccessDenied),
+            (
+                "Windows System Error 53,New-SmbGlobalMapping",
+                HostErrorKind::NetworkPathNotFound,
+            ),
+            (
+                "Windows System Error 67,New-SmbGlobalMapping",
+                HostErrorKind::NetworkNameNotFound,
+            ),
+            (
+                "Windows System Error 1326,New-SmbGlobalMapping",
+                HostErrorKind::LogonFailure,
+            ),
+            ("something odd", HostErrorKind::Other),
+        ] {
+            assert_eq!(classify(HostOp::Rmdir, &proxy(text)).kind, kind, "{text}");
+        }
+        let long = "x".repeat(1000);
+        assert!(classify(HostOp::Rmdir, &proxy(&long)).message.len() <= MAX_MESSAGE + 4);
+        let dl = proxy_client::Error::DeadlineExceeded {
+            method: "X",
+            timeout: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(
+            classify(HostOp::Mkdir, &dl).kind,
+            HostErrorKind::DeadlineExceeded
+        );
+        let missing = proxy_client::Error::PipeMissing {
+            method: "X",
+            endpoint: "p".into(),
+            hint: "h",
+        };
+        assert_eq!(
+            classify(HostOp::Mkdir, &missing).kind,
+            HostErrorKind::Unavailable
+        );
+    }
+}

@@ -134,6 +134,7 @@ struct State {
     mappings: BTreeMap<String, Mapping>,
     failures: Vec<(HostOp, usize, HostErrorKind)>,
     hang_after: Option<usize>,
+    disconnected_blocks_create: bool,
 }
 
 /// The recording fake. Cheap to clone; clones share state.
@@ -300,6 +301,11 @@ impl FakeHost {
     /// killed after `n` host calls. Wait for that point with [`Self::hung`].
     pub fn hang_after(&self, n: usize) {
         self.lock().hang_after = Some(n);
+    }
+
+    /// Make a Disconnected mapping block re-creation (Windows error 85) instead of being replaced silently.
+    pub fn disconnected_blocks_create(&self, on: bool) {
+        self.lock().disconnected_blocks_create = on;
     }
 
     /// Stop hanging (the "restarted driver" talks to the same host).
@@ -570,6 +576,14 @@ impl Host for FakeHost {
                 HostErrorKind::LogonFailure,
                 "error 1326",
             ));
+        }
+        if st.disconnected_blocks_create
+            && st
+                .mappings
+                .get(&root)
+                .is_some_and(|m| m.status != MappingStatus::Ok)
+        {
+            return Err(HostError::new(op, HostErrorKind::StaleMapping, "error 85"));
         }
         let healthy = st
             .mappings

@@ -76,6 +76,9 @@ pub enum HostErrorKind {
     NetworkPathNotFound,
     /// Windows error 67: the network name (share) cannot be found.
     NetworkNameNotFound,
+    /// A mapping of the share exists but is not usable and blocks creating a new one (e.g. a Disconnected mapping:
+    /// Windows error 85, "The local device name is already in use"). Removing it first fixes it.
+    StaleMapping,
     /// Windows error 1326 or 86: the user name or password is incorrect.
     LogonFailure,
     /// Access denied (Windows error 5).

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod error;
+pub mod identity;
 pub mod listener;
 pub mod ephemeral;
 pub mod host;
@@ -15,5 +16,7 @@ pub mod smb;
 pub mod state;
 pub mod volume;
 pub mod logging;
+pub mod node;
+pub mod server;
 
 pub use error::{Error, Result};

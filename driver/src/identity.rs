@@ -1,0 +1,212 @@
+//! The CSI Identity service: plugin info, capabilities and the liveness `Probe`.
+//!
+//! # Probe semantics
+//!
+//! The livenessprobe sidecar restarts the driver container when `Probe` returns an error (or
+//! times out). A restart only helps when the *driver process* is broken, so:
+//!
+//! * the host backend (csi-proxy, or the simulated host) is reachable → `ready: true`;
+//! * the backend is missing, down or slow → still `ready: true`, with a warning log. Restarting
+//!   the driver cannot start csi-proxy, and a crash-looping driver would also stop the kubelet
+//!   from reaching the RPCs that report the real problem: node RPCs fail with `UNAVAILABLE`
+//!   while the backend is away, which the kubelet retries;
+//! * `Probe` itself never blocks longer than [`PROBE_TIMEOUT`], well inside the sidecar's
+//!   default 1 s probe timeout, so a hung backend cannot make the sidecar restart the driver.
+//!
+//! So `Probe` fails only when the driver cannot answer at all — exactly when a restart helps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use csi::v1::identity_server::Identity;
+use csi::v1::{
+    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
+    GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
+};
+use futures::future::BoxFuture;
+use tonic::{Request, Response, Status};
+
+use crate::config::{Config, build_info};
+use crate::server::{RpcFields, rpc};
+
+/// Upper bound on the host-backend check inside `Probe`.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// Checks whether the host backend answers. Implemented by the csi-proxy client adapter and by
+/// test fakes.
+pub trait HostProbe: Send + Sync + 'static {
+    /// `Ok(())` if the backend answered; `Err(reason)` otherwise (the reason is logged).
+    fn check(&self) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// A [`HostProbe`] for when no backend check is available; always reports reachable.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHostProbe;
+
+impl HostProbe for NoHostProbe {
+    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The probe for the configured host backend.
+///
+/// Single wiring point between `Probe` and the csi-proxy client.
+pub fn backend_probe(_config: &Config) -> Arc<dyn HostProbe> {
+    Arc::new(NoHostProbe)
+}
+
+/// The Identity service.
+#[derive(Clone)]
+pub struct IdentityService {
+    name: String,
+    manifest: HashMap<String, String>,
+    probe: Arc<dyn HostProbe>,
+}
+
+impl std::fmt::Debug for IdentityService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityService")
+            .field("name", &self.name)
+            .field("manifest", &self.manifest)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdentityService {
+    /// Creates the service for driver `name`, checking the host backend with `probe`.
+    pub fn new(name: impl Into<String>, probe: Arc<dyn HostProbe>) -> Self {
+        Self {
+            name: name.into(),
+            manifest: manifest(),
+            probe,
+        }
+    }
+
+    /// Runs the backend check bounded by [`PROBE_TIMEOUT`] and logs a warning if it fails.
+    async fn probe_backend(&self) {
+        match tokio::time::timeout(PROBE_TIMEOUT, self.probe.check()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => tracing::warn!(
+                %reason,
+                "host backend unreachable; reporting ready because restarting the driver cannot fix it"
+            ),
+            Err(_) => tracing::warn!(
+                timeout_ms = PROBE_TIMEOUT.as_millis() as u64,
+                "host backend did not answer in time; reporting ready because restarting the driver cannot fix it"
+            ),
+        }
+    }
+}
+
+/// Build information published in `GetPluginInfo`'s manifest.
+pub fn manifest() -> HashMap<String, String> {
+    HashMap::from([
+        ("version".to_owned(), build_info::VERSION.to_owned()),
+        ("csi-spec".to_owned(), csi::SPEC_VERSION.to_owned()),
+        ("target".to_owned(), build_info::TARGET.to_owned()),
+        ("profile".to_owned(), build_info::PROFILE.to_owned()),
+        ("rustc".to_owned(), build_info::RUSTC.to_owned()),
+    ])
+}
+
+#[tonic::async_trait]
+impl Identity for IdentityService {
+    async fn get_plugin_info(
+        &self,
+        _request: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        rpc("GetPluginInfo", RpcFields::default(), async {
+            Ok(GetPluginInfoResponse {
+                name: self.name.clone(),
+                vendor_version: build_info::VERSION.to_owned(),
+                manifest: self.manifest.clone(),
+            })
+        })
+        .await
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _request: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        rpc("GetPluginCapabilities", RpcFields::default(), async {
+            // A node-only plugin: no CONTROLLER_SERVICE, and every node can reach every SMB share
+            // or iSCSI portal it is given, so no VOLUME_ACCESSIBILITY_CONSTRAINTS either.
+            Ok(GetPluginCapabilitiesResponse {
+                capabilities: Vec::<PluginCapability>::new(),
+            })
+        })
+        .await
+    }
+
+    async fn probe(
+        &self,
+        _request: Request<ProbeRequest>,
+    ) -> Result<Response<ProbeResponse>, Status> {
+        rpc("Probe", RpcFields::default(), async {
+            self.probe_backend().await;
+            Ok(ProbeResponse { ready: Some(true) })
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct FailingProbe;
+    impl HostProbe for FailingProbe {
+        fn check(&self) -> BoxFuture<'_, Result<(), String>> {
+            Box::pin(async { Err("csi-proxy-system-v1alpha1: pipe not found".to_owned()) })
+        }
+    }
+
+    struct HangingProbe;
+    impl HostProbe for HangingProbe {
+        fn check(&self) -> BoxFuture<'_, Result<(), String>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn probe_is_ready_when_backend_is_down() {
+        let svc = IdentityService::new("wincsi.csi.io", Arc::new(FailingProbe));
+        let resp = svc
+            .probe(Request::new(ProbeRequest {}))
+            .await
+            .expect("probe");
+        assert_eq!(resp.into_inner().ready, Some(true));
+    }
+
+    #[tokio::test]
+    async fn probe_is_bounded_when_backend_hangs() {
+        let svc = IdentityService::new("wincsi.csi.io", Arc::new(HangingProbe));
+        let resp = svc
+            .probe(Request::new(ProbeRequest {}))
+            .await
+            .expect("probe");
+        assert_eq!(resp.into_inner().ready, Some(true));
+    }
+
+    #[tokio::test]
+    async fn plugin_info_and_capabilities() {
+        let svc = IdentityService::new("example.csi.io", Arc::new(NoHostProbe));
+        let info = svc
+            .get_plugin_info(Request::new(GetPluginInfoRequest {}))
+            .await
+            .expect("info")
+            .into_inner();
+        assert_eq!(info.name, "example.csi.io");
+        assert_eq!(info.vendor_version, env!("CARGO_PKG_VERSION"));
+        assert_eq!(info.manifest["csi-spec"], "1.12.0");
+        let caps = svc
+            .get_plugin_capabilities(Request::new(GetPluginCapabilitiesRequest {}))
+            .await
+            .expect("caps")
+            .into_inner();
+        assert!(caps.capabilities.is_empty());
+    }
+}

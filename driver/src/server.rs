@@ -1,0 +1,226 @@
+//! The gRPC server: Identity + Node on the CSI endpoint, one span per RPC, graceful shutdown.
+//!
+//! [`run`] registers the shutdown signals first (so a SIGTERM right after start-up is never lost
+//! to the default handler), binds the endpoint, logs the `serving CSI` ready line and serves
+//! until SIGTERM/Ctrl-C (Unix) or Ctrl-C/Ctrl-Break/close/shutdown (Windows). On a signal the
+//! listener is closed at once and in-flight RPCs get up to [`DRAIN_TIMEOUT`] to finish.
+//!
+//! Every RPC runs inside [`rpc`], which opens a `csi_rpc` span with the method, volume id and
+//! paths, and logs one event with the gRPC code and duration when the call ends. Requests are
+//! never `Debug`-printed: they may carry secrets.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use csi::v1::identity_server::IdentityServer;
+use csi::v1::node_server::NodeServer;
+use tonic::transport::Server;
+use tonic::{Code, Response, Status};
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::identity::{HostProbe, IdentityService};
+use crate::listener::Listener;
+use crate::node::{NodeCore, NodeInfo, NodeService};
+
+/// How long in-flight RPCs may run after a shutdown signal before the server stops anyway.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Structured fields of one RPC's span. Empty strings are left out.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RpcFields<'a> {
+    volume_id: Option<&'a str>,
+    staging_target_path: Option<&'a str>,
+    target_path: Option<&'a str>,
+}
+
+fn non_empty(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+impl<'a> RpcFields<'a> {
+    /// Fields for an RPC on `volume_id`.
+    pub fn volume(volume_id: &'a str) -> Self {
+        Self {
+            volume_id: non_empty(volume_id),
+            ..Self::default()
+        }
+    }
+
+    /// Adds the staging path.
+    pub fn staging(mut self, path: &'a str) -> Self {
+        self.staging_target_path = non_empty(path);
+        self
+    }
+
+    /// Adds the target (or volume) path.
+    pub fn target(mut self, path: &'a str) -> Self {
+        self.target_path = non_empty(path);
+        self
+    }
+}
+
+/// Runs one RPC body inside its span and maps the crate error to a gRPC status.
+///
+/// Frequent, cheap calls (Probe, GetPluginInfo, capabilities, NodeGetInfo) log at `debug`,
+/// volume operations at `info`; failures at `warn` (`error` for `INTERNAL`).
+pub async fn rpc<T, F>(
+    method: &'static str,
+    fields: RpcFields<'_>,
+    body: F,
+) -> Result<Response<T>, Status>
+where
+    F: Future<Output = Result<T>>,
+{
+    let span = tracing::info_span!(
+        "csi_rpc",
+        method,
+        volume_id = fields.volume_id,
+        staging_target_path = fields.staging_target_path,
+        target_path = fields.target_path,
+        grpc_code = tracing::field::Empty,
+        duration_ms = tracing::field::Empty,
+    );
+    let start = Instant::now();
+    let result = body.instrument(span.clone()).await.map_err(Status::from);
+    let code = match &result {
+        Ok(_) => Code::Ok,
+        Err(status) => status.code(),
+    };
+    let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
+    span.record("grpc_code", tracing::field::debug(code));
+    span.record("duration_ms", elapsed_ms);
+    let _entered = span.enter();
+    let chatty = matches!(
+        method,
+        "Probe" | "GetPluginInfo" | "GetPluginCapabilities" | "NodeGetCapabilities" | "NodeGetInfo"
+    );
+    match &result {
+        Ok(_) if chatty => tracing::debug!("rpc ok"),
+        Ok(_) => tracing::info!("rpc ok"),
+        Err(status) if status.code() == Code::Internal => {
+            tracing::error!(message = status.message(), "rpc failed");
+        }
+        Err(status) => tracing::warn!(message = status.message(), "rpc failed"),
+    }
+    result.map(Response::new)
+}
+
+/// The services served on the CSI endpoint.
+#[derive(Debug, Clone)]
+pub struct Services {
+    /// Identity service.
+    pub identity: IdentityService,
+    /// Node service.
+    pub node: NodeService,
+}
+
+impl Services {
+    /// Builds the services from the configuration and a host-backend probe.
+    pub fn from_config(config: &Config, probe: Arc<dyn HostProbe>) -> Self {
+        Self {
+            identity: IdentityService::new(config.driver_name.clone(), probe),
+            node: NodeService::new(NodeCore::new(NodeInfo::from_config(config))),
+        }
+    }
+}
+
+/// Serves `services` on `listener` until `shutdown` completes, then lets in-flight RPCs finish
+/// (bounded by [`DRAIN_TIMEOUT`]).
+pub async fn serve<S>(listener: Listener, services: Services, shutdown: S) -> Result<()>
+where
+    S: Future<Output = ()> + Send + 'static,
+{
+    let draining = Arc::new(tokio::sync::Notify::new());
+    let signal = {
+        let draining = Arc::clone(&draining);
+        async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections, finishing in-flight RPCs");
+            draining.notify_one();
+        }
+    };
+    let server = Server::builder()
+        .add_service(IdentityServer::new(services.identity))
+        .add_service(NodeServer::new(services.node))
+        .serve_with_incoming_shutdown(listener.into_incoming(), signal);
+    tokio::select! {
+        result = server => result.map_err(Error::from),
+        () = async {
+            draining.notified().await;
+            tokio::time::sleep(DRAIN_TIMEOUT).await;
+        } => {
+            tracing::warn!(timeout_s = DRAIN_TIMEOUT.as_secs(), "in-flight RPCs did not finish in time; stopping anyway");
+            Ok(())
+        }
+    }
+}
+
+/// Runs the node plugin: signals, bind, ready line, serve until a shutdown signal.
+pub async fn run(config: Config, probe: Arc<dyn HostProbe>) -> Result<()> {
+    let shutdown = imp::shutdown_signal()?;
+    let listener = Listener::bind(&config.endpoint)?;
+    tracing::info!(
+        endpoint = %listener.local_endpoint(),
+        driver = %config.driver_name,
+        node_id = %config.node_id,
+        version = crate::config::build_info::VERSION,
+        "serving CSI"
+    );
+    serve(listener, Services::from_config(&config, probe), shutdown).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+#[cfg(unix)]
+mod imp {
+    use std::future::Future;
+
+    use tokio::signal::unix::{SignalKind, signal};
+
+    use crate::error::{Error, Result};
+
+    /// Registers SIGTERM and SIGINT now; the future completes on the first of them.
+    pub(super) fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static> {
+        let mut term = signal(SignalKind::terminate())
+            .map_err(|e| Error::io("registering the SIGTERM handler", e))?;
+        let mut int = signal(SignalKind::interrupt())
+            .map_err(|e| Error::io("registering the SIGINT handler", e))?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!(signal = "SIGTERM", "received shutdown signal"),
+                _ = int.recv() => tracing::info!(signal = "SIGINT", "received shutdown signal"),
+            }
+        })
+    }
+}
+
+#[cfg(windows)]
+mod imp {
+    use std::future::Future;
+
+    use tokio::signal::windows::{ctrl_break, ctrl_c, ctrl_close, ctrl_shutdown};
+
+    use crate::error::{Error, Result};
+
+    /// Registers the console control handlers now; the future completes on the first event.
+    /// Container stop on Windows delivers CTRL_SHUTDOWN_EVENT (or CTRL_CLOSE_EVENT).
+    pub(super) fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static> {
+        let mut c = ctrl_c().map_err(|e| Error::io("registering the Ctrl-C handler", e))?;
+        let mut brk =
+            ctrl_break().map_err(|e| Error::io("registering the Ctrl-Break handler", e))?;
+        let mut close = ctrl_close().map_err(|e| Error::io("registering the close handler", e))?;
+        let mut shutdown =
+            ctrl_shutdown().map_err(|e| Error::io("registering the shutdown handler", e))?;
+        Ok(async move {
+            tokio::select! {
+                _ = c.recv() => tracing::info!(signal = "CTRL_C", "received shutdown signal"),
+                _ = brk.recv() => tracing::info!(signal = "CTRL_BREAK", "received shutdown signal"),
+                _ = close.recv() => tracing::info!(signal = "CTRL_CLOSE", "received shutdown signal"),
+                _ = shutdown.recv() => tracing::info!(signal = "CTRL_SHUTDOWN", "received shutdown signal"),
+            }
+        })
+    }
+}

@@ -119,7 +119,35 @@ yamllint -s -c "$repo/charts/.yamllint" "$chart/values.yaml" "${value_sets[@]}" 
   || fail "yamllint"
 ok "yamllint values and examples"
 
-# 5. the values schema rejects typos and wrong types
+# 5. NOTES.txt renders and tells the operator how to check the install
+"$helm4" install wincsi "$chart" --namespace wincsi-system --dry-run=client \
+  --set csiProxy.install=true --set rbac.secrets.enabled=true >"$work/notes.out" 2>&1 \
+  || { cat "$work/notes.out"; fail "helm install --dry-run=client"; }
+for want in '^NOTES:' 'get daemonset wincsi-node' 'get csinodes' 'get daemonset wincsi-csi-proxy' \
+  'Secrets in ALL namespaces'; do
+  grep -q -- "$want" "$work/notes.out" || fail "NOTES lack '$want'"
+done
+ok "NOTES.txt renders"
+
+# 6. Dockerfile.windows: Linux build stage, Windows stages without RUN
+dockerfile="$repo/Dockerfile.windows"
+[ -f "$dockerfile" ] || fail "Dockerfile.windows missing"
+awk '
+  /^FROM /    { stage = $0; windows = ($0 !~ /--platform=\$BUILDPLATFORM/) }
+  /^RUN /     { if (windows) { print "RUN in Windows stage: " stage; bad = 1 } }
+  END         { exit bad }
+' "$dockerfile" || fail "Dockerfile.windows runs commands in a Windows stage"
+# shellcheck disable=SC2016 # literal $ in regexes
+for want in '^FROM --platform=\$BUILDPLATFORM rust:.*-bookworm AS build' \
+  '^FROM mcr.microsoft.com/windows/nanoserver:\$\{OSVERSION\} AS nanoserver' \
+  'windows-host-process-containers-base-image:v1.0.0' '^FROM \$\{HOSTPROCESS_BASE\} AS hostprocess' \
+  'x86_64-pc-windows-gnu -p wincsi-driver --bin wincsi-node' 'gcc-mingw-w64-x86-64'; do
+  grep -Eq -- "$want" "$dockerfile" || fail "Dockerfile.windows lacks /$want/"
+done
+grep -q '^name = "wincsi-node"' "$repo/driver/Cargo.toml" || fail "driver/Cargo.toml has no wincsi-node binary"
+ok "Dockerfile.windows stages"
+
+# 7. the values schema rejects typos and wrong types
 expect_reject() {
   local what="$1"; shift
   for h in "$helm3" "$helm4"; do

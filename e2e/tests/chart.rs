@@ -1359,3 +1359,73 @@ fn examples_use_the_default_driver_name_and_windows_nodes() {
         assert!(kinds.contains(k), "examples lack a {k}");
     }
 }
+
+/// Dotted paths of the leaves of `values.yaml` (an empty map or list counts as a leaf).
+fn leaf_paths(v: &Json, prefix: &str, out: &mut Vec<String>) {
+    match v {
+        Json::Object(m) if !m.is_empty() => {
+            for (k, child) in m {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaf_paths(child, &path, out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+#[test]
+fn readme_values_table_covers_every_value() {
+    let readme = std::fs::read_to_string(chart_dir().join("README.md")).unwrap();
+    let table = readme
+        .split_once("\n## Values\n")
+        .map(|(_, rest)| rest.split_once("\n## ").map_or(rest, |(t, _)| t))
+        .expect("README has a ## Values section");
+    let documented: BTreeSet<&str> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once("` |").map(|(k, _)| k))
+        .collect();
+    let mut leaves = Vec::new();
+    leaf_paths(
+        &read_yaml(&chart_dir().join("values.yaml")),
+        "",
+        &mut leaves,
+    );
+    assert!(leaves.len() > 40, "{leaves:?}");
+    for leaf in &leaves {
+        // A row may document a whole sub-tree (e.g. `driver.resources`).
+        let mut path = leaf.as_str();
+        let covered = loop {
+            if documented.contains(path) {
+                break true;
+            }
+            match path.rsplit_once('.') {
+                Some((parent, _)) => path = parent,
+                None => break false,
+            }
+        };
+        assert!(
+            covered,
+            "charts/wincsi/README.md values table lacks `{leaf}`"
+        );
+    }
+    // And the table lists nothing that does not exist.
+    let schema: Json = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    for key in &documented {
+        let mut node = &schema;
+        for part in key.split('.') {
+            node = node
+                .pointer(&format!("/properties/{part}"))
+                .unwrap_or_else(|| {
+                    panic!("README documents `{key}`, which the schema does not know")
+                });
+        }
+    }
+}

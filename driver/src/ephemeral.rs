@@ -83,3 +83,368 @@ pub(crate) async fn publish<H: Host>(
     mgr.link_target(&req.volume_id, target, &staging, req.readonly, d)
         .await
 }
+
+/// Reads Secrets from the Kubernetes API (`GET /api/v1/namespaces/<ns>/secrets/<name>`). The client is built on
+/// first use, so a driver without API access (no in-cluster config) still serves every other volume.
+pub struct KubeSecrets {
+    config: Box<dyn Fn() -> Result<kube::Config, String> + Send + Sync>,
+    client: tokio::sync::OnceCell<kube::Client>,
+}
+
+impl std::fmt::Debug for KubeSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeSecrets").finish_non_exhaustive()
+    }
+}
+
+impl KubeSecrets {
+    /// In-cluster config (service account token, `KUBERNETES_SERVICE_HOST`), resolved on first use.
+    pub fn in_cluster() -> Self {
+        Self::with_config(|| kube::Config::incluster().map_err(|e| e.to_string()))
+    }
+
+    /// A given config (tests point it at a fake API server).
+    pub fn from_config(config: kube::Config) -> Self {
+        Self::with_config(move || Ok(config.clone()))
+    }
+
+    fn with_config(f: impl Fn() -> Result<kube::Config, String> + Send + Sync + 'static) -> Self {
+        Self {
+            config: Box::new(f),
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn client(&self) -> Result<&kube::Client, Error> {
+        self.client
+            .get_or_try_init(|| async {
+                let config = (self.config)().map_err(|e| {
+                    Error::FailedPrecondition(format!(
+                        "inline ephemeral volumes need Kubernetes API access to read their Secret: {e}"
+                    ))
+                })?;
+                kube::Client::try_from(config)
+                    .map_err(|e| Error::Internal(format!("cannot build the Kubernetes API client: {e}")))
+            })
+            .await
+    }
+
+    async fn read(&self, namespace: &str, name: &str) -> Result<smb::Secrets, Error> {
+        use k8s_openapi::api::core::v1::Secret;
+        let api: kube::Api<Secret> = kube::Api::namespaced(self.client().await?.clone(), namespace);
+        let secret = match api.get(name).await {
+            Ok(s) => s,
+            Err(kube::Error::Api(status)) if status.is_not_found() => {
+                return Err(Error::FailedPrecondition(format!(
+                    "Secret {namespace}/{name} named by the inline volume does not exist"
+                )));
+            }
+            Err(kube::Error::Api(status)) => {
+                // The API's status message never carries the Secret's data.
+                return Err(Error::FailedPrecondition(format!(
+                    "cannot read Secret {namespace}/{name}: {} {} (check the driver's RBAC: get secrets)",
+                    status.code, status.reason
+                )));
+            }
+            Err(_) => {
+                // Other errors (transport, decoding) are not echoed: a decoding error could quote Secret data.
+                return Err(Error::Unavailable(format!(
+                    "cannot read Secret {namespace}/{name} from the Kubernetes API (transport or decoding failure)"
+                )));
+            }
+        };
+        let mut entries = Vec::new();
+        for (key, value) in secret.data.unwrap_or_default() {
+            let text = String::from_utf8(value.0).map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "Secret {namespace}/{name} key {key:?} is not UTF-8 text"
+                ))
+            })?;
+            entries.push((key, text));
+        }
+        Ok(smb::Secrets::new(entries))
+    }
+}
+
+impl crate::volume::SecretSource for KubeSecrets {
+    fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<smb::Secrets, Error>> + Send + '_>>
+    {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        Box::pin(async move { self.read(&namespace, &name).await })
+    }
+}
+
+/// A tiny fake Kubernetes API server on loopback for tests: serves `GET /api/v1/namespaces/<ns>/secrets/<name>` from
+/// a fixed map of `(namespace, name) → JSON body`, 404 otherwise. Bound before it is returned; never sleeps.
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake_api {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A running fake API server.
+    #[derive(Debug)]
+    pub struct FakeApiServer {
+        /// `http://127.0.0.1:<port>`.
+        pub url: String,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for FakeApiServer {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    /// The JSON of a Secret with string `data` (base64-encoded here).
+    pub fn secret_json(namespace: &str, name: &str, data: &[(&str, &str)]) -> String {
+        let data: BTreeMap<&str, String> = data
+            .iter()
+            .map(|(k, v)| (*k, base64(v.as_bytes())))
+            .collect();
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": data,
+        })
+        .to_string()
+    }
+
+    fn base64(bytes: &[u8]) -> String {
+        const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    /// Start serving `secrets` (`(namespace, name) → Secret JSON`).
+    pub async fn serve(
+        secrets: BTreeMap<(String, String), String>,
+    ) -> std::io::Result<FakeApiServer> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let secrets = Arc::new(secrets);
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let secrets = Arc::clone(&secrets);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&buf);
+                    let path = head
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or("")
+                        .split('?')
+                        .next()
+                        .unwrap_or("");
+                    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+                    let found = match parts.as_slice() {
+                        ["api", "v1", "namespaces", ns, "secrets", name] => secrets
+                            .get(&((*ns).to_owned(), (*name).to_owned()))
+                            .cloned(),
+                        _ => None,
+                    };
+                    let (status, body) = match found {
+                        Some(body) => ("200 OK", body),
+                        None => (
+                            "404 Not Found",
+                            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "message": "not found", "reason": "NotFound", "code": 404})
+                            .to_string(),
+                        ),
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: \
+                         close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(response.as_bytes()).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        Ok(FakeApiServer { url, task })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::fake_api;
+    use super::*;
+    use crate::host::HostOp::*;
+    use crate::host::fake::FakeHost;
+    use crate::paths::KubeletRoot;
+    use crate::volume::{
+        AccessType, Capability, EPHEMERAL_KEY, UnpublishRequest, VolumeConfig, VolumeManager,
+    };
+
+    const PASSWORD: &str = "Eph-S3cret!";
+
+    async fn setup() -> (
+        FakeHost,
+        VolumeManager<FakeHost>,
+        fake_api::FakeApiServer,
+        tempfile::TempDir,
+    ) {
+        let host = FakeHost::new();
+        host.add_share(r"\\srv\share", &["apps"]);
+        host.require_password(r"\\srv\share", PASSWORD);
+        let secrets: BTreeMap<_, _> = [(
+            ("team".to_owned(), "smb-creds".to_owned()),
+            fake_api::secret_json(
+                "team",
+                "smb-creds",
+                &[
+                    ("username", "bob"),
+                    ("password", PASSWORD),
+                    ("domain", "CORP"),
+                ],
+            ),
+        )]
+        .into();
+        let api = fake_api::serve(secrets).await.expect("fake api");
+        let config = kube::Config::new(api.url.parse().expect("url"));
+        let dir = tempfile::tempdir().expect("tmp");
+        let cfg = VolumeConfig {
+            kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
+            driver_name: "wincsi.csi.io".into(),
+        };
+        let mgr = VolumeManager::new(host.clone(), cfg, dir.path())
+            .expect("mgr")
+            .with_secret_source(Arc::new(KubeSecrets::from_config(config)));
+        (host, mgr, api, dir)
+    }
+
+    fn req(secret_name: &str) -> PublishRequest {
+        let ctx: BTreeMap<String, String> = [
+            (EPHEMERAL_KEY, "true"),
+            ("source", r"\\srv\share\apps"),
+            ("secretName", secret_name),
+            ("csi.storage.k8s.io/pod.namespace", "team"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        PublishRequest {
+            volume_id: "csi-eph-1".into(),
+            target_path: r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount".into(),
+            capability: Some(Capability {
+                access_type: AccessType::Mount {
+                    fs_type: String::new(),
+                    mount_flags: vec![],
+                },
+                access_mode: 1,
+            }),
+            volume_context: ctx,
+            ..Default::default()
+        }
+    }
+
+    fn d() -> Deadline {
+        Deadline::after(Duration::from_secs(600))
+    }
+
+    #[tokio::test]
+    async fn ephemeral_publish_stages_privately_and_unpublish_cleans_up() {
+        let (host, mgr, _api, _dir) = setup().await;
+        mgr.publish(&req("smb-creds"), d()).await.expect("publish");
+        assert_eq!(
+            host.ops(),
+            vec![
+                Mkdir,
+                PathExists,
+                NewSmbGlobalMapping,
+                IsSymlink,
+                PathExists,
+                CreateSymlink
+            ]
+        );
+        let private = staging_path(&mgr, "csi-eph-1").expect("path");
+        assert!(
+            private
+                .as_str()
+                .starts_with(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\ephemeral\")
+        );
+        assert!(host.resolves(r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount"));
+        let rec = mgr
+            .store()
+            .volume("csi-eph-1")
+            .expect("read")
+            .expect("record");
+        assert!(rec.ephemeral);
+        host.clear_calls();
+        mgr.publish(&req("smb-creds"), d()).await.expect("repeat");
+        assert_eq!(
+            host.ops(),
+            vec![PathExists, IsSymlink, PathExists, IsSymlink]
+        );
+        host.clear_calls();
+        let un = UnpublishRequest {
+            volume_id: "csi-eph-1".into(),
+            target_path: req("x").target_path,
+        };
+        mgr.unpublish(&un, d()).await.expect("unpublish");
+        assert_eq!(
+            host.ops(),
+            vec![PathExists, Rmdir, PathExists, Rmdir, RemoveSmbGlobalMapping]
+        );
+        assert!(host.mappings().is_empty() && host.links().is_empty());
+        assert!(mgr.store().volumes().expect("list").is_empty());
+        assert!(mgr.store().publications().expect("list").is_empty());
+    }
+
+    #[tokio::test]
+    async fn missing_secret_and_namespace() {
+        let (host, mgr, _api, _dir) = setup().await;
+        let err = mgr.publish(&req("nope"), d()).await.expect_err("missing");
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("team/nope")),
+            "{err:?}"
+        );
+        let mut r = req("smb-creds");
+        r.volume_context.remove("csi.storage.k8s.io/pod.namespace");
+        assert!(matches!(
+            mgr.publish(&r, d()).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        let mut r = req("smb-creds");
+        r.volume_context
+            .insert("secretNamespace".into(), "other".into());
+        assert!(matches!(
+            mgr.publish(&r, d()).await,
+            Err(Error::FailedPrecondition(_))
+        ));
+        assert!(host.calls().is_empty());
+    }
+}

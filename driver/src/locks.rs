@@ -128,6 +128,12 @@ impl Deadline {
         )
     }
 
+    /// The deadline of a gRPC request, from its `grpc-timeout` metadata (tonic also enforces it by dropping the
+    /// handler; this bound makes every host call end in DEADLINE_EXCEEDED rather than a silent drop).
+    pub fn from_metadata(metadata: &tonic::metadata::MetadataMap) -> Self {
+        Self::from_grpc_timeout(metadata.get("grpc-timeout").and_then(|v| v.to_str().ok()))
+    }
+
     /// The instant.
     pub fn instant(&self) -> Instant {
         self.0

@@ -18,3 +18,16 @@ pub use host::{AuditEntry, Fault, InvariantReport, RPCS, SimHost, normalize_rpc}
 pub use scenario::*;
 pub use secret::{REDACTED, Secret};
 pub use state::{DataLossEvent, HostOptions, State};
+
+pub mod admin;
+mod grpc;
+mod serve;
+
+pub use grpc::{
+    DiskService, FilesystemService, IscsiService, SmbService, SystemService, VolumeService,
+};
+#[cfg(windows)]
+pub use serve::serve_pipes;
+#[cfg(unix)]
+pub use serve::serve_unix;
+pub use serve::{Endpoints, ServeHandle, serve};

@@ -1,2 +1,142 @@
-//! `wincsi-sim` binary (placeholder until serving lands).
-fn main() {}
+//! `wincsi-sim`: serves a simulated Windows host (csi-proxy v1 API) from a scenario file.
+//!
+//! Prints one JSON ready line on stdout once every endpoint and the admin interface are bound, e.g.
+//! `{"ready":true,"endpoints":[...],"admin":"unix:/tmp/s/admin.sock","root":"/tmp/s/sandbox"}`, then serves
+//! until SIGINT/SIGTERM.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Parser;
+use sim::admin::{AdminAddr, serve_admin};
+use sim::{Endpoints, HostOptions, Scenario, SimHost};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "wincsi-sim",
+    version,
+    about = "Simulated Windows host serving the csi-proxy gRPC API"
+)]
+struct Args {
+    /// Scenario file (JSON); an empty host when omitted.
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+    /// Serve `<DIR>/csi-proxy-<group>-<version>.sock` (Unix builds).
+    #[arg(long, value_name = "DIR")]
+    socket_dir: Option<PathBuf>,
+    /// Serve the real named pipes instead (Windows builds).
+    #[arg(long)]
+    pipes: bool,
+    /// Named-pipe prefix with `--pipes`.
+    #[arg(long, value_name = "P", default_value = r"\\.\pipe\")]
+    pipe_prefix: String,
+    /// Sandbox directory for the host's drives and storage (default `<socket-dir>/sandbox`, or a temp dir).
+    #[arg(long, value_name = "SANDBOX_DIR")]
+    root: Option<PathBuf>,
+    /// csi-proxy `-kubelet-path` (overrides the scenario).
+    #[arg(long, value_name = "PATH")]
+    kubelet_path: Option<String>,
+    /// csi-proxy `-working-dir` (repeatable; overrides the scenario's list).
+    #[arg(long = "working-dir", value_name = "PATH")]
+    working_dirs: Vec<String>,
+    /// csi-proxy `-require-privacy` (overrides the scenario).
+    #[arg(long, value_name = "BOOL")]
+    require_privacy: Option<bool>,
+    /// Admin interface address: `unix:PATH` or `tcp:127.0.0.1:PORT` (default `unix:<socket-dir>/admin.sock`,
+    /// or `tcp:127.0.0.1:0` with `--pipes`).
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
+    /// Log level (error, warn, info, debug, trace); logs go to stderr.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ! {
+    let _ = writeln!(std::io::stderr(), "wincsi-sim: {msg}");
+    std::process::exit(1)
+}
+
+fn main() {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .unwrap_or_else(|e| fail(format_args!("--log-level: {e}")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| fail(format_args!("cannot start the runtime: {e}")));
+    if let Err(e) = rt.block_on(run(args)) {
+        fail(e);
+    }
+}
+
+async fn run(args: Args) -> sim::Result<()> {
+    let endpoints = match (&args.socket_dir, args.pipes) {
+        (_, true) => Endpoints::NamedPipes(args.pipe_prefix.clone()),
+        (Some(dir), false) => Endpoints::UnixSockets(dir.clone()),
+        (None, false) => fail("one of --socket-dir DIR or --pipes is required"),
+    };
+    let scenario = match &args.scenario {
+        Some(p) => Scenario::from_file(p)?,
+        None => Scenario::default(),
+    };
+    let root = match (&args.root, &args.socket_dir) {
+        (Some(r), _) => r.clone(),
+        (None, Some(d)) => d.join("sandbox"),
+        (None, None) => std::env::temp_dir().join(format!("wincsi-sim-{}", std::process::id())),
+    };
+    let opts = HostOptions {
+        kubelet_path: args.kubelet_path.clone(),
+        working_dirs: args.working_dirs.clone(),
+        require_privacy: args.require_privacy,
+    };
+    let host = SimHost::new(&scenario, &root, opts)?;
+    let admin_addr: AdminAddr = match (&args.admin, &args.socket_dir, args.pipes) {
+        (Some(a), _, _) => a.parse()?,
+        (None, Some(d), false) => AdminAddr::Unix(d.join("admin.sock")),
+        _ => "tcp:127.0.0.1:0".parse()?,
+    };
+    let serving = sim::serve(host.clone(), &endpoints)?;
+    let admin = serve_admin(host.clone(), &admin_addr).await?;
+    let ready = serde_json::json!({
+        "ready": true,
+        "endpoints": serving.endpoints(),
+        "admin": admin.addr().to_string(),
+        "root": root,
+    });
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{ready}");
+        let _ = out.flush();
+    }
+    tracing::info!(admin = %admin.addr(), "wincsi-sim ready");
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    host.release_hangs();
+    admin.shutdown().await;
+    serving.shutdown().await
+}
+
+#[cfg(unix)]
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(windows)]
+async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -38,7 +38,7 @@ use crate::scenario::{HostSpec, Scenario};
 use crate::secret::Secret;
 
 pub use disk::{Disk, DiskSource, Partition, Volume};
-pub use iscsi::{Portal, Session, Target};
+pub use iscsi::{AuthType, Portal, Session, Target};
 pub use smb::{Mapping, MappingStatus, SmbAccount, SmbServer, SmbShare};
 pub use system::Service;
 

@@ -1,0 +1,208 @@
+//! The admin interface of a running `wincsi-sim`: newline-delimited JSON requests and responses over a Unix
+//! socket (`unix:<path>`, default `<socket-dir>/admin.sock`) or loopback TCP (`tcp:127.0.0.1:<port>`, the
+//! default when serving named pipes, since Wine has no AF_UNIX).
+//!
+//! Each request is one JSON object on one line with an `op` field (see [`Request`]); each response is one line
+//! `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`. [`AdminClient`] wraps the protocol.
+
+mod client;
+#[cfg(unix)]
+#[path = "unix.rs"]
+mod platform;
+#[cfg(windows)]
+#[path = "windows.rs"]
+mod platform;
+mod server;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub use client::AdminClient;
+pub use server::{AdminServer, serve_admin};
+
+use crate::error::Error;
+use crate::host::Fault;
+use crate::scenario::Scenario;
+use crate::secret::Secret;
+
+/// Where the admin interface listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminAddr {
+    /// A Unix socket path.
+    Unix(PathBuf),
+    /// A loopback TCP address (port 0 = pick a free port when binding).
+    Tcp(SocketAddr),
+}
+
+impl fmt::Display for AdminAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdminAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            AdminAddr::Tcp(a) => write!(f, "tcp:{a}"),
+        }
+    }
+}
+
+impl FromStr for AdminAddr {
+    type Err = Error;
+
+    /// Parses `unix:<path>` or `tcp:<loopback ip>:<port>`.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            return Ok(AdminAddr::Unix(PathBuf::from(p)));
+        }
+        if let Some(a) = s.strip_prefix("tcp:") {
+            let addr: SocketAddr = a
+                .parse()
+                .map_err(|e| Error::Admin(format!("bad admin address {s:?}: {e}")))?;
+            if !addr.ip().is_loopback() {
+                return Err(Error::Admin(format!(
+                    "admin address {s:?} must be a loopback address"
+                )));
+            }
+            return Ok(AdminAddr::Tcp(addr));
+        }
+        Err(Error::Admin(format!(
+            "admin address {s:?} must start with unix: or tcp:"
+        )))
+    }
+}
+
+/// An admin request (`{"op": "<snake_case name>", ...fields}`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Liveness check; result `"pong"`.
+    Ping,
+    /// Full state snapshot (no secrets).
+    State,
+    /// Audit entries with `seq > since`.
+    Audit {
+        /// Only entries after this sequence number.
+        #[serde(default)]
+        since: u64,
+    },
+    /// Clears the audit log.
+    ClearAudit,
+    /// Calls per RPC so far.
+    CallCounts,
+    /// Adds a fault (`rpc`, `nth`, `times`, `message`).
+    InjectFault(Fault),
+    /// Sets latency for an RPC (`*` = all); 0 removes it.
+    SetLatency {
+        /// RPC name or `*`.
+        rpc: String,
+        /// Latency in milliseconds.
+        millis: u64,
+    },
+    /// Hangs the `nth` next call of `rpc`.
+    Hang {
+        /// RPC name or `*`.
+        rpc: String,
+        /// Which call (1 = next).
+        #[serde(default = "one")]
+        nth: u64,
+    },
+    /// Releases every hung call.
+    ReleaseHangs,
+    /// Waits until at least `count` calls are hung.
+    WaitHung {
+        /// Number of hung calls to wait for.
+        #[serde(default = "one")]
+        count: u64,
+    },
+    /// Removes all faults, hangs and latencies.
+    ClearFaults,
+    /// Reboots the simulated node.
+    Reboot,
+    /// Runs both invariant checks; result is an [`crate::InvariantReport`].
+    Invariants,
+    /// Data-loss events so far.
+    DataLoss,
+    /// Replaces the host with a new scenario.
+    LoadScenario {
+        /// The scenario.
+        scenario: Box<Scenario>,
+    },
+    /// Changes an SMB account's password on its server.
+    SetSmbPassword {
+        /// Server name.
+        server: String,
+        /// User name.
+        user: String,
+        /// New password.
+        password: Secret,
+    },
+    /// Makes an SMB server (un)reachable.
+    SetSmbReachable {
+        /// Server name.
+        server: String,
+        /// Reachable or not.
+        reachable: bool,
+    },
+    /// Changes a disk's size (e.g. LUN expanded on the storage side).
+    SetDiskSize {
+        /// Disk id.
+        disk_id: String,
+        /// New size in bytes.
+        size: u64,
+    },
+    /// Writes a text file through the host's filesystem view (follows links and mount points).
+    WriteFile {
+        /// Windows path.
+        path: String,
+        /// Content.
+        content: String,
+    },
+    /// Reads a text file through the host's filesystem view.
+    ReadFile {
+        /// Windows path.
+        path: String,
+    },
+    /// Reads a link's target (Windows spelling; `null` if not a link).
+    ReadLink {
+        /// Windows path.
+        path: String,
+    },
+    /// Writes a file directly on a share's storage.
+    WriteShareFile {
+        /// Server.
+        server: String,
+        /// Share.
+        share: String,
+        /// Relative path on the share.
+        path: String,
+        /// Content.
+        content: String,
+    },
+    /// Reads a file directly from a share's storage.
+    ReadShareFile {
+        /// Server.
+        server: String,
+        /// Share.
+        share: String,
+        /// Relative path on the share.
+        path: String,
+    },
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// An admin response line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether the request succeeded.
+    pub ok: bool,
+    /// The result (`null` when there is none).
+    #[serde(default)]
+    pub result: serde_json::Value,
+    /// The error message when `ok` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

@@ -1199,20 +1199,90 @@ fn resource_of(kind: &str) -> String {
     format!("{}s", kind.to_lowercase())
 }
 
+/// Runs `obj` through the one policy that matches its resource.
+fn admitted_by(policies: &[Policy], obj: &Json, ns: &str) -> bool {
+    let resource = resource_of(obj["kind"].as_str().unwrap());
+    let matching: Vec<&Policy> = policies
+        .iter()
+        .filter(|p| p.resources.contains(&resource))
+        .collect();
+    assert_eq!(matching.len(), 1, "exactly one policy matches {resource}");
+    matching[0].admits(obj, ns)
+}
+
+#[test]
+fn admission_policy_trusts_listed_service_accounts_for_pods_and_daemonsets_only() {
+    let (_, helm) = helms().pop().unwrap();
+    let r = Rendered::load(
+        helm_template(
+            &helm,
+            &[
+                "--set",
+                "admissionPolicy.trustedServiceAccounts[0].namespace=kube-system",
+                "--set",
+                "admissionPolicy.trustedServiceAccounts[0].name=csi-smb-node-sa",
+                "--set",
+                "admissionPolicy.trustedServiceAccounts[1].namespace=kube-system",
+                "--set",
+                "admissionPolicy.trustedServiceAccounts[1].name=csi-azuredisk-node-sa",
+            ],
+        )
+        .unwrap(),
+    );
+    let policies: Vec<Policy> = r.policies.iter().map(Policy::compile).collect();
+    let pipe = "\\\\.\\pipe\\csi-proxy-smb-v1";
+    for sa in ["csi-smb-node-sa", "csi-azuredisk-node-sa"] {
+        for kind in ["Pod", "DaemonSet"] {
+            let obj = wrap(
+                kind,
+                "csi-smb-node-win",
+                "kube-system",
+                pod_spec_json(Some(sa), &[pipe]),
+            );
+            assert!(
+                admitted_by(&policies, &obj, "kube-system"),
+                "{kind} as {sa}"
+            );
+            let obj = wrap(
+                kind,
+                "csi-smb-node-win",
+                "default",
+                pod_spec_json(Some(sa), &[pipe]),
+            );
+            assert!(
+                !admitted_by(&policies, &obj, "default"),
+                "{kind} as {sa} elsewhere"
+            );
+        }
+        for kind in ["Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob"] {
+            let obj = wrap(kind, "x", "kube-system", pod_spec_json(Some(sa), &[pipe]));
+            assert!(
+                !admitted_by(&policies, &obj, "kube-system"),
+                "{kind} as {sa}"
+            );
+        }
+    }
+    let obj = wrap(
+        "Pod",
+        "x",
+        "kube-system",
+        pod_spec_json(Some("default"), &[pipe]),
+    );
+    assert!(
+        !admitted_by(&policies, &obj, "kube-system"),
+        "unlisted ServiceAccount"
+    );
+    // The release's own driver still passes.
+    let ds = r.raw.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    assert!(admitted_by(&policies, ds, NAMESPACE));
+}
+
 #[test]
 fn admission_policy_denies_csi_proxy_pipes_to_everyone_but_the_driver() {
     let (_, helm) = helms().pop().unwrap();
     let r = Rendered::load(helm_template(&helm, &[]).unwrap());
     let policies: Vec<Policy> = r.policies.iter().map(Policy::compile).collect();
-    let admits = |obj: &Json, ns: &str| {
-        let resource = resource_of(obj["kind"].as_str().unwrap());
-        let matching: Vec<&Policy> = policies
-            .iter()
-            .filter(|p| p.resources.contains(&resource))
-            .collect();
-        assert_eq!(matching.len(), 1, "exactly one policy matches {resource}");
-        matching[0].admits(obj, ns)
-    };
+    let admits = |obj: &Json, ns: &str| admitted_by(&policies, obj, ns);
     let sa = "wincsi-node";
     let pipe = "\\\\.\\pipe\\csi-proxy-disk-v1";
     let ds_name = "wincsi-node";

@@ -25,9 +25,10 @@ use csi::v1::{
     GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
 };
 use futures::future::BoxFuture;
+use proxy_client::{ErrorKind, ProxyClient};
 use tonic::{Request, Response, Status};
 
-use crate::config::{Config, build_info};
+use crate::config::{Config, HostBackend, build_info};
 use crate::server::{RpcFields, rpc};
 
 /// Upper bound on the host-backend check inside `Probe`.
@@ -50,11 +51,46 @@ impl HostProbe for NoHostProbe {
     }
 }
 
-/// The probe for the configured host backend.
+/// The probe for the configured host backend (`--host-backend`).
+pub fn backend_probe(config: &Config) -> Arc<dyn HostProbe> {
+    match config.host_backend {
+        HostBackend::CsiProxy => Arc::new(CsiProxyProbe::new(
+            ProxyClient::new(config.proxy_transport()).with_timeout(PROBE_TIMEOUT),
+        )),
+    }
+}
+
+/// Checks csi-proxy (or the simulated host) with a cheap read-only call on the `system` group.
 ///
-/// Single wiring point between `Probe` and the csi-proxy client.
-pub fn backend_probe(_config: &Config) -> Arc<dyn HostProbe> {
-    Arc::new(NoHostProbe)
+/// Any answer from csi-proxy, even an error status, proves it is reachable; only a missing
+/// pipe/socket, a refused or broken connection or a deadline counts as unreachable.
+#[derive(Debug, Clone)]
+pub struct CsiProxyProbe {
+    client: ProxyClient,
+}
+
+impl CsiProxyProbe {
+    /// Probes through `client`.
+    pub fn new(client: ProxyClient) -> Self {
+        Self { client }
+    }
+}
+
+impl HostProbe for CsiProxyProbe {
+    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            match self.client.system().bios_serial().await {
+                Ok(_) => Ok(()),
+                Err(e) => match e.kind() {
+                    ErrorKind::PipeMissing
+                    | ErrorKind::ProxyUnavailable
+                    | ErrorKind::DeadlineExceeded
+                    | ErrorKind::Unsupported => Err(e.to_string()),
+                    _ => Ok(()),
+                },
+            }
+        })
+    }
 }
 
 /// The Identity service.

@@ -24,8 +24,11 @@ fn main() -> ExitCode {
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "wincsi-node failed");
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            if tracing::dispatcher::has_been_set() {
+                tracing::error!(error = format!("{e:#}"), "wincsi-node failed");
+            } else {
+                let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -1499,3 +1499,43 @@ fn readme_values_table_covers_every_value() {
         }
     }
 }
+
+#[test]
+fn an_existing_service_account_can_be_used() {
+    for (name, helm) in helms() {
+        let err = helm_template(&helm, &["--set", "serviceAccount.create=false"])
+            .err()
+            .unwrap_or_else(|| panic!("{name}: create=false without a name must fail"));
+        assert!(
+            err.contains("serviceAccount.name is required"),
+            "{name}: {err}"
+        );
+        let r = Rendered::load(
+            helm_template(
+                &helm,
+                &[
+                    "--set",
+                    "serviceAccount.create=false",
+                    "--set",
+                    "serviceAccount.name=storage-admins",
+                ],
+            )
+            .unwrap(),
+        );
+        assert!(r.service_accounts.is_empty(), "{name}");
+        let spec = pod_spec(r.daemonset("node").unwrap());
+        assert_eq!(spec.service_account_name.as_deref(), Some("storage-admins"));
+        let exempt = r.policies[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .variables
+            .as_ref()
+            .unwrap();
+        assert!(
+            exempt
+                .iter()
+                .any(|v| v.expression.contains("'storage-admins'"))
+        );
+    }
+}

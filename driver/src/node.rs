@@ -2,7 +2,8 @@
 //!
 //! [`NodeService`] is a thin tonic adapter: it opens the per-RPC span, checks the fields the
 //! CSI spec makes REQUIRED (→ `INVALID_ARGUMENT`), and delegates to [`NodeCore`], which holds
-//! the behaviour. Volume staging/publishing, stats and expansion are not implemented yet: they
+//! the behaviour. Stage/unstage/publish/unpublish/stats delegate to the volume lifecycle
+//! ([`crate::volume::Lifecycle`]) when one is configured; without one (and for expansion) they
 //! return `UNIMPLEMENTED` and no capability for them is advertised.
 
 use std::collections::BTreeMap;
@@ -21,7 +22,9 @@ use tonic::{Request, Response, Status};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::locks::Deadline;
 use crate::server::{RpcFields, rpc};
+use crate::volume::Lifecycle;
 
 /// What `NodeGetInfo` reports about this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,52 +52,81 @@ impl NodeInfo {
 #[derive(Debug, Clone)]
 pub struct NodeCore {
     info: NodeInfo,
+    volumes: Option<Arc<dyn Lifecycle>>,
 }
 
 impl NodeCore {
     /// Creates the core for this node.
     pub fn new(info: NodeInfo) -> Self {
-        Self { info }
+        Self {
+            info,
+            volumes: None,
+        }
+    }
+
+    /// Serves the volume RPCs with `volumes`.
+    pub fn with_volumes(mut self, volumes: Arc<dyn Lifecycle>) -> Self {
+        self.volumes = Some(volumes);
+        self
+    }
+
+    fn volumes(&self, rpc: &'static str) -> Result<&dyn Lifecycle> {
+        self.volumes.as_deref().ok_or(Error::Unimplemented(rpc))
     }
 
     /// Stages a volume (not implemented yet).
     pub async fn stage_volume(
         &self,
-        _req: &NodeStageVolumeRequest,
+        req: &NodeStageVolumeRequest,
+        deadline: Deadline,
     ) -> Result<NodeStageVolumeResponse> {
-        Err(Error::Unimplemented("NodeStageVolume"))
+        self.volumes("NodeStageVolume")?
+            .stage_volume(req, deadline)
+            .await
     }
 
     /// Unstages a volume (not implemented yet).
     pub async fn unstage_volume(
         &self,
-        _req: &NodeUnstageVolumeRequest,
+        req: &NodeUnstageVolumeRequest,
+        deadline: Deadline,
     ) -> Result<NodeUnstageVolumeResponse> {
-        Err(Error::Unimplemented("NodeUnstageVolume"))
+        self.volumes("NodeUnstageVolume")?
+            .unstage_volume(req, deadline)
+            .await
     }
 
     /// Publishes a volume (not implemented yet).
     pub async fn publish_volume(
         &self,
-        _req: &NodePublishVolumeRequest,
+        req: &NodePublishVolumeRequest,
+        deadline: Deadline,
     ) -> Result<NodePublishVolumeResponse> {
-        Err(Error::Unimplemented("NodePublishVolume"))
+        self.volumes("NodePublishVolume")?
+            .publish_volume(req, deadline)
+            .await
     }
 
     /// Unpublishes a volume (not implemented yet).
     pub async fn unpublish_volume(
         &self,
-        _req: &NodeUnpublishVolumeRequest,
+        req: &NodeUnpublishVolumeRequest,
+        deadline: Deadline,
     ) -> Result<NodeUnpublishVolumeResponse> {
-        Err(Error::Unimplemented("NodeUnpublishVolume"))
+        self.volumes("NodeUnpublishVolume")?
+            .unpublish_volume(req, deadline)
+            .await
     }
 
     /// Volume statistics (not implemented yet).
     pub async fn volume_stats(
         &self,
-        _req: &NodeGetVolumeStatsRequest,
+        req: &NodeGetVolumeStatsRequest,
+        deadline: Deadline,
     ) -> Result<NodeGetVolumeStatsResponse> {
-        Err(Error::Unimplemented("NodeGetVolumeStats"))
+        self.volumes("NodeGetVolumeStats")?
+            .volume_stats(req, deadline)
+            .await
     }
 
     /// Volume expansion (not implemented yet).
@@ -105,9 +137,12 @@ impl NodeCore {
         Err(Error::Unimplemented("NodeExpandVolume"))
     }
 
-    /// The node capabilities: only what is implemented (nothing yet).
+    /// The node capabilities: only what is implemented.
     pub fn capabilities(&self) -> Vec<NodeServiceCapability> {
-        Vec::new()
+        self.volumes
+            .as_ref()
+            .map(|v| v.capabilities())
+            .unwrap_or_default()
     }
 
     /// `NodeGetInfo`'s answer.
@@ -159,13 +194,14 @@ impl Node for NodeService {
         &self,
         request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        let deadline = Deadline::from_metadata(request.metadata());
         let req = request.into_inner();
         let fields = RpcFields::volume(&req.volume_id).staging(&req.staging_target_path);
         rpc("NodeStageVolume", fields, async {
             require(&req.volume_id, "volume_id")?;
             require(&req.staging_target_path, "staging_target_path")?;
             require_some(req.volume_capability.as_ref(), "volume_capability")?;
-            self.core.stage_volume(&req).await
+            self.core.stage_volume(&req, deadline).await
         })
         .await
     }
@@ -174,12 +210,13 @@ impl Node for NodeService {
         &self,
         request: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        let deadline = Deadline::from_metadata(request.metadata());
         let req = request.into_inner();
         let fields = RpcFields::volume(&req.volume_id).staging(&req.staging_target_path);
         rpc("NodeUnstageVolume", fields, async {
             require(&req.volume_id, "volume_id")?;
             require(&req.staging_target_path, "staging_target_path")?;
-            self.core.unstage_volume(&req).await
+            self.core.unstage_volume(&req, deadline).await
         })
         .await
     }
@@ -188,6 +225,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        let deadline = Deadline::from_metadata(request.metadata());
         let req = request.into_inner();
         let fields = RpcFields::volume(&req.volume_id)
             .staging(&req.staging_target_path)
@@ -196,7 +234,7 @@ impl Node for NodeService {
             require(&req.volume_id, "volume_id")?;
             require(&req.target_path, "target_path")?;
             require_some(req.volume_capability.as_ref(), "volume_capability")?;
-            self.core.publish_volume(&req).await
+            self.core.publish_volume(&req, deadline).await
         })
         .await
     }
@@ -205,12 +243,13 @@ impl Node for NodeService {
         &self,
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let deadline = Deadline::from_metadata(request.metadata());
         let req = request.into_inner();
         let fields = RpcFields::volume(&req.volume_id).target(&req.target_path);
         rpc("NodeUnpublishVolume", fields, async {
             require(&req.volume_id, "volume_id")?;
             require(&req.target_path, "target_path")?;
-            self.core.unpublish_volume(&req).await
+            self.core.unpublish_volume(&req, deadline).await
         })
         .await
     }
@@ -219,6 +258,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        let deadline = Deadline::from_metadata(request.metadata());
         let req = request.into_inner();
         let fields = RpcFields::volume(&req.volume_id)
             .staging(&req.staging_target_path)
@@ -226,7 +266,7 @@ impl Node for NodeService {
         rpc("NodeGetVolumeStats", fields, async {
             require(&req.volume_id, "volume_id")?;
             require(&req.volume_path, "volume_path")?;
-            self.core.volume_stats(&req).await
+            self.core.volume_stats(&req, deadline).await
         })
         .await
     }

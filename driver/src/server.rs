@@ -161,6 +161,7 @@ where
 /// Runs the node plugin: signals, bind, ready line, serve until a shutdown signal.
 pub async fn run(config: Config, probe: Arc<dyn HostProbe>) -> Result<()> {
     let shutdown = imp::shutdown_signal()?;
+    let volumes = crate::volume::from_config(&config).await?;
     let listener = Listener::bind(&config.endpoint)?;
     tracing::info!(
         endpoint = %listener.local_endpoint(),
@@ -169,7 +170,10 @@ pub async fn run(config: Config, probe: Arc<dyn HostProbe>) -> Result<()> {
         version = crate::config::build_info::VERSION,
         "serving CSI"
     );
-    serve(listener, Services::from_config(&config, probe), shutdown).await?;
+    let mut services = Services::from_config(&config, probe);
+    services.node =
+        NodeService::new(NodeCore::new(NodeInfo::from_config(&config)).with_volumes(volumes));
+    serve(listener, services, shutdown).await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -122,7 +122,8 @@ fn io_err(what: &str, path: &Path, err: io::Error) -> Error {
 }
 
 impl StateStore {
-    /// Open (and create) the store under `dir`, removing temporary files a crash left behind.
+    /// Open the store under `dir`, removing temporary files a crash left behind. Directories are created by the
+    /// first write, so a driver that never stages a volume leaves no trace.
     pub fn open(dir: &Path) -> Result<Self, Error> {
         let store = Self {
             volumes: dir.join("volumes"),
@@ -130,8 +131,12 @@ impl StateStore {
             tmp_counter: AtomicU64::new(0),
         };
         for d in [&store.volumes, &store.publish] {
-            fs::create_dir_all(d).map_err(|e| io_err("create", d, e))?;
-            for entry in fs::read_dir(d).map_err(|e| io_err("list", d, e))? {
+            let entries = match fs::read_dir(d) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err("list", d, e)),
+            };
+            for entry in entries {
                 let path = entry.map_err(|e| io_err("list", d, e))?.path();
                 if path.extension().is_some_and(|e| e == "tmp") {
                     fs::remove_file(&path).map_err(|e| io_err("remove", &path, e))?;
@@ -159,6 +164,9 @@ impl StateStore {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
         let tmp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
         let write = || -> io::Result<()> {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
             let mut f = fs::File::create(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;
@@ -199,7 +207,12 @@ impl StateStore {
 
     fn list<T: for<'de> Deserialize<'de>>(dir: &Path) -> Result<Vec<T>, Error> {
         let mut out = Vec::new();
-        for entry in fs::read_dir(dir).map_err(|e| io_err("list", dir, e))? {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(io_err("list", dir, e)),
+        };
+        for entry in entries {
             let path = entry.map_err(|e| io_err("list", dir, e))?.path();
             if path.extension().is_some_and(|e| e == "json")
                 && let Some(record) = Self::read(&path)?
@@ -383,6 +396,8 @@ mod tests {
     fn corrupt_record_is_an_error_not_a_silent_skip() {
         let dir = tempfile::tempdir().expect("tmp");
         let store = StateStore::open(dir.path()).expect("open");
+        assert!(store.volumes().expect("no directory yet").is_empty());
+        fs::create_dir_all(dir.path().join("volumes")).expect("mkdir");
         fs::write(dir.path().join("volumes").join("bad.json"), b"not json").expect("write");
         assert!(matches!(store.volumes(), Err(Error::Internal(m)) if m.contains("corrupt")));
     }

@@ -1,0 +1,212 @@
+#![cfg(windows)]
+//! The named-pipe transport end to end (runs under Wine in CI): a fake csi-proxy in ANOTHER
+//! process serves all six groups on real named pipes `\\.\pipe\wincsi-test-<pid>-csi-proxy-*`,
+//! and the client calls every RPC through them.
+//!
+//! The server process is this same test executable, re-run with only the `child_pipe_server`
+//! test selected and `WINCSI_PIPE_SERVER_PREFIX` set (cargo offers no `CARGO_BIN_EXE_*` for test
+//! helpers, and this works unchanged under a cargo runner such as `.ci/wine-run.sh`). The child
+//! prints a ready marker once every pipe exists and serves until its stdin closes.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use proxy_client::{ApiGroup, ErrorKind, ProxyClient, SmbCredentials, Transport, listen};
+use support::*;
+
+const CHILD_ENV: &str = "WINCSI_PIPE_SERVER_PREFIX";
+/// Printed by the child once all pipes exist (libtest may put other text before it on the line).
+const READY: &str = "wincsi-pipe-server-ready";
+/// Printed by the child before it exits, followed by the number of RPCs that arrived intact.
+const CALLS: &str = "wincsi-pipe-server-calls=";
+
+/// The server side. A no-op unless started by [`PipeServerProcess::spawn`].
+#[test]
+fn child_pipe_server() {
+    let Some(prefix) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let prefix = prefix.into_string().expect("prefix is UTF-8");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let fake = FakeProxy::default();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::new();
+        for group in ApiGroup::ALL {
+            // The first instance of each pipe exists when this returns.
+            let incoming = listen::named_pipe_for_group(&prefix, group).expect("create pipe");
+            let router = fake.router(group);
+            let mut stop = stop_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                router
+                    .serve_with_incoming_shutdown(incoming, async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+                    .expect("serve");
+            }));
+        }
+        println!("\n{READY}");
+        std::io::stdout().flush().unwrap();
+        // Serve until the parent closes our stdin.
+        tokio::task::spawn_blocking(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+        })
+        .await
+        .unwrap();
+        println!("\n{CALLS}{}", fake.calls().len());
+        std::io::stdout().flush().unwrap();
+        let _ = stop_tx.send(true);
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+}
+
+struct PipeServerProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl PipeServerProcess {
+    fn spawn(prefix: &str) -> Self {
+        let exe = std::env::current_exe().unwrap();
+        let mut child = Command::new(exe)
+            .args([
+                "--exact",
+                "child_pipe_server",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, prefix)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the pipe server process");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut server = PipeServerProcess {
+            child,
+            stdin,
+            stdout,
+        };
+        server.read_until(READY);
+        server
+    }
+
+    /// Reads the child's stdout up to a line containing `marker`; returns what follows it.
+    fn read_until(&mut self, marker: &str) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(n > 0, "pipe server process exited before printing {marker}");
+            if let Some(at) = line.find(marker) {
+                return line[at + marker.len()..].trim_end().to_owned();
+            }
+        }
+    }
+
+    /// Stops the child and returns how many distinct RPCs it saw arrive intact.
+    fn finish(mut self) -> usize {
+        drop(self.stdin.take());
+        let calls = self.read_until(CALLS);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "pipe server process failed: {status}");
+        calls.parse().unwrap()
+    }
+}
+
+impl Drop for PipeServerProcess {
+    fn drop(&mut self) {
+        // Only reached with the child still running if the test failed.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn every_group_over_named_pipes_in_another_process() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let prefix = format!(r"\\.\pipe\wincsi-test-{}-", std::process::id());
+    let server = PipeServerProcess::spawn(&prefix);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let proxy =
+            ProxyClient::new(Transport::named_pipes(&prefix)).with_timeout(Duration::from_secs(60));
+        exercise_all(&proxy).await;
+
+        // Errors travel over the pipe unchanged and are classified.
+        let err = proxy
+            .smb()
+            .new_global_mapping(
+                SMB_REMOTE_CONFLICT,
+                None,
+                &SmbCredentials::new(SMB_USER, SMB_PASSWORD),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::SmbMultipleConnections, "{err:?}");
+        assert_eq!(err.message(), SMB_1219_TEXT);
+
+        // Many clients at once: each opens its own pipe instance; the server must always have
+        // a next instance ready (or the client retries on ERROR_PIPE_BUSY).
+        let calls = (0..24).map(|_| {
+            let prefix = prefix.clone();
+            tokio::spawn(async move {
+                let client = ProxyClient::new(Transport::named_pipes(prefix));
+                client.system().bios_serial().await
+            })
+        });
+        for call in calls {
+            assert_eq!(call.await.unwrap().unwrap(), BIOS_SERIAL);
+        }
+    });
+    drop(rt);
+
+    assert_eq!(server.finish(), ALL_RPCS.len());
+}
+
+#[test]
+fn a_missing_pipe_names_the_pipe_and_the_usual_causes() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let prefix = format!(r"\\.\pipe\wincsi-test-{}-nobody-", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let err = rt.block_on(async {
+        let proxy = ProxyClient::new(Transport::named_pipes(&prefix));
+        proxy.volume().is_formatted(VOLUME_ID).await.unwrap_err()
+    });
+    assert_eq!(err.kind(), ErrorKind::PipeMissing, "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("{prefix}csi-proxy-volume-v1")),
+        "{text}"
+    );
+    assert!(text.contains("IsVolumeFormatted"), "{text}");
+    assert!(text.contains("not running"), "{text}");
+    assert!(text.contains("hostPath"), "{text}");
+}
+
+#[test]
+fn unix_sockets_are_unsupported_on_windows() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let err = rt.block_on(async {
+        let proxy = ProxyClient::new(Transport::unix_sockets(r"C:\var\run\wincsi-sim"));
+        proxy.system().bios_serial().await.unwrap_err()
+    });
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err:?}");
+}

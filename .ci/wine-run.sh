@@ -4,21 +4,45 @@
 #   CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=$PWD/.ci/wine-run.sh \
 #       cargo test --target x86_64-pc-windows-gnu -p wincsi-driver --test 'wine_*'
 #   .ci/wine-run.sh path/to/program.exe [args...]
+#   .ci/wine-run.sh --start-server     start a wineserver that persists until --stop-server (used by test-all.sh)
+#   .ci/wine-run.sh --stop-server      `wineserver -k`: ends every Wine process of the prefix
 #
-# Uses the prefix made by .ci/wine-setup.sh (with the ProcessPrng shim). Before starting the program it makes
-# sure a wineserver is running whose stdin/stdout/stderr are /dev/null: a wineserver auto-started by the program
-# would inherit the test harness's pipes and keep them open after the test exits, so the caller hangs or leaks.
-# That server lingers WINCSI_WINESERVER_LINGER seconds (default 60) after the last Wine process exits; test-all.sh
-# instead starts a persistent one and stops it with `wineserver -k` at the end.
+# Uses the prefix made by .ci/wine-setup.sh (with the ProcessPrng shim). Why the server dance: the first Wine
+# program of a wineserver session starts the wineserver and Wine's system processes (services.exe, rpcss.exe,
+# winedevice.exe, ...), and they inherit that program's stdin/stdout/stderr. Under `cargo test | tee` or any
+# harness that reads the test's output through a pipe, they keep the pipe open after the test exits and the
+# caller hangs. So before running a program this script makes sure a wineserver is running, and when it had to
+# start one, it brings the system processes up with a no-op program whose stdio is /dev/null. A lock makes
+# concurrent runners (nextest) wait for that. A server started here lingers WINCSI_WINESERVER_LINGER seconds
+# (default 60) after the last Wine process exits.
 set -euo pipefail
 
 # shellcheck source=.ci/env.sh
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 unset DISPLAY WAYLAND_DISPLAY
 
-if [ "$#" -eq 0 ]; then
-    echo "usage: $0 PROGRAM.exe [ARGS...]" >&2
+usage() {
+    echo "usage: $0 PROGRAM.exe [ARGS...] | --start-server | --stop-server" >&2
     exit 2
+}
+
+# start_server PERSISTENCE: "" = until killed, N = N seconds after the last Wine process.
+start_server() {
+    exec 9>"$WINEPREFIX/.wincsi-server.lock"
+    flock 9
+    # Exit status 0: we started the server; 2: one is already running for this prefix. Nothing Wine starts may
+    # inherit fd 9, or it would hold the lock forever.
+    if wineserver -p"$1" </dev/null >/dev/null 2>&1 9>&-; then
+        "$WINCSI_WINE" cmd.exe /c exit 0 </dev/null >/dev/null 2>&1 9>&- || true
+    fi
+    exec 9>&-
+}
+
+[ "$#" -gt 0 ] || usage
+
+if [ "$1" = --stop-server ]; then
+    wineserver -k </dev/null >/dev/null 2>&1 || true
+    exit 0
 fi
 
 if [ ! -f "$WINEPREFIX/.wincsi-prefix-ready" ] || [ ! -f "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll" ]; then
@@ -26,7 +50,13 @@ if [ ! -f "$WINEPREFIX/.wincsi-prefix-ready" ] || [ ! -f "$WINEPREFIX/drive_c/wi
     exit 127
 fi
 
-# Exit status 2 means a server is already running for this prefix, which is what we want.
-wineserver -p"${WINCSI_WINESERVER_LINGER:-60}" </dev/null >/dev/null 2>&1 || true
+case "$1" in
+    --start-server)
+        start_server ""
+        exit 0
+        ;;
+    -*) usage ;;
+esac
 
+start_server "${WINCSI_WINESERVER_LINGER:-60}"
 exec "$WINCSI_WINE" "$@"

@@ -72,8 +72,8 @@ x86_64-w64-mingw32-gcc -O2 -Wall -Werror -o "$shim_dir/prng-check.exe" \
     "$src/prng-check.c" "$shim_dir/bcryptprimitives.dll" >>"$log" 2>&1 ||
     die "building prng-check.exe failed" "$log"
 out="$shim_dir/prng-check.out"
-# Output to a file for the same reason as wineboot: a wineserver started here must not hold our pipes open.
-if ! "$WINCSI_WINE" "$shim_dir/prng-check.exe" </dev/null >"$out" 2>&1 || ! grep -q '^ProcessPrng OK' "$out"; then
+# Through the runner, which also starts the wineserver and Wine's system processes detached from our stdio.
+if ! "$WINCSI_ROOT/.ci/wine-run.sh" "$shim_dir/prng-check.exe" </dev/null >"$out" 2>&1 || ! grep -q '^ProcessPrng OK' "$out"; then
     die "a Windows exe importing ProcessPrng does not run under Wine ($WINCSI_WINE, prefix $WINEPREFIX)" "$out"
 fi
 

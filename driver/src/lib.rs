@@ -10,6 +10,7 @@ pub mod identity;
 pub mod listener;
 pub mod ephemeral;
 pub mod host;
+pub mod iscsi;
 pub mod locks;
 pub mod paths;
 pub mod smb;

@@ -53,6 +53,8 @@ pub enum Protocol {
         /// The principal name the mapping was requested with (never the password).
         principal: Option<String>,
     },
+    /// An iSCSI LUN (portals, target, LUN, pinned disk identity, volume id; see [`crate::iscsi`]).
+    Iscsi(crate::iscsi::IscsiRecord),
 }
 
 /// One staged (or being-staged) volume.
@@ -79,6 +81,7 @@ impl VolumeRecord {
     pub fn smb_root(&self) -> Option<&str> {
         match &self.protocol {
             Protocol::Smb { root, .. } => Some(root),
+            Protocol::Iscsi(_) => None,
         }
     }
 }

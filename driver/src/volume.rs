@@ -420,6 +420,7 @@ fn same_volume(a: &Protocol, b: &Protocol) -> bool {
                 ..
             },
         ) => r1 == r2 && p1.eq_ignore_ascii_case(p2),
+        _ => false,
     }
 }
 
@@ -481,6 +482,9 @@ impl<H: Host> VolumeManager<H> {
         if !ignored.is_empty() {
             debug!(options = ?ignored, "mount options are ignored on Windows");
         }
+        if crate::iscsi::is_iscsi(&req.volume_context) {
+            return self.stage_iscsi_request(req, &staging, d).await;
+        }
         let vol = smb::parse_volume(&req.volume_context, &req.secrets)?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
         self.stage_smb(&req.volume_id, &staging, &vol, false, d)
@@ -498,7 +502,10 @@ impl<H: Host> VolumeManager<H> {
             }
             let Protocol::Smb {
                 root, principal, ..
-            } = &rec.protocol;
+            } = &rec.protocol
+            else {
+                continue;
+            };
             let theirs = principal.as_deref().unwrap_or("");
             if root.starts_with(&server) && !theirs.eq_ignore_ascii_case(mine) {
                 let theirs = if theirs.is_empty() {
@@ -673,6 +680,11 @@ impl<H: Host> VolumeManager<H> {
         {
             warn!(recorded = %rec.staging_path, requested = %staging, "unstage path differs from the staged path");
         }
+        if let Some(rec) = &record
+            && let Protocol::Iscsi(r) = &rec.protocol
+        {
+            return self.unstage_iscsi(&req.volume_id, &staging, r, d).await;
+        }
         self.unstage_inner(&req.volume_id, &staging, record, d)
             .await
     }
@@ -698,7 +710,12 @@ impl<H: Host> VolumeManager<H> {
         };
         let Protocol::Smb {
             root, remote_path, ..
-        } = &record.protocol;
+        } = &record.protocol
+        else {
+            return Err(Error::Internal(format!(
+                "volume {volume_id:?} is not an SMB volume; refusing to unstage it as one"
+            )));
+        };
         let _mapping = self.mappings.lock(root).await;
         let others = self
             .store
@@ -891,6 +908,9 @@ impl<H: Host> VolumeManager<H> {
                 req.volume_id
             )));
         };
+        if let Protocol::Iscsi(r) = &rec.protocol {
+            return self.stats_iscsi(&rec, r, &path, d).await;
+        }
         let h = self.calls(d);
         if !h
             .path_exists(&path)
@@ -907,7 +927,10 @@ impl<H: Host> VolumeManager<H> {
             .map_err(|e| host_error(e, &path))?;
         let Protocol::Smb {
             remote_path, root, ..
-        } = &rec.protocol;
+        } = &rec.protocol
+        else {
+            return Err(Error::Internal("not an SMB volume".to_owned()));
+        };
         let (abnormal, message) = if resolves && rec.phase == Phase::Staged {
             (false, format!("{remote_path} is reachable"))
         } else {
@@ -1016,6 +1039,11 @@ impl<H: Host> VolumeManager<H> {
         &self.volumes
     }
 
+    /// Locks of shared host objects (SMB share roots; iSCSI targets under `iscsi-target:` keys).
+    pub(crate) fn object_locks(&self) -> &KeyedLocks {
+        &self.mappings
+    }
+
     pub(crate) async fn ensure_dir(&self, dir: &HostPath, d: Deadline) -> Result<(), Error> {
         self.calls(d)
             .mkdir(dir)
@@ -1061,6 +1089,15 @@ pub trait Lifecycle: Send + Sync + std::fmt::Debug {
         req: &'a csi::v1::NodeGetVolumeStatsRequest,
         d: Deadline,
     ) -> LifecycleFuture<'a, csi::v1::NodeGetVolumeStatsResponse>;
+    /// NodeExpandVolume (UNIMPLEMENTED unless the lifecycle overrides it).
+    fn expand_volume<'a>(
+        &'a self,
+        req: &'a csi::v1::NodeExpandVolumeRequest,
+        d: Deadline,
+    ) -> LifecycleFuture<'a, csi::v1::NodeExpandVolumeResponse> {
+        let _ = (req, d);
+        Box::pin(async { Err(Error::Unimplemented("NodeExpandVolume")) })
+    }
     /// The Node capabilities this lifecycle implements.
     fn capabilities(&self) -> Vec<csi::v1::NodeServiceCapability>;
 }
@@ -1217,6 +1254,19 @@ impl<H: Host> Lifecycle for VolumeManager<H> {
                 volume_path: req.volume_path.clone(),
             };
             Ok(self.stats(&r, d).await?.into())
+        })
+    }
+
+    fn expand_volume<'a>(
+        &'a self,
+        req: &'a csi::v1::NodeExpandVolumeRequest,
+        d: Deadline,
+    ) -> LifecycleFuture<'a, csi::v1::NodeExpandVolumeResponse> {
+        Box::pin(async move {
+            let capacity_bytes = self
+                .expand(&crate::iscsi::ExpandRequest::from(req), d)
+                .await?;
+            Ok(csi::v1::NodeExpandVolumeResponse { capacity_bytes })
         })
     }
 

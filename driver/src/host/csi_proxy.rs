@@ -9,12 +9,15 @@
 //! Deadlines: proxy-client applies its own per-call timeout (`ProxyClient::with_timeout`) and sends it as
 //! `grpc-timeout`; the driver additionally drops every call at the RPC's deadline, which cancels the gRPC stream.
 
-use proxy_client::{ErrorKind, ProxyClient, SmbCredentials};
+use std::collections::BTreeMap;
+
+use proxy_client::{ChapAuth, ErrorKind, ProxyClient, SmbCredentials};
 
 use super::{Host, HostError, HostErrorKind, HostOp, HostResult};
+use crate::iscsi::{DiskIds, DiskLocation, IscsiAuth, Portal};
 use crate::locks::Deadline;
 use crate::paths::HostPath;
-use crate::smb::{SmbCredential, UncPath};
+use crate::smb::{Secret, SmbCredential, UncPath};
 
 /// The host port over csi-proxy.
 #[derive(Clone, Debug)]
@@ -54,6 +57,31 @@ fn first_line(text: &str) -> String {
         line.push('…');
     }
     line
+}
+
+/// Classify a block-storage / iSCSI error: [`classify`] plus the texts of the disk, volume and iSCSI groups.
+pub fn classify_block(op: HostOp, err: &proxy_client::Error) -> HostError {
+    let mut e = classify(op, err);
+    let text = err.message().to_ascii_lowercase();
+    if e.kind == HostErrorKind::Other {
+        e.kind = if text.contains("authentication failure") {
+            HostErrorKind::LogonFailure
+        } else if text.contains("no msft_iscsitarget objects found")
+            || text.contains("no msft_volume objects found")
+            || text.contains("no msft_iscsitargetportal objects found")
+            || text.contains("not a mounted folder")
+            || text.contains("not a reparse point")
+        {
+            HostErrorKind::NotFound
+        } else {
+            HostErrorKind::Other
+        };
+    }
+    e
+}
+
+fn to_portal(p: &Portal) -> proxy_client::Portal {
+    proxy_client::Portal::new(p.address.clone(), p.port)
 }
 
 /// Classify a proxy-client error for the driver.
@@ -163,6 +191,232 @@ impl Host for CsiProxyHost {
             .remove_global_mapping(&remote.root().to_string())
             .await
             .map_err(|e| classify(HostOp::RemoveSmbGlobalMapping, &e))
+    }
+    async fn list_disk_locations(&self, _d: Deadline) -> HostResult<BTreeMap<u32, DiskLocation>> {
+        let locs = self
+            .client
+            .disk()
+            .list_disk_locations()
+            .await
+            .map_err(|e| classify_block(HostOp::ListDiskLocations, &e))?;
+        Ok(locs
+            .into_iter()
+            .map(|(n, l)| {
+                let loc = DiskLocation {
+                    adapter: l.adapter,
+                    target: l.target,
+                    lun: l.lun_id,
+                };
+                (n, loc)
+            })
+            .collect())
+    }
+
+    async fn list_disk_ids(&self, _d: Deadline) -> HostResult<BTreeMap<u32, DiskIds>> {
+        let ids = self
+            .client
+            .disk()
+            .list_disk_ids()
+            .await
+            .map_err(|e| classify_block(HostOp::ListDiskIDs, &e))?;
+        Ok(ids
+            .into_iter()
+            .map(|(n, i)| {
+                let ids = DiskIds {
+                    page83: i.page83,
+                    serial: i.serial_number,
+                };
+                (n, ids)
+            })
+            .collect())
+    }
+
+    async fn rescan(&self, _d: Deadline) -> HostResult<()> {
+        self.client
+            .disk()
+            .rescan()
+            .await
+            .map_err(|e| classify_block(HostOp::Rescan, &e))
+    }
+
+    async fn partition_disk(&self, disk: u32, _d: Deadline) -> HostResult<()> {
+        self.client
+            .disk()
+            .partition(disk)
+            .await
+            .map_err(|e| classify_block(HostOp::PartitionDisk, &e))
+    }
+
+    async fn disk_size(&self, disk: u32, _d: Deadline) -> HostResult<u64> {
+        self.client
+            .disk()
+            .stats(disk)
+            .await
+            .map_err(|e| classify_block(HostOp::GetDiskStats, &e))
+    }
+
+    async fn set_disk_online(&self, disk: u32, online: bool, _d: Deadline) -> HostResult<()> {
+        self.client
+            .disk()
+            .set_online(disk, online)
+            .await
+            .map_err(|e| classify_block(HostOp::SetDiskState, &e))
+    }
+
+    async fn is_disk_online(&self, disk: u32, _d: Deadline) -> HostResult<bool> {
+        self.client
+            .disk()
+            .is_online(disk)
+            .await
+            .map_err(|e| classify_block(HostOp::GetDiskState, &e))
+    }
+
+    async fn list_volumes_on_disk(&self, disk: u32, _d: Deadline) -> HostResult<Vec<String>> {
+        self.client
+            .volume()
+            .list_on_disk(disk, 0)
+            .await
+            .map_err(|e| classify_block(HostOp::ListVolumesOnDisk, &e))
+    }
+
+    async fn mount_volume(&self, volume_id: &str, path: &HostPath, _d: Deadline) -> HostResult<()> {
+        self.client
+            .volume()
+            .mount(volume_id, path.as_str())
+            .await
+            .map_err(|e| classify_block(HostOp::MountVolume, &e))
+    }
+
+    async fn unmount_volume(
+        &self,
+        volume_id: &str,
+        path: &HostPath,
+        _d: Deadline,
+    ) -> HostResult<()> {
+        self.client
+            .volume()
+            .unmount(volume_id, path.as_str())
+            .await
+            .map_err(|e| classify_block(HostOp::UnmountVolume, &e))
+    }
+
+    async fn is_volume_formatted(&self, volume_id: &str, _d: Deadline) -> HostResult<bool> {
+        self.client
+            .volume()
+            .is_formatted(volume_id)
+            .await
+            .map_err(|e| classify_block(HostOp::IsVolumeFormatted, &e))
+    }
+
+    async fn format_volume(&self, volume_id: &str, _d: Deadline) -> HostResult<()> {
+        self.client
+            .volume()
+            .format(volume_id)
+            .await
+            .map_err(|e| classify_block(HostOp::FormatVolume, &e))
+    }
+
+    async fn resize_volume(
+        &self,
+        volume_id: &str,
+        size_bytes: u64,
+        _d: Deadline,
+    ) -> HostResult<()> {
+        self.client
+            .volume()
+            .resize(volume_id, size_bytes)
+            .await
+            .map_err(|e| classify_block(HostOp::ResizeVolume, &e))
+    }
+
+    async fn volume_stats(&self, volume_id: &str, _d: Deadline) -> HostResult<(u64, u64)> {
+        self.client
+            .volume()
+            .stats(volume_id)
+            .await
+            .map_err(|e| classify_block(HostOp::GetVolumeStats, &e))
+    }
+
+    async fn volume_id_from_target_path(
+        &self,
+        path: &HostPath,
+        _d: Deadline,
+    ) -> HostResult<String> {
+        self.client
+            .volume()
+            .id_from_target_path(path.as_str())
+            .await
+            .map_err(|e| classify_block(HostOp::GetVolumeIDFromTargetPath, &e))
+    }
+
+    async fn write_volume_cache(&self, volume_id: &str, _d: Deadline) -> HostResult<()> {
+        self.client
+            .volume()
+            .write_cache(volume_id)
+            .await
+            .map_err(|e| classify_block(HostOp::WriteVolumeCache, &e))
+    }
+
+    async fn add_target_portal(&self, portal: &Portal, _d: Deadline) -> HostResult<()> {
+        self.client
+            .iscsi()
+            .add_target_portal(&to_portal(portal))
+            .await
+            .map_err(|e| classify_block(HostOp::AddTargetPortal, &e))
+    }
+
+    async fn connect_target(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        _d: Deadline,
+    ) -> HostResult<()> {
+        let auth = match auth {
+            IscsiAuth::None => ChapAuth::None,
+            IscsiAuth::OneWay { username, secret } => ChapAuth::OneWay {
+                username: username.clone(),
+                secret: proxy_client::Secret::new(secret.expose()),
+            },
+            IscsiAuth::Mutual { username, secret } => ChapAuth::Mutual {
+                username: username.clone(),
+                secret: proxy_client::Secret::new(secret.expose()),
+            },
+        };
+        self.client
+            .iscsi()
+            .connect_target(&to_portal(portal), iqn, &auth)
+            .await
+            .map_err(|e| classify_block(HostOp::ConnectTarget, &e))
+    }
+
+    async fn disconnect_target(&self, portal: &Portal, iqn: &str, _d: Deadline) -> HostResult<()> {
+        self.client
+            .iscsi()
+            .disconnect_target(&to_portal(portal), iqn)
+            .await
+            .map_err(|e| classify_block(HostOp::DisconnectTarget, &e))
+    }
+
+    async fn get_target_disks(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        _d: Deadline,
+    ) -> HostResult<Vec<u32>> {
+        self.client
+            .iscsi()
+            .get_target_disks(&to_portal(portal), iqn)
+            .await
+            .map_err(|e| classify_block(HostOp::GetTargetDisks, &e))
+    }
+
+    async fn set_mutual_chap_secret(&self, secret: &Secret, _d: Deadline) -> HostResult<()> {
+        self.client
+            .iscsi()
+            .set_mutual_chap_secret(&proxy_client::Secret::new(secret.expose()))
+            .await
+            .map_err(|e| classify_block(HostOp::SetMutualChapSecret, &e))
     }
 }
 

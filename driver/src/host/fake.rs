@@ -15,9 +15,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Notify;
 
 use super::{Host, HostError, HostErrorKind, HostOp, HostResult};
+use crate::iscsi::fake::{BlockCall, BlockModel};
+use crate::iscsi::{DiskIds, DiskLocation, IscsiAuth, Portal};
 use crate::locks::Deadline;
 use crate::paths::HostPath;
-use crate::smb::{SmbCredential, UncPath};
+use crate::smb::{Secret, SmbCredential, UncPath};
 
 /// One recorded host call (paths as the driver sent them; never a password).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +50,8 @@ pub enum Call {
     },
     /// `RemoveSmbGlobalMapping(remote)`.
     RemoveSmbGlobalMapping(String),
+    /// A block-storage or iSCSI call (see [`crate::iscsi::fake`]).
+    Block(BlockCall),
 }
 
 impl Call {
@@ -61,6 +65,7 @@ impl Call {
             Self::IsSymlink(_) => HostOp::IsSymlink,
             Self::NewSmbGlobalMapping { .. } => HostOp::NewSmbGlobalMapping,
             Self::RemoveSmbGlobalMapping(_) => HostOp::RemoveSmbGlobalMapping,
+            Self::Block(c) => c.op(),
         }
     }
 }
@@ -86,6 +91,7 @@ impl fmt::Display for Call {
                 principal.as_deref().unwrap_or("-")
             ),
             Self::RemoveSmbGlobalMapping(r) => write!(f, "RemoveSmbGlobalMapping({r})"),
+            Self::Block(c) => write!(f, "{c}"),
         }
     }
 }
@@ -135,6 +141,7 @@ struct State {
     failures: Vec<(HostOp, usize, HostErrorKind)>,
     hang_after: Option<usize>,
     disconnected_blocks_create: bool,
+    block: BlockModel,
 }
 
 /// The recording fake. Cheap to clone; clones share state.
@@ -375,6 +382,21 @@ impl FakeHost {
             .shares
             .get(&key(root))
             .is_some_and(|d| d.contains(&key(rel)))
+    }
+
+    /// Inspect or script the block-storage model (disks, portals, targets, sessions, mounts).
+    pub fn with_block<R>(&self, f: impl FnOnce(&mut BlockModel) -> R) -> R {
+        f(&mut self.lock().block)
+    }
+
+    /// Record a block call, then run `f` on the model (and the local tree) unless a failure was injected.
+    async fn block<T>(
+        &self,
+        call: BlockCall,
+        f: impl FnOnce(&mut State) -> HostResult<T>,
+    ) -> HostResult<T> {
+        self.enter(Call::Block(call)).await?;
+        f(&mut self.lock())
     }
 
     /// Record the call, apply injected failures and hangs.
@@ -632,5 +654,184 @@ impl Host for FakeHost {
                 "no such mapping",
             )),
         }
+    }
+    async fn list_disk_locations(&self, _d: Deadline) -> HostResult<BTreeMap<u32, DiskLocation>> {
+        self.block(BlockCall::Plain(HostOp::ListDiskLocations), |s| {
+            Ok(s.block.list_disk_locations())
+        })
+        .await
+    }
+
+    async fn list_disk_ids(&self, _d: Deadline) -> HostResult<BTreeMap<u32, DiskIds>> {
+        self.block(BlockCall::Plain(HostOp::ListDiskIDs), |s| {
+            Ok(s.block.list_disk_ids())
+        })
+        .await
+    }
+
+    async fn rescan(&self, _d: Deadline) -> HostResult<()> {
+        self.block(BlockCall::Plain(HostOp::Rescan), |s| {
+            s.block.rescan();
+            Ok(())
+        })
+        .await
+    }
+
+    async fn partition_disk(&self, disk: u32, _d: Deadline) -> HostResult<()> {
+        self.block(BlockCall::Disk(HostOp::PartitionDisk, disk), |s| {
+            s.block.partition_disk(disk)
+        })
+        .await
+    }
+
+    async fn disk_size(&self, disk: u32, _d: Deadline) -> HostResult<u64> {
+        self.block(BlockCall::Disk(HostOp::GetDiskStats, disk), |s| {
+            s.block.disk_size(disk)
+        })
+        .await
+    }
+
+    async fn set_disk_online(&self, disk: u32, online: bool, _d: Deadline) -> HostResult<()> {
+        self.block(BlockCall::Disk(HostOp::SetDiskState, disk), |s| {
+            s.block.set_online(disk, online)
+        })
+        .await
+    }
+
+    async fn is_disk_online(&self, disk: u32, _d: Deadline) -> HostResult<bool> {
+        self.block(BlockCall::Disk(HostOp::GetDiskState, disk), |s| {
+            s.block.is_online(disk)
+        })
+        .await
+    }
+
+    async fn list_volumes_on_disk(&self, disk: u32, _d: Deadline) -> HostResult<Vec<String>> {
+        self.block(BlockCall::Disk(HostOp::ListVolumesOnDisk, disk), |s| {
+            s.block.list_volumes(disk)
+        })
+        .await
+    }
+
+    async fn mount_volume(&self, volume_id: &str, path: &HostPath, _d: Deadline) -> HostResult<()> {
+        let call = BlockCall::Volume(
+            HostOp::MountVolume,
+            volume_id.to_owned(),
+            Some(path.to_string()),
+        );
+        self.block(call, |s| {
+            let k = path.key();
+            let empty_dir = matches!(s.lstat(&k), Some(Entry::Dir)) && !s.local_children(&k);
+            s.block.mount(volume_id, &k, empty_dir)
+        })
+        .await
+    }
+
+    async fn unmount_volume(
+        &self,
+        volume_id: &str,
+        path: &HostPath,
+        _d: Deadline,
+    ) -> HostResult<()> {
+        let call = BlockCall::Volume(
+            HostOp::UnmountVolume,
+            volume_id.to_owned(),
+            Some(path.to_string()),
+        );
+        self.block(call, |s| s.block.unmount(volume_id, &path.key()))
+            .await
+    }
+
+    async fn is_volume_formatted(&self, volume_id: &str, _d: Deadline) -> HostResult<bool> {
+        let call = BlockCall::Volume(HostOp::IsVolumeFormatted, volume_id.to_owned(), None);
+        self.block(call, |s| s.block.is_formatted(volume_id)).await
+    }
+
+    async fn format_volume(&self, volume_id: &str, _d: Deadline) -> HostResult<()> {
+        let call = BlockCall::Volume(HostOp::FormatVolume, volume_id.to_owned(), None);
+        self.block(call, |s| s.block.format(volume_id)).await
+    }
+
+    async fn resize_volume(&self, volume_id: &str, _size: u64, _d: Deadline) -> HostResult<()> {
+        let call = BlockCall::Volume(HostOp::ResizeVolume, volume_id.to_owned(), None);
+        self.block(call, |s| s.block.resize(volume_id)).await
+    }
+
+    async fn volume_stats(&self, volume_id: &str, _d: Deadline) -> HostResult<(u64, u64)> {
+        let call = BlockCall::Volume(HostOp::GetVolumeStats, volume_id.to_owned(), None);
+        self.block(call, |s| s.block.stats(volume_id)).await
+    }
+
+    async fn volume_id_from_target_path(
+        &self,
+        path: &HostPath,
+        _d: Deadline,
+    ) -> HostResult<String> {
+        let call = BlockCall::Path(HostOp::GetVolumeIDFromTargetPath, path.to_string());
+        self.block(call, |s| {
+            let exists = s.lstat(&path.key()).is_some();
+            s.block.volume_at(&path.key(), exists)
+        })
+        .await
+    }
+
+    async fn write_volume_cache(&self, volume_id: &str, _d: Deadline) -> HostResult<()> {
+        let call = BlockCall::Volume(HostOp::WriteVolumeCache, volume_id.to_owned(), None);
+        self.block(call, |s| s.block.flush(volume_id)).await
+    }
+
+    async fn add_target_portal(&self, portal: &Portal, _d: Deadline) -> HostResult<()> {
+        let call = BlockCall::Iscsi(HostOp::AddTargetPortal, portal.to_string(), None, None);
+        self.block(call, |s| s.block.add_portal(portal)).await
+    }
+
+    async fn connect_target(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        _d: Deadline,
+    ) -> HostResult<()> {
+        let call = BlockCall::Iscsi(
+            HostOp::ConnectTarget,
+            portal.to_string(),
+            Some(iqn.to_owned()),
+            Some(auth.mode()),
+        );
+        self.block(call, |s| s.block.connect(portal, iqn, auth))
+            .await
+    }
+
+    async fn disconnect_target(&self, portal: &Portal, iqn: &str, _d: Deadline) -> HostResult<()> {
+        let call = BlockCall::Iscsi(
+            HostOp::DisconnectTarget,
+            portal.to_string(),
+            Some(iqn.to_owned()),
+            None,
+        );
+        self.block(call, |s| s.block.disconnect(portal, iqn)).await
+    }
+
+    async fn get_target_disks(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        _d: Deadline,
+    ) -> HostResult<Vec<u32>> {
+        let call = BlockCall::Iscsi(
+            HostOp::GetTargetDisks,
+            portal.to_string(),
+            Some(iqn.to_owned()),
+            None,
+        );
+        self.block(call, |s| s.block.target_disks(portal, iqn))
+            .await
+    }
+
+    async fn set_mutual_chap_secret(&self, secret: &Secret, _d: Deadline) -> HostResult<()> {
+        self.block(BlockCall::Plain(HostOp::SetMutualChapSecret), |s| {
+            s.block.set_mutual(secret.expose());
+            Ok(())
+        })
+        .await
     }
 }

@@ -10,12 +10,14 @@
 //! Repairing relies on `NewSmbGlobalMapping`'s own reuse-or-recreate logic: it keeps an OK, reachable mapping and
 //! removes and re-creates a broken one.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 
+use crate::iscsi::{DiskIds, DiskLocation, IscsiAuth, Portal};
 use crate::locks::Deadline;
 use crate::paths::HostPath;
-use crate::smb::{SmbCredential, UncPath};
+use crate::smb::{Secret, SmbCredential, UncPath};
 
 pub mod csi_proxy;
 #[cfg(any(test, feature = "test-util"))]
@@ -38,6 +40,48 @@ pub enum HostOp {
     NewSmbGlobalMapping,
     /// `smb/v1.RemoveSmbGlobalMapping`.
     RemoveSmbGlobalMapping,
+    /// `disk/v1.ListDiskLocations`.
+    ListDiskLocations,
+    /// `disk/v1.ListDiskIDs`.
+    ListDiskIDs,
+    /// `disk/v1.Rescan`.
+    Rescan,
+    /// `disk/v1.PartitionDisk`.
+    PartitionDisk,
+    /// `disk/v1.GetDiskStats`.
+    GetDiskStats,
+    /// `disk/v1.SetDiskState`.
+    SetDiskState,
+    /// `disk/v1.GetDiskState`.
+    GetDiskState,
+    /// `volume/v1.ListVolumesOnDisk`.
+    ListVolumesOnDisk,
+    /// `volume/v1.MountVolume`.
+    MountVolume,
+    /// `volume/v1.UnmountVolume`.
+    UnmountVolume,
+    /// `volume/v1.IsVolumeFormatted`.
+    IsVolumeFormatted,
+    /// `volume/v1.FormatVolume`.
+    FormatVolume,
+    /// `volume/v1.ResizeVolume`.
+    ResizeVolume,
+    /// `volume/v1.GetVolumeStats`.
+    GetVolumeStats,
+    /// `volume/v1.GetVolumeIDFromTargetPath`.
+    GetVolumeIDFromTargetPath,
+    /// `volume/v1.WriteVolumeCache`.
+    WriteVolumeCache,
+    /// `iscsi/v1alpha2.AddTargetPortal`.
+    AddTargetPortal,
+    /// `iscsi/v1alpha2.ConnectTarget`.
+    ConnectTarget,
+    /// `iscsi/v1alpha2.DisconnectTarget`.
+    DisconnectTarget,
+    /// `iscsi/v1alpha2.GetTargetDisks`.
+    GetTargetDisks,
+    /// `iscsi/v1alpha2.SetMutualChapSecret`.
+    SetMutualChapSecret,
 }
 
 impl HostOp {
@@ -51,6 +95,27 @@ impl HostOp {
             Self::IsSymlink => "IsSymlink",
             Self::NewSmbGlobalMapping => "NewSmbGlobalMapping",
             Self::RemoveSmbGlobalMapping => "RemoveSmbGlobalMapping",
+            Self::ListDiskLocations => "ListDiskLocations",
+            Self::ListDiskIDs => "ListDiskIDs",
+            Self::Rescan => "Rescan",
+            Self::PartitionDisk => "PartitionDisk",
+            Self::GetDiskStats => "GetDiskStats",
+            Self::SetDiskState => "SetDiskState",
+            Self::GetDiskState => "GetDiskState",
+            Self::ListVolumesOnDisk => "ListVolumesOnDisk",
+            Self::MountVolume => "MountVolume",
+            Self::UnmountVolume => "UnmountVolume",
+            Self::IsVolumeFormatted => "IsVolumeFormatted",
+            Self::FormatVolume => "FormatVolume",
+            Self::ResizeVolume => "ResizeVolume",
+            Self::GetVolumeStats => "GetVolumeStats",
+            Self::GetVolumeIDFromTargetPath => "GetVolumeIDFromTargetPath",
+            Self::WriteVolumeCache => "WriteVolumeCache",
+            Self::AddTargetPortal => "AddTargetPortal",
+            Self::ConnectTarget => "ConnectTarget",
+            Self::DisconnectTarget => "DisconnectTarget",
+            Self::GetTargetDisks => "GetTargetDisks",
+            Self::SetMutualChapSecret => "SetMutualChapSecret",
         }
     }
 }
@@ -176,6 +241,157 @@ pub trait Host: Send + Sync + 'static {
     fn remove_smb_global_mapping(
         &self,
         remote: &UncPath,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+    // ---- Block storage and iSCSI (see `crate::iscsi`) ----
+
+    /// `ListDiskLocations`: disk number → location (only disks whose location csi-proxy can parse).
+    fn list_disk_locations(
+        &self,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<BTreeMap<u32, DiskLocation>>> + Send;
+
+    /// `ListDiskIDs`: disk number → page83 and serial (fails as a whole when a disk cannot be opened).
+    fn list_disk_ids(
+        &self,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<BTreeMap<u32, DiskIds>>> + Send;
+
+    /// `Rescan`: update the host's storage cache.
+    fn rescan(&self, deadline: Deadline) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `PartitionDisk`: GPT-initialise a RAW disk and create a partition when it has no non-reserved one (a no-op
+    /// otherwise).
+    fn partition_disk(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `GetDiskStats`: the disk's size in bytes.
+    fn disk_size(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<u64>> + Send;
+
+    /// `SetDiskState`: bring a disk online or offline (idempotent).
+    fn set_disk_online(
+        &self,
+        disk: u32,
+        online: bool,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `GetDiskState`: whether the disk is online.
+    fn is_disk_online(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<bool>> + Send;
+
+    /// `ListVolumesOnDisk` (all partitions): the volume ids (`\\?\Volume{…}\`) Windows has for the disk.
+    fn list_volumes_on_disk(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<Vec<String>>> + Send;
+
+    /// `MountVolume`: mount the volume at `path`, an existing empty directory (idempotent for the same volume).
+    fn mount_volume(
+        &self,
+        volume_id: &str,
+        path: &HostPath,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `UnmountVolume`: flush and remove the mount point at `path` (fails when nothing is mounted there).
+    fn unmount_volume(
+        &self,
+        volume_id: &str,
+        path: &HostPath,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `IsVolumeFormatted`: whether the volume has a file system Windows recognises.
+    fn is_volume_formatted(
+        &self,
+        volume_id: &str,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<bool>> + Send;
+
+    /// `FormatVolume`: quick NTFS format. Destructive and unguarded: the driver decides.
+    fn format_volume(
+        &self,
+        volume_id: &str,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `ResizeVolume`: grow the volume's partition to `size_bytes` (0 = maximum; growth under 100 MiB is skipped).
+    fn resize_volume(
+        &self,
+        volume_id: &str,
+        size_bytes: u64,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `GetVolumeStats`: `(total, used)` bytes.
+    fn volume_stats(
+        &self,
+        volume_id: &str,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<(u64, u64)>> + Send;
+
+    /// `GetVolumeIDFromTargetPath`: the volume mounted at `path` (an error when it is not a live mounted folder).
+    fn volume_id_from_target_path(
+        &self,
+        path: &HostPath,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<String>> + Send;
+
+    /// `WriteVolumeCache`: flush the volume.
+    fn write_volume_cache(
+        &self,
+        volume_id: &str,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `AddTargetPortal` (idempotent).
+    fn add_target_portal(
+        &self,
+        portal: &Portal,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `ConnectTarget` (a no-op when connected; not persistent across reboots).
+    fn connect_target(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `DisconnectTarget` (a no-op when not connected).
+    fn disconnect_target(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// `GetTargetDisks`: disk numbers of a connected target (empty when not connected).
+    fn get_target_disks(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<Vec<u32>>> + Send;
+
+    /// `SetMutualChapSecret`: the initiator's node-global mutual CHAP secret.
+    fn set_mutual_chap_secret(
+        &self,
+        secret: &Secret,
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
 }

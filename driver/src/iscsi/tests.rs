@@ -1,0 +1,1001 @@
+//! Unit tests of the iSCSI lifecycle against the recording fake host: exact host-call sequences, refusal branches,
+//! crash points, validation and redaction.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+use crate::host::fake::FakeHost;
+use crate::paths::KubeletRoot;
+use crate::smb::Secrets;
+use crate::volume::{
+    AccessType, Capability, PublishRequest, StageRequest, StatsRequest, UnpublishRequest,
+    UnstageRequest, VolumeConfig,
+};
+use HostOp::*;
+
+const IQN: &str = "iqn.2024-01.io.example:store1";
+const IQN2: &str = "iqn.2024-01.io.example:store2";
+const GIB: u64 = 1 << 30;
+const CHAP_USER: &str = "node-a";
+const CHAP_SECRET: &str = "s3cret-chap-01";
+const MUTUAL_SECRET: &str = "initiator-sec-9";
+
+fn portal() -> Portal {
+    Portal::parse("10.0.0.5", "test").expect("portal")
+}
+
+fn staging(id: &str) -> String {
+    format!(r"c:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
+}
+
+fn target(pod: &str) -> String {
+    format!(r"c:\var\lib\kubelet\pods\{pod}\volumes\kubernetes.io~csi\pv\mount")
+}
+
+fn d() -> Deadline {
+    Deadline::after(Duration::from_secs(600))
+}
+
+fn cap(fs: &str) -> Option<Capability> {
+    Some(Capability {
+        access_type: AccessType::Mount {
+            fs_type: fs.to_owned(),
+            mount_flags: vec![],
+        },
+        access_mode: 1,
+    })
+}
+
+struct Env {
+    host: FakeHost,
+    mgr: VolumeManager<FakeHost>,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    /// One portal exposing IQN with LUN 0 (RAW, 10 GiB) and LUN 1 (RAW, 5 GiB), plus a local disk with LUN 0.
+    fn new() -> Self {
+        let host = FakeHost::new();
+        host.with_block(|b| {
+            b.add_local_disk(0, 0, "os");
+            b.add_portal_target(&portal(), IQN);
+            b.add_lun(IQN, 0, "lun0", 10 * GIB);
+            b.add_lun(IQN, 1, "lun1", 5 * GIB);
+        });
+        let dir = tempfile::tempdir().expect("tmp");
+        let mgr = Self::manager(&host, dir.path());
+        Self { host, mgr, dir }
+    }
+
+    fn manager(host: &FakeHost, dir: &Path) -> VolumeManager<FakeHost> {
+        let cfg = VolumeConfig {
+            kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
+            driver_name: "wincsi.csi.io".into(),
+        };
+        VolumeManager::new(host.clone(), cfg, dir).expect("manager")
+    }
+
+    fn restart(&mut self) {
+        self.mgr = Self::manager(&self.host, self.dir.path());
+    }
+
+    fn ops(&self) -> Vec<HostOp> {
+        let ops = self.host.ops();
+        self.host.clear_calls();
+        ops
+    }
+
+    fn data_loss(&self) -> Vec<String> {
+        self.host.with_block(|b| b.data_loss.clone())
+    }
+
+    fn assert_clean(&self) {
+        assert!(
+            self.data_loss().is_empty(),
+            "data loss: {:?}",
+            self.data_loss()
+        );
+        self.host.with_block(|b| {
+            assert!(b.sessions.is_empty(), "leaked sessions: {:?}", b.sessions);
+            assert!(b.mounts.is_empty(), "leaked mounts: {:?}", b.mounts);
+        });
+        assert!(
+            self.mgr.store().volumes().expect("list").is_empty(),
+            "leaked records"
+        );
+        assert!(!self.host.exists(&staging("v1")), "staging dir left behind");
+    }
+
+    fn record(&self, id: &str) -> IscsiRecord {
+        match self
+            .mgr
+            .store()
+            .volume(id)
+            .expect("read")
+            .expect("record")
+            .protocol
+        {
+            Protocol::Iscsi(r) => r,
+            other => panic!("not iSCSI: {other:?}"),
+        }
+    }
+}
+
+fn ctx(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn stage_req(id: &str, lun: u32, extra: &[(&str, &str)], secrets: &[(&str, &str)]) -> StageRequest {
+    let lun = lun.to_string();
+    let mut c = ctx(&[
+        ("targetPortal", "10.0.0.5:3260"),
+        ("iqn", IQN),
+        ("lun", &lun),
+    ]);
+    c.extend(ctx(extra));
+    StageRequest {
+        volume_id: id.into(),
+        staging_target_path: staging(id),
+        capability: cap(""),
+        volume_context: c,
+        secrets: Secrets::new(secrets.iter().map(|(k, v)| (*k, *v))),
+    }
+}
+
+fn unstage_req(id: &str) -> UnstageRequest {
+    UnstageRequest {
+        volume_id: id.into(),
+        staging_target_path: staging(id),
+    }
+}
+
+const FIRST_STAGE_RAW: &[HostOp] = &[
+    AddTargetPortal,
+    ConnectTarget,
+    GetTargetDisks,
+    ListDiskLocations,
+    ListDiskIDs,
+    SetDiskState,
+    ListVolumesOnDisk,
+    PartitionDisk,
+    ListVolumesOnDisk,
+    IsVolumeFormatted,
+    FormatVolume,
+    Mkdir,
+    MountVolume,
+];
+
+const UNSTAGE: &[HostOp] = &[
+    GetVolumeIDFromTargetPath,
+    WriteVolumeCache,
+    UnmountVolume,
+    Rmdir,
+    DisconnectTarget,
+];
+
+#[tokio::test]
+async fn first_repeated_stage_and_unstage_sequences() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
+    assert_eq!(env.ops(), FIRST_STAGE_RAW);
+    let r = env.record("v1");
+    let lun0 = env
+        .host
+        .with_block(|b| b.disk("lun0").cloned())
+        .expect("lun0");
+    assert_eq!(r.disk_number, lun0.number);
+    assert_eq!(r.page83.as_deref(), Some(lun0.page83.as_str()));
+    assert_eq!(r.serial.as_deref(), Some("SN-lun0"));
+    assert!(r.partitioned);
+    let vid = r.volume.clone().expect("volume recorded");
+    assert_eq!(r.session_portal, Some(portal()));
+    assert_eq!(
+        env.host
+            .with_block(|b| b.mounts.get(&staging("v1")).cloned()),
+        Some(vid.clone())
+    );
+    assert_ne!(
+        r.disk_number,
+        Some(0),
+        "the local disk (LUN 0 on adapter 0) is never a candidate"
+    );
+
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("repeat");
+    assert_eq!(env.ops(), [GetVolumeIDFromTargetPath]);
+
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    assert_eq!(env.ops(), UNSTAGE);
+    env.assert_clean();
+    // The portal stays (documented): other volumes and admin settings may depend on it.
+    assert_eq!(
+        env.host.with_block(|b| b.added_portals()),
+        ["10.0.0.5:3260"]
+    );
+
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage again");
+    assert_eq!(
+        env.ops(),
+        [PathExists],
+        "no record and no path: nothing else"
+    );
+}
+
+#[tokio::test]
+async fn existing_ntfs_volume_is_mounted_not_formatted() {
+    let env = Env::new();
+    env.host.with_block(|b| {
+        let part = b.volume_with_data(10 * GIB - 20 * (1 << 20));
+        let disk = b.disk("lun0").expect("lun0");
+        disk.style = fake::Style::Gpt;
+        disk.partitions = vec![part];
+    });
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
+    assert_eq!(
+        env.ops(),
+        [
+            AddTargetPortal,
+            ConnectTarget,
+            GetTargetDisks,
+            ListDiskLocations,
+            ListDiskIDs,
+            SetDiskState,
+            ListVolumesOnDisk,
+            IsVolumeFormatted,
+            Mkdir,
+            MountVolume
+        ]
+    );
+    assert!(!env.record("v1").partitioned);
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+    let data = env
+        .host
+        .with_block(|b| b.disk("lun0").and_then(|d| d.partitions[0].volume.clone()));
+    assert!(data.is_some_and(|v| v.data && v.formatted), "data intact");
+}
+
+/// Assert a refused stage: the error kind and text, that nothing destructive ran, and that nothing leaked.
+async fn refused(env: &Env, req: StageRequest, want: &str) -> Vec<HostOp> {
+    let before = env.host.with_block(|b| b.disks.clone());
+    let err = env.mgr.stage(&req, d()).await.expect_err("must refuse");
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    assert!(err.to_string().contains(want), "{err}");
+    let ops = env.ops();
+    assert!(!ops.contains(&FormatVolume), "{ops:?}");
+    assert!(!ops.contains(&MountVolume), "{ops:?}");
+    assert_eq!(
+        env.host
+            .with_block(|b| b.disks.clone())
+            .iter()
+            .map(|d| (&d.partitions, d.style))
+            .collect::<Vec<_>>(),
+        before
+            .iter()
+            .map(|d| (&d.partitions, d.style))
+            .collect::<Vec<_>>(),
+        "disk layout changed"
+    );
+    assert!(env.data_loss().is_empty());
+    env.host
+        .with_block(|b| assert!(b.sessions.is_empty(), "the failed stage logged out again"));
+    assert!(
+        env.mgr.store().volumes().expect("list").is_empty(),
+        "record rolled back"
+    );
+    ops
+}
+
+#[tokio::test]
+async fn foreign_layout_is_refused_untouched() {
+    let env = Env::new();
+    env.host.with_block(|b| {
+        let disk = b.disk("lun0").expect("lun0");
+        disk.style = fake::Style::Mbr;
+        disk.partitions = vec![fake::FakePartition {
+            reserved: false,
+            volume: None,
+        }];
+    });
+    let ops = refused(
+        &env,
+        stage_req("v1", 0, &[], &[]),
+        "no volume Windows can use",
+    )
+    .await;
+    assert_eq!(
+        ops,
+        [
+            AddTargetPortal,
+            ConnectTarget,
+            GetTargetDisks,
+            ListDiskLocations,
+            ListDiskIDs,
+            SetDiskState,
+            ListVolumesOnDisk,
+            PartitionDisk,
+            ListVolumesOnDisk,
+            DisconnectTarget
+        ]
+    );
+}
+
+#[tokio::test]
+async fn unformatted_volume_not_created_by_us_is_never_formatted() {
+    let env = Env::new();
+    env.host.with_block(|b| {
+        let mut part = b.volume_with_data(GIB);
+        if let Some(v) = part.volume.as_mut() {
+            v.formatted = false; // e.g. ext4: Windows sees a RAW volume
+        }
+        let disk = b.disk("lun0").expect("lun0");
+        disk.style = fake::Style::Gpt;
+        disk.partitions = vec![part];
+    });
+    let ops = refused(&env, stage_req("v1", 0, &[], &[]), "refusing to format").await;
+    assert!(!ops.contains(&PartitionDisk), "{ops:?}");
+}
+
+#[tokio::test]
+async fn several_volumes_are_refused() {
+    let env = Env::new();
+    env.host.with_block(|b| {
+        let p1 = b.volume_with_data(GIB);
+        let p2 = b.volume_with_data(GIB);
+        let disk = b.disk("lun0").expect("lun0");
+        disk.style = fake::Style::Gpt;
+        disk.partitions = vec![p1, p2];
+    });
+    refused(&env, stage_req("v1", 0, &[], &[]), "has 2 volumes").await;
+}
+
+#[tokio::test]
+async fn identity_hints_must_match_before_anything_is_touched() {
+    let env = Env::new();
+    let ops = refused(
+        &env,
+        stage_req(
+            "v1",
+            0,
+            &[("page83", "60014050000000000000000000000099")],
+            &[],
+        ),
+        "does not match the volume's identity hints",
+    )
+    .await;
+    assert!(!ops.contains(&SetDiskState), "{ops:?}");
+    // The right hints pass (case-insensitive, trimmed).
+    let page83 = env
+        .host
+        .with_block(|b| b.disk("lun0").map(|d| d.page83.to_uppercase()))
+        .expect("p83");
+    let req = stage_req(
+        "v1",
+        0,
+        &[("page83", &format!(" {page83} ")), ("serial", "SN-lun0")],
+        &[],
+    );
+    env.mgr
+        .stage(&req, d())
+        .await
+        .expect("stage with matching hints");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn same_lun_twice_on_the_target_is_refused() {
+    let env = Env::new();
+    env.host.with_block(|b| {
+        b.add_lun(IQN, 0, "lun0-path2", 10 * GIB);
+    });
+    refused(
+        &env,
+        stage_req("v1", 0, &[], &[]),
+        "appears as 2 different disks",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn missing_lun_is_unavailable_within_the_deadline() {
+    let env = Env::new();
+    // A short deadline leaves no room for a wait: one look, one Rescan, one more look, then Unavailable.
+    let short = Deadline::after(Duration::from_secs(1));
+    let err = env
+        .mgr
+        .stage(&stage_req("v1", 7, &[], &[]), short)
+        .await
+        .expect_err("no LUN 7");
+    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    assert!(err.to_string().contains("no disk with LUN 7"), "{err}");
+    assert_eq!(
+        env.ops(),
+        [
+            AddTargetPortal,
+            ConnectTarget,
+            GetTargetDisks,
+            ListDiskLocations,
+            Rescan,
+            GetTargetDisks,
+            ListDiskLocations
+        ]
+    );
+    // Uncertain outcome: the record stays for kubelet's retry or unstage, which cleans up.
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+}
+
+#[test]
+fn the_wait_is_bounded_by_rounds_and_deadline() {
+    let ms = Duration::from_millis;
+    assert_eq!(
+        backoff_schedule(Duration::from_secs(600)),
+        [ms(500), ms(1000), ms(2000), ms(4000)]
+    );
+    assert_eq!(
+        backoff_schedule(Duration::from_secs(3)),
+        [ms(500), ms(1000)]
+    );
+    assert!(backoff_schedule(Duration::from_secs(1)).is_empty());
+    assert!(backoff_schedule(Duration::ZERO).is_empty());
+}
+
+#[tokio::test]
+async fn rescan_only_when_the_disk_is_not_visible() {
+    let env = Env::new();
+    env.host.with_block(|b| b.need_rescan = true);
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
+    let ops = env.ops();
+    assert_eq!(
+        &ops[..5],
+        [
+            AddTargetPortal,
+            ConnectTarget,
+            GetTargetDisks,
+            Rescan,
+            GetTargetDisks
+        ]
+    );
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn one_way_and_mutual_chap_and_wrong_secrets() {
+    let env = Env::new();
+    env.host
+        .with_block(|b| b.require_chap(IQN, CHAP_USER, CHAP_SECRET, Some(MUTUAL_SECRET)));
+    let good = [
+        ("node.session.auth.username", CHAP_USER),
+        ("node.session.auth.password", CHAP_SECRET),
+        ("node.session.auth.username_in", "target-a"),
+        ("node.session.auth.password_in", MUTUAL_SECRET),
+    ];
+    // Wrong secret: one login attempt, even with two portals; a clear error without the secret.
+    let mut wrong = good;
+    wrong[1].1 = "wrong-secret-00";
+    let req = stage_req("v1", 0, &[("portals", "10.0.0.5:3260, 10.0.0.6")], &wrong);
+    let err = env.mgr.stage(&req, d()).await.expect_err("wrong secret");
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("CHAP authentication failure"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("wrong-secret-00"));
+    let ops = env.ops();
+    assert_eq!(
+        ops.iter().filter(|o| **o == ConnectTarget).count(),
+        1,
+        "{ops:?}"
+    );
+    // One-way CHAP against a target that wants mutual: refused too.
+    let err = env
+        .mgr
+        .stage(&stage_req("v1", 0, &[], &good[..2]), d())
+        .await
+        .expect_err("one-way");
+    assert!(err.to_string().contains("CHAP"), "{err}");
+    env.ops();
+    // Mutual: the initiator secret is set before the login.
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &good), d())
+        .await
+        .expect("mutual");
+    let ops = env.ops();
+    assert_eq!(
+        &ops[..3],
+        [AddTargetPortal, SetMutualChapSecret, ConnectTarget]
+    );
+    let calls: Vec<String> = env.host.calls().iter().map(ToString::to_string).collect();
+    assert!(
+        calls
+            .iter()
+            .all(|c| !c.contains(CHAP_SECRET) && !c.contains(MUTUAL_SECRET))
+    );
+    let rec = std::fs::read_dir(env.dir.path().join("volumes"))
+        .expect("ls")
+        .map(|e| std::fs::read_to_string(e.expect("e").path()).expect("read"))
+        .collect::<String>();
+    assert!(
+        !rec.contains(CHAP_SECRET) && !rec.contains(MUTUAL_SECRET) && !rec.contains(CHAP_USER),
+        "{rec}"
+    );
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn two_luns_of_one_target_share_the_session() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("v1");
+    env.mgr
+        .stage(&stage_req("v2", 1, &[], &[]), d())
+        .await
+        .expect("v2");
+    assert_ne!(env.record("v1").volume, env.record("v2").volume);
+    env.ops();
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage v1");
+    let ops = env.ops();
+    assert!(!ops.contains(&DisconnectTarget), "{ops:?}");
+    env.host.with_block(|b| assert_eq!(b.sessions.len(), 1));
+    let stats = env
+        .mgr
+        .stats(
+            &StatsRequest {
+                volume_id: "v2".into(),
+                volume_path: staging("v2"),
+            },
+            d(),
+        )
+        .await
+        .expect("stats v2");
+    assert!(!stats.abnormal, "{stats:?}");
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .expect("unstage v2");
+    assert_eq!(env.ops().last(), Some(&DisconnectTarget));
+    env.host.with_block(|b| assert!(b.sessions.is_empty()));
+    assert!(env.data_loss().is_empty());
+}
+
+#[tokio::test]
+async fn colliding_luns_across_targets_pick_the_right_disk() {
+    let env = Env::new();
+    env.host.with_block(|b| {
+        b.add_portal_target(&portal(), IQN2);
+        b.add_lun(IQN2, 0, "other-lun0", 10 * GIB);
+    });
+    let mut req = stage_req("v2", 0, &[], &[]);
+    req.volume_context.insert("iqn".into(), IQN2.into());
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("v1");
+    env.mgr.stage(&req, d()).await.expect("v2");
+    let (a, b2) = env.host.with_block(|b| {
+        (
+            b.disk("lun0").and_then(|d| d.number),
+            b.disk("other-lun0").and_then(|d| d.number),
+        )
+    });
+    assert_eq!(env.record("v1").disk_number, a);
+    assert_eq!(env.record("v2").disk_number, b2);
+    assert_ne!(a, b2);
+}
+
+#[tokio::test]
+async fn stats_condition_and_publish_path() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
+    env.mgr
+        .publish(
+            &PublishRequest {
+                volume_id: "v1".into(),
+                staging_target_path: staging("v1"),
+                target_path: target("pod1"),
+                capability: cap(""),
+                ..Default::default()
+            },
+            d(),
+        )
+        .await
+        .expect("publish");
+    env.ops();
+    let s = env
+        .mgr
+        .stats(
+            &StatsRequest {
+                volume_id: "v1".into(),
+                volume_path: target("pod1"),
+            },
+            d(),
+        )
+        .await
+        .expect("stats");
+    assert_eq!(env.ops(), [GetVolumeIDFromTargetPath, GetVolumeStats]);
+    assert!(!s.abnormal);
+    assert_eq!(s.usage.total, (10 * GIB - 18 * (1 << 20)) as i64);
+    assert_eq!(s.usage.available, s.usage.total - s.usage.used);
+    let err = env
+        .mgr
+        .stats(
+            &StatsRequest {
+                volume_id: "v1".into(),
+                volume_path: target("other"),
+            },
+            d(),
+        )
+        .await
+        .expect_err("not ours");
+    assert!(matches!(err, Error::NotFound(_)), "{err:?}");
+    // Disk offline → abnormal with the reason.
+    env.host
+        .with_block(|b| b.disk("lun0").expect("lun0").online = false);
+    let s = env
+        .mgr
+        .stats(
+            &StatsRequest {
+                volume_id: "v1".into(),
+                volume_path: staging("v1"),
+            },
+            d(),
+        )
+        .await
+        .expect("stats");
+    assert!(s.abnormal && s.message.contains("offline"), "{s:?}");
+    // Session gone (reboot) → abnormal.
+    env.host.with_block(|b| b.reboot());
+    let s = env
+        .mgr
+        .stats(
+            &StatsRequest {
+                volume_id: "v1".into(),
+                volume_path: staging("v1"),
+            },
+            d(),
+        )
+        .await
+        .expect("stats");
+    assert!(s.abnormal && s.message.contains("session"), "{s:?}");
+    env.mgr
+        .unpublish(
+            &UnpublishRequest {
+                volume_id: "v1".into(),
+                target_path: target("pod1"),
+            },
+            d(),
+        )
+        .await
+        .expect("unpublish");
+}
+
+#[tokio::test]
+async fn reboot_then_restage_keeps_data() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
+    let vid = env.record("v1").volume;
+    env.host.with_block(|b| {
+        if let Some(v) = b.disk("lun0").and_then(|d| d.partitions[1].volume.as_mut()) {
+            v.data = true;
+        }
+        b.reboot();
+    });
+    env.ops();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("re-stage");
+    let ops = env.ops();
+    assert!(
+        !ops.contains(&FormatVolume) && !ops.contains(&PartitionDisk),
+        "{ops:?}"
+    );
+    assert_eq!(env.record("v1").volume, vid);
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn a_different_disk_behind_the_lun_after_restage_is_refused() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
+    env.host.with_block(|b| {
+        b.reboot();
+        b.disk("lun0").expect("lun0").page83 = "6001405ffffffffffffffffffffffff0".into();
+    });
+    let err = env
+        .mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect_err("other disk");
+    assert!(
+        err.to_string().contains("maps to a different disk"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn expand_grows_to_the_lun_and_honours_the_skip_rule() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
+    let req = |bytes: u64| ExpandRequest {
+        volume_id: "v1".into(),
+        volume_path: staging("v1"),
+        required_bytes: bytes as i64,
+    };
+    let start = 10 * GIB - 18 * (1 << 20);
+    // LUN grown by 50 MiB: below csi-proxy's 100 MiB minimum, the capacity is reported as it is.
+    env.host
+        .with_block(|b| b.disk("lun0").expect("lun0").size += 50 << 20);
+    env.ops();
+    let cap = env
+        .mgr
+        .expand(&req(10 * GIB), d())
+        .await
+        .expect("expand small");
+    assert_eq!(cap, start as i64);
+    assert_eq!(
+        env.ops(),
+        [
+            GetVolumeIDFromTargetPath,
+            Rescan,
+            GetDiskStats,
+            GetVolumeStats,
+            ResizeVolume,
+            GetVolumeStats
+        ]
+    );
+    // LUN not grown enough for the request: a clear error.
+    let err = env
+        .mgr
+        .expand(&req(20 * GIB), d())
+        .await
+        .expect_err("too small");
+    assert!(err.to_string().contains("grow the LUN"), "{err}");
+    env.host
+        .with_block(|b| b.disk("lun0").expect("lun0").size = 20 * GIB);
+    let cap = env.mgr.expand(&req(20 * GIB), d()).await.expect("expand");
+    assert_eq!(cap, (20 * GIB - 18 * (1 << 20)) as i64);
+}
+
+#[tokio::test]
+async fn killed_between_any_two_host_calls_then_retried_converges() {
+    async fn cycle(env: &Env) -> Result<(), Error> {
+        env.mgr.stage(&stage_req("v1", 0, &[], &[]), d()).await?;
+        env.mgr.unstage(&unstage_req("v1"), d()).await
+    }
+    let total = {
+        let env = Env::new();
+        cycle(&env).await.expect("clean run");
+        env.assert_clean();
+        env.host.calls().len()
+    };
+    assert_eq!(total, FIRST_STAGE_RAW.len() + UNSTAGE.len());
+    for n in 0..total {
+        for kubelet_unstages_instead in [false, true] {
+            let mut env = Env::new();
+            env.host.hang_after(n);
+            tokio::select! {
+                r = cycle(&env) => panic!("call {n}: finished despite the hang: {r:?}"),
+                () = env.host.hung() => {}
+            }
+            env.host.resume();
+            env.restart();
+            if !kubelet_unstages_instead {
+                env.mgr
+                    .stage(&stage_req("v1", 0, &[], &[]), d())
+                    .await
+                    .unwrap_or_else(|e| panic!("call {n}: retry stage: {e}"));
+                let r = env.record("v1");
+                assert!(env.host.with_block(|b| {
+                    r.volume
+                        .as_ref()
+                        .is_some_and(|v| b.mounts.get(&staging("v1")) == Some(v))
+                }));
+            }
+            env.mgr
+                .unstage(&unstage_req("v1"), d())
+                .await
+                .unwrap_or_else(|e| panic!("call {n}: unstage: {e}"));
+            env.assert_clean();
+        }
+    }
+}
+
+#[test]
+fn validation_messages() {
+    let ok = ctx(&[("targetPortal", "10.0.0.5"), ("iqn", IQN), ("lun", "3")]);
+    let none = Secrets::default();
+    let v = parse_volume(&ok, &none).expect("valid");
+    assert_eq!(
+        v.portals,
+        [Portal {
+            address: "10.0.0.5".into(),
+            port: 3260
+        }]
+    );
+    assert_eq!(v.lun, 3);
+    assert_eq!(v.auth, IscsiAuth::None);
+    let with = |k: &str, val: &str| {
+        let mut c = ok.clone();
+        c.insert(k.into(), val.into());
+        c
+    };
+    // Portals: JSON array, comma list, IPv6, de-duplication.
+    let v = parse_volume(
+        &with("portals", r#"["10.0.0.6:3261", "10.0.0.5:3260"]"#),
+        &none,
+    )
+    .expect("json");
+    assert_eq!(v.portals.len(), 2);
+    assert_eq!(
+        v.portals[1],
+        Portal {
+            address: "10.0.0.6".into(),
+            port: 3261
+        }
+    );
+    let v = parse_volume(&with("portals", "[fd00::5]:3260,san.example.com"), &none).expect("list");
+    assert_eq!(v.portals[1].address, "fd00::5");
+    assert_eq!(v.portals[1].to_string(), "[fd00::5]:3260");
+    for (key, value, want) in [
+        ("iqn", "iqn.2024.io.x", "date yyyy-mm."),
+        ("iqn", "foo.bar", "must start with iqn., eui. or naa."),
+        ("iqn", "eui.123", "16 hex digits"),
+        ("iqn", "naa.XYZ0000000000000", "16 or 32 hex digits"),
+        ("lun", "256", "from 0 to 255"),
+        ("lun", "-1", "from 0 to 255"),
+        ("targetPortal", "10.0.0.5:99999", "port must be a number"),
+        ("targetPortal", "bad host:1", "DNS name or an IP address"),
+        ("portals", r#"["x:1""#, "JSON array"),
+        ("fsType", "ext4", "use a Linux node"),
+        ("fsType", "refs", "HostProcess backend"),
+        ("node.session.auth.password", "x", "carries a credential"),
+        ("chapSecret", "x", "carries a credential"),
+        ("sessionCHAPAuth", "yes", "\"true\" or \"false\""),
+    ] {
+        let err = parse_volume(&with(key, value), &none).expect_err(key);
+        assert!(matches!(err, Error::InvalidArgument(_)), "{key}: {err:?}");
+        assert!(err.to_string().contains(want), "{key}={value}: {err}");
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+    assert!(check_iqn("eui.02004567A425678D").is_ok());
+    assert!(check_iqn("naa.52004567BA64678D").is_ok());
+    assert!(check_iqn(&format!("iqn.2024-01.io.x:{}", "a".repeat(220))).is_err());
+    // Discovery CHAP cannot be carried by csi-proxy.
+    let err = parse_volume(&with("discoveryCHAPAuth", "true"), &none).expect_err("discovery");
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    let disc = Secrets::new([
+        ("node.sendtargets.auth.username", "u"),
+        ("node.sendtargets.auth.password", "p"),
+    ]);
+    assert!(matches!(
+        parse_volume(&ok, &disc),
+        Err(Error::FailedPrecondition(_))
+    ));
+    // CHAP secret length (Windows: 12–16), reported without the value.
+    for bad in ["short-pw", "much-too-long-secret-x"] {
+        let s = Secrets::new([
+            ("node.session.auth.username", "u"),
+            ("node.session.auth.password", bad),
+        ]);
+        let err = parse_volume(&ok, &s).expect_err(bad);
+        assert!(err.to_string().contains("12 to 16"), "{err}");
+        assert!(!err.to_string().contains(bad), "{err}");
+    }
+    let s = Secrets::new([("node.session.auth.password", CHAP_SECRET)]);
+    assert!(
+        parse_volume(&with("sessionCHAPAuth", "true"), &s).is_err(),
+        "username required"
+    );
+    let s = Secrets::new([("node.session.auth.password_in", MUTUAL_SECRET)]);
+    assert!(
+        parse_volume(&ok, &s).is_err(),
+        "mutual needs one-way credentials"
+    );
+    // Explicitly disabled session CHAP ignores the secret.
+    let s = Secrets::new([
+        ("node.session.auth.username", "u"),
+        ("node.session.auth.password", CHAP_SECRET),
+    ]);
+    assert_eq!(
+        parse_volume(&with("sessionCHAPAuth", "false"), &s)
+            .expect("off")
+            .auth,
+        IscsiAuth::None
+    );
+    // Debug never shows a secret.
+    let s = Secrets::new([
+        ("node.session.auth.username", "u"),
+        ("node.session.auth.password", CHAP_SECRET),
+        ("node.session.auth.password_in", MUTUAL_SECRET),
+    ]);
+    let v = parse_volume(&ok, &s).expect("mutual");
+    assert!(matches!(v.auth, IscsiAuth::Mutual { .. }));
+    let dbg = format!("{v:?}");
+    assert!(
+        !dbg.contains(CHAP_SECRET) && !dbg.contains(MUTUAL_SECRET),
+        "{dbg}"
+    );
+}
+
+#[tokio::test]
+async fn dispatch_refuses_other_file_systems_and_block() {
+    let env = Env::new();
+    let mut req = stage_req("v1", 0, &[], &[]);
+    req.capability = cap("xfs");
+    let err = env.mgr.stage(&req, d()).await.expect_err("xfs");
+    assert!(
+        matches!(err, Error::InvalidArgument(_)) && err.to_string().contains("xfs"),
+        "{err:?}"
+    );
+    req.capability = Some(Capability {
+        access_type: AccessType::Block,
+        access_mode: 1,
+    });
+    assert!(matches!(
+        env.mgr.stage(&req, d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(env.host.calls().is_empty());
+}

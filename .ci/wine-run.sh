@@ -4,7 +4,8 @@
 #   CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=$PWD/.ci/wine-run.sh \
 #       cargo test --target x86_64-pc-windows-gnu -p wincsi-driver --test 'wine_*'
 #   .ci/wine-run.sh path/to/program.exe [args...]
-#   .ci/wine-run.sh --start-server     start a wineserver that persists until --stop-server (used by test-all.sh)
+#   .ci/wine-run.sh --start-server     start a wineserver that persists until --stop-server (used by test-all.sh);
+#                                      exit status 0 if it started one, 10 if one was already running
 #   .ci/wine-run.sh --stop-server      `wineserver -k`: ends every Wine process of the prefix
 #
 # Uses the prefix made by .ci/wine-setup.sh (with the ProcessPrng shim). Why the server dance: the first Wine
@@ -27,15 +28,19 @@ usage() {
 }
 
 # start_server PERSISTENCE: "" = until killed, N = N seconds after the last Wine process.
+# Returns 0 if it started the server, 10 if one was already running for this prefix.
 start_server() {
+    local status=10
     exec 9>"$WINEPREFIX/.wincsi-server.lock"
     flock 9
-    # Exit status 0: we started the server; 2: one is already running for this prefix. Nothing Wine starts may
+    # wineserver exits 0 when it became the server, 2 when one is already running. Nothing Wine starts may
     # inherit fd 9, or it would hold the lock forever.
     if wineserver -p"$1" </dev/null >/dev/null 2>&1 9>&-; then
+        status=0
         "$WINCSI_WINE" cmd.exe /c exit 0 </dev/null >/dev/null 2>&1 9>&- || true
     fi
     exec 9>&-
+    return "$status"
 }
 
 [ "$#" -gt 0 ] || usage
@@ -52,11 +57,12 @@ fi
 
 case "$1" in
     --start-server)
-        start_server ""
-        exit 0
+        status=0
+        start_server "" || status=$?
+        exit "$status"
         ;;
     -*) usage ;;
 esac
 
-start_server "${WINCSI_WINESERVER_LINGER:-60}"
+start_server "${WINCSI_WINESERVER_LINGER:-60}" || true
 exec "$WINCSI_WINE" "$@"

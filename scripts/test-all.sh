@@ -15,7 +15,7 @@
 #   test (linux)     cargo test --workspace --all-features
 #   test (wine)      cargo test --target x86_64-pc-windows-gnu --all-features -p <every package with
 #                    tests/wine_*.rs> --test 'wine_*', run under Wine through .ci/wine-run.sh (time limit
-#                    WINCSI_WINE_TEST_TIMEOUT seconds, default 900; the wineserver is stopped afterwards)
+#                    WINCSI_WINE_TEST_TIMEOUT seconds, default 900; the wineserver it starts is stopped afterwards)
 # It ends with a step-timing table and one "total: N passed, N failed" line summed over both cargo test runs.
 set -euo pipefail
 
@@ -111,14 +111,23 @@ test_wine() {
     args+=($packages --test 'wine_*')
     # Build first, so the time limit below covers only running the tests.
     cargo test "${args[@]}" --no-run
-    bash .ci/wine-run.sh --start-server
+    # Our own persistent wineserver, stopped when the tests end. If one was already running (a developer's other
+    # Wine run on this prefix), it is left alone: stopping it would kill that run.
+    local started=1
+    bash .ci/wine-run.sh --start-server || {
+        [ "$?" -eq 10 ] || die "cannot start a wineserver for $WINEPREFIX"
+        started=0
+        echo "a wineserver is already running for $WINEPREFIX: using it and leaving it running"
+    }
     # The server is stopped inside the piped group: should a Windows process still hold the pipe, killing it is
     # what lets tee see EOF, so the run cannot hang.
     local limit="${WINCSI_WINE_TEST_TIMEOUT:-900}"
     (
         rc=0
         timeout --kill-after=30 "$limit" cargo test "${args[@]}" || rc=$?
-        bash .ci/wine-run.sh --stop-server
+        if [ "$started" -eq 1 ]; then
+            bash .ci/wine-run.sh --stop-server
+        fi
         if [ "$rc" -eq 124 ]; then
             echo "test-all.sh: the Wine tests did not finish within ${limit}s (WINCSI_WINE_TEST_TIMEOUT)" >&2
         fi

@@ -1,0 +1,435 @@
+//! Kubelet-faithful end-to-end scenarios on a simulated Windows node: the real `wincsi-sim` and `wincsi-node`
+//! binaries as separate processes (csi-proxy over Unix sockets, CSI over a Unix socket), kubelet's exact paths,
+//! attributes, call order and retries. Every scenario ends with the simulator's invariants (no data loss,
+//! nothing left behind), the driver's state directory empty, and no secret value in any log.
+#![cfg(unix)]
+
+use wincsi_e2e::fixtures::{self, SECRETS, SMB_GUEST_SHARE, SMB_SERVER, SMB_SHARE};
+use wincsi_e2e::{Pod, TestNode, Volume, binaries};
+
+async fn node() -> TestNode {
+    TestNode::start(&binaries!(), &fixtures::scenario())
+        .await
+        .expect("node starts")
+}
+
+/// The end of every scenario: nothing lost, nothing left, nothing leaked.
+async fn finish(node: TestNode) {
+    if let Err(e) = node.check_clean().await {
+        panic!(
+            "{e}\n--- driver log (tail) ---\n{}",
+            tail(&node.driver_logs(), 40)
+        );
+    }
+    node.check_no_secret_in_logs(SECRETS)
+        .expect("no secret in logs");
+    node.shutdown().await;
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Unwraps a scenario step, printing the driver's log tail on failure.
+macro_rules! step {
+    ($node:expr, $e:expr) => {
+        match $e.await {
+            Ok(v) => v,
+            Err(e) => panic!(
+                "{} failed: {e}\n--- driver log (tail) ---\n{}",
+                stringify!($e),
+                tail(&$node.driver_logs(), 40)
+            ),
+        }
+    };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_with_an_smb_pvc_and_an_iscsi_pvc_writes_data_that_lands_on_the_share_and_the_lun() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("team-a", "app-0");
+    let smb = fixtures::smb_volume(
+        "pv-smb",
+        "team-a",
+        "data-smb",
+        Some("${pvc.metadata.namespace}/${pvc.metadata.name}"),
+    );
+    let lun = fixtures::iscsi_volume("pv-lun0", "team-a", "data-lun", 0);
+
+    let smb_target = step!(node, k.mount(host, &pod, &smb));
+    let lun_target = step!(node, k.mount(host, &pod, &lun));
+    assert!(
+        smb_target.ends_with(r"\volumes\kubernetes.io~csi\pv-smb\mount"),
+        "{smb_target}"
+    );
+
+    // The pod writes through its volume paths.
+    step!(
+        node,
+        host.write_file(&format!(r"{smb_target}\hello.txt"), "hello over SMB")
+    );
+    step!(
+        node,
+        host.write_file(&format!(r"{lun_target}\db\row1.txt"), "hello on NTFS")
+    );
+
+    // The SMB data is on the share, under the subDir the templates produced (created by the driver).
+    assert_eq!(
+        step!(
+            node,
+            host.read_share_file(SMB_SERVER, SMB_SHARE, "team-a/data-smb/hello.txt")
+        ),
+        "hello over SMB"
+    );
+    // The pod sees what was already on the share root through its link only under subDir: not the README.
+    assert!(
+        host.read_file(&format!(r"{smb_target}\README.txt"))
+            .await
+            .is_err()
+    );
+    // The iSCSI data is on the volume mounted at the staging path (the LUN's NTFS volume).
+    let staging = k.staging_path(&lun);
+    assert_eq!(
+        step!(node, host.read_file(&format!(r"{staging}\db\row1.txt"))),
+        "hello on NTFS"
+    );
+
+    step!(node, k.unmount(&pod, &smb));
+    step!(node, k.unmount(&pod, &lun));
+
+    // The LUN keeps the data after a full teardown: another pod mounts it and reads the file.
+    let pod2 = Pod::new("team-a", "app-1");
+    let t2 = step!(node, k.mount(host, &pod2, &lun));
+    assert_eq!(
+        step!(node, host.read_file(&format!(r"{t2}\db\row1.txt"))),
+        "hello on NTFS"
+    );
+    step!(node, k.unmount(&pod2, &lun));
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pods_share_one_smb_volume_and_one_leaving_does_not_break_the_other() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let vol = fixtures::smb_volume("pv-shared", "web", "shared", Some("shared"));
+    let (a, b) = (Pod::new("web", "web-0"), Pod::new("web", "web-1"));
+    let ta = step!(node, k.mount(host, &a, &vol));
+    let tb = step!(node, k.mount(host, &b, &vol));
+    assert_ne!(ta, tb);
+    step!(node, host.write_file(&format!(r"{ta}\from-a.txt"), "a"));
+    assert_eq!(
+        step!(node, host.read_file(&format!(r"{tb}\from-a.txt"))),
+        "a"
+    );
+
+    // Pod A goes away: kubelet unpublishes its path only (the volume stays staged for B).
+    step!(node, k.unmount(&a, &vol));
+    assert!(
+        host.read_link(&ta).await.expect("read_link").is_none(),
+        "A's target link is gone"
+    );
+    step!(node, host.write_file(&format!(r"{tb}\from-b.txt"), "b"));
+    assert_eq!(
+        step!(
+            node,
+            host.read_share_file(SMB_SERVER, SMB_SHARE, "shared/from-b.txt")
+        ),
+        "b"
+    );
+    let stats = step!(node, k.stats(&b, &vol));
+    if let Some(c) = stats.volume_condition {
+        assert!(!c.abnormal, "B's volume is healthy: {}", c.message);
+    }
+
+    step!(node, k.unmount(&b, &vol));
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_restart_unpublishes_and_publishes_again_with_the_data_intact() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("db", "pg-0");
+    let smb = fixtures::smb_volume("pv-restart", "db", "conf", Some("conf"));
+    let lun = fixtures::iscsi_volume("pv-restart-lun", "db", "data", 1);
+    for v in [&smb, &lun] {
+        let t = step!(node, k.mount(host, &pod, v));
+        step!(
+            node,
+            host.write_file(&format!(r"{t}\state.txt"), "before restart")
+        );
+    }
+    // The container restarts with a new pod sandbox: kubelet tears down and sets up the pod's volumes again
+    // without unstaging them. Repeated publish of an already published target is a no-op (idempotent).
+    for v in [&smb, &lun] {
+        step!(node, k.tear_down(&pod, v));
+        let t = step!(node, k.set_up(host, &pod, v));
+        let t_again = step!(node, k.set_up(host, &pod, v));
+        assert_eq!(t, t_again);
+        assert_eq!(
+            step!(node, host.read_file(&format!(r"{t}\state.txt"))),
+            "before restart"
+        );
+    }
+    for v in [&smb, &lun] {
+        step!(node, k.unmount(&pod, v));
+    }
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iscsi_volume_expands_online_and_reports_stats() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("db", "mysql-0");
+    let lun = fixtures::iscsi_volume("pv-grow", "db", "grow", 0);
+    let t = step!(node, k.mount(host, &pod, &lun));
+    step!(node, host.write_file(&format!(r"{t}\data.bin"), "payload"));
+
+    let before = step!(node, k.stats(&pod, &lun));
+    let total = |s: &csi::v1::NodeGetVolumeStatsResponse| {
+        s.usage
+            .iter()
+            .find(|u| u.unit == csi::v1::volume_usage::Unit::Bytes as i32)
+            .map(|u| (u.total, u.used, u.available))
+    };
+    let (t0, used0, avail0) = total(&before).expect("byte usage reported");
+    assert!(t0 > 0 && t0 <= fixtures::LUN_SIZE as i64, "total {t0}");
+    assert!(
+        used0 >= 0 && avail0 >= 0 && used0 + avail0 <= t0,
+        "used {used0} + available {avail0} <= total {t0}"
+    );
+    if let Some(c) = &before.volume_condition {
+        assert!(!c.abnormal, "{}", c.message);
+    }
+
+    // The storage side grows the LUN to 3 GiB; the controller expands the PV; kubelet calls NodeExpandVolume.
+    let new_size = 3 * fixtures::LUN_SIZE;
+    step!(node, host.set_disk_size("lun0", new_size));
+    let cap = step!(node, k.expand(&pod, &lun, new_size as i64));
+    assert!(cap > t0, "capacity grew: {cap} > {t0}");
+    let (t1, _, _) = total(&step!(node, k.stats(&pod, &lun))).expect("byte usage reported");
+    assert!(
+        t1 > t0 && t1 <= new_size as i64,
+        "stats see the new size: {t1}"
+    );
+    assert_eq!(
+        step!(node, host.read_file(&format!(r"{t}\data.bin"))),
+        "payload"
+    );
+
+    // Stats on a path that is not one of our volumes: NotFound.
+    let other = Pod::new("db", "not-here");
+    let err = k.stats(&other, &lun).await.expect_err("unknown path");
+    assert_eq!(err.csi_code(), Some(tonic::Code::NotFound), "{err}");
+
+    step!(node, k.unmount(&pod, &lun));
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smb_volume_reports_stats_and_a_healthy_condition() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("web", "nginx-0");
+    let vol = fixtures::smb_volume("pv-stats", "web", "html", None);
+    step!(node, k.mount(host, &pod, &vol));
+    let stats = step!(node, k.stats(&pod, &vol));
+    if let Some(c) = &stats.volume_condition {
+        assert!(!c.abnormal, "{}", c.message);
+    }
+    step!(node, k.unmount(&pod, &vol));
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_reboot_then_kubelet_restages_and_republishes_with_data_intact() {
+    let mut node = node().await;
+    let pod = Pod::new("team-b", "worker-0");
+    let smb = fixtures::smb_volume("pv-reboot", "team-b", "files", Some("reboot"));
+    let lun = fixtures::iscsi_volume("pv-reboot-lun", "team-b", "disk", 0);
+    for v in [&smb, &lun] {
+        let t = step!(node, node.kubelet().mount(node.host(), &pod, v));
+        step!(
+            node,
+            node.host()
+                .write_file(&format!(r"{t}\before-reboot.txt"), "survives")
+        );
+    }
+
+    // The node reboots: mappings go Disconnected, the iSCSI session drops, the driver restarts and reconciles,
+    // kubelet comes back with empty books and mounts the running pod's volumes again.
+    node.reboot().await.expect("reboot");
+    for v in [&smb, &lun] {
+        let t = step!(node, node.kubelet().mount(node.host(), &pod, v));
+        assert_eq!(
+            step!(
+                node,
+                node.host().read_file(&format!(r"{t}\before-reboot.txt"))
+            ),
+            "survives"
+        );
+        step!(
+            node,
+            node.host()
+                .write_file(&format!(r"{t}\after-reboot.txt"), "works")
+        );
+    }
+    assert_eq!(
+        step!(
+            node,
+            node.host()
+                .read_share_file(SMB_SERVER, SMB_SHARE, "reboot/after-reboot.txt")
+        ),
+        "works"
+    );
+    for v in [&smb, &lun] {
+        step!(node, node.kubelet().unmount(&pod, v));
+    }
+    finish(node).await;
+}
+
+/// Crashes the driver while the `nth` call of host RPC `rpc` is in flight during kubelet's first NodeStage
+/// attempt, restarts it, and lets kubelet retry: the volume must end up staged and usable, then tear down clean.
+async fn crash_mid_stage(rpc: &str, vol: Volume) {
+    let mut node = node().await;
+    let pod = Pod::new("crash", "victim-0");
+    node.host().hang(rpc, 1).await.expect("hang");
+    // kubelet creates the staging parent first (as in mount_device), then its first attempt hangs in the host.
+    let admin = sim::admin::AdminClient::connect(node.sim().admin_addr())
+        .await
+        .expect("admin");
+    let stage = {
+        let k = node.kubelet().clone();
+        let v = vol.clone();
+        tokio::spawn(async move { k.stage_once(&admin, &v).await })
+    };
+    let hung =
+        tokio::time::timeout(std::time::Duration::from_secs(60), node.host().wait_hung(1)).await;
+    assert!(
+        matches!(hung, Ok(Ok(n)) if n >= 1),
+        "the {rpc} call hangs: {hung:?}\n{}",
+        tail(&node.driver_logs(), 30)
+    );
+    node.kill_driver().await;
+    let first = stage.await.expect("join");
+    assert!(
+        first.is_err(),
+        "the attempt in flight fails when the driver dies"
+    );
+
+    // The DaemonSet restarts the driver (it reconciles); kubelet retries the same NodeStage, then publishes.
+    step!(node, node.start_driver());
+    let t = step!(node, node.kubelet().mount(node.host(), &pod, &vol));
+    step!(
+        node,
+        node.host().write_file(&format!(r"{t}\ok.txt"), "converged")
+    );
+    assert_eq!(
+        step!(node, node.host().read_file(&format!(r"{t}\ok.txt"))),
+        "converged"
+    );
+    step!(node, node.kubelet().unmount(&pod, &vol));
+    node.check_no_data_loss().await.expect("no data loss");
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_killed_while_creating_the_smb_mapping_converges_on_retry() {
+    crash_mid_stage(
+        "NewSmbGlobalMapping",
+        fixtures::smb_volume("pv-crash-1", "crash", "c1", Some("c1")),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_killed_after_the_smb_mapping_before_the_link_converges_on_retry() {
+    crash_mid_stage(
+        "CreateSymlink",
+        fixtures::smb_volume("pv-crash-2", "crash", "c2", Some("c2")),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_killed_while_formatting_the_lun_converges_on_retry_without_data_loss() {
+    crash_mid_stage(
+        "FormatVolume",
+        fixtures::iscsi_volume("pv-crash-3", "crash", "c3", 0),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_killed_while_mounting_the_lun_converges_on_retry() {
+    crash_mid_stage(
+        "MountVolume",
+        fixtures::iscsi_volume("pv-crash-4", "crash", "c4", 1),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_ephemeral_smb_volume_is_published_and_torn_down_by_publish_alone() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("scratch", "job-0");
+    let vol = Volume::inline(&pod, "scratch")
+        .attr("source", &format!(r"\\{SMB_SERVER}\{SMB_GUEST_SHARE}"))
+        .attr("subDir", "jobs");
+    let t = step!(node, k.mount(host, &pod, &vol));
+    step!(node, host.write_file(&format!(r"{t}\out.txt"), "inline"));
+    assert_eq!(
+        step!(
+            node,
+            host.read_share_file(SMB_SERVER, SMB_GUEST_SHARE, "jobs/out.txt")
+        ),
+        "inline"
+    );
+    // kubelet never calls NodeStage/NodeUnstage for inline volumes.
+    assert!(k.calls().iter().all(|c| c.rpc != "NodeStageVolume"));
+    step!(node, k.unmount(&pod, &vol));
+    assert!(k.calls().iter().all(|c| c.rpc != "NodeUnstageVolume"));
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_teardown_of_many_volumes_leaves_no_mapping_session_mount_link_or_record() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("many", "m-0");
+    let vols = [
+        fixtures::smb_volume("pv-m1", "many", "a", Some("a")),
+        fixtures::smb_volume("pv-m2", "many", "b", Some("b")),
+        fixtures::iscsi_volume("pv-m3", "many", "c", 0),
+        fixtures::iscsi_volume("pv-m4", "many", "d", 1),
+    ];
+    for v in &vols {
+        step!(node, k.mount(host, &pod, v));
+    }
+    // Unstaging one SMB volume keeps the shared mapping; unstaging one LUN keeps the target's session.
+    step!(node, k.unmount(&pod, &vols[0]));
+    step!(node, k.unmount(&pod, &vols[2]));
+    let state = step!(node, host.state());
+    assert_eq!(
+        state["mappings"].as_object().map_or(0, |m| m.len()),
+        1,
+        "mapping kept: {}",
+        state["mappings"]
+    );
+    assert_eq!(
+        state["sessions"].as_array().map_or(0, Vec::len),
+        1,
+        "session kept: {}",
+        state["sessions"]
+    );
+    let t = k.publish_path(&pod, &vols[1]);
+    step!(node, host.write_file(&format!(r"{t}\still.txt"), "ok"));
+    step!(node, k.unmount(&pod, &vols[1]));
+    step!(node, k.unmount(&pod, &vols[3]));
+    finish(node).await;
+}

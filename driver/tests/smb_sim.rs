@@ -1,0 +1,685 @@
+//! SMB volume lifecycle against the simulated Windows host: the driver's `VolumeManager` with the csi-proxy adapter,
+//! talking to `sim::serve_unix` over Unix sockets exactly as it talks to csi-proxy over named pipes. After every
+//! test the simulated host's invariants must hold (no data loss, no mapping or link left behind), and the logs —
+//! captured at TRACE level for the whole suite — must not contain any secret value.
+
+#![cfg(unix)]
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use proxy_client::{ProxyClient, SmbCredentials, Transport};
+use sim::{HostOptions, Scenario, ServeHandle, SimHost};
+use wincsi::Error;
+use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::locks::Deadline;
+use wincsi::paths::KubeletRoot;
+use wincsi::smb::Secrets;
+use wincsi::volume::{
+    AccessType, Capability, EPHEMERAL_KEY, PublishRequest, StageRequest, StatsRequest,
+    UnpublishRequest, UnstageRequest, VolumeConfig, VolumeManager,
+};
+
+const BOB_PW: &str = "Bob-Sm8-S3cret!";
+const ALICE_PW: &str = "Alice-Sm8-S3cret!";
+const SECRETS: [&str; 2] = [BOB_PW, ALICE_PW];
+
+fn scenario() -> Scenario {
+    Scenario::from_json(
+        &serde_json::json!({
+            "smb": {"servers": [
+                {"name": "fs1",
+                 "accounts": [
+                    {"user": "bob", "password": BOB_PW, "domain": "CORP"},
+                    {"user": "alice", "password": ALICE_PW, "domain": "CORP"}],
+                 "shares": [
+                    {"name": "data", "files": {"base/readme.txt": "keep me"}},
+                    {"name": "apps"}]},
+                {"name": "fs2",
+                 "accounts": [{"user": "bob", "password": BOB_PW, "domain": "CORP"}],
+                 "shares": [{"name": "data"}]}
+            ]}
+        })
+        .to_string(),
+    )
+    .expect("scenario")
+}
+
+// ---- log capture (one TRACE subscriber for the whole test binary) ----
+
+#[derive(Clone)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buf {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> &'static Buf {
+    static LOGS: OnceLock<Buf> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Buf(Arc::new(Mutex::new(Vec::new())));
+        let writer = buf.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        buf
+    })
+}
+
+fn assert_no_secret_logged() {
+    let text = String::from_utf8_lossy(&logs().0.lock().unwrap_or_else(PoisonError::into_inner))
+        .into_owned();
+    assert!(text.contains("host call"), "TRACE/DEBUG logs were captured");
+    for s in SECRETS {
+        assert!(!text.contains(s), "a secret value appears in the logs");
+    }
+}
+
+// ---- environment ----
+
+struct Env {
+    sim: SimHost,
+    serve: Option<ServeHandle>,
+    socks: tempfile::TempDir,
+    _sandbox: tempfile::TempDir,
+    state: tempfile::TempDir,
+    proxy: ProxyClient,
+    mgr: Arc<VolumeManager<CsiProxyHost>>,
+}
+
+fn manager(proxy: &ProxyClient, state: &Path) -> Arc<VolumeManager<CsiProxyHost>> {
+    let cfg = VolumeConfig {
+        kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
+        driver_name: "wincsi.csi.io".into(),
+    };
+    Arc::new(VolumeManager::new(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"))
+}
+
+impl Env {
+    async fn new() -> Self {
+        logs();
+        let sandbox = tempfile::tempdir().expect("tmp");
+        let socks = tempfile::tempdir().expect("tmp");
+        let state = tempfile::tempdir().expect("tmp");
+        let sim = SimHost::new(&scenario(), sandbox.path(), HostOptions::default()).expect("sim");
+        let serve = sim::serve_unix(sim.clone(), socks.path()).expect("serve");
+        let proxy = ProxyClient::new(Transport::UnixSockets {
+            dir: socks.path().to_path_buf(),
+        });
+        let mgr = manager(&proxy, state.path());
+        Self {
+            sim,
+            serve: Some(serve),
+            socks,
+            _sandbox: sandbox,
+            state,
+            proxy,
+            mgr,
+        }
+    }
+
+    /// A killed and restarted driver: a fresh manager (and client) over the same state dir and host.
+    fn restart(&mut self) {
+        self.proxy = ProxyClient::new(Transport::UnixSockets {
+            dir: self.socks.path().to_path_buf(),
+        });
+        self.mgr = manager(&self.proxy, self.state.path());
+    }
+
+    /// What kubelet does before NodeStage / NodePublish: create the parent directory.
+    async fn kubelet_mkdir_parent(&self, path: &str) {
+        let parent = path.rsplit_once('\\').expect("parent").0;
+        self.proxy
+            .filesystem()
+            .mkdir(parent)
+            .await
+            .expect("kubelet mkdir");
+    }
+
+    async fn stage(&self, req: &StageRequest) -> Result<(), Error> {
+        self.kubelet_mkdir_parent(&req.staging_target_path).await;
+        self.mgr.stage(req, d()).await
+    }
+
+    async fn publish(&self, req: &PublishRequest) -> Result<(), Error> {
+        self.kubelet_mkdir_parent(&req.target_path).await;
+        self.mgr.publish(req, d()).await
+    }
+
+    /// Write a file through a published target path (what the pod does) and read it back from the share.
+    fn write_through(&self, target: &str, name: &str, text: &str) {
+        let real = self
+            .sim
+            .with_state(|s| s.sandbox_path(target))
+            .expect("sandbox path");
+        std::fs::write(real.join(name), text).expect("write through the target link");
+    }
+
+    fn share_file(&self, server: &str, share: &str, rel: &str) -> Option<String> {
+        self.sim
+            .with_state(|s| s.read_share_file(server, share, rel).ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    fn mappings(&self) -> Vec<String> {
+        self.sim
+            .with_state(|s| s.mappings().keys().cloned().collect())
+    }
+
+    /// Tear down: the host's invariants hold and no secret was logged.
+    async fn finish(mut self) {
+        let report = self.sim.invariants();
+        assert!(report.ok(), "simulated host invariants: {report:?}");
+        assert!(
+            self.mgr.store().volumes().expect("list").is_empty(),
+            "volume records left"
+        );
+        assert!(
+            self.mgr.store().publications().expect("list").is_empty(),
+            "publish records left"
+        );
+        if let Some(serve) = self.serve.take() {
+            serve.shutdown().await.expect("shutdown");
+        }
+        assert_no_secret_logged();
+    }
+}
+
+fn d() -> Deadline {
+    Deadline::after(Duration::from_secs(120))
+}
+
+fn staging(id: &str) -> String {
+    format!(r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
+}
+
+fn target(pod: &str) -> String {
+    format!(r"C:\var\lib\kubelet\pods\{pod}\volumes\kubernetes.io~csi\pv\mount")
+}
+
+fn cap() -> Option<Capability> {
+    Some(Capability {
+        access_type: AccessType::Mount {
+            fs_type: String::new(),
+            mount_flags: vec!["vers=3.0".into()],
+        },
+        access_mode: 5,
+    })
+}
+
+fn stage_req(id: &str, source: &str, user: &str, password: &str) -> StageRequest {
+    StageRequest {
+        volume_id: id.into(),
+        staging_target_path: staging(id),
+        capability: cap(),
+        volume_context: [("source".to_owned(), source.to_owned())].into(),
+        secrets: Secrets::new([
+            ("username", user),
+            ("password", password),
+            ("domain", "CORP"),
+        ]),
+    }
+}
+
+fn publish_req(id: &str, pod: &str) -> PublishRequest {
+    PublishRequest {
+        volume_id: id.into(),
+        staging_target_path: staging(id),
+        target_path: target(pod),
+        capability: cap(),
+        ..Default::default()
+    }
+}
+
+fn unstage_req(id: &str) -> UnstageRequest {
+    UnstageRequest {
+        volume_id: id.into(),
+        staging_target_path: staging(id),
+    }
+}
+
+fn unpublish_req(id: &str, pod: &str) -> UnpublishRequest {
+    UnpublishRequest {
+        volume_id: id.into(),
+        target_path: target(pod),
+    }
+}
+
+// ---- tests ----
+
+#[tokio::test]
+async fn two_volumes_on_one_share_keep_the_mapping_until_the_last_unstage() {
+    let env = Env::new().await;
+    env.stage(&stage_req("v1", r"\\fs1\data\base", "bob", BOB_PW))
+        .await
+        .expect("stage v1");
+    env.stage(&stage_req("v2", "//FS1/Data", "bob", BOB_PW))
+        .await
+        .expect("stage v2");
+    env.publish(&publish_req("v1", "pod1"))
+        .await
+        .expect("publish v1");
+    env.publish(&publish_req("v2", "pod2"))
+        .await
+        .expect("publish v2");
+    assert_eq!(env.mappings().len(), 1, "one global mapping per share root");
+    env.write_through(&target("pod1"), "hello.txt", "from pod1");
+    assert_eq!(
+        env.share_file("fs1", "data", "base/hello.txt").as_deref(),
+        Some("from pod1")
+    );
+    // Repeated calls are idempotent.
+    env.mgr
+        .stage(&stage_req("v1", r"\\fs1\data\base", "bob", BOB_PW), d())
+        .await
+        .expect("repeat stage");
+    env.mgr
+        .publish(&publish_req("v1", "pod1"), d())
+        .await
+        .expect("repeat publish");
+
+    env.mgr
+        .unpublish(&unpublish_req("v1", "pod1"), d())
+        .await
+        .expect("unpublish v1");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage v1");
+    assert_eq!(env.mappings().len(), 1, "v2 still uses the mapping");
+    env.write_through(&target("pod2"), "still.txt", "works");
+    assert_eq!(
+        env.share_file("fs1", "data", "still.txt").as_deref(),
+        Some("works")
+    );
+    env.mgr
+        .unpublish(&unpublish_req("v2", "pod2"), d())
+        .await
+        .expect("unpublish v2");
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .expect("unstage v2");
+    assert!(env.mappings().is_empty());
+    assert_eq!(
+        env.share_file("fs1", "data", "base/readme.txt").as_deref(),
+        Some("keep me"),
+        "no data loss"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn two_shares_on_one_server_with_the_same_credentials() {
+    let env = Env::new().await;
+    env.stage(&stage_req("v1", r"\\fs1\data", "bob", BOB_PW))
+        .await
+        .expect("stage data");
+    env.stage(&stage_req("v2", r"\\fs1\apps", "bob", BOB_PW))
+        .await
+        .expect("stage apps");
+    assert_eq!(env.mappings().len(), 2);
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage v1");
+    assert_eq!(env.mappings().len(), 1);
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .expect("unstage v2");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn conflicting_credentials_on_one_server_fail_with_1219_advice() {
+    let env = Env::new().await;
+    env.stage(&stage_req("v1", r"\\fs1\data", "bob", BOB_PW))
+        .await
+        .expect("stage as bob");
+    // Another principal on the same server: refused up front, naming the server and the principal in use.
+    let err = env
+        .stage(&stage_req("v2", r"\\fs1\apps", "alice", ALICE_PW))
+        .await
+        .expect_err("1219");
+    match &err {
+        Error::FailedPrecondition(m) => {
+            assert!(
+                m.contains("fs1") && m.contains(r"CORP\bob") && m.contains("1219"),
+                "{m}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // A mapping made outside the driver, under another principal, to another share of the same server: the
+    // host's own error 1219, translated.
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage v1");
+    env.proxy
+        .smb()
+        .new_global_mapping(
+            r"\\fs1\apps",
+            None,
+            &SmbCredentials::new(r"CORP\alice", ALICE_PW),
+        )
+        .await
+        .expect("foreign mapping");
+    let err = env
+        .stage(&stage_req("v3", r"\\fs1\data", "bob", BOB_PW))
+        .await
+        .expect_err("host 1219");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m)
+            if m.contains("1219") && m.contains(r"\\fs1\data") && !m.contains("CategoryInfo")),
+        "{err:?}"
+    );
+    assert!(!tonic::Status::from(err).message().contains(BOB_PW));
+    assert!(
+        env.mgr.store().volume("v3").expect("read").is_none(),
+        "failed fresh stage leaves no record"
+    );
+    env.proxy
+        .smb()
+        .remove_global_mapping(r"\\fs1\apps")
+        .await
+        .expect("cleanup foreign mapping");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn disconnected_mapping_after_reboot_is_repaired_by_reconcile_and_restage() {
+    let mut env = Env::new().await;
+    env.stage(&stage_req("v1", r"\\fs1\data", "bob", BOB_PW))
+        .await
+        .expect("stage");
+    env.publish(&publish_req("v1", "pod1"))
+        .await
+        .expect("publish");
+    env.sim.reboot().expect("reboot");
+    let stats = env
+        .mgr
+        .stats(
+            &StatsRequest {
+                volume_id: "v1".into(),
+                volume_path: target("pod1"),
+            },
+            d(),
+        )
+        .await
+        .expect("stats");
+    assert!(stats.abnormal, "{stats:?}");
+    // The driver restarts with the node.
+    env.restart();
+    let report = env.mgr.reconcile(d()).await.expect("reconcile");
+    assert_eq!(report.restage, vec!["v1".to_owned()]);
+    // kubelet re-stages: the Disconnected mapping blocks a plain create; the driver replaces it.
+    env.mgr
+        .stage(&stage_req("v1", r"\\fs1\data", "bob", BOB_PW), d())
+        .await
+        .expect("re-stage");
+    env.mgr
+        .publish(&publish_req("v1", "pod1"), d())
+        .await
+        .expect("re-publish");
+    let stats = env
+        .mgr
+        .stats(
+            &StatsRequest {
+                volume_id: "v1".into(),
+                volume_path: target("pod1"),
+            },
+            d(),
+        )
+        .await
+        .expect("stats");
+    assert!(!stats.abnormal, "{stats:?}");
+    env.write_through(&target("pod1"), "after-reboot.txt", "ok");
+    assert_eq!(
+        env.share_file("fs1", "data", "after-reboot.txt").as_deref(),
+        Some("ok")
+    );
+    env.mgr
+        .unpublish(&unpublish_req("v1", "pod1"), d())
+        .await
+        .expect("unpublish");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn sub_dir_templates_are_created_on_the_share() {
+    let env = Env::new().await;
+    let mut req = stage_req("v1", r"\\fs1\data\base", "bob", BOB_PW);
+    req.volume_context.insert(
+        "subDir".into(),
+        "${pvc.metadata.namespace}/${pvc.metadata.name}".into(),
+    );
+    req.volume_context
+        .insert("csi.storage.k8s.io/pvc/name".into(), "claim-1".into());
+    req.volume_context
+        .insert("csi.storage.k8s.io/pvc/namespace".into(), "team-a".into());
+    env.stage(&req).await.expect("stage");
+    env.publish(&publish_req("v1", "pod1"))
+        .await
+        .expect("publish");
+    env.write_through(&target("pod1"), "f.txt", "in subdir");
+    assert_eq!(
+        env.share_file("fs1", "data", "base/team-a/claim-1/f.txt")
+            .as_deref(),
+        Some("in subdir")
+    );
+    env.mgr
+        .unpublish(&unpublish_req("v1", "pod1"), d())
+        .await
+        .expect("unpublish");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    assert_eq!(
+        env.share_file("fs1", "data", "base/team-a/claim-1/f.txt")
+            .as_deref(),
+        Some("in subdir")
+    );
+    env.finish().await;
+}
+
+/// One volume's whole life, as kubelet drives it.
+async fn cycle(env: &Env) -> Result<(), Error> {
+    let mut req = stage_req("v1", r"\\fs1\data", "bob", BOB_PW);
+    req.volume_context.insert("subDir".into(), "pvc-x".into());
+    env.mgr.stage(&req, d()).await?;
+    env.mgr.publish(&publish_req("v1", "pod1"), d()).await?;
+    env.mgr.unpublish(&unpublish_req("v1", "pod1"), d()).await?;
+    env.mgr.unstage(&unstage_req("v1"), d()).await
+}
+
+#[tokio::test]
+async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
+    // The host calls of a clean run.
+    let rpcs: Vec<String> = {
+        let env = Env::new().await;
+        env.kubelet_mkdir_parent(&staging("v1")).await;
+        env.kubelet_mkdir_parent(&target("pod1")).await;
+        env.sim.clear_audit();
+        cycle(&env).await.expect("clean run");
+        let rpcs = env.sim.audit(0).into_iter().map(|e| e.rpc).collect();
+        env.finish().await;
+        rpcs
+    };
+    assert_eq!(rpcs.len(), 6 + 2 + 2 + 3, "{rpcs:?}");
+    for (i, rpc) in rpcs.iter().enumerate() {
+        let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
+        let mut env = Env::new().await;
+        env.kubelet_mkdir_parent(&staging("v1")).await;
+        env.kubelet_mkdir_parent(&target("pod1")).await;
+        env.sim.hang_nth(rpc, nth).expect("hang");
+        tokio::select! {
+            r = cycle(&env) => panic!("call {i} ({rpc}): the cycle finished despite the hang: {r:?}"),
+            () = env.sim.wait_hung(1) => {}
+        }
+        // The driver is gone mid-call; csi-proxy may still finish what it was doing.
+        env.sim.release_hangs();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while env.sim.hung_calls() > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("hung call ends");
+        env.restart();
+        // kubelet retries every step from where it was.
+        cycle(&env)
+            .await
+            .unwrap_or_else(|e| panic!("call {i} ({rpc}): retry failed: {e:?}"));
+        env.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn same_volume_in_flight_is_aborted_and_fifty_volumes_run_concurrently() {
+    let env = Env::new().await;
+    env.kubelet_mkdir_parent(&staging("busy")).await;
+    env.sim.hang_nth("NewSmbGlobalMapping", 1).expect("hang");
+    let first = {
+        let mgr = Arc::clone(&env.mgr);
+        tokio::spawn(async move {
+            mgr.stage(&stage_req("busy", r"\\fs1\data", "bob", BOB_PW), d())
+                .await
+        })
+    };
+    env.sim.wait_hung(1).await;
+    let err = env
+        .mgr
+        .stage(&stage_req("busy", r"\\fs1\data", "bob", BOB_PW), d())
+        .await
+        .expect_err("busy");
+    assert!(matches!(err, Error::Aborted(_)), "{err:?}");
+    assert_eq!(tonic::Status::from(err).code(), tonic::Code::Aborted);
+    env.sim.release_hangs();
+    first.await.expect("join").expect("first stage completes");
+
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let id = format!("c{i}");
+        env.kubelet_mkdir_parent(&staging(&id)).await;
+        env.kubelet_mkdir_parent(&target(&format!("p{i}"))).await;
+        let mgr = Arc::clone(&env.mgr);
+        set.spawn(async move {
+            let mut req = stage_req(&id, r"\\fs1\data", "bob", BOB_PW);
+            req.volume_context
+                .insert("subDir".into(), format!("dir-{i}"));
+            mgr.stage(&req, d()).await?;
+            mgr.publish(&publish_req(&id, &format!("p{i}")), d()).await
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("join").expect("stage + publish");
+    }
+    assert_eq!(env.mappings().len(), 1);
+    for i in 0..50 {
+        let mgr = Arc::clone(&env.mgr);
+        set.spawn(async move {
+            let id = format!("c{i}");
+            mgr.unpublish(&unpublish_req(&id, &format!("p{i}")), d())
+                .await?;
+            mgr.unstage(&unstage_req(&id), d()).await
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("join").expect("unpublish + unstage");
+    }
+    env.mgr
+        .unstage(&unstage_req("busy"), d())
+        .await
+        .expect("unstage busy");
+    assert_eq!(
+        env.sim.call_counts().get("RemoveSmbGlobalMapping"),
+        Some(&1)
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn inline_ephemeral_volume_reads_its_secret_from_the_api() {
+    let env = Env::new().await;
+    let secrets: BTreeMap<_, _> = [(
+        ("team".to_owned(), "smb-creds".to_owned()),
+        wincsi::ephemeral::fake_api::secret_json(
+            "team",
+            "smb-creds",
+            &[
+                ("username", "bob"),
+                ("password", BOB_PW),
+                ("domain", "CORP"),
+            ],
+        ),
+    )]
+    .into();
+    let api = wincsi::ephemeral::fake_api::serve(secrets)
+        .await
+        .expect("fake api");
+    let cfg = VolumeConfig {
+        kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
+        driver_name: "wincsi.csi.io".into(),
+    };
+    let kube_cfg = kube::Config::new(api.url.parse().expect("url"));
+    let mgr = VolumeManager::new(CsiProxyHost::new(env.proxy.clone()), cfg, env.state.path())
+        .expect("mgr")
+        .with_secret_source(Arc::new(wincsi::ephemeral::KubeSecrets::from_config(
+            kube_cfg,
+        )));
+    let req = PublishRequest {
+        volume_id: "csi-0123".into(),
+        target_path: target("eph"),
+        capability: cap(),
+        volume_context: [
+            (EPHEMERAL_KEY, "true"),
+            ("source", r"\\fs1\apps"),
+            ("secretName", "smb-creds"),
+            ("csi.storage.k8s.io/pod.namespace", "team"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+        ..Default::default()
+    };
+    env.kubelet_mkdir_parent(&req.target_path).await;
+    mgr.publish(&req, d()).await.expect("publish");
+    mgr.publish(&req, d()).await.expect("repeat publish");
+    env.write_through(&target("eph"), "e.txt", "ephemeral");
+    assert_eq!(
+        env.share_file("fs1", "apps", "e.txt").as_deref(),
+        Some("ephemeral")
+    );
+    mgr.unpublish(
+        &UnpublishRequest {
+            volume_id: "csi-0123".into(),
+            target_path: target("eph"),
+        },
+        d(),
+    )
+    .await
+    .expect("unpublish");
+    assert!(env.mappings().is_empty());
+    env.finish().await;
+}

@@ -101,7 +101,7 @@ pub struct Config {
     pub csi_proxy_socket_dir: Option<PathBuf>,
 
     /// Directory for the driver's own state
-    /// [default: <kubelet-root>\plugins\<driver-name>\state].
+    /// [default: `<kubelet-root>\plugins\<driver-name>\state`].
     #[arg(long, env = "STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 

@@ -481,3 +481,182 @@ impl SimHost {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> (SimHost, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let h = SimHost::new(&Scenario::default(), dir.path(), HostOptions::default()).unwrap();
+        (h, dir)
+    }
+
+    async fn mkdir(h: &SimHost, p: &str) -> Result<()> {
+        let p = p.to_string();
+        h.call("Mkdir", serde_json::json!({ "path": p }), move |s| {
+            s.mkdir(&p)
+        })
+        .await
+    }
+
+    const P: &str = r"C:\var\lib\kubelet\x";
+
+    #[test]
+    fn rpc_names_normalise() {
+        assert_eq!(
+            normalize_rpc("/v1.Volume/FormatVolume").unwrap(),
+            "FormatVolume"
+        );
+        assert_eq!(normalize_rpc("formatvolume").unwrap(), "FormatVolume");
+        assert_eq!(normalize_rpc("*").unwrap(), "*");
+        assert!(normalize_rpc("Format").is_err());
+        assert_eq!(RPCS.len(), 36);
+    }
+
+    #[tokio::test]
+    async fn nth_call_fails_times_in_a_row_then_recovers() {
+        let (h, _d) = host();
+        h.inject_fault(Fault {
+            rpc: "Mkdir".into(),
+            nth: 2,
+            times: 2,
+            message: "boom".into(),
+        })
+        .unwrap();
+        mkdir(&h, P).await.unwrap();
+        assert_eq!(mkdir(&h, P).await.unwrap_err().to_string(), "boom");
+        assert_eq!(mkdir(&h, P).await.unwrap_err().to_string(), "boom");
+        mkdir(&h, P).await.unwrap();
+        let audit = h.audit(0);
+        assert_eq!(audit.len(), 4);
+        assert_eq!(audit.iter().filter(|e| e.injected).count(), 2);
+        assert_eq!(h.call_counts()["Mkdir"], 4);
+        assert!(
+            h.inject_fault(Fault {
+                rpc: "Mkdir".into(),
+                nth: 0,
+                times: 1,
+                message: String::new()
+            })
+            .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn injected_faults_do_not_touch_state() {
+        let (h, _d) = host();
+        h.fail_nth("*", 1, "Access is denied.").unwrap();
+        assert!(mkdir(&h, P).await.is_err());
+        assert!(!h.with_state(|s| s.path_exists(P).unwrap()));
+    }
+
+    #[tokio::test]
+    async fn audit_since_and_clear() {
+        let (h, _d) = host();
+        mkdir(&h, P).await.unwrap();
+        mkdir(&h, r"C:\outside").await.unwrap_err();
+        let all = h.audit(0);
+        assert_eq!(
+            all[1].error.as_deref(),
+            Some(r"path: C:\outside is not within context path: C:\var\lib\kubelet")
+        );
+        assert_eq!(h.audit(all[0].seq).len(), 1);
+        h.clear_audit();
+        assert!(h.audit(0).is_empty());
+        mkdir(&h, P).await.unwrap();
+        assert_eq!(h.audit(0)[0].seq, 3, "sequence numbers are never reused");
+    }
+
+    #[tokio::test]
+    async fn latency_is_applied_and_removable() {
+        let (h, _d) = host();
+        h.set_latency("Mkdir", Duration::from_millis(2)).unwrap();
+        mkdir(&h, P).await.unwrap();
+        assert!(h.audit(0)[0].duration_us >= 2000);
+        h.set_latency("Mkdir", Duration::ZERO).unwrap();
+        mkdir(&h, P).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn hung_call_waits_for_release() {
+        let (h, _d) = host();
+        h.hang_nth("Mkdir", 1).unwrap();
+        let h2 = h.clone();
+        let t = tokio::spawn(async move { mkdir(&h2, P).await });
+        h.wait_hung(1).await;
+        assert_eq!(h.hung_calls(), 1);
+        assert!(
+            !h.with_state(|s| s.path_exists(P).unwrap()),
+            "the hung call has not run"
+        );
+        h.release_hangs();
+        t.await.unwrap().unwrap();
+        assert_eq!(h.hung_calls(), 0);
+        assert!(h.with_state(|s| s.path_exists(P).unwrap()));
+    }
+
+    #[tokio::test]
+    async fn reboot_fails_hung_calls() {
+        let (h, _d) = host();
+        h.hang_nth("Mkdir", 1).unwrap();
+        let h2 = h.clone();
+        let t = tokio::spawn(async move { mkdir(&h2, P).await });
+        h.wait_hung(1).await;
+        h.reboot().unwrap();
+        assert_eq!(
+            t.await.unwrap().unwrap_err().to_string(),
+            "The pipe has been ended."
+        );
+        assert!(h.audit(0)[0].injected);
+        assert_eq!(h.audit(0)[0].boot, 2);
+    }
+
+    #[tokio::test]
+    async fn dropped_hung_call_is_no_longer_counted() {
+        let (h, _d) = host();
+        h.hang_nth("Mkdir", 1).unwrap();
+        let h2 = h.clone();
+        let t = tokio::spawn(async move { mkdir(&h2, P).await });
+        h.wait_hung(1).await;
+        t.abort();
+        let _ = t.await;
+        let mut rx = h.inner.hung.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+        assert_eq!(h.hung_calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn invariants_and_snapshot() {
+        let (h, _d) = host();
+        assert!(h.invariants().ok());
+        assert!(h.check_no_data_loss().is_ok());
+        assert!(h.check_nothing_left().is_ok());
+        let src = r"C:\var\lib\kubelet\src".to_string();
+        let dst = r"C:\var\lib\kubelet\dst".to_string();
+        h.call("CreateSymlink", serde_json::Value::Null, move |s| {
+            s.create_symlink(&src, &dst)
+        })
+        .await
+        .unwrap();
+        let left = h.check_nothing_left().unwrap_err();
+        assert_eq!(
+            left,
+            vec![r"symlink C:\var\lib\kubelet\dst -> C:\var\lib\kubelet\src".to_string()]
+        );
+        assert_eq!(h.snapshot()["leftovers"].as_array().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn load_scenario_replaces_the_host() {
+        let (h, _d) = host();
+        mkdir(&h, P).await.unwrap();
+        let sc = Scenario::from_json(r#"{"host":{"bios_serial":"X"}}"#).unwrap();
+        h.load_scenario(&sc).unwrap();
+        assert_eq!(h.with_state(|s| s.bios_serial_number()), "X");
+        assert!(
+            !h.with_state(|s| s.path_exists(P).unwrap()),
+            "the sandbox was reset"
+        );
+    }
+}

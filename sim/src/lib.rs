@@ -4,8 +4,9 @@
 //! (disk v1, volume v1, filesystem v1, smb v1, iscsi v1alpha2, system v1alpha1): real directories and symlinks
 //! in a sandbox, disks/volumes, SMB global mappings and iSCSI sessions, with csi-proxy's exact validation,
 //! idempotency rules and error texts. It records an audit log, injects faults, simulates reboots and checks
-//! invariants (no data loss, nothing left behind). [`serve_unix`] serves it over Unix sockets; the `wincsi-sim`
-//! binary serves a scenario file and exposes an [admin] interface.
+//! invariants (no data loss, nothing left behind). [`serve`] serves it over Unix sockets (`serve_unix`) or, on
+//! Windows, named pipes (`serve_pipes`); the `wincsi-sim` binary serves a scenario file and exposes an [admin]
+//! interface.
 
 mod error;
 mod host;

@@ -206,3 +206,101 @@ pub struct Response {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::SimHost;
+    use crate::state::HostOptions;
+
+    #[test]
+    fn addresses_parse_and_must_be_loopback() {
+        assert_eq!(
+            "unix:/tmp/a.sock".parse::<AdminAddr>().unwrap(),
+            AdminAddr::Unix("/tmp/a.sock".into())
+        );
+        let tcp: AdminAddr = "tcp:127.0.0.1:0".parse().unwrap();
+        assert_eq!(tcp.to_string(), "tcp:127.0.0.1:0");
+        assert!("tcp:0.0.0.0:1".parse::<AdminAddr>().is_err());
+        assert!("tcp:[::1]:1".parse::<AdminAddr>().is_ok());
+        assert!("http://x".parse::<AdminAddr>().is_err());
+    }
+
+    #[test]
+    fn requests_use_op_tags_and_hide_secrets_in_debug() {
+        let r: Request = serde_json::from_str(
+            r#"{"op":"set_smb_password","server":"s","user":"u","password":"pw-secret"}"#,
+        )
+        .unwrap();
+        assert!(!format!("{r:?}").contains("pw-secret"));
+        let f: Request =
+            serde_json::from_str(r#"{"op":"inject_fault","rpc":"Mkdir","message":"x"}"#).unwrap();
+        match f {
+            Request::InjectFault(f) => assert_eq!((f.nth, f.times), (1, 1)),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            serde_json::from_str::<Request>(r#"{"op":"audit","sinc":1}"#).is_err(),
+            "typos are rejected"
+        );
+    }
+
+    #[tokio::test]
+    async fn client_and_server_over_loopback_tcp() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = SimHost::new(&Scenario::default(), dir.path(), HostOptions::default()).unwrap();
+        let server = serve_admin(host.clone(), &"tcp:127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let client = AdminClient::connect(server.addr()).await.unwrap();
+        client.ping().await.unwrap();
+        client.fail_nth("Mkdir", 1, "x").await.unwrap();
+        let err = client.hang("Nope", 1).await.unwrap_err();
+        assert!(err.to_string().contains("unknown RPC"));
+        client
+            .write_file(r"C:\var\lib\kubelet\f.txt", "hi")
+            .await
+            .unwrap();
+        assert_eq!(
+            client.read_file(r"C:\var\lib\kubelet\f.txt").await.unwrap(),
+            "hi"
+        );
+        assert_eq!(
+            client.read_link(r"C:\var\lib\kubelet\f.txt").await.unwrap(),
+            None
+        );
+        assert!(client.invariants().await.unwrap().ok());
+        assert!(client.data_loss().await.unwrap().is_empty());
+        assert!(client.audit(0).await.unwrap().is_empty());
+        assert!(client.set_disk_size("nope", 1).await.is_err());
+        client.reboot().await.unwrap();
+        assert_eq!(client.state().await.unwrap()["boots"], 2);
+        server.shutdown().await;
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn unix_socket_admin_replaces_stale_sockets_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = SimHost::new(
+            &Scenario::default(),
+            &dir.path().join("root"),
+            HostOptions::default(),
+        )
+        .unwrap();
+        let addr = AdminAddr::Unix(dir.path().join("admin.sock"));
+        let first = serve_admin(host.clone(), &addr).await.unwrap();
+        first.shutdown().await;
+        let second = serve_admin(host.clone(), &addr).await.unwrap();
+        AdminClient::connect(&addr)
+            .await
+            .unwrap()
+            .ping()
+            .await
+            .unwrap();
+        second.shutdown().await;
+        let file = AdminAddr::Unix(dir.path().join("not-a-socket"));
+        std::fs::write(dir.path().join("not-a-socket"), "x").unwrap();
+        assert!(serve_admin(host, &file).await.is_err());
+    }
+}

@@ -540,12 +540,14 @@ impl State {
             return Err(Error::host(volume_not_found(id)));
         };
         let store = self.layout.volume_store(&v.guid);
-        let (bytes, files) = dir_usage(&store);
-        if files > 0 || v.foreign_data {
+        let usage = dir_usage(&store);
+        if usage.entries > 0 || v.foreign_data {
             let detail = format!(
-                "FormatVolume on {} (disk {}) destroyed {files} file(s), {bytes} byte(s){}",
+                "FormatVolume on {} (disk {}) destroyed {} file(s), {} byte(s){}",
                 v.id(),
                 self.disks[di].id,
+                usage.files,
+                usage.bytes,
                 if v.foreign_data {
                     " and foreign data"
                 } else {
@@ -606,8 +608,8 @@ impl State {
             .as_ref()
             .map(|v| v.guid.clone())
             .unwrap_or_default();
-        let (bytes, _) = dir_usage(&self.layout.volume_store(&guid));
-        Ok((p.size as i64, bytes.min(p.size) as i64))
+        let used = dir_usage(&self.layout.volume_store(&guid)).bytes;
+        Ok((p.size as i64, used.min(p.size) as i64))
     }
 
     /// `GetDiskNumberFromVolumeID`.

@@ -428,27 +428,36 @@ fn collect_links(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Total size in bytes and number of files below `dir` (not following symlinks).
-pub(crate) fn dir_usage(dir: &Path) -> (u64, u64) {
-    let mut bytes = 0;
-    let mut files = 0;
+/// Usage of a directory tree (not following symlinks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Usage {
+    pub(crate) bytes: u64,
+    pub(crate) files: u64,
+    /// Files, directories and links: any entry counts as data a format would destroy.
+    pub(crate) entries: u64,
+}
+
+pub(crate) fn dir_usage(dir: &Path) -> Usage {
+    let mut u = Usage::default();
     let Ok(rd) = std::fs::read_dir(dir) else {
-        return (0, 0);
+        return u;
     };
     for e in rd.flatten() {
         let Ok(m) = e.path().symlink_metadata() else {
             continue;
         };
+        u.entries += 1;
         if m.is_dir() {
-            let (b, f) = dir_usage(&e.path());
-            bytes += b;
-            files += f + 1;
+            let sub = dir_usage(&e.path());
+            u.bytes += sub.bytes;
+            u.files += sub.files;
+            u.entries += sub.entries;
         } else {
-            bytes += m.len();
-            files += 1;
+            u.bytes += m.len();
+            u.files += 1;
         }
     }
-    (bytes, files)
+    u
 }
 
 /// Writes scenario files under `dir`.
@@ -475,30 +484,17 @@ pub(crate) fn wipe_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))
 }
 
-/// Creates (replacing) a symlink `link` → `target`.
+/// Creates a symlink `link` → `target` (fails if `link` exists).
 pub(crate) fn make_symlink(target: &Path, link: &Path) -> std::io::Result<()> {
     platform::symlink_dir(target, link)
 }
 
 #[cfg(unix)]
-mod platform {
-    pub(super) fn symlink_dir(
-        target: &std::path::Path,
-        link: &std::path::Path,
-    ) -> std::io::Result<()> {
-        std::os::unix::fs::symlink(target, link)
-    }
-}
-
+#[path = "platform_unix.rs"]
+mod platform;
 #[cfg(windows)]
-mod platform {
-    pub(super) fn symlink_dir(
-        target: &std::path::Path,
-        link: &std::path::Path,
-    ) -> std::io::Result<()> {
-        std::os::windows::fs::symlink_dir(target, link)
-    }
-}
+#[path = "platform_windows.rs"]
+mod platform;
 
 #[cfg(test)]
 mod tests;

@@ -22,7 +22,7 @@ impl SimProcess {
     /// the line is printed once every endpoint is bound). The sandbox lives in the tempdir too.
     pub async fn start(args: impl FnOnce(&std::path::Path) -> Vec<String>) -> SimProcess {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wincsi-sim"))
+        let mut child = Command::new(binary())
             .args(args(dir.path()))
             .arg("--root")
             .arg(dir.path().join("sandbox"))
@@ -50,6 +50,17 @@ impl SimProcess {
 
     pub async fn admin(&self) -> AdminClient {
         AdminClient::connect(&self.admin_addr).await.unwrap()
+    }
+}
+
+/// The simulator binary. A Windows build cross-compiled on Linux sees cargo's Linux path; under Wine that path
+/// is reachable through the `Z:` drive.
+fn binary() -> String {
+    let exe = env!("CARGO_BIN_EXE_wincsi-sim");
+    if cfg!(windows) && exe.starts_with('/') {
+        format!("Z:{}", exe.replace('/', "\\"))
+    } else {
+        exe.to_string()
     }
 }
 

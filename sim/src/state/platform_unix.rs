@@ -1,0 +1,8 @@
+//! Symlinks on Unix sandboxes.
+
+use std::path::Path;
+
+/// Creates a symlink `link` → `target` (a directory or not; Unix does not distinguish).
+pub(super) fn symlink_dir(target: &Path, link: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(target, link)
+}

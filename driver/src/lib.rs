@@ -10,6 +10,7 @@ pub mod ephemeral;
 pub mod error;
 pub mod host;
 pub mod identity;
+pub mod iscsi;
 pub mod listener;
 pub mod locks;
 pub mod logging;

@@ -2,7 +2,8 @@
 //!
 //! The driver never touches a host path directly; every host operation goes through [`Host`]. Implementations:
 //! [`csi_proxy::CsiProxyHost`] (csi-proxy over named pipes, or the simulated host over Unix sockets) and, for tests,
-//! [`fake::FakeHost`], a recording fake with scriptable state and failure injection.
+//! `fake::FakeHost` (compiled for tests and with the `test-util` feature), a recording fake with scriptable state and
+//! failure injection.
 //!
 //! csi-proxy v1 cannot list or query SMB global mappings. The driver therefore learns a mapping's health from path
 //! reachability: [`Host::is_symlink`] is true only when a link *and its target* exist, so a staging link whose UNC

@@ -1,3 +1,4 @@
+#![cfg_attr(not(windows), allow(missing_docs))]
 #![cfg(windows)]
 //! The named-pipe transport end to end (runs under Wine in CI): a fake csi-proxy in ANOTHER
 //! process serves all six groups on real named pipes `\\.\pipe\wincsi-test-<pid>-csi-proxy-*`,

@@ -100,8 +100,8 @@ pub struct Config {
     #[arg(long, env = "CSI_PROXY_SOCKET_DIR", value_name = "DIR")]
     pub csi_proxy_socket_dir: Option<PathBuf>,
 
-    /// Directory for the driver's own state
-    /// [default: `<kubelet-root>\plugins\<driver-name>\state`].
+    /// Directory for the driver's own state; defaults to
+    /// `<kubelet-root>\plugins\<driver-name>\state`.
     #[arg(long, env = "STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 

@@ -222,13 +222,19 @@ impl State {
         }
     }
 
-    /// `GetVolumeIDFromTargetPath`: the path must be a mounted folder.
+    /// `GetVolumeIDFromTargetPath`: the path must be a reparse point. A mount point gives its volume. A symlink also
+    /// passes csi-proxy's mounted-folder test (it checks the reparse tag with a bitwise AND), and then the volume
+    /// that holds the link's final target is returned: the mounted volume for a link to a mount point, the drive's
+    /// volume for a link to a plain directory.
     pub fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
         let real = self.drive_path(target_path)?;
+        let not_found = |api: &str| {
+            Error::host(format!(
+                "{api} {target_path}: The system cannot find the file specified."
+            ))
+        };
         match self.node(&real) {
-            Node::Missing => Err(Error::host(format!(
-                "GetFileAttributes {target_path}: The system cannot find the file specified."
-            ))),
+            Node::Missing => Err(not_found("GetFileAttributes")),
             Node::MountPoint {
                 guid,
                 target_exists: true,
@@ -236,10 +242,50 @@ impl State {
             Node::MountPoint {
                 target_exists: false,
                 ..
-            } => Err(Error::host(format!(
-                "GetVolumePathName {target_path}: The system cannot find the file specified."
-            ))),
-            _ => Err(Error::host("not a mounted folder")),
+            }
+            | Node::Symlink {
+                target_exists: false,
+            } => Err(not_found("GetVolumePathName")),
+            Node::Symlink {
+                target_exists: true,
+            } => self.volume_holding(&real, target_path),
+            Node::File | Node::Dir => Err(Error::host("not a mounted folder")),
+        }
+    }
+
+    /// The volume whose contents hold `real` once every link is resolved.
+    fn volume_holding(&self, real: &Path, target_path: &str) -> Result<String> {
+        let fail = || {
+            Error::host(format!(
+                "GetVolumeNameForVolumeMountPoint {target_path}: The parameter is incorrect."
+            ))
+        };
+        let canon = std::fs::canonicalize(real).map_err(|_| fail())?;
+        let root = std::fs::canonicalize(self.layout.root()).map_err(|_| fail())?;
+        let rel = canon.strip_prefix(&root).map_err(|_| fail())?;
+        let parts: Vec<String> = rel
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        match parts
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            ["store", "volumes", guid, ..] => Ok(format!(r"\\?\Volume{{{guid}}}\")),
+            [drive, ..] if drive.len() == 1 => {
+                let letter = drive.chars().next().map(|c| c.to_ascii_uppercase());
+                self.disks
+                    .iter()
+                    .filter(|d| d.volumes_visible())
+                    .flat_map(|d| d.partitions.iter())
+                    .filter_map(|p| p.volume.as_ref())
+                    .find(|v| v.drive_letter == letter)
+                    .map(|v| v.id())
+                    .ok_or_else(fail)
+            }
+            _ => Err(fail()),
         }
     }
 

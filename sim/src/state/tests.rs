@@ -1298,3 +1298,30 @@ fn debug_output_of_state_holds_no_secrets() {
         assert!(!dbg.contains(s), "{s} leaked into Debug");
     }
 }
+
+#[test]
+fn volume_id_from_a_symlink_resolves_the_volume_holding_its_target() {
+    let mut f = fx();
+    let v = data_volume(&mut f);
+    let staging = p("staging");
+    f.mkdir(&staging).unwrap();
+    f.mount_volume(&v, &staging).unwrap();
+    f.create_symlink(&staging, &p("publish")).unwrap();
+    assert_eq!(f.get_volume_id_from_target_path(&p("publish")).unwrap(), v);
+    // A link to a plain directory on C: gives C:'s volume (quirk of the reparse-tag check).
+    f.mkdir(&p("plain")).unwrap();
+    f.create_symlink(&p("plain"), &p("plain-link")).unwrap();
+    let c_volume = f.list_volumes_on_disk(0, 3).unwrap()[0].clone();
+    assert_eq!(
+        f.get_volume_id_from_target_path(&p("plain-link")).unwrap(),
+        c_volume
+    );
+    // A dangling link fails.
+    f.create_symlink(&p("gone"), &p("dangling")).unwrap();
+    assert!(f.get_volume_id_from_target_path(&p("dangling")).is_err());
+    // Without a C: volume in the scenario there is nothing to return.
+    let g = fx_with("{}", HostOptions::default());
+    g.mkdir(&p("plain")).unwrap();
+    g.create_symlink(&p("plain"), &p("l")).unwrap();
+    assert!(g.get_volume_id_from_target_path(&p("l")).is_err());
+}

@@ -1,10 +1,10 @@
-#![cfg(windows)]
 //! The Windows listener adapter (socket2 socket + tokio readiness carrier) under Wine.
 //!
 //! Wine 8 has no AF_UNIX, so the adapter is exercised over AF_INET loopback (`tcp://`), which
 //! goes through exactly the same socket2 create/bind/listen/accept and readiness-carrier code
 //! as AF_UNIX on a real Windows host. The AF_UNIX path is checked for whichever outcome is
 //! true where the test runs: a working socket (Windows 10 1803+) or a clear error (Wine).
+#![cfg(windows)]
 
 use std::sync::Arc;
 

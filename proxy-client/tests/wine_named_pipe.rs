@@ -211,3 +211,31 @@ fn unix_sockets_are_unsupported_on_windows() {
     });
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err:?}");
 }
+
+#[test]
+fn a_pipe_that_stays_busy_is_retried_then_reported() {
+    use tokio::net::windows::named_pipe::{ClientOptions, ServerOptions};
+
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let prefix = format!(r"\\.\pipe\wincsi-test-{}-busy-", std::process::id());
+    let name = proxy_client::pipe_name(&prefix, ApiGroup::System);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // A single pipe instance, already taken: every further open fails with ERROR_PIPE_BUSY.
+        let server = ServerOptions::new()
+            .first_pipe_instance(true)
+            .max_instances(1)
+            .create(&name)
+            .unwrap();
+        let _holder = ClientOptions::new().open(&name).unwrap();
+        server.connect().await.unwrap();
+
+        let proxy = ProxyClient::new(Transport::named_pipes(&prefix));
+        let err = proxy.system().bios_serial().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ProxyUnavailable, "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains(&name) && text.contains("busy"), "{text}");
+    });
+}

@@ -294,10 +294,10 @@ async fn node_reboot_then_kubelet_restages_and_republishes_with_data_intact() {
 
 /// Crashes the driver while the `nth` call of host RPC `rpc` is in flight during kubelet's first NodeStage
 /// attempt, restarts it, and lets kubelet retry: the volume must end up staged and usable, then tear down clean.
-async fn crash_mid_stage(rpc: &str, vol: Volume) {
+async fn crash_mid_stage(rpc: &str, nth: u64, vol: Volume) {
     let mut node = node().await;
     let pod = Pod::new("crash", "victim-0");
-    node.host().hang(rpc, 1).await.expect("hang");
+    node.host().hang(rpc, nth).await.expect("hang");
     // kubelet creates the staging parent first (as in mount_device), then its first attempt hangs in the host.
     let admin = sim::admin::AdminClient::connect(node.sim().admin_addr())
         .await
@@ -341,6 +341,7 @@ async fn crash_mid_stage(rpc: &str, vol: Volume) {
 async fn driver_killed_while_creating_the_smb_mapping_converges_on_retry() {
     crash_mid_stage(
         "NewSmbGlobalMapping",
+        1,
         fixtures::smb_volume("pv-crash-1", "crash", "c1", Some("c1")),
     )
     .await;
@@ -349,7 +350,9 @@ async fn driver_killed_while_creating_the_smb_mapping_converges_on_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_killed_after_the_smb_mapping_before_the_link_converges_on_retry() {
     crash_mid_stage(
-        "CreateSymlink",
+        // The second mapping call links the staging path to root + subDir, after the root mapping exists.
+        "NewSmbGlobalMapping",
+        2,
         fixtures::smb_volume("pv-crash-2", "crash", "c2", Some("c2")),
     )
     .await;
@@ -359,6 +362,7 @@ async fn driver_killed_after_the_smb_mapping_before_the_link_converges_on_retry(
 async fn driver_killed_while_formatting_the_lun_converges_on_retry_without_data_loss() {
     crash_mid_stage(
         "FormatVolume",
+        1,
         fixtures::iscsi_volume("pv-crash-3", "crash", "c3", 0),
     )
     .await;
@@ -368,6 +372,7 @@ async fn driver_killed_while_formatting_the_lun_converges_on_retry_without_data_
 async fn driver_killed_while_mounting_the_lun_converges_on_retry() {
     crash_mid_stage(
         "MountVolume",
+        1,
         fixtures::iscsi_volume("pv-crash-4", "crash", "c4", 1),
     )
     .await;

@@ -228,9 +228,9 @@ async fn node_rpcs() {
     let advertised: Vec<i32> = caps
         .capabilities
         .iter()
-        .filter_map(|c| match &c.r#type {
-            Some(v1::node_service_capability::Type::Rpc(rpc)) => Some(rpc.r#type),
-            None => None,
+        .filter_map(|c| {
+            let v1::node_service_capability::Type::Rpc(rpc) = c.r#type.as_ref()?;
+            Some(rpc.r#type)
         })
         .collect();
     let advertises = |t: RpcType| advertised.contains(&(t as i32));

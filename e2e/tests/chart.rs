@@ -1539,3 +1539,183 @@ fn an_existing_service_account_can_be_used() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The chart and the examples against the driver's own parsers
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn rendered_driver_args_parse_with_the_driver_cli() {
+    use wincsi::config::{Config, Endpoint};
+    let defaults = read_yaml(&chart_dir().join("values.yaml"));
+    let (_, helm) = helms().pop().unwrap();
+    for file in scenario_files() {
+        let mut values = defaults.clone();
+        merge(&mut values, &read_yaml(&file));
+        let exp = Expect::from_values(&values);
+        let r = Rendered::load(helm_template(&helm, &["-f", file.to_str().unwrap()]).unwrap());
+        let spec = pod_spec(r.daemonset("node").unwrap());
+        let driver = container(spec, "wincsi-node");
+        // kubelet expands $(KUBE_NODE_NAME) from the downward-API env var.
+        let argv = std::iter::once("wincsi-node".to_owned()).chain(
+            driver
+                .args
+                .iter()
+                .flatten()
+                .map(|a| a.replace("$(KUBE_NODE_NAME)", "win-node-1")),
+        );
+        let config = Config::try_parse_args(argv).unwrap_or_else(|e| {
+            panic!(
+                "{}: the driver rejects the chart's arguments: {e}",
+                file.display()
+            )
+        });
+        match &config.endpoint {
+            Endpoint::Unix(path) => assert_eq!(path.to_str(), Some(exp.socket().as_str())),
+            other => panic!("{}: endpoint {other}", file.display()),
+        }
+        assert_eq!(config.node_id, "win-node-1");
+        assert_eq!(config.driver_name, exp.driver_name);
+        assert_eq!(
+            config.kubelet_root.to_str(),
+            Some(exp.kubelet_root.as_str())
+        );
+        assert_eq!(config.max_volumes_per_node, exp.max_volumes);
+        assert!(
+            config.csi_proxy_socket_dir.is_none(),
+            "pipes, not Unix sockets"
+        );
+        // The driver's state lives in the plugin directory, which the driver reaches in
+        // both modes (through the kubelet-dir mount in csiProxy mode).
+        let state = config.state_dir();
+        assert!(
+            is_within(state.to_str().unwrap(), &exp.plugin_dir()),
+            "{}: state dir {} outside {}",
+            file.display(),
+            state.display(),
+            exp.plugin_dir()
+        );
+        let topology: Vec<(String, String)> = config
+            .topology
+            .iter()
+            .map(|t| (t.key.clone(), t.value.clone()))
+            .collect();
+        let want: Vec<(String, String)> = values["driver"]["topology"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(topology, want);
+    }
+}
+
+/// Secrets (stringData) of an example file, by name.
+fn example_secrets(docs: &[Json]) -> BTreeMap<String, Vec<(String, String)>> {
+    docs.iter()
+        .filter(|o| o["kind"] == "Secret")
+        .map(|o| {
+            let data = o["stringData"]
+                .as_object()
+                .expect("example Secrets use stringData")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect();
+            (o["metadata"]["name"].as_str().unwrap().to_owned(), data)
+        })
+        .collect()
+}
+
+fn parse_with_driver(context: &BTreeMap<String, String>, secrets: &[(String, String)]) -> String {
+    let secrets = wincsi::smb::Secrets::new(secrets.iter().cloned());
+    if wincsi::iscsi::is_iscsi(context) {
+        wincsi::iscsi::parse_volume(context, &secrets)
+            .map(|v| format!("iscsi {} portals", v.portals.len()))
+            .unwrap_or_else(|e| panic!("the driver rejects {context:?}: {e}"))
+    } else {
+        wincsi::smb::parse_volume(context, &secrets)
+            .map(|v| format!("smb {}", v.full_path()))
+            .unwrap_or_else(|e| panic!("the driver rejects {context:?}: {e}"))
+    }
+}
+
+#[test]
+fn examples_are_accepted_by_the_driver() {
+    let dir = repo_root().join("examples");
+    let mut parsed = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let docs: Vec<Json> = serde_norway::Deserializer::from_str(&text)
+            .map(|d| Json::deserialize(d).unwrap())
+            .filter(|d| !d.is_null())
+            .collect();
+        let secrets = example_secrets(&docs);
+        let attrs = |v: &Json| -> BTreeMap<String, String> {
+            v.as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for o in &docs {
+            if let Some(csi) = o.pointer("/spec/csi") {
+                // A PersistentVolume: kubelet passes volumeAttributes plus PV/PVC info, and
+                // the nodeStageSecretRef's data as the stage secrets.
+                let mut ctx = attrs(&csi["volumeAttributes"]);
+                ctx.insert(
+                    "csi.storage.k8s.io/pv/name".into(),
+                    o["metadata"]["name"].as_str().unwrap().into(),
+                );
+                let secret = csi["nodeStageSecretRef"]["name"]
+                    .as_str()
+                    .map(|n| {
+                        secrets
+                            .get(n)
+                            .unwrap_or_else(|| panic!("{}: no Secret {n}", f.display()))
+                            .clone()
+                    })
+                    .unwrap_or_default();
+                if let Some(fs) = csi["fsType"].as_str() {
+                    wincsi::iscsi::check_fs_type(fs).unwrap();
+                }
+                parsed.push(parse_with_driver(&ctx, &secret));
+            }
+            if o["kind"] == "Pod" {
+                for v in o["spec"]["volumes"].as_array().into_iter().flatten() {
+                    if v["csi"].is_object() {
+                        // An inline ephemeral volume, as kubelet (podInfoOnMount) hands it over.
+                        let mut ctx = attrs(&v["csi"]["volumeAttributes"]);
+                        ctx.insert("csi.storage.k8s.io/ephemeral".into(), "true".into());
+                        ctx.insert(
+                            "csi.storage.k8s.io/pod.namespace".into(),
+                            o["metadata"]["namespace"].as_str().unwrap().into(),
+                        );
+                        let name = ctx["secretName"].clone();
+                        let secret = secrets
+                            .get(&name)
+                            .expect("the inline volume's Secret")
+                            .clone();
+                        parsed.push(parse_with_driver(&ctx, &secret));
+                    }
+                }
+            }
+        }
+    }
+    let kinds: BTreeSet<&str> = parsed
+        .iter()
+        .map(|p| p.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(kinds, BTreeSet::from(["iscsi", "smb"]), "{parsed:?}");
+    assert!(parsed.contains(&"iscsi 2 portals".to_owned()), "{parsed:?}");
+    assert_eq!(parsed.len(), 4, "{parsed:?}");
+}

@@ -18,7 +18,7 @@ pub use error::{Error, Result};
 pub use host::{AuditEntry, Fault, InvariantReport, RPCS, SimHost, normalize_rpc};
 pub use scenario::*;
 pub use secret::{REDACTED, Secret};
-pub use state::{DataLossEvent, HostOptions, State};
+pub use state::{DataLossEvent, HostOptions, SANDBOX_MARKER, State};
 
 pub mod admin;
 mod grpc;

@@ -200,6 +200,7 @@ impl State {
             disconnected_mapping_blocks_create: h.disconnected_mapping_blocks_create,
         };
         let layout = Layout::new(root.to_path_buf());
+        claim_sandbox(root)?;
         for sub in ["volumes", "unc", "store"] {
             let p = root.join(sub);
             if p.exists() {
@@ -253,6 +254,21 @@ impl State {
     /// The sandbox root.
     pub fn root(&self) -> &Path {
         self.layout.root()
+    }
+
+    /// The kubelet path in force (csi-proxy `-kubelet-path`).
+    pub fn kubelet_path(&self) -> &str {
+        &self.cfg.kubelet_path
+    }
+
+    /// The working dirs in force (csi-proxy `-working-dir`).
+    pub fn working_dirs(&self) -> &[String] {
+        &self.cfg.working_dirs
+    }
+
+    /// Whether new SMB mappings require privacy (csi-proxy `-require-privacy`).
+    pub fn require_privacy(&self) -> bool {
+        self.cfg.require_privacy
     }
 
     /// Maps a parsed drive path to the sandbox (case-insensitive, like NTFS).
@@ -413,6 +429,30 @@ impl State {
         self.boots
     }
 }
+
+/// Marks `root` as a simulator sandbox. A non-empty directory without the marker is refused, so a wrong
+/// `--root` can never wipe unrelated files.
+fn claim_sandbox(root: &Path) -> Result<()> {
+    let marker = root.join(SANDBOX_MARKER);
+    if root.exists() && !marker.exists() {
+        let mut entries = std::fs::read_dir(root).map_err(io_err(root))?;
+        if entries.next().is_some() {
+            return Err(Error::Scenario(format!(
+                "sandbox {} is not empty and was not created by wincsi-sim (no {SANDBOX_MARKER})",
+                root.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(root).map_err(io_err(root))?;
+    std::fs::write(
+        &marker,
+        b"wincsi-sim sandbox: everything here is replaced when a scenario is loaded\n",
+    )
+    .map_err(io_err(&marker))
+}
+
+/// File that marks a directory as a simulator sandbox.
+pub const SANDBOX_MARKER: &str = ".wincsi-sim-sandbox";
 
 fn collect_links(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {

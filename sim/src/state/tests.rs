@@ -1325,3 +1325,19 @@ fn volume_id_from_a_symlink_resolves_the_volume_holding_its_target() {
     g.create_symlink(&p("plain"), &p("l")).unwrap();
     assert!(g.get_volume_id_from_target_path(&p("l")).is_err());
 }
+
+#[test]
+fn a_foreign_non_empty_directory_is_never_used_as_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("c")).unwrap();
+    std::fs::write(dir.path().join("c").join("precious"), "x").unwrap();
+    let e = State::new(&Scenario::default(), dir.path(), &HostOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("not created by wincsi-sim"), "{e}");
+    assert!(dir.path().join("c").join("precious").exists());
+    // A sandbox of ours is reused (and reset).
+    let sb = dir.path().join("sb");
+    let st = State::new(&Scenario::default(), &sb, &HostOptions::default()).unwrap();
+    st.mkdir(&p("x")).unwrap();
+    let st = State::new(&Scenario::default(), &sb, &HostOptions::default()).unwrap();
+    assert!(!st.path_exists(&p("x")).unwrap());
+}

@@ -22,13 +22,14 @@
 //!
 //! | Operation | Host calls |
 //! | --- | --- |
-//! | first stage, RAW LUN | `AddTargetPortal` (each portal) → [`SetMutualChapSecret`] → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
+//! | first stage, RAW LUN | `AddTargetPortal` (each portal) → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
 //! | first stage, LUN with an NTFS volume | as above without `PartitionDisk`, the second `ListVolumesOnDisk` and `FormatVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (equals the recorded volume: done) |
 //! | unstage | `GetVolumeIDFromTargetPath` → `WriteVolumeCache` → `UnmountVolume` → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
 //! | unstage, staging path gone | `GetVolumeIDFromTargetPath` (fails) → `PathExists` → `DisconnectTarget` (as above) |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |
+//! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath`; not the recorded volume → record marked `needs_restage`, nothing removed |
 //! | expand | `GetVolumeIDFromTargetPath` → `Rescan` → `GetDiskStats` → `GetVolumeStats` → `ResizeVolume(0)` → `GetVolumeStats` |
 //!
 //! # Which disk is this volume? (never the wrong one)
@@ -886,6 +887,42 @@ impl<H: Host> VolumeManager<H> {
         self.store().remove_volume(volume_id)?;
         info!(staging = %staging, "iSCSI volume unstaged");
         Ok(())
+    }
+
+    /// Startup reconciliation of a staged iSCSI volume. A mount point is never judged by `IsSymlink` (Go reports
+    /// mount points differently across versions) and nothing is removed here: when the recorded volume is no longer
+    /// mounted at the staging path (the session died with a reboot), the record is marked for re-stage and `true` is
+    /// returned; the next stage logs in again and repairs the dangling mount point.
+    pub(crate) async fn reconcile_iscsi(
+        &self,
+        rec: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<bool, Error> {
+        let Protocol::Iscsi(r) = &rec.protocol else {
+            return Ok(false);
+        };
+        let h = self.block_calls(d);
+        match h
+            .raw(
+                HostOp::GetVolumeIDFromTargetPath,
+                staging,
+                h.host.volume_id_from_target_path(staging, d),
+            )
+            .await
+        {
+            Ok(v) if r.volume.as_deref().is_none_or(|w| same_id(w, &v)) => Ok(false),
+            Err(e) if uncertain(e.kind) => Err(block_error(e, staging)),
+            _ => {
+                self.store().put_volume(&VolumeRecord {
+                    phase: Phase::NeedsRestage,
+                    ..rec.clone()
+                })?;
+                info!(volume_id = %rec.volume_id, staging = %staging, iqn = %r.iqn, "iSCSI volume no longer mounted: \
+                      marked for re-stage");
+                Ok(true)
+            }
+        }
     }
 
     /// The staging path behind `path` for `volume_id`: the staging path itself or a target it is published at.

@@ -129,12 +129,15 @@ impl NodeCore {
             .await
     }
 
-    /// Volume expansion (not implemented yet).
+    /// Volume expansion (iSCSI volumes: grows the partition to the LUN's size).
     pub async fn expand_volume(
         &self,
-        _req: &NodeExpandVolumeRequest,
+        req: &NodeExpandVolumeRequest,
+        deadline: Deadline,
     ) -> Result<NodeExpandVolumeResponse> {
-        Err(Error::Unimplemented("NodeExpandVolume"))
+        self.volumes("NodeExpandVolume")?
+            .expand_volume(req, deadline)
+            .await
     }
 
     /// The node capabilities: only what is implemented.
@@ -275,6 +278,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        let deadline = Deadline::from_metadata(request.metadata());
         let req = request.into_inner();
         let fields = RpcFields::volume(&req.volume_id)
             .staging(&req.staging_target_path)
@@ -282,7 +286,7 @@ impl Node for NodeService {
         rpc("NodeExpandVolume", fields, async {
             require(&req.volume_id, "volume_id")?;
             require(&req.volume_path, "volume_path")?;
-            self.core.expand_volume(&req).await
+            self.core.expand_volume(&req, deadline).await
         })
         .await
     }

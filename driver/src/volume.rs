@@ -970,6 +970,11 @@ impl<H: Host> VolumeManager<H> {
                 }
             };
             match rec.phase {
+                Phase::Staged if matches!(rec.protocol, Protocol::Iscsi(_)) => {
+                    if self.reconcile_iscsi(&rec, &staging, d).await? {
+                        report.restage.push(rec.volume_id.clone());
+                    }
+                }
                 Phase::Staged => {
                     let exists = h
                         .path_exists(&staging)
@@ -1182,6 +1187,7 @@ pub fn node_capabilities() -> Vec<csi::v1::NodeServiceCapability> {
         Type::GetVolumeStats,
         Type::VolumeCondition,
         Type::SingleNodeMultiWriter,
+        Type::ExpandVolume,
     ]
     .into_iter()
     .map(|t| csi::v1::NodeServiceCapability {

@@ -645,10 +645,18 @@ async fn reboot_then_kubelet_restages_and_data_is_intact() {
         stats.abnormal && stats.message.contains("session"),
         "{stats:?}"
     );
-    env.mgr
+    env.rpcs();
+    let report = env
+        .mgr
         .reconcile(d())
         .await
         .expect("startup reconciliation");
+    assert_eq!(report.restage, ["v1"]);
+    let rpcs = env.rpcs();
+    assert!(
+        !rpcs.iter().any(|r| r == "Rmdir" || r == "UnmountVolume"),
+        "reconcile removes nothing: {rpcs:?}"
+    );
     env.rpcs();
     env.stage(&stage_req("v1", "10.0.0.5", IQN_A, 0))
         .await

@@ -17,6 +17,39 @@
 //! | secrets | `node.sendtargets.auth.*` | discovery CHAP: refused (FailedPrecondition) |
 //!
 //! Credentials anywhere else (a `*.password`/`secret`-like volume attribute) are InvalidArgument naming the key.
+//! `username_in` is accepted for compatibility but unused: Windows authenticates the target with the initiator's
+//! node-wide mutual secret only, and csi-proxy cannot set a per-target name. The mutual secret is node-global, so
+//! every mutual-CHAP volume on a node must use the same `password_in` (the last stage sets it).
+//!
+//! A worked example (a statically provisioned PV; the Secret holds `node.session.auth.username` / `.password`):
+//!
+//! ```yaml
+//! apiVersion: v1
+//! kind: PersistentVolume
+//! metadata: {name: db-lun}
+//! spec:
+//!   capacity: {storage: 10Gi}
+//!   accessModes: [ReadWriteOnce]
+//!   csi:
+//!     driver: wincsi.csi.io
+//!     volumeHandle: san1-store-a-lun0
+//!     fsType: ntfs
+//!     volumeAttributes:
+//!       targetPortal: "10.0.0.5:3260"
+//!       portals: '["10.0.0.6:3260"]'
+//!       iqn: iqn.2024-01.io.example:store-a
+//!       lun: "0"
+//!       sessionCHAPAuth: "true"
+//!       page83: "6001405abcdef0123456789abcdef012"
+//!     nodeStageSecretRef: {name: iscsi-chap, namespace: storage}
+//! ```
+//!
+//! # Limits of csi-proxy's iSCSI API (v1alpha2)
+//!
+//! No discovery CHAP, no persistent logins, no MPIO (multipath sessions, load-balance policy, initiator portal
+//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. One session per target:
+//! further portals are added (a later stage may log in through any of them) but a second `ConnectTarget` to a
+//! connected target is a no-op in csi-proxy.
 //!
 //! # Host-call sequences (asserted by the unit tests in `iscsi/tests.rs`)
 //!

@@ -999,3 +999,46 @@ async fn dispatch_refuses_other_file_systems_and_block() {
     ));
     assert!(env.host.calls().is_empty());
 }
+
+#[test]
+fn csi_proxy_texts_are_classified() {
+    use crate::host::csi_proxy::classify_block;
+    let proxy = |m: &str| proxy_client::Error::Proxy {
+        method: "X",
+        code: 2,
+        message: m.to_owned(),
+    };
+    for (text, kind) in [
+        (
+            "error connecting to target portal. result: 1, err: Authentication Failure.",
+            HostErrorKind::LogonFailure,
+        ),
+        (
+            "No MSFT_iSCSITarget objects found with property 'NodeAddress'",
+            HostErrorKind::NotFound,
+        ),
+        (
+            "No MSFT_Volume objects found with property 'UniqueId'",
+            HostErrorKind::NotFound,
+        ),
+        ("not a mounted folder", HostErrorKind::NotFound),
+        (
+            "error umount volume. error: The file or directory is not a reparse point.",
+            HostErrorKind::NotFound,
+        ),
+        (
+            "mkdir C:\\x: Cannot create a file when that file already exists.",
+            HostErrorKind::AlreadyExists,
+        ),
+        (
+            "error adding target portal. err: Connection Failed.",
+            HostErrorKind::Other,
+        ),
+    ] {
+        assert_eq!(
+            classify_block(ConnectTarget, &proxy(text)).kind,
+            kind,
+            "{text}"
+        );
+    }
+}

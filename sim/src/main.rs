@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Parser;
-use sim::admin::{AdminAddr, serve_admin};
+use sim::admin::{AdminAddr, ReadyLine, serve_admin};
 use sim::{Endpoints, HostOptions, Scenario, SimHost};
 
 #[derive(Debug, Parser)]
@@ -101,15 +101,16 @@ async fn run(args: Args) -> sim::Result<()> {
     };
     let serving = sim::serve(host.clone(), &endpoints)?;
     let admin = serve_admin(host.clone(), &admin_addr).await?;
-    let ready = serde_json::json!({
-        "ready": true,
-        "endpoints": serving.endpoints(),
-        "admin": admin.addr().to_string(),
-        "root": root,
-    });
+    let ready = ReadyLine {
+        ready: true,
+        endpoints: serving.endpoints().to_vec(),
+        admin: admin.addr().to_string(),
+        root,
+    };
+    let line = serde_json::to_string(&ready).map_err(|e| sim::Error::Admin(e.to_string()))?;
     {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{ready}");
+        let _ = writeln!(out, "{line}");
         let _ = out.flush();
     }
     tracing::info!(admin = %admin.addr(), "wincsi-sim ready");

@@ -72,6 +72,36 @@ impl FromStr for AdminAddr {
     }
 }
 
+/// The single JSON line `wincsi-sim` prints on stdout once every endpoint and the admin interface are bound.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadyLine {
+    /// Always `true`.
+    pub ready: bool,
+    /// Socket paths or pipe names, in `ApiGroup::ALL` order (disk, volume, filesystem, smb, iscsi, system).
+    pub endpoints: Vec<String>,
+    /// Admin address (`unix:...` or `tcp:...`), parse with [`ReadyLine::admin_addr`].
+    pub admin: String,
+    /// Sandbox root.
+    pub root: PathBuf,
+}
+
+impl ReadyLine {
+    /// Parses the ready line.
+    pub fn parse(line: &str) -> Result<ReadyLine, Error> {
+        let r: ReadyLine = serde_json::from_str(line.trim())
+            .map_err(|e| Error::Admin(format!("bad ready line {line:?}: {e}")))?;
+        if !r.ready {
+            return Err(Error::Admin(format!("not a ready line: {line:?}")));
+        }
+        Ok(r)
+    }
+
+    /// The admin address.
+    pub fn admin_addr(&self) -> Result<AdminAddr, Error> {
+        self.admin.parse()
+    }
+}
+
 /// An admin request (`{"op": "<snake_case name>", ...fields}`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -212,6 +242,23 @@ mod tests {
     use super::*;
     use crate::host::SimHost;
     use crate::state::HostOptions;
+
+    #[test]
+    fn ready_line_round_trips() {
+        let r = ReadyLine {
+            ready: true,
+            endpoints: vec!["/s/csi-proxy-disk-v1.sock".into()],
+            admin: "unix:/s/admin.sock".into(),
+            root: "/s/sandbox".into(),
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert_eq!(ReadyLine::parse(&line).unwrap(), r);
+        assert_eq!(
+            r.admin_addr().unwrap(),
+            AdminAddr::Unix("/s/admin.sock".into())
+        );
+        assert!(ReadyLine::parse("hello").is_err());
+    }
 
     #[test]
     fn addresses_parse_and_must_be_loopback() {

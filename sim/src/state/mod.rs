@@ -289,11 +289,10 @@ impl State {
                 .or_else(|| rest.strip_prefix("volume{"))
             {
                 let (guid, tail) = after.split_once('}')?;
-                let comps: Vec<String> = tail
-                    .split('\\')
-                    .filter(|c| !c.is_empty())
-                    .map(str::to_string)
-                    .collect();
+                if guid.is_empty() || !guid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+                    return None;
+                }
+                let comps = paths::normalise_components(tail);
                 return Some(paths::resolve_ci(
                     &self.layout.volume_link(&guid.to_lowercase()),
                     &comps,

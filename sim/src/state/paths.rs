@@ -75,12 +75,10 @@ impl DrivePath {
             return None;
         }
         let drive = (b[0] as char).to_ascii_lowercase();
-        let components = path[2..]
-            .split(['\\', '/'])
-            .filter(|c| !c.is_empty() && *c != ".")
-            .map(str::to_string)
-            .collect();
-        Some(DrivePath { drive, components })
+        Some(DrivePath {
+            drive,
+            components: normalise_components(&path[2..]),
+        })
     }
 }
 
@@ -94,8 +92,31 @@ pub(crate) fn parse_unc(path: &str) -> Option<(String, String, Vec<String>)> {
     let mut parts = rest.split('\\').filter(|c| !c.is_empty());
     let server = parts.next()?.to_lowercase();
     let share = parts.next()?.to_lowercase();
-    let rest: Vec<String> = parts.filter(|c| *c != ".").map(str::to_string).collect();
-    Some((server, share, rest))
+    if [&server, &share]
+        .iter()
+        .any(|c| c.as_str() == "." || c.as_str() == "..")
+    {
+        return None;
+    }
+    let rest: Vec<&str> = parts.collect();
+    Some((server, share, normalise_components(&rest.join("\\"))))
+}
+
+/// Splits a path tail on either separator the way Windows normalises it (`GetFullPathName`): empty and `.`
+/// components vanish, `..` removes the previous component and never climbs above the root. Keeps every sandbox
+/// lookup inside its root, even for RPCs csi-proxy does not validate (IsSymlink, Volume group paths).
+pub(crate) fn normalise_components(tail: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in tail.split(['\\', '/']) {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            c => out.push(c.to_string()),
+        }
+    }
+    out
 }
 
 /// Resolves `components` below `base` case-insensitively, as NTFS would: for every component that already exists
@@ -247,6 +268,33 @@ mod tests {
         assert_eq!(p.components, vec!["Var", "lib", "x"]);
         assert!(DrivePath::parse(r"\\s\x").is_none());
         assert!(DrivePath::parse("C:x").is_none());
+    }
+
+    #[test]
+    fn dot_dot_never_climbs_above_the_root() {
+        let p = DrivePath::parse(r"C:\..\..\etc\.\passwd").unwrap();
+        assert_eq!(p.components, vec!["etc", "passwd"]);
+        let p = DrivePath::parse(r"C:\a\b\..\c").unwrap();
+        assert_eq!(p.components, vec!["a", "c"]);
+        let (_, _, rest) = parse_unc(r"\\s\sh\..\..\x").unwrap();
+        assert_eq!(rest, vec!["x"]);
+        assert!(parse_unc(r"\\..\x").is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parsed_paths_have_only_plain_components(path in "[a-zA-Z]:[\\\\/a-z.]{0,30}") {
+            if let Some(p) = DrivePath::parse(&path) {
+                for c in &p.components {
+                    proptest::prop_assert!(!c.is_empty() && c != "." && c != ".." && !c.contains(['\\', '/']));
+                }
+            }
+        }
+
+        #[test]
+        fn validation_never_panics(path in "\\PC{0,300}") {
+            let _ = validate_path_windows(&path, r"C:\var\lib\kubelet", &[]);
+        }
     }
 
     #[test]

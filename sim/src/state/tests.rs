@@ -1341,3 +1341,35 @@ fn a_foreign_non_empty_directory_is_never_used_as_sandbox() {
     let st = State::new(&Scenario::default(), &sb, &HostOptions::default()).unwrap();
     assert!(!st.path_exists(&p("x")).unwrap());
 }
+
+#[test]
+fn no_windows_path_resolves_outside_the_sandbox() {
+    let f = fx();
+    let root = f.root().to_path_buf();
+    for p in [
+        r"C:\..\..\..\etc\passwd",
+        r"C:/../../etc",
+        r"\\?\C:\..\..\x",
+        r"\\?\Volume{../../../x}\",
+        r"\\?\Volume{5ee00001-5eed-4000-8000-000000000001}\..\..\..\x",
+        r"\\srv\share\..\..\..\..\x",
+        r"\\..\..\x",
+        r"Z:\..",
+    ] {
+        if let Some(real) = f.sandbox_path(p) {
+            assert!(real.starts_with(&root), "{p} -> {}", real.display());
+            assert!(
+                !real
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir),
+                "{p}"
+            );
+        }
+    }
+    // Unvalidated RPCs stay inside too.
+    assert!(f.is_symlink(r"C:\..\..\..\..\..\..\etc\passwd").is_err());
+    assert!(
+        f.mount_volume(r"\\?\Volume{x}\", r"C:\..\..\..\tmp")
+            .is_err()
+    );
+}

@@ -36,10 +36,11 @@ impl SimProcess {
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).await.unwrap();
-        let ready: Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad ready line {line:?}: {e}"));
-        assert_eq!(ready["ready"], true);
-        let admin_addr: AdminAddr = ready["admin"].as_str().unwrap().parse().unwrap();
+        let admin_addr: AdminAddr = sim::admin::ReadyLine::parse(&line)
+            .unwrap()
+            .admin_addr()
+            .unwrap();
+        let ready: Value = serde_json::from_str(&line).unwrap();
         SimProcess {
             child,
             ready,

@@ -197,9 +197,9 @@ async fn smb_volume_through_the_binary_survives_a_driver_kill() {
         .into_inner()
         .capabilities
         .iter()
-        .filter_map(|c| match c.r#type {
-            Some(v1::node_service_capability::Type::Rpc(r)) => Some(r.r#type),
-            None => None,
+        .filter_map(|c| {
+            c.r#type
+                .map(|v1::node_service_capability::Type::Rpc(r)| r.r#type)
         })
         .collect();
     for t in [

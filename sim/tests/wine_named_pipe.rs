@@ -1,6 +1,7 @@
-#![cfg(windows)]
 //! Under Wine (CI) or on Windows: the Windows `wincsi-sim.exe` serves all six groups over real named pipes with
 //! a unique prefix; one RPC per group goes through each pipe, and the admin interface answers over loopback TCP.
+
+#![cfg(windows)]
 
 mod common;
 

@@ -1,4 +1,3 @@
-#![cfg(windows)]
 //! The Windows builds of the driver and the simulated host, run under Wine (by `.ci/wine-run.sh`) as separate
 //! processes that talk over the **real csi-proxy named pipes** (`\\.\pipe\wincsi-e2e-<pid>-<n>\csi-proxy-*`);
 //! kubelet talks CSI over loopback TCP because Wine has no AF_UNIX. SMB and iSCSI happy paths (stage, publish,
@@ -9,6 +8,8 @@
 //! simulator's links and mount points do not exist under Wine and a pod cannot reach data *through* them. The
 //! data checks run only where the host really made the publish link (real Windows, newer Wine); everything else
 //! is asserted unconditionally. The Linux suite (`tests/local.rs`) covers the data paths.
+
+#![cfg(windows)]
 
 use wincsi_e2e::fixtures::{self, SECRETS, SMB_SERVER, SMB_SHARE};
 use wincsi_e2e::{Pod, ProxyWiring, TestNode, binaries};
@@ -47,7 +48,7 @@ async fn links_work(node: &TestNode, path: &str) -> bool {
         .expect("read_link")
         .is_some();
     if !real {
-        eprintln!(
+        println!(
             "note: the host made no link at {path} (Wine lacks symbolic links); data checks skipped"
         );
     }

@@ -26,6 +26,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . .ci/lib.sh
 
 WINDOWS_TARGET=x86_64-pc-windows-gnu
+# In CI (a fresh clone, built once): no incremental caches and line tables only instead of full debuginfo, which
+# cuts build and link time on 2 cores. Not applied locally, where changing them would rebuild everything.
+if [ "${CI:-}" = true ]; then
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+    export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+    export CARGO_PROFILE_TEST_DEBUG="${CARGO_PROFILE_TEST_DEBUG:-line-tables-only}"
+fi
 # Colour only on a terminal (rustfmt colours its diffs even into a CI log otherwise).
 if [ -t 1 ]; then color=always; else color=never; fi
 # Both cargo test runs are also logged here, for the closing totals line (and for reading after a failure).

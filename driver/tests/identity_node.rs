@@ -577,3 +577,48 @@ async fn in_flight_rpc_finishes_after_shutdown_signal() {
     server.await.expect("join").expect("serve returns cleanly");
     assert!(!socket.exists(), "socket file removed after shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_with_a_reachable_simulated_host() {
+    let sandbox = tempfile::tempdir().expect("tempdir");
+    let socks = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = sim::SimHost::new(
+        &sim::Scenario::default(),
+        sandbox.path(),
+        sim::HostOptions::default(),
+    )
+    .expect("sim");
+    let serving = sim::serve_unix(host, socks.path()).expect("serve the simulated csi-proxy");
+
+    let (socket, endpoint) = socket_in(&dir);
+    let state = dir.path().join("state");
+    let mut driver = Driver::spawn(&[
+        "--endpoint",
+        &endpoint,
+        "--node-id",
+        "n1",
+        "--csi-proxy-socket-dir",
+        socks.path().to_str().expect("utf-8"),
+        "--kubelet-root",
+        dir.path().to_str().expect("utf-8"),
+        "--state-dir",
+        state.to_str().expect("utf-8"),
+    ]);
+    driver.wait_for("serving CSI");
+    let mut identity = IdentityClient::new(channel(&socket).await);
+    for _ in 0..3 {
+        let probe = identity
+            .probe(v1::ProbeRequest {})
+            .await
+            .expect("Probe")
+            .into_inner();
+        assert_eq!(probe.ready, Some(true));
+    }
+    driver.sigterm();
+    assert!(driver.wait_exit().success());
+    let log = driver.log.join("\n");
+    assert!(!log.contains("host backend unreachable"), "{log}");
+    assert!(!log.contains("did not answer in time"), "{log}");
+    serving.shutdown().await.expect("sim shutdown");
+}

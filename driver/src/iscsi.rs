@@ -344,6 +344,25 @@ impl<H: Host> Calls<'_, H> {
     }
 }
 
+impl<H: Host> Calls<'_, H> {
+    /// `ListVolumesOnDisk`; "not found" counts as no volume: csi-proxy's PowerShell generation fails with "No
+    /// MSFT_Partition objects found" on a disk without partitions instead of returning an empty list.
+    async fn volumes_on(&self, disk: u32, subject: &str) -> Result<Vec<String>, Error> {
+        match self
+            .raw(
+                HostOp::ListVolumesOnDisk,
+                &subject,
+                self.host.list_volumes_on_disk(disk, self.d),
+            )
+            .await
+        {
+            Ok(v) => Ok(v),
+            Err(e) if e.kind == HostErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(block_error(e, &subject)),
+        }
+    }
+}
+
 fn same_id(a: &str, b: &str) -> bool {
     a.trim().eq_ignore_ascii_case(b.trim())
 }
@@ -597,13 +616,7 @@ impl<H: Host> VolumeManager<H> {
         )
         .await?;
         // 4. Volume: create only on a disk without volumes; never touch a foreign layout.
-        let mut vols = h
-            .run(
-                HostOp::ListVolumesOnDisk,
-                &disk,
-                h.host.list_volumes_on_disk(number, d),
-            )
-            .await?;
+        let mut vols = h.volumes_on(number, &disk).await?;
         if vols.is_empty() {
             rec.partitioned = true;
             self.put_iscsi(volume_id, staging, Phase::Staging, rec)?;
@@ -613,13 +626,7 @@ impl<H: Host> VolumeManager<H> {
                 h.host.partition_disk(number, d),
             )
             .await?;
-            vols = h
-                .run(
-                    HostOp::ListVolumesOnDisk,
-                    &disk,
-                    h.host.list_volumes_on_disk(number, d),
-                )
-                .await?;
+            vols = h.volumes_on(number, &disk).await?;
             if vols.is_empty() {
                 rec.partitioned = false;
                 self.put_iscsi(volume_id, staging, Phase::Staging, rec)?;

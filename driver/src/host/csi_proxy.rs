@@ -69,6 +69,7 @@ pub fn classify_block(op: HostOp, err: &proxy_client::Error) -> HostError {
         } else if text.contains("no msft_iscsitarget objects found")
             || text.contains("no msft_volume objects found")
             || text.contains("no msft_iscsitargetportal objects found")
+            || text.contains("no msft_partition objects found")
             || text.contains("not a mounted folder")
             || text.contains("not a reparse point")
         {

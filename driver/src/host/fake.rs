@@ -395,6 +395,8 @@ impl FakeHost {
         call: BlockCall,
         f: impl FnOnce(&mut State) -> HostResult<T>,
     ) -> HostResult<T> {
+        // Yield first, so concurrent operations in one test task interleave at every block call.
+        tokio::task::yield_now().await;
         self.enter(Call::Block(call)).await?;
         f(&mut self.lock())
     }

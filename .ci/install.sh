@@ -82,6 +82,10 @@ install_apt() {
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "installing Debian packages: ${missing[*]}"
         apt_install "${missing[@]}"
+        # env.sh chose the Wine loader before Wine was installed: choose again.
+        unset WINCSI_WINE
+        # shellcheck source=.ci/env.sh
+        . .ci/env.sh
     fi
     for pkg in "${APT_PACKAGES[@]}"; do
         apt_package_present "$pkg" || die "Debian package $pkg is installed but its tool is still missing"

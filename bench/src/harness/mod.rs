@@ -1,0 +1,266 @@
+//! The harness proper (Unix): runs every section against the real binaries and reports.
+
+mod echo;
+mod error;
+mod node;
+mod report;
+mod sections;
+mod stats;
+mod sys;
+mod volumes;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::cli::{Args, Command};
+use error::{Error, Result};
+use node::{BenchNode, Bins};
+use report::{Check, Footprint, Meta, Results};
+use stats::Stats;
+use volumes::Allocator;
+
+/// Entry point: builds the runtime, runs the bench or a helper process, maps the outcome to an exit code.
+pub(crate) fn main(args: Args) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&format!("starting the tokio runtime: {e}")),
+    };
+    let outcome = match &args.command {
+        Some(Command::EchoServer { socket }) => rt.block_on(echo::serve(socket)).map(|()| true),
+        None => rt.block_on(bench(args.smoke_sized())),
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => fail(&e.to_string()),
+    }
+}
+
+fn fail(msg: &str) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "wincsi-bench: {msg}");
+    ExitCode::FAILURE
+}
+
+fn say(msg: &str) {
+    let _ = writeln!(std::io::stdout(), "wincsi-bench: {msg}");
+}
+
+/// `<dir of this executable>/<name>`.
+fn sibling(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe().map_err(Error::io("locating wincsi-bench"))?;
+    exe.parent()
+        .map(|d| d.join(name))
+        .ok_or_else(|| Error::Setup("wincsi-bench has no parent directory".to_owned()))
+}
+
+fn existing(path: PathBuf, what: &str) -> Result<PathBuf> {
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Setup(format!(
+            "{what} not found at {} (build it first, or pass its path)",
+            path.display()
+        )))
+    }
+}
+
+/// The Windows driver next to a `<target>/<profile>/` directory: `<target>/x86_64-pc-windows-gnu/release/`.
+fn default_windows_bin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let target = exe.parent()?.parent()?;
+    Some(
+        target
+            .join("x86_64-pc-windows-gnu")
+            .join("release")
+            .join("wincsi-node.exe"),
+    )
+}
+
+/// Runs every section; `Ok(false)` when a correctness check failed (results are still written).
+async fn bench(args: Args) -> Result<bool> {
+    let run_start = Instant::now();
+    let started_unix_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let load_start = sys::load_average();
+    let bins = Bins {
+        node: existing(
+            args.node_bin
+                .clone()
+                .map_or_else(|| sibling("wincsi-node"), Ok)?,
+            "wincsi-node",
+        )?,
+        sim: existing(
+            args.sim_bin
+                .clone()
+                .map_or_else(|| sibling("wincsi-sim"), Ok)?,
+            "wincsi-sim",
+        )?,
+    };
+    let windows_bin = args.windows_node_bin.clone().or_else(default_windows_bin);
+    let work = tempfile::Builder::new()
+        .prefix("wincsi-bench-floor-")
+        .tempdir()
+        .map_err(Error::io("creating a temporary directory"))?;
+
+    say(&format!(
+        "floor: {} plain gRPC round trips",
+        args.floor_iterations
+    ));
+    let echo = sections::echo_floor(work.path(), args.floor_iterations).await?;
+
+    // Targets: per-RPC fresh iSCSI volumes + concurrency (3 singles and the levels per protocol) + soak workers.
+    let iscsi_needed = 3
+        + args.iterations
+        + 3
+        + args.concurrency.iter().sum::<usize>()
+        + args.soak_in_flight.div_ceil(2)
+        + 8;
+    let alloc = Allocator::new(iscsi_needed);
+    say(&format!(
+        "starting wincsi-sim ({iscsi_needed} iSCSI targets) and wincsi-node"
+    ));
+    let node = BenchNode::start(
+        &bins,
+        &volumes::scenario(iscsi_needed)?,
+        &args.driver_log_level,
+    )
+    .await?;
+    let idle = sys::memory(node.driver_pid())?;
+    let driver_get_plugin_info = sections::driver_floor(&node, args.floor_iterations).await?;
+
+    say(&format!("start to serving: {} starts", args.starts));
+    let mut starts = Vec::new();
+    for i in 0..args.starts {
+        starts.push(node.time_a_start(i).await?);
+    }
+
+    let mut errors = Vec::new();
+    say(&format!(
+        "per-RPC: {} lifecycles per protocol",
+        args.iterations
+    ));
+    let operations = sections::per_rpc(&node, &alloc, args.iterations, &mut errors).await?;
+
+    say(&format!(
+        "concurrency: N = {:?} at {} ms per host call",
+        args.concurrency, args.latency_ms
+    ));
+    let concurrency = sections::concurrency(
+        &node,
+        &alloc,
+        &args.concurrency,
+        args.latency_ms,
+        &mut errors,
+    )
+    .await?;
+
+    say(&format!(
+        "soak: {} lifecycles, {} in flight",
+        args.soak, args.soak_in_flight
+    ));
+    let soak = sections::soak(&node, &alloc, args.soak, args.soak_in_flight).await?;
+    node.shutdown().await;
+
+    let footprint = Footprint {
+        idle,
+        peak_kib: concurrency
+            .peak_sampled_rss_kib
+            .max(concurrency.hwm_after_kib),
+        node_bin_bytes: sys::file_size(&bins.node),
+        windows_node_bin_bytes: windows_bin.as_deref().and_then(sys::file_size),
+        sim_bin_bytes: sys::file_size(&bins.sim),
+        start_to_serving: Stats::of(&starts),
+    };
+    let checks = vec![
+        Check {
+            name: "no failed CSI call (per-RPC and concurrency sections)".to_owned(),
+            ok: errors.is_empty(),
+            detail: format!("{} errors", errors.len()),
+        },
+        Check {
+            name: "every RPC made host calls as expected (stage and unstage touch the host)"
+                .to_owned(),
+            ok: operations
+                .iter()
+                .filter(|o| o.operation == "first-time stage" || o.operation == "unstage")
+                .all(|o| o.host_calls_min > 0),
+            detail: operations
+                .iter()
+                .map(|o| format!("{} {}: {}", o.protocol.name(), o.operation, o.host_calls))
+                .collect::<Vec<_>>()
+                .join(", "),
+        },
+        Check {
+            name: "soak: no failed CSI call".to_owned(),
+            ok: soak.errors == 0,
+            detail: format!("{} errors in {} lifecycles", soak.errors, soak.lifecycles),
+        },
+        Check {
+            name: "no leaked host object, no data loss".to_owned(),
+            ok: soak.leaked_host_objects == 0,
+            detail: format!("{:?}", soak.leftovers),
+        },
+        Check {
+            name: "no driver state record left".to_owned(),
+            ok: soak.state_records_left == 0,
+            detail: format!("{} records", soak.state_records_left),
+        },
+    ];
+    let all_ok = checks.iter().all(|c| c.ok);
+    let results = Results {
+        meta: Meta {
+            mode: if args.smoke { "smoke" } else { "full" },
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            started_unix_s,
+            duration_s: run_start.elapsed().as_secs_f64(),
+            load_start,
+            load_end: sys::load_average(),
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            node_bin: bins.node.display().to_string(),
+            sim_bin: bins.sim.display().to_string(),
+            driver_log_level: args.driver_log_level.clone(),
+        },
+        floor: sections::Floor {
+            echo,
+            driver_get_plugin_info,
+        },
+        operations,
+        concurrency,
+        footprint,
+        soak,
+        errors,
+        checks,
+    };
+    report::write(&results, &args.out)?;
+    if let Some(md) = &args.markdown {
+        report::update_markdown(&results, md)?;
+    }
+    print_checks(&results.checks, &args.out);
+    Ok(all_ok)
+}
+
+fn print_checks(checks: &[Check], out: &Path) {
+    let passed = checks.iter().filter(|c| c.ok).count();
+    for c in checks {
+        say(&format!(
+            "{} {} ({})",
+            if c.ok { "ok  " } else { "FAIL" },
+            c.name,
+            c.detail
+        ));
+    }
+    say(&format!("results in {}", out.display()));
+    // The plain closing line CI runners read.
+    let _ = writeln!(
+        std::io::stdout(),
+        "wincsi-bench: {passed} passed, {} failed",
+        checks.len() - passed
+    );
+}

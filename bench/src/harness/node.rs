@@ -1,0 +1,119 @@
+//! The node under test: `wincsi-sim` and `wincsi-node` as separate processes (started with the e2e harness's
+//! process wrappers), the CSI connection, and the driver's pid for `/proc` readings.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sim::Scenario;
+use sim::admin::AdminClient;
+use tempfile::TempDir;
+use wincsi_e2e::{CsiConn, DriverOptions, DriverProcess, ProxyWiring, SimProcess};
+
+use super::error::{Error, Result};
+use super::sys;
+
+/// The two binaries under test.
+#[derive(Debug, Clone)]
+pub(crate) struct Bins {
+    /// `wincsi-node`.
+    pub(crate) node: PathBuf,
+    /// `wincsi-sim`.
+    pub(crate) sim: PathBuf,
+}
+
+/// A running simulated node.
+#[derive(Debug)]
+pub(crate) struct BenchNode {
+    bins: Bins,
+    sim: SimProcess,
+    driver: Option<DriverProcess>,
+    opts: DriverOptions,
+    conn: CsiConn,
+    pid: u32,
+    dir: TempDir,
+}
+
+fn socket_path(endpoint: &str) -> Result<PathBuf> {
+    endpoint
+        .strip_prefix("unix://")
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::Setup(format!("expected a unix:// endpoint, got {endpoint}")))
+}
+
+impl BenchNode {
+    /// Starts the simulator with `scenario`, then the driver at `log_level`.
+    pub(crate) async fn start(bins: &Bins, scenario: &Scenario, log_level: &str) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("wincsi-bench-")
+            .tempdir()
+            .map_err(Error::io("creating the node's temporary directory"))?;
+        let wiring = ProxyWiring::for_this_os(dir.path());
+        let sim = SimProcess::start(&bins.sim, scenario, &dir.path().join("host"), &wiring).await?;
+        let mut opts = DriverOptions::new(dir.path(), wiring);
+        opts.log_level = log_level.to_owned();
+        let driver = DriverProcess::start(&bins.node, &opts).await?;
+        let conn = CsiConn::connect(driver.endpoint())?;
+        let pid = sys::listener_pid(&socket_path(driver.endpoint())?).await?;
+        Ok(BenchNode {
+            bins: bins.clone(),
+            sim,
+            driver: Some(driver),
+            opts,
+            conn,
+            pid,
+            dir,
+        })
+    }
+
+    /// The simulator's admin client.
+    pub(crate) fn host(&self) -> &AdminClient {
+        self.sim.admin()
+    }
+
+    /// The shared CSI connection (one HTTP/2 connection).
+    pub(crate) fn csi(&self) -> &CsiConn {
+        &self.conn
+    }
+
+    /// A new CSI connection to the driver (kubelet dials the driver per operation).
+    pub(crate) fn new_csi(&self) -> Result<CsiConn> {
+        let ep = self
+            .driver
+            .as_ref()
+            .map(|d| d.endpoint().to_owned())
+            .ok_or_else(|| Error::Setup("the driver is not running".to_owned()))?;
+        Ok(CsiConn::connect(&ep)?)
+    }
+
+    /// The driver's pid.
+    pub(crate) fn driver_pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The driver's `--state-dir`.
+    pub(crate) fn state_dir(&self) -> &Path {
+        &self.opts.state_dir
+    }
+
+    /// Starts another driver process with the same options but its own endpoint and state directory, against
+    /// the same simulator, and returns the time from spawning it to its `serving CSI` line (the endpoint is
+    /// bound then). The process is killed afterwards.
+    pub(crate) async fn time_a_start(&self, n: usize) -> Result<Duration> {
+        let dir = self.dir.path().join(format!("start-{n}"));
+        let mut opts = DriverOptions::new(&dir, self.sim.wiring().clone());
+        opts.log_level = self.opts.log_level.clone();
+        let start = Instant::now();
+        let driver = DriverProcess::start(&self.bins.node, &opts).await?;
+        let took = start.elapsed();
+        driver.kill().await;
+        Ok(took)
+    }
+
+    /// Stops both processes.
+    pub(crate) async fn shutdown(mut self) {
+        if let Some(d) = self.driver.take() {
+            d.kill().await;
+        }
+        self.sim.stop().await;
+    }
+}

@@ -1,0 +1,406 @@
+//! The measurements: floor, per-RPC overhead with host round trips, concurrency scaling, footprint, soak.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde::Serialize;
+use sim::admin::AdminClient;
+use wincsi_e2e::CsiConn;
+
+use super::echo::EchoProcess;
+use super::error::{Error, Result};
+use super::node::BenchNode;
+use super::stats::{Stats, median};
+use super::sys::{self, Memory};
+use super::volumes::{Allocator, BenchVolume, CallError, Protocol, Rpc};
+
+/// Warm-up lifecycles per protocol before the per-RPC timings are recorded (lazy connections, first allocations).
+const WARMUP: usize = 3;
+
+/// The floor section's result.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Floor {
+    /// One plain gRPC round trip (`GetPluginInfo` to a trivial server process over a Unix socket).
+    pub(crate) echo: Stats,
+    /// The same call to the driver under test (its own trivial RPC, for comparison).
+    pub(crate) driver_get_plugin_info: Stats,
+}
+
+/// Times `n` sequential `GetPluginInfo` calls on `conn` (after 100 unrecorded ones).
+async fn time_identity(conn: &CsiConn, n: usize) -> Result<Stats> {
+    let mut client = conn.identity();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 100 {
+        let start = Instant::now();
+        client
+            .get_plugin_info(csi::v1::GetPluginInfoRequest {})
+            .await
+            .map_err(|s| Error::Setup(format!("GetPluginInfo: {s}")))?;
+        if i >= 100 {
+            samples.push(start.elapsed());
+        }
+    }
+    Ok(Stats::of(&samples))
+}
+
+/// The plain-gRPC round trip on a Unix socket to a separate trivial server process.
+pub(crate) async fn echo_floor(dir: &Path, n: usize) -> Result<Stats> {
+    let socket = dir.join("floor.sock");
+    let _server = EchoProcess::start(&socket).await?;
+    let conn = CsiConn::connect(&format!("unix://{}", socket.display()))?;
+    time_identity(&conn, n).await
+}
+
+/// The driver's own trivial RPC.
+pub(crate) async fn driver_floor(node: &BenchNode, n: usize) -> Result<Stats> {
+    time_identity(node.csi(), n).await
+}
+
+/// Host calls made since `cursor` (advanced past them), by RPC name in order.
+async fn host_calls_since(host: &AdminClient, cursor: &mut u64) -> Result<Vec<String>> {
+    let entries = host.audit(*cursor).await?;
+    if let Some(last) = entries.last() {
+        *cursor = last.seq;
+    }
+    Ok(entries.into_iter().map(|e| e.rpc).collect())
+}
+
+/// The operations whose host calls are counted, in lifecycle order.
+pub(crate) const OPERATIONS: [(&str, Rpc); 5] = [
+    ("first-time stage", Rpc::Stage),
+    ("repeated stage", Rpc::Stage),
+    ("publish", Rpc::Publish),
+    ("unpublish", Rpc::Unpublish),
+    ("unstage", Rpc::Unstage),
+];
+
+/// Per protocol and operation: latencies and host calls.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct OpMeasure {
+    /// Protocol.
+    pub(crate) protocol: Protocol,
+    /// Operation (one of [`OPERATIONS`]).
+    pub(crate) operation: &'static str,
+    /// The CSI method.
+    pub(crate) rpc: &'static str,
+    /// Latency of the measured iterations.
+    pub(crate) latency: Stats,
+    /// Host calls: median, min, max over every iteration.
+    pub(crate) host_calls: usize,
+    /// Fewest host calls seen.
+    pub(crate) host_calls_min: usize,
+    /// Most host calls seen.
+    pub(crate) host_calls_max: usize,
+    /// The host calls of the first iteration, in order.
+    pub(crate) sequence: Vec<String>,
+}
+
+/// Per-RPC section: `iterations` (+ warm-up) sequential lifecycles per protocol, each on a fresh volume, at zero
+/// injected latency, one CSI connection; every RPC timed alone and its host calls read from the audit log.
+pub(crate) async fn per_rpc(
+    node: &BenchNode,
+    alloc: &Allocator,
+    iterations: usize,
+    errors: &mut Vec<CallError>,
+) -> Result<Vec<OpMeasure>> {
+    let host = node.host();
+    let conn = node.csi();
+    let mut cursor = host.audit(0).await?.last().map_or(0, |e| e.seq);
+    let mut out = Vec::new();
+    for protocol in Protocol::ALL {
+        let mut lat: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
+        let mut counts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut seqs: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for i in 0..WARMUP + iterations {
+            let v = alloc.fresh(protocol)?;
+            v.prepare(host).await?;
+            host_calls_since(host, &mut cursor).await?;
+            for (op, (_, rpc)) in OPERATIONS.iter().enumerate() {
+                let took = match v.call(conn, *rpc).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        errors.push(e);
+                        // Leave nothing behind for the next iteration.
+                        errors.extend(v.down(conn).await);
+                        host_calls_since(host, &mut cursor).await?;
+                        break;
+                    }
+                };
+                let calls = host_calls_since(host, &mut cursor).await?;
+                if i >= WARMUP {
+                    lat.entry(op).or_default().push(took);
+                }
+                counts.entry(op).or_default().push(calls.len());
+                seqs.entry(op).or_insert(calls);
+            }
+        }
+        for (op, (name, rpc)) in OPERATIONS.iter().enumerate() {
+            let c = counts.remove(&op).unwrap_or_default();
+            out.push(OpMeasure {
+                protocol,
+                operation: name,
+                rpc: rpc.name(),
+                latency: Stats::of(&lat.remove(&op).unwrap_or_default()),
+                host_calls: median(&c),
+                host_calls_min: c.iter().copied().min().unwrap_or(0),
+                host_calls_max: c.iter().copied().max().unwrap_or(0),
+                sequence: seqs.remove(&op).unwrap_or_default(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// One concurrency level's result.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ConcurrencyRow {
+    /// Protocol.
+    pub(crate) protocol: Protocol,
+    /// Volumes staged and published at once.
+    pub(crate) n: usize,
+    /// Wall time from the first call to the last reply, ms.
+    pub(crate) wall_ms: f64,
+    /// One volume's stage + publish alone at the same injected latency (median of 3), ms.
+    pub(crate) critical_path_ms: f64,
+    /// `wall_ms / critical_path_ms` (ideal 1.0).
+    pub(crate) ratio: f64,
+    /// Host calls of one volume's stage + publish.
+    pub(crate) host_calls_per_volume: usize,
+    /// The injected host time alone on that path (`host_calls_per_volume` × latency), ms.
+    pub(crate) injected_ms: f64,
+    /// Failed calls (stage/publish and tear-down).
+    pub(crate) errors: usize,
+}
+
+/// What the concurrency section measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Concurrency {
+    /// Injected latency per host call, ms.
+    pub(crate) latency_ms: u64,
+    /// Rows per protocol and N.
+    pub(crate) rows: Vec<ConcurrencyRow>,
+    /// Driver memory during the largest N (max of VmRSS sampled every 5 ms), KiB.
+    pub(crate) peak_sampled_rss_kib: u64,
+    /// Driver VmHWM right after the largest N, KiB.
+    pub(crate) hwm_after_kib: u64,
+}
+
+/// Samples the driver's VmRSS every 5 ms until `stop` fires; returns the max.
+fn sample_rss(
+    pid: u32,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut max = 0;
+        let mut tick = tokio::time::interval(Duration::from_millis(5));
+        loop {
+            if let Ok(m) = sys::memory(pid) {
+                max = max.max(m.rss_kib);
+            }
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = &mut stop => break,
+            }
+        }
+        max
+    })
+}
+
+/// Brings `vols` up all at once (a connection each, as kubelet dials per operation); returns wall time and errors.
+async fn up_all(node: &BenchNode, vols: &[BenchVolume]) -> Result<(Duration, Vec<CallError>)> {
+    let conns: Vec<CsiConn> = vols.iter().map(|_| node.new_csi()).collect::<Result<_>>()?;
+    let start = Instant::now();
+    let res = join_all(vols.iter().zip(&conns).map(|(v, c)| v.up(c))).await;
+    let wall = start.elapsed();
+    Ok((wall, res.into_iter().filter_map(|r| r.err()).collect()))
+}
+
+/// Tears `vols` down all at once.
+async fn down_all(node: &BenchNode, vols: &[BenchVolume]) -> Result<Vec<CallError>> {
+    let conns: Vec<CsiConn> = vols.iter().map(|_| node.new_csi()).collect::<Result<_>>()?;
+    let res = join_all(vols.iter().zip(&conns).map(|(v, c)| v.down(c))).await;
+    Ok(res.into_iter().flatten().collect())
+}
+
+/// Concurrency section: with `latency` injected on every host call, N fresh volumes staged and published at once,
+/// against one fresh volume's critical path.
+pub(crate) async fn concurrency(
+    node: &BenchNode,
+    alloc: &Allocator,
+    levels: &[usize],
+    latency_ms: u64,
+    errors: &mut Vec<CallError>,
+) -> Result<Concurrency> {
+    let host = node.host();
+    let latency = Duration::from_millis(latency_ms);
+    let max_n = levels.iter().copied().max().unwrap_or(0);
+    let mut rows = Vec::new();
+    let (mut peak_sampled, mut hwm_after) = (0, 0);
+    host.set_latency("*", latency).await?;
+    let result = async {
+        for protocol in Protocol::ALL {
+            // The critical path: one fresh volume alone, three times.
+            let mut singles = Vec::new();
+            let mut calls = Vec::new();
+            let mut cursor = host.audit(0).await?.last().map_or(0, |e| e.seq);
+            for _ in 0..3 {
+                let v = alloc.fresh(protocol)?;
+                v.prepare(host).await?;
+                host_calls_since(host, &mut cursor).await?;
+                let (wall, errs) = up_all(node, std::slice::from_ref(&v)).await?;
+                calls.push(host_calls_since(host, &mut cursor).await?.len());
+                singles.push(wall);
+                errors.extend(errs);
+                errors.extend(down_all(node, std::slice::from_ref(&v)).await?);
+                host_calls_since(host, &mut cursor).await?;
+            }
+            singles.sort();
+            let critical = singles[singles.len() / 2];
+            let per_volume = median(&calls);
+            for &n in levels {
+                let vols: Vec<BenchVolume> = (0..n)
+                    .map(|_| alloc.fresh(protocol))
+                    .collect::<Result<_>>()?;
+                for v in &vols {
+                    v.prepare(host).await?;
+                }
+                let sampler = (n == max_n).then(|| {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    (tx, sample_rss(node.driver_pid(), rx))
+                });
+                let (wall, mut errs) = up_all(node, &vols).await?;
+                if let Some((tx, task)) = sampler {
+                    let _ = tx.send(());
+                    peak_sampled = peak_sampled.max(task.await.unwrap_or(0));
+                    hwm_after = hwm_after.max(sys::memory(node.driver_pid())?.hwm_kib);
+                }
+                errs.extend(down_all(node, &vols).await?);
+                rows.push(ConcurrencyRow {
+                    protocol,
+                    n,
+                    wall_ms: wall.as_secs_f64() * 1e3,
+                    critical_path_ms: critical.as_secs_f64() * 1e3,
+                    ratio: wall.as_secs_f64() / critical.as_secs_f64(),
+                    host_calls_per_volume: per_volume,
+                    injected_ms: (per_volume as u64 * latency_ms) as f64,
+                    errors: errs.len(),
+                });
+                errors.extend(errs);
+            }
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    host.set_latency("*", Duration::ZERO).await?;
+    result?;
+    Ok(Concurrency {
+        latency_ms,
+        rows,
+        peak_sampled_rss_kib: peak_sampled,
+        hwm_after_kib: hwm_after,
+    })
+}
+
+/// The soak's result.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Soak {
+    /// Full lifecycles run.
+    pub(crate) lifecycles: usize,
+    /// In flight at once.
+    pub(crate) in_flight: usize,
+    /// Wall time, seconds.
+    pub(crate) wall_s: f64,
+    /// Lifecycles per second.
+    pub(crate) per_second: f64,
+    /// Failed CSI calls.
+    pub(crate) errors: usize,
+    /// The first few failures.
+    pub(crate) first_errors: Vec<CallError>,
+    /// Host objects left (SMB mappings, iSCSI sessions, mount points, links) plus data-loss events.
+    pub(crate) leaked_host_objects: usize,
+    /// What was left on the host.
+    pub(crate) leftovers: Vec<String>,
+    /// Data-loss events recorded by the simulator.
+    pub(crate) data_loss_events: usize,
+    /// Driver state records left under `--state-dir`.
+    pub(crate) state_records_left: u64,
+    /// Driver memory before the soak.
+    pub(crate) memory_start: Memory,
+    /// Driver memory after it.
+    pub(crate) memory_end: Memory,
+    /// VmRSS (KiB) after every tenth of the lifecycles.
+    pub(crate) rss_progress_kib: Vec<u64>,
+}
+
+/// Soak: `total` lifecycles (stage, publish, unpublish, unstage) with `in_flight` workers, each cycling its own
+/// volume (half SMB on the shared share, half iSCSI on their own targets), at zero injected latency.
+pub(crate) async fn soak(
+    node: &BenchNode,
+    alloc: &Allocator,
+    total: usize,
+    in_flight: usize,
+) -> Result<Soak> {
+    let host = node.host();
+    let pid = node.driver_pid();
+    // The simulator keeps its audit log in memory; the soak does not read it.
+    host.clear_audit().await?;
+    let mut workers = Vec::new();
+    for w in 0..in_flight {
+        let protocol = if w % 2 == 0 {
+            Protocol::Smb
+        } else {
+            Protocol::Iscsi
+        };
+        let v = alloc.fresh(protocol)?;
+        v.prepare(host).await?;
+        workers.push((v, node.new_csi()?));
+    }
+    let memory_start = sys::memory(pid)?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let progress = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let results = join_all(workers.iter().map(|(v, conn)| {
+        let (next, done, progress) = (next.clone(), done.clone(), progress.clone());
+        async move {
+            let mut errs = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < total {
+                if let Err(e) = v.up(conn).await {
+                    errs.push(e);
+                }
+                errs.extend(v.down(conn).await);
+                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if total >= 10 && d % (total / 10) == 0 {
+                    let rss = sys::memory(pid).map(|m| m.rss_kib).unwrap_or(0);
+                    progress.lock().unwrap_or_else(|e| e.into_inner()).push(rss);
+                }
+            }
+            errs
+        }
+    }))
+    .await;
+    let wall = start.elapsed();
+    let errors: Vec<CallError> = results.into_iter().flatten().collect();
+    let memory_end = sys::memory(pid)?;
+    let report = host.invariants().await?;
+    let rss_progress_kib = progress.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(Soak {
+        lifecycles: total,
+        in_flight,
+        wall_s: wall.as_secs_f64(),
+        per_second: total as f64 / wall.as_secs_f64(),
+        errors: errors.len(),
+        first_errors: errors.into_iter().take(5).collect(),
+        leaked_host_objects: report.leftovers.len() + report.data_loss.len(),
+        leftovers: report.leftovers.into_iter().take(20).collect(),
+        data_loss_events: report.data_loss.len(),
+        state_records_left: sys::count_files(node.state_dir()),
+        memory_start,
+        memory_end,
+        rss_progress_kib,
+    })
+}

@@ -1,0 +1,73 @@
+//! What the harness reads from the OS: a process's memory, the load average, the peer of a Unix socket.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::error::{Error, Result};
+
+/// Resident memory of a process from `/proc/<pid>/status`, in KiB.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub(crate) struct Memory {
+    /// `VmRSS`: resident now.
+    pub(crate) rss_kib: u64,
+    /// `VmHWM`: the peak resident size over the process's life.
+    pub(crate) hwm_kib: u64,
+}
+
+/// Reads `VmRSS` and `VmHWM` of `pid`.
+pub(crate) fn memory(pid: u32) -> Result<Memory> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).map_err(Error::io(format!("reading {path}")))?;
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(Memory {
+        rss_kib: field("VmRSS:"),
+        hwm_kib: field("VmHWM:"),
+    })
+}
+
+/// `/proc/loadavg`'s first three fields.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// The pid of the process listening on the Unix socket `path` (`SO_PEERCRED` of a fresh connection: the
+/// credentials the listener had when it called `listen`).
+pub(crate) async fn listener_pid(path: &Path) -> Result<u32> {
+    let stream = tokio::net::UnixStream::connect(path)
+        .await
+        .map_err(Error::io(format!("connecting to {}", path.display())))?;
+    let cred = stream
+        .peer_cred()
+        .map_err(Error::io(format!("SO_PEERCRED on {}", path.display())))?;
+    cred.pid()
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| Error::Setup(format!("no peer pid for {}", path.display())))
+}
+
+/// Size of a file in bytes, `None` when it does not exist.
+pub(crate) fn file_size(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.len())
+}
+
+/// Counts the files under `dir` (recursively; 0 when it does not exist).
+pub(crate) fn count_files(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() { count_files(&p) } else { 1 }
+        })
+        .sum()
+}

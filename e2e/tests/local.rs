@@ -438,3 +438,36 @@ async fn full_teardown_of_many_volumes_leaves_no_mapping_session_mount_link_or_r
     step!(node, k.unmount(&pod, &vols[3]));
     finish(node).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_volume_with_a_secret_name_but_no_api_access_fails_cleanly() {
+    // The driver binary reads inline volumes' Secrets with in-cluster config only; outside a cluster it must
+    // refuse with FailedPrecondition, leave nothing on the host, and keep serving.
+    let node = node().await;
+    let k = node
+        .kubelet()
+        .clone()
+        .with_retry(wincsi_e2e::kubelet::Retry {
+            attempts: 1,
+            ..Default::default()
+        });
+    let pod = Pod::new("scratch", "job-1");
+    let vol = Volume::inline(&pod, "creds")
+        .attr("source", &format!(r"\\{SMB_SERVER}\{SMB_SHARE}"))
+        .attr("secretName", "smb-creds");
+    let err = k
+        .mount(node.host(), &pod, &vol)
+        .await
+        .expect_err("no API access");
+    assert_eq!(
+        err.csi_code(),
+        Some(tonic::Code::FailedPrecondition),
+        "{err}"
+    );
+    let other = fixtures::smb_volume("pv-after", "scratch", "after", None);
+    step!(node, k.mount(node.host(), &pod, &other));
+    step!(node, k.unmount(&pod, &other));
+    // kubelet still tears the failed inline volume down (NodeUnpublish of a never-published target is OK).
+    step!(node, k.tear_down(&pod, &vol));
+    finish(node).await;
+}

@@ -230,7 +230,7 @@ impl SimHost {
     }
 
     /// Executes one host call: counts it, applies injected latency / hang / fault, runs `f` under the state
-    /// lock, and records an audit entry.
+    /// lock, and records an audit entry. `args` is logged and audited as is: callers redact secrets first.
     pub async fn call<T>(
         &self,
         rpc: &'static str,
@@ -300,8 +300,9 @@ impl SimHost {
             f(&mut lock(&self.inner.state))
         };
         let error = result.as_ref().err().map(|e| e.to_string());
-        if let Some(e) = &error {
-            tracing::debug!(rpc, error = %e, "host call failed");
+        match &error {
+            Some(e) => tracing::debug!(rpc, %args, error = %e, injected, "host call failed"),
+            None => tracing::debug!(rpc, %args, "host call"),
         }
         let mut ctl = lock(&self.inner.ctl);
         let seq = ctl.next_seq;

@@ -114,6 +114,7 @@ async fn bench(args: Args) -> Result<bool> {
         args.floor_iterations
     ));
     let echo = sections::echo_floor(work.path(), args.floor_iterations).await?;
+    let durable_write = sections::durable_write_floor(work.path(), args.floor_iterations.min(500))?;
 
     // Targets: per-RPC fresh iSCSI volumes + concurrency (3 singles and the levels per protocol) + soak workers.
     let iscsi_needed = 3
@@ -230,6 +231,7 @@ async fn bench(args: Args) -> Result<bool> {
         floor: sections::Floor {
             echo,
             driver_get_plugin_info,
+            durable_write,
         },
         operations,
         concurrency,

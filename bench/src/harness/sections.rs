@@ -28,6 +28,8 @@ pub(crate) struct Floor {
     pub(crate) echo: Stats,
     /// The same call to the driver under test (its own trivial RPC, for comparison).
     pub(crate) driver_get_plugin_info: Stats,
+    /// One durable record write (temp file, fsync, rename, directory fsync) on the state directory's filesystem.
+    pub(crate) durable_write: Stats,
 }
 
 /// Times `n` sequential `GetPluginInfo` calls on `conn` (after 100 unrecorded ones).
@@ -62,11 +64,43 @@ pub(crate) async fn driver_floor(node: &BenchNode, n: usize) -> Result<Stats> {
 
 /// Host calls made since `cursor` (advanced past them), by RPC name in order.
 async fn host_calls_since(host: &AdminClient, cursor: &mut u64) -> Result<Vec<String>> {
+    Ok(host_calls_timed(host, cursor).await?.0)
+}
+
+/// Like [`host_calls_since`], plus the time the simulator spent inside those calls (its own processing).
+async fn host_calls_timed(host: &AdminClient, cursor: &mut u64) -> Result<(Vec<String>, Duration)> {
     let entries = host.audit(*cursor).await?;
     if let Some(last) = entries.last() {
         *cursor = last.seq;
     }
-    Ok(entries.into_iter().map(|e| e.rpc).collect())
+    let inside = Duration::from_micros(entries.iter().map(|e| e.duration_us).sum());
+    Ok((entries.into_iter().map(|e| e.rpc).collect(), inside))
+}
+
+/// The cost of one durable record write as the driver's state store does it (write a temporary file, fsync it,
+/// rename it over the record, fsync the directory), in a directory on the same filesystem as its `--state-dir`.
+pub(crate) fn durable_write_floor(dir: &Path, n: usize) -> Result<Stats> {
+    use std::io::Write as _;
+    let dir = dir.join("fsync-floor");
+    std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+    let record = dir.join("record.json");
+    let body = vec![b'x'; 400];
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        let start = Instant::now();
+        let tmp = dir.join(format!("record.{i}.tmp"));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&body)?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(&tmp, &record)?;
+            std::fs::File::open(&dir)?.sync_all()
+        };
+        write().map_err(Error::io(format!("durable write in {}", dir.display())))?;
+        samples.push(start.elapsed());
+    }
+    Ok(Stats::of(&samples))
 }
 
 /// The operations whose host calls are counted, in lifecycle order.
@@ -89,6 +123,8 @@ pub(crate) struct OpMeasure {
     pub(crate) rpc: &'static str,
     /// Latency of the measured iterations.
     pub(crate) latency: Stats,
+    /// Time the simulator spent inside this RPC's host calls (its own processing, summed per RPC).
+    pub(crate) in_host: Stats,
     /// Host calls: median, min, max over every iteration.
     pub(crate) host_calls: usize,
     /// Fewest host calls seen.
@@ -113,6 +149,7 @@ pub(crate) async fn per_rpc(
     let mut out = Vec::new();
     for protocol in Protocol::ALL {
         let mut lat: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
+        let mut inside: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
         let mut counts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let mut seqs: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for i in 0..WARMUP + iterations {
@@ -130,9 +167,10 @@ pub(crate) async fn per_rpc(
                         break;
                     }
                 };
-                let calls = host_calls_since(host, &mut cursor).await?;
+                let (calls, in_host) = host_calls_timed(host, &mut cursor).await?;
                 if i >= WARMUP {
                     lat.entry(op).or_default().push(took);
+                    inside.entry(op).or_default().push(in_host);
                 }
                 counts.entry(op).or_default().push(calls.len());
                 seqs.entry(op).or_insert(calls);
@@ -145,6 +183,7 @@ pub(crate) async fn per_rpc(
                 operation: name,
                 rpc: rpc.name(),
                 latency: Stats::of(&lat.remove(&op).unwrap_or_default()),
+                in_host: Stats::of(&inside.remove(&op).unwrap_or_default()),
                 host_calls: median(&c),
                 host_calls_min: c.iter().copied().min().unwrap_or(0),
                 host_calls_max: c.iter().copied().max().unwrap_or(0),

@@ -73,6 +73,14 @@ impl ProxyWiring {
     }
 }
 
+/// Takes a piped stdio handle of a freshly spawned child.
+fn piped<T>(handle: Option<T>, what: &str, stream: &str) -> Result<T> {
+    handle.ok_or_else(|| Error::Spawn {
+        what: what.to_owned(),
+        source: std::io::Error::other(format!("{stream} was not piped")),
+    })
+}
+
 fn spawn(bin: &Path, what: &str, args: &[String], env: &[(String, String)]) -> Result<Child> {
     let mut cmd = Command::new(bin);
     cmd.args(args)
@@ -170,16 +178,20 @@ impl SimProcess {
         }
         let mut child = spawn(bin, "wincsi-sim", &args, &[])?;
         let log = OutputLog::default();
-        let ready = log.capture(child.stdout.take().expect("stdout is piped"), |line| {
-            let v: serde_json::Value = serde_json::from_str(line).ok()?;
-            (v.get("ready")? == true)
-                .then(|| v.get("admin").and_then(|a| a.as_str()).map(str::to_owned))?
-        });
+        let ready = log.capture(
+            piped(child.stdout.take(), "wincsi-sim", "stdout")?,
+            |line| {
+                let v: serde_json::Value = serde_json::from_str(line).ok()?;
+                (v.get("ready")? == true)
+                    .then(|| v.get("admin").and_then(|a| a.as_str()).map(str::to_owned))?
+            },
+        );
         // stderr is only logged; its channel is never used.
-        drop(log.capture(
-            child.stderr.take().expect("stderr is piped"),
-            |_| None::<()>,
-        ));
+        drop(
+            log.capture(piped(child.stderr.take(), "wincsi-sim", "stderr")?, |_| {
+                None::<()>
+            }),
+        );
         let admin = wait_ready("wincsi-sim", ready, &mut child, &log).await?;
         let admin_addr: AdminAddr = admin.parse()?;
         let admin = AdminClient::connect(&admin_addr).await?;
@@ -243,7 +255,7 @@ pub struct DriverOptions {
 
 impl DriverOptions {
     /// The defaults for a node whose files live in `workdir`: driver name `wincsi.csi.io`, kubelet root
-    /// `C:\var\lib\kubelet`, state in `<workdir>/state`, debug logging, endpoint and wiring for this OS.
+    /// `C:\var\lib\kubelet`, state in `<workdir>/state`, trace logging, endpoint and wiring for this OS.
     pub fn new(workdir: &Path, wiring: ProxyWiring) -> DriverOptions {
         DriverOptions {
             endpoint: crate::platform::default_csi_endpoint(workdir),
@@ -252,7 +264,8 @@ impl DriverOptions {
             kubelet_root: crate::kubelet::KUBELET_ROOT.to_owned(),
             state_dir: workdir.join("state"),
             wiring,
-            log_level: "debug".to_owned(),
+            // The most verbose level, so the "no secret in any log line" checks see everything.
+            log_level: "trace".to_owned(),
             extra_args: Vec::new(),
             env: Vec::new(),
         }
@@ -311,12 +324,13 @@ impl DriverProcess {
         crate::platform::prepare_endpoint(&opts.endpoint)?;
         let mut child = spawn(bin, "wincsi-node", &opts.args(), &opts.env)?;
         let log = OutputLog::default();
-        drop(log.capture(
-            child.stdout.take().expect("stdout is piped"),
-            |_| None::<()>,
-        ));
+        drop(
+            log.capture(piped(child.stdout.take(), "wincsi-node", "stdout")?, |_| {
+                None::<()>
+            }),
+        );
         let ready = log.capture(
-            child.stderr.take().expect("stderr is piped"),
+            piped(child.stderr.take(), "wincsi-node", "stderr")?,
             serving_endpoint,
         );
         let endpoint = wait_ready("wincsi-node", ready, &mut child, &log).await?;

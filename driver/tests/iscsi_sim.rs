@@ -753,27 +753,36 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
     };
     assert_eq!(rpcs.len(), 13 + 5, "{rpcs:?}");
     for (i, rpc) in rpcs.iter().enumerate() {
-        let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
-        let mut env = Env::new().await;
-        env.kubelet_mkdir_parent(&staging("v1")).await;
-        env.sim.hang_nth(rpc, nth).expect("hang");
-        tokio::select! {
-            r = cycle(&env) => panic!("call {i} ({rpc}): the cycle finished despite the hang: {r:?}"),
-            () = env.sim.wait_hung(1) => {}
-        }
-        // The driver is gone mid-call; csi-proxy may still finish what it was doing.
-        env.sim.release_hangs();
-        tokio::time::timeout(Duration::from_secs(30), async {
-            while env.sim.hung_calls() > 0 {
-                tokio::task::yield_now().await;
+        for kubelet_unstages_instead in [false, true] {
+            let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
+            let mut env = Env::new().await;
+            env.kubelet_mkdir_parent(&staging("v1")).await;
+            env.sim.hang_nth(rpc, nth).expect("hang");
+            tokio::select! {
+                r = cycle(&env) => panic!("call {i} ({rpc}): the cycle finished despite the hang: {r:?}"),
+                () = env.sim.wait_hung(1) => {}
             }
-        })
-        .await
-        .expect("hung call ends");
-        env.restart();
-        cycle(&env)
+            // The driver is gone mid-call; csi-proxy may still finish what it was doing.
+            env.sim.release_hangs();
+            tokio::time::timeout(Duration::from_secs(30), async {
+                while env.sim.hung_calls() > 0 {
+                    tokio::task::yield_now().await;
+                }
+            })
             .await
-            .unwrap_or_else(|e| panic!("call {i} ({rpc}): retry failed: {e:?}"));
-        env.finish().await;
+            .expect("hung call ends");
+            env.restart();
+            if kubelet_unstages_instead {
+                // The pod went away while the stage was in flight: kubelet unstages the uncertain volume.
+                env.unstage("v1")
+                    .await
+                    .unwrap_or_else(|e| panic!("call {i} ({rpc}): unstage failed: {e:?}"));
+            } else {
+                cycle(&env)
+                    .await
+                    .unwrap_or_else(|e| panic!("call {i} ({rpc}): retry failed: {e:?}"));
+            }
+            env.finish().await;
+        }
     }
 }

@@ -263,6 +263,19 @@ async fn node_reboot_then_kubelet_restages_and_republishes_with_data_intact() {
     // The node reboots: mappings go Disconnected, the iSCSI session drops, the driver restarts and reconciles,
     // kubelet comes back with empty books and mounts the running pod's volumes again.
     node.reboot().await.expect("reboot");
+    // The restarted driver's reconciliation saw both volumes' staging paths broken and marked them for re-stage.
+    let log = node.driver().expect("driver").log().text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("startup reconciliation finished"))
+        .unwrap_or_else(|| panic!("no reconciliation line:\n{log}"));
+    for v in [&smb, &lun] {
+        assert!(
+            line.contains(&v.handle),
+            "{} not marked for re-stage: {line}",
+            v.handle
+        );
+    }
     for v in [&smb, &lun] {
         let t = step!(node, node.kubelet().mount(node.host(), &pod, v));
         assert_eq!(
@@ -469,5 +482,56 @@ async fn inline_volume_with_a_secret_name_but_no_api_access_fails_cleanly() {
     step!(node, k.unmount(&pod, &other));
     // kubelet still tears the failed inline volume down (NodeUnpublish of a never-published target is OK).
     step!(node, k.tear_down(&pod, &vol));
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_host_failures_are_retried_by_kubelet_and_converge() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("flaky", "f-0");
+    let smb = fixtures::smb_volume("pv-flaky", "flaky", "s", Some("flaky"));
+    let lun = fixtures::iscsi_volume("pv-flaky-lun", "flaky", "l", 1);
+    host.fail_nth(
+        "NewSmbGlobalMapping",
+        1,
+        "New-SmbGlobalMapping : The network path was not found.",
+    )
+    .await
+    .expect("fault");
+    host.fail_nth(
+        "ConnectTarget",
+        1,
+        "iSCSI login failed: connection timed out",
+    )
+    .await
+    .expect("fault");
+    for v in [&smb, &lun] {
+        let t = step!(node, k.mount(host, &pod, v));
+        step!(
+            node,
+            host.write_file(&format!(r"{t}\ok.txt"), "after a retry")
+        );
+    }
+    let stage_attempts: Vec<_> = k
+        .calls()
+        .into_iter()
+        .filter(|c| c.rpc == "NodeStageVolume")
+        .collect();
+    for v in [&smb, &lun] {
+        let attempts: Vec<_> = stage_attempts
+            .iter()
+            .filter(|c| c.volume == v.handle)
+            .collect();
+        assert!(
+            attempts.len() >= 2,
+            "{}: kubelet retried: {attempts:?}",
+            v.handle
+        );
+        assert!(attempts[0].error.is_some() && attempts.last().is_some_and(|c| c.error.is_none()));
+    }
+    for v in [&smb, &lun] {
+        step!(node, k.unmount(&pod, v));
+    }
     finish(node).await;
 }

@@ -1,0 +1,535 @@
+//! The crash-and-fault matrix: every host call of the SMB and iSCSI stage, publish, unpublish and unstage sequences,
+//! crossed with three faults, each followed by kubelet's retry policy.
+//!
+//! The cells are not written by hand: a clean run against the simulated host records, per CSI operation, the
+//! csi-proxy RPCs the driver made (the sim's audit log), and the matrix is every (workflow, operation, call index,
+//! fault) over those recordings, so it grows with the code. The faults:
+//!
+//! * **fail** — that call fails once with a csi-proxy-style `UNKNOWN` error text;
+//! * **hang** — that call never answers; once it hangs, tokio's clock is paused so virtual time runs past the RPC
+//!   deadline (no real sleep), and the operation must end with an error instead of hanging; then csi-proxy finishes
+//!   the call late (it ignores cancellation), before kubelet's retry;
+//! * **kill** — the driver process dies right after that call returned: the in-flight operation is dropped while
+//!   the *next* host call is pending (after the last call of an operation: the operation completed on the host but
+//!   kubelet never saw the answer), then a fresh `VolumeManager` (with startup reconciliation) runs over the same
+//!   state directory and the same host.
+//!
+//! Then kubelet's policy applies: retry the same RPC until it succeeds (bounded), then carry on with the remaining
+//! operations. Every cell must converge: the data the pod wrote is on the volume and survives a later re-stage, the
+//! host's invariants hold (no data-loss event, no mapping/session/mount/link left), no state record is left, and no
+//! volume lock stays held (the first retry after a fault is never ABORTED, and a final extra unstage is OK).
+
+#![cfg(unix)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxy_client::{ProxyClient, Transport};
+use serde_json::json;
+use sim::{HostOptions, Scenario, ServeHandle, SimHost};
+use wincsi::Error;
+use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::locks::Deadline;
+use wincsi::paths::KubeletRoot;
+use wincsi::smb::Secrets;
+use wincsi::volume::{
+    AccessType, Capability, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
+    VolumeConfig, VolumeManager,
+};
+
+const SMB_PW: &str = "Matrix-Smb-Pw-41!";
+const CHAP_SECRET: &str = "Matrix-Chap-77";
+const IQN: &str = "iqn.2024-01.io.example:matrix";
+/// How often kubelet retries one RPC before the cell is declared non-converging.
+const RETRIES: usize = 6;
+
+fn scenario() -> Scenario {
+    Scenario::from_json(
+        &json!({
+            "smb": {"servers": [
+                {"name": "fs1",
+                 "accounts": [{"user": "bob", "password": SMB_PW, "domain": "CORP"}],
+                 "shares": [{"name": "data", "files": {"base/readme.txt": "keep me"}}]}
+            ]},
+            "iscsi": {"portals": [
+                {"address": "10.0.0.5", "targets": [
+                    {"iqn": IQN, "chap": {"mode": "one_way", "username": "node-a", "secret": CHAP_SECRET},
+                     "luns": [{"lun": 0, "size": 1u64 << 30, "online": false}]}]}
+            ]}
+        })
+        .to_string(),
+    )
+    .expect("scenario")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Workflow {
+    Smb,
+    Iscsi,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Stage,
+    Publish,
+    Unpublish,
+    Unstage,
+}
+
+const OPS: [Op; 4] = [Op::Stage, Op::Publish, Op::Unpublish, Op::Unstage];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    Fail,
+    Hang,
+    Kill,
+}
+
+struct Cell {
+    workflow: Workflow,
+    op: Op,
+    index: usize,
+    rpc: String,
+    /// 1-based occurrence of `rpc` within the operation.
+    nth: u64,
+    /// The next RPC of the operation (what is pending when the driver is killed), with its occurrence.
+    next: Option<(String, u64)>,
+    fault: Fault,
+}
+
+impl fmt::Display for Cell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?}/{:?}/call {} {} #{}/{:?}",
+            self.workflow, self.op, self.index, self.rpc, self.nth, self.fault
+        )
+    }
+}
+
+const ID: &str = "pv-matrix";
+const POD: &str = "pod-matrix";
+
+fn staging() -> String {
+    format!(r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{ID}\globalmount")
+}
+
+fn target() -> String {
+    format!(r"C:\var\lib\kubelet\pods\{POD}\volumes\kubernetes.io~csi\pv\mount")
+}
+
+fn cap() -> Option<Capability> {
+    Some(Capability {
+        access_type: AccessType::Mount {
+            fs_type: String::new(),
+            mount_flags: vec![],
+        },
+        access_mode: 1,
+    })
+}
+
+fn stage_req(w: Workflow) -> StageRequest {
+    let (ctx, secrets): (BTreeMap<String, String>, Secrets) = match w {
+        Workflow::Smb => (
+            [
+                ("source", r"\\fs1\data"),
+                ("subDir", "${pvc.metadata.name}"),
+                ("csi.storage.k8s.io/pvc/name", "claim-1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            Secrets::new([
+                ("username", "bob"),
+                ("password", SMB_PW),
+                ("domain", "CORP"),
+            ]),
+        ),
+        Workflow::Iscsi => (
+            [
+                ("targetPortal", "10.0.0.5:3260"),
+                ("iqn", IQN),
+                ("lun", "0"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            Secrets::new([
+                ("node.session.auth.username", "node-a"),
+                ("node.session.auth.password", CHAP_SECRET),
+            ]),
+        ),
+    };
+    StageRequest {
+        volume_id: ID.into(),
+        staging_target_path: staging(),
+        capability: cap(),
+        volume_context: ctx,
+        secrets,
+    }
+}
+
+fn publish_req(w: Workflow) -> PublishRequest {
+    PublishRequest {
+        volume_id: ID.into(),
+        staging_target_path: staging(),
+        target_path: target(),
+        capability: cap(),
+        volume_context: stage_req(w).volume_context,
+        ..Default::default()
+    }
+}
+
+fn manager(proxy: &ProxyClient, state: &Path) -> Arc<VolumeManager<CsiProxyHost>> {
+    let cfg = VolumeConfig {
+        kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
+        driver_name: "wincsi.csi.io".into(),
+    };
+    Arc::new(VolumeManager::new(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"))
+}
+
+struct Env {
+    workflow: Workflow,
+    sim: SimHost,
+    serve: Option<ServeHandle>,
+    socks: tempfile::TempDir,
+    _sandbox: tempfile::TempDir,
+    state: tempfile::TempDir,
+    proxy: ProxyClient,
+    mgr: Arc<VolumeManager<CsiProxyHost>>,
+}
+
+impl Env {
+    async fn new(workflow: Workflow) -> Self {
+        let sandbox = tempfile::tempdir().expect("tmp");
+        let socks = tempfile::tempdir().expect("tmp");
+        let state = tempfile::tempdir().expect("tmp");
+        let sim = SimHost::new(&scenario(), sandbox.path(), HostOptions::default()).expect("sim");
+        let serve = sim::serve_unix(sim.clone(), socks.path()).expect("serve");
+        let proxy = ProxyClient::new(Transport::UnixSockets {
+            dir: socks.path().to_path_buf(),
+        });
+        let mgr = manager(&proxy, state.path());
+        let env = Self {
+            workflow,
+            sim,
+            serve: Some(serve),
+            socks,
+            _sandbox: sandbox,
+            state,
+            proxy,
+            mgr,
+        };
+        // kubelet creates the parents of the staging and target paths.
+        for path in [staging(), target()] {
+            let parent = path.rsplit_once('\\').expect("parent").0.to_owned();
+            env.proxy
+                .filesystem()
+                .mkdir(&parent)
+                .await
+                .expect("kubelet mkdir");
+        }
+        env.sim.clear_audit();
+        env
+    }
+
+    /// The driver process was killed: a new process, a new client, the same state dir and host; startup
+    /// reconciliation runs first, as in `wincsi-node`.
+    async fn restart(&mut self) {
+        self.proxy = ProxyClient::new(Transport::UnixSockets {
+            dir: self.socks.path().to_path_buf(),
+        });
+        self.mgr = manager(&self.proxy, self.state.path());
+        self.mgr
+            .reconcile(long())
+            .await
+            .expect("startup reconciliation");
+    }
+
+    async fn run(&self, op: Op, d: Deadline) -> Result<(), Error> {
+        let w = self.workflow;
+        match op {
+            Op::Stage => self.mgr.stage(&stage_req(w), d).await,
+            Op::Publish => self.mgr.publish(&publish_req(w), d).await,
+            Op::Unpublish => {
+                self.mgr
+                    .unpublish(
+                        &UnpublishRequest {
+                            volume_id: ID.into(),
+                            target_path: target(),
+                        },
+                        d,
+                    )
+                    .await
+            }
+            Op::Unstage => {
+                self.mgr
+                    .unstage(
+                        &UnstageRequest {
+                            volume_id: ID.into(),
+                            staging_target_path: staging(),
+                        },
+                        d,
+                    )
+                    .await
+            }
+        }
+    }
+
+    /// kubelet's policy: retry the same RPC until it succeeds (bounded). The first retry after a fault must not be
+    /// ABORTED: nothing else is in flight, so ABORTED would mean a lock left held.
+    async fn retry(&self, op: Op, what: &str) -> usize {
+        for attempt in 1..=RETRIES {
+            match self.run(op, long()).await {
+                Ok(()) => return attempt,
+                Err(Error::Aborted(m)) => {
+                    panic!("{what}: {op:?} is ABORTED (a volume lock was left held): {m}")
+                }
+                Err(_) if attempt < RETRIES => {}
+                Err(e) => panic!("{what}: {op:?} did not converge after {RETRIES} retries: {e:?}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    fn write(&self, path: &str, text: &str) {
+        self.sim
+            .with_state(|s| s.write_file(path, text.as_bytes()))
+            .expect("write through the published path");
+    }
+
+    fn read(&self, path: &str) -> Option<String> {
+        self.sim
+            .with_state(|s| s.read_file(path).ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// Let a hung csi-proxy call finish (it ignores cancellation) and wait until it has.
+    async fn drain_hangs(&self) {
+        self.sim.clear_faults();
+        self.sim.release_hangs();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while self.sim.hung_calls() > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("a released call ends");
+    }
+
+    /// The end state of a converged cell.
+    async fn check_converged(mut self, what: &str) {
+        // No lock held: an extra (idempotent) unstage answers OK, not ABORTED.
+        self.run(Op::Unstage, long())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: a repeated unstage is not OK: {e:?}"));
+        let report = self.sim.invariants();
+        assert!(report.ok(), "{what}: simulated host invariants: {report:?}");
+        assert!(
+            self.mgr.store().volumes().expect("list").is_empty(),
+            "{what}: volume records left"
+        );
+        assert!(
+            self.mgr.store().publications().expect("list").is_empty(),
+            "{what}: publish records left"
+        );
+        // The data is still on the volume: a fresh stage shows it (nothing was formatted or deleted).
+        self.run(Op::Stage, long())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: re-stage failed: {e:?}"));
+        assert_eq!(
+            self.read(&format!(r"{}\hello.txt", staging())).as_deref(),
+            Some("from the pod"),
+            "{what}: the pod's data is not on the volume any more"
+        );
+        if self.workflow == Workflow::Smb {
+            assert_eq!(
+                self.sim
+                    .with_state(|s| s.read_share_file("fs1", "data", r"base\readme.txt").ok())
+                    .as_deref(),
+                Some(&b"keep me"[..]),
+                "{what}: existing share data lost"
+            );
+        }
+        self.run(Op::Unstage, long())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: final unstage failed: {e:?}"));
+        let report = self.sim.invariants();
+        assert!(report.ok(), "{what}: invariants after re-stage: {report:?}");
+        if let Some(serve) = self.serve.take() {
+            serve.shutdown().await.expect("shutdown");
+        }
+    }
+}
+
+fn long() -> Deadline {
+    Deadline::after(Duration::from_secs(120))
+}
+
+/// The clean run: every operation succeeds; the RPCs of each, in order.
+async fn record(w: Workflow) -> Vec<(Op, Vec<String>)> {
+    let env = Env::new(w).await;
+    let mut out = Vec::new();
+    for op in OPS {
+        env.run(op, long())
+            .await
+            .unwrap_or_else(|e| panic!("clean {w:?} {op:?}: {e:?}"));
+        if op == Op::Publish {
+            env.write(&format!(r"{}\hello.txt", target()), "from the pod");
+        }
+        let rpcs = env.sim.audit(0).into_iter().map(|e| e.rpc).collect();
+        env.sim.clear_audit();
+        out.push((op, rpcs));
+    }
+    env.check_converged(&format!("clean {w:?}")).await;
+    out
+}
+
+fn cells(w: Workflow, recorded: &[(Op, Vec<String>)]) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for (op, rpcs) in recorded {
+        let occurrence = |i: usize| rpcs[..=i].iter().filter(|r| **r == rpcs[i]).count() as u64;
+        for (index, rpc) in rpcs.iter().enumerate() {
+            for fault in [Fault::Fail, Fault::Hang, Fault::Kill] {
+                cells.push(Cell {
+                    workflow: w,
+                    op: *op,
+                    index,
+                    rpc: rpc.clone(),
+                    nth: occurrence(index),
+                    next: rpcs
+                        .get(index + 1)
+                        .map(|r| (r.clone(), occurrence(index + 1))),
+                    fault,
+                });
+            }
+        }
+    }
+    cells
+}
+
+async fn run_cell(cell: &Cell) {
+    let what = cell.to_string();
+    let mut env = Env::new(cell.workflow).await;
+    let mut kubelet_retries = 0;
+    for op in OPS {
+        if op == cell.op {
+            match cell.fault {
+                Fault::Fail => {
+                    env.sim
+                        .fail_nth(
+                            &cell.rpc,
+                            cell.nth,
+                            &format!("{} failed: injected by the hardening matrix", cell.rpc),
+                        )
+                        .expect("fault");
+                    // The operation may still succeed when the driver tolerates that failure (e.g. a probe).
+                    let _ = env.run(op, long()).await;
+                    assert!(
+                        env.sim.audit(0).iter().any(|e| e.injected),
+                        "{what}: the fault was not hit"
+                    );
+                    env.sim.clear_faults();
+                }
+                Fault::Hang => {
+                    env.sim.hang_nth(&cell.rpc, cell.nth).expect("hang");
+                    let attempt = env.run(op, long());
+                    tokio::pin!(attempt);
+                    tokio::select! {
+                        r = &mut attempt => panic!("{what}: finished despite the hang: {r:?}"),
+                        () = env.sim.wait_hung(1) => {}
+                    }
+                    // The call hangs: let virtual time run past the RPC deadline (no real sleep; the runtime
+                    // auto-advances while everything waits on the hung call).
+                    tokio::time::pause();
+                    let r = attempt.await;
+                    tokio::time::resume();
+                    // Any error ends the operation (DEADLINE_EXCEEDED, or e.g. FailedPrecondition when the step was
+                    // an identity check that could not complete); kubelet retries every code.
+                    assert!(
+                        r.is_err(),
+                        "{what}: succeeded despite a hung host call: {r:?}"
+                    );
+                    env.drain_hangs().await;
+                }
+                Fault::Kill => {
+                    match &cell.next {
+                        Some((next, nth)) => {
+                            env.sim.hang_nth(next, *nth).expect("hang");
+                            tokio::select! {
+                                r = env.run(op, long()) => panic!("{what}: finished despite the hang: {r:?}"),
+                                () = env.sim.wait_hung(1) => {}
+                            }
+                            env.drain_hangs().await;
+                        }
+                        // Killed after the last call: the host did everything, kubelet saw no answer.
+                        None => env
+                            .run(op, long())
+                            .await
+                            .unwrap_or_else(|e| panic!("{what}: {e:?}")),
+                    }
+                    env.restart().await;
+                }
+            }
+            kubelet_retries += env.retry(op, &what).await;
+        } else {
+            kubelet_retries += env.retry(op, &what).await - 1;
+        }
+        if op == Op::Publish {
+            env.write(&format!(r"{}\hello.txt", target()), "from the pod");
+        }
+    }
+    assert!(kubelet_retries <= RETRIES * OPS.len(), "{what}");
+    env.check_converged(&what).await;
+}
+
+#[test]
+fn every_host_call_crossed_with_fail_hang_and_kill_converges() {
+    // The bound is real time on another thread: the matrix pauses tokio's clock, so a tokio timeout would fire early.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(matrix());
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(600)) {
+        Ok(()) => worker.join().expect("matrix thread"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            // The matrix panicked: re-raise its panic here.
+            if let Err(p) = worker.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+        Err(e) => panic!("the matrix did not finish within its time bound: {e}"),
+    }
+}
+
+async fn matrix() {
+    let mut all = Vec::new();
+    for w in [Workflow::Smb, Workflow::Iscsi] {
+        let recorded = record(w).await;
+        for (op, rpcs) in &recorded {
+            assert!(!rpcs.is_empty(), "{w:?} {op:?} made no host call");
+            println!("hardening matrix: {w:?} {op:?}: {}", rpcs.join(" → "));
+        }
+        all.extend(cells(w, &recorded));
+    }
+    let total = all.len();
+    for (i, cell) in all.iter().enumerate() {
+        println!("hardening matrix: cell {}/{total}: {cell}", i + 1);
+        run_cell(cell).await;
+    }
+    println!(
+        "hardening matrix: {total} cells (fail/hang/kill × every recorded host call), {total} converged, 0 failed"
+    );
+    assert!(
+        total >= 3 * 20,
+        "the recorded sequences shrank: {total} cells"
+    );
+}

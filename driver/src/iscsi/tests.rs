@@ -1046,30 +1046,75 @@ fn csi_proxy_texts_are_classified() {
 #[tokio::test]
 async fn powershell_csi_proxy_not_found_on_a_raw_disk_means_no_volume() {
     let env = Env::new();
-    env.host.fail_nth(ListVolumesOnDisk, 1, HostErrorKind::NotFound);
-    env.mgr.stage(&stage_req("v1", 0, &[], &[]), d()).await.expect("stage");
+    env.host
+        .fail_nth(ListVolumesOnDisk, 1, HostErrorKind::NotFound);
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
     assert_eq!(env.ops(), FIRST_STAGE_RAW);
-    env.mgr.unstage(&unstage_req("v1"), d()).await.expect("unstage");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
     env.assert_clean();
 }
 
 #[tokio::test]
 async fn concurrent_stage_and_unstage_of_one_target_keep_the_session_for_the_survivor() {
     let env = Env::new();
-    env.mgr.stage(&stage_req("v1", 0, &[], &[]), d()).await.expect("v1");
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("v1");
     for _ in 0..3 {
         let (u1, s2) = (unstage_req("v1"), stage_req("v2", 1, &[], &[]));
         let (a, b) = tokio::join!(env.mgr.unstage(&u1, d()), env.mgr.stage(&s2, d()));
         a.expect("unstage v1");
         b.expect("stage v2");
-        env.host.with_block(|b| assert_eq!(b.sessions.len(), 1, "v2 is staged: the session must stay"));
-        assert!(env.host.with_block(|b| b.mounts.contains_key(&staging("v2"))));
+        env.host
+            .with_block(|b| assert_eq!(b.sessions.len(), 1, "v2 is staged: the session must stay"));
+        assert!(
+            env.host
+                .with_block(|b| b.mounts.contains_key(&staging("v2")))
+        );
         let (u2, s1) = (unstage_req("v2"), stage_req("v1", 0, &[], &[]));
         let (a, b) = tokio::join!(env.mgr.unstage(&u2, d()), env.mgr.stage(&s1, d()));
         a.expect("unstage v2");
         b.expect("stage v1");
         env.host.with_block(|b| assert_eq!(b.sessions.len(), 1));
     }
-    env.mgr.unstage(&unstage_req("v1"), d()).await.expect("unstage");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn same_volume_id_with_another_lun_or_path_is_already_exists() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("stage");
+    env.ops();
+    let err = env
+        .mgr
+        .stage(&stage_req("v1", 1, &[], &[]), d())
+        .await
+        .expect_err("other LUN");
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
+    let mut req = stage_req("v1", 0, &[], &[]);
+    req.staging_target_path = staging("elsewhere");
+    assert!(matches!(
+        env.mgr.stage(&req, d()).await,
+        Err(Error::AlreadyExists(_))
+    ));
+    assert!(env.ops().is_empty(), "refused before any host call");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
     env.assert_clean();
 }

@@ -65,6 +65,11 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 10)]
     pub(crate) starts: usize,
 
+    /// Where the node's temporary directory (driver `--state-dir`, simulator sandbox) is made (default: the
+    /// system temporary directory). A tmpfs here (`/dev/shm`) takes the disk's fsync cost out of the figures.
+    #[arg(long)]
+    pub(crate) work_dir: Option<PathBuf>,
+
     /// `--log-level` of the driver under test (`info` is its default in production).
     #[arg(long, default_value = "info")]
     pub(crate) driver_log_level: String,

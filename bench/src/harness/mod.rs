@@ -104,9 +104,10 @@ async fn bench(args: Args) -> Result<bool> {
         )?,
     };
     let windows_bin = args.windows_node_bin.clone().or_else(default_windows_bin);
+    let work_dir = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = tempfile::Builder::new()
         .prefix("wincsi-bench-floor-")
-        .tempdir()
+        .tempdir_in(&work_dir)
         .map_err(Error::io("creating a temporary directory"))?;
 
     say(&format!(
@@ -131,6 +132,7 @@ async fn bench(args: Args) -> Result<bool> {
         &bins,
         &volumes::scenario(iscsi_needed)?,
         &args.driver_log_level,
+        &work_dir,
     )
     .await?;
     let idle = sys::memory(node.driver_pid())?;
@@ -227,6 +229,7 @@ async fn bench(args: Args) -> Result<bool> {
             node_bin: bins.node.display().to_string(),
             sim_bin: bins.sim.display().to_string(),
             driver_log_level: args.driver_log_level.clone(),
+            work_dir: work_dir.display().to_string(),
         },
         floor: sections::Floor {
             echo,

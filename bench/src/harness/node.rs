@@ -41,11 +41,16 @@ fn socket_path(endpoint: &str) -> Result<PathBuf> {
 }
 
 impl BenchNode {
-    /// Starts the simulator with `scenario`, then the driver at `log_level`.
-    pub(crate) async fn start(bins: &Bins, scenario: &Scenario, log_level: &str) -> Result<Self> {
+    /// Starts the simulator with `scenario`, then the driver at `log_level`, with their files under `work_dir`.
+    pub(crate) async fn start(
+        bins: &Bins,
+        scenario: &Scenario,
+        log_level: &str,
+        work_dir: &Path,
+    ) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("wincsi-bench-")
-            .tempdir()
+            .tempdir_in(work_dir)
             .map_err(Error::io("creating the node's temporary directory"))?;
         let wiring = ProxyWiring::for_this_os(dir.path());
         let sim = SimProcess::start(&bins.sim, scenario, &dir.path().join("host"), &wiring).await?;

@@ -39,6 +39,8 @@ pub(crate) struct Meta {
     pub(crate) sim_bin: String,
     /// The driver's `--log-level`.
     pub(crate) driver_log_level: String,
+    /// Where the driver's state directory and the simulator's sandbox were.
+    pub(crate) work_dir: String,
 }
 
 /// Footprint figures.
@@ -290,7 +292,8 @@ pub(crate) fn markdown(r: &Results) -> String {
     let _ = writeln!(
         out,
         "Run: `{}` ({} mode) — {} logical CPUs, load average {} at the start and {} at the end, {:.0} s in all; \
-         driver `{}` with `--log-level {}`, simulator `{}`; started at Unix time {}.\n",
+         driver `{}` with `--log-level {}`, simulator `{}`, state directory and sandbox under `{}`; started at \
+         Unix time {}.\n",
         m.command,
         m.mode,
         m.cpus,
@@ -300,6 +303,7 @@ pub(crate) fn markdown(r: &Results) -> String {
         m.node_bin,
         m.driver_log_level,
         m.sim_bin,
+        m.work_dir,
         m.started_unix_s
     );
     out.push_str("### Targets\n\n");

@@ -161,6 +161,11 @@ impl Deadline {
 
 fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     let value = value.trim();
+    // The unit is one ASCII letter (splitting inside a multi-byte character would panic), and the gRPC spec allows at
+    // most 8 digits (more could overflow the deadline instant).
+    if !value.is_ascii() || value.len() > 9 {
+        return None;
+    }
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
     let n: u64 = digits.parse().ok()?;
     Some(match unit {

@@ -123,9 +123,11 @@ impl UncPath {
         let server = parts
             .next()
             .ok_or_else(|| bad("a server name is required"))?;
-        if !server
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        // A leading dot is no host name: `\\..\share` or `\\.\…` must never reach a Windows path normaliser.
+        if server.starts_with('.')
+            || !server
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
         {
             return Err(bad(
                 "the server is a host name or IPv4 address (letters, digits, - . _)",

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let args = cli::Args::parse().smoke_sized();
     run(args)
 }
 

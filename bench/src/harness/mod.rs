@@ -32,7 +32,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
     };
     let outcome = match &args.command {
         Some(Command::EchoServer { socket }) => rt.block_on(echo::serve(socket)).map(|()| true),
-        None => rt.block_on(bench(args.smoke_sized())),
+        None => rt.block_on(bench(args)),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

@@ -5,9 +5,9 @@
 //! mapping or session left) and an empty driver state directory.
 //!
 //! Wine 8 does not create symbolic links (`CreateSymbolicLinkW` is a stub that reports success), so the
-//! simulator's links and mount points do not exist under Wine and a pod cannot reach data *through* them. The
-//! data checks run only where the host really made the publish link (real Windows, newer Wine); everything else
-//! is asserted unconditionally. The Linux suite (`tests/local.rs`) covers the data paths.
+//! simulator probes its sandbox at start-up and falls back to emulated links there (see `sim/src/state/links.rs`):
+//! staging and publish links and mount points behave like real ones for every host call, and the pod's data is
+//! written and read *through* them here exactly as on Linux and real Windows.
 
 #![cfg(windows)]
 
@@ -39,25 +39,13 @@ async fn finish(node: TestNode) {
     node.shutdown().await;
 }
 
-/// Whether the host really created the link at `path` (see the module docs).
-async fn links_work(node: &TestNode, path: &str) -> bool {
-    let real = node
-        .host()
-        .read_link(path)
-        .await
-        .expect("read_link")
-        .is_some();
-    if !real {
-        println!(
-            "note: the host made no link at {path} (Wine lacks symbolic links); data checks skipped"
-        );
-    }
-    real
+/// Asserts that the host holds a link (publish link or mount point) at `path`.
+async fn assert_link(node: &TestNode, path: &str) {
+    let target = node.host().read_link(path).await.expect("read_link");
+    assert!(target.is_some(), "no link at {path}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "Wine 8 stubs CreateSymbolicLinkW, so the simulator never creates the SMB staging link and the driver's \
-            post-mapping IsSymlink check fails (simulator gap, reported); runs on real Windows or a Wine with links"]
 async fn smb_volume_over_real_named_pipes_stage_publish_write_teardown() {
     let node = node().await;
     let (k, host) = (node.kubelet(), node.host());
@@ -74,17 +62,16 @@ async fn smb_volume_over_real_named_pipes_stage_publish_write_teardown() {
         "{}",
         state["mappings"]
     );
-    if links_work(&node, &t).await {
-        host.write_file(&format!(r"{t}\hello.txt"), "hello from Wine")
+    assert_link(&node, &t).await;
+    host.write_file(&format!(r"{t}\hello.txt"), "hello from Wine")
+        .await
+        .expect("write");
+    assert_eq!(
+        host.read_share_file(SMB_SERVER, SMB_SHARE, "hello.txt")
             .await
-            .expect("write");
-        assert_eq!(
-            host.read_share_file(SMB_SERVER, SMB_SHARE, "hello.txt")
-                .await
-                .expect("read"),
-            "hello from Wine"
-        );
-    }
+            .expect("read"),
+        "hello from Wine"
+    );
     k.stats(&pod, &vol)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", node.driver_logs()));
@@ -111,18 +98,17 @@ async fn iscsi_volume_over_real_named_pipes_stage_publish_write_teardown() {
         "{}",
         state["sessions"]
     );
-    if links_work(&node, &t).await {
-        host.write_file(&format!(r"{t}\data.txt"), "on NTFS")
+    assert_link(&node, &t).await;
+    host.write_file(&format!(r"{t}\data.txt"), "on NTFS")
+        .await
+        .expect("write");
+    let staging = k.staging_path(&vol);
+    assert_eq!(
+        host.read_file(&format!(r"{staging}\data.txt"))
             .await
-            .expect("write");
-        let staging = k.staging_path(&vol);
-        assert_eq!(
-            host.read_file(&format!(r"{staging}\data.txt"))
-                .await
-                .expect("read"),
-            "on NTFS"
-        );
-    }
+            .expect("read"),
+        "on NTFS"
+    );
     k.unmount(&pod, &vol)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", node.driver_logs()));

@@ -92,6 +92,7 @@ async fn run(args: Args) -> sim::Result<()> {
         kubelet_path: args.kubelet_path.clone(),
         working_dirs: args.working_dirs.clone(),
         require_privacy: args.require_privacy,
+        emulate_links: false,
     };
     let host = SimHost::new(&scenario, &root, opts)?;
     let admin_addr: AdminAddr = match (&args.admin, &args.socket_dir, args.pipes) {

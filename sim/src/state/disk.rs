@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{DataLossEvent, State, dir_usage, make_symlink, wipe_dir, write_files};
+use super::{DataLossEvent, State, dir_usage, wipe_dir, write_files};
 use crate::error::{Error, Result};
 use crate::scenario::{DiskSpec, PartitionKind, PartitionSpec, PartitionStyle};
 
@@ -267,7 +267,10 @@ pub(crate) fn sync_volume_links(st: &mut State) -> Result<()> {
         if vis && link.symlink_metadata().is_err() {
             let store = st.layout.volume_store(&guid);
             std::fs::create_dir_all(&store).map_err(|e| Error::io(&store, e))?;
-            make_symlink(&store, &link).map_err(|e| Error::io(&link, e))?;
+            st.layout
+                .links()
+                .create(&store, &link)
+                .map_err(|e| Error::io(&link, e))?;
         }
     }
     Ok(())

@@ -3,7 +3,7 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use super::{State, make_symlink, paths};
+use super::{State, paths};
 use crate::error::{Error, Result};
 
 /// Windows text for the common I/O failures, as Go's `syscall.Errno` prints them.
@@ -60,9 +60,10 @@ impl State {
         let Ok(meta) = real.symlink_metadata() else {
             return Node::Missing;
         };
-        if meta.file_type().is_symlink() {
-            let target_exists = real.metadata().is_ok();
-            if let Ok(t) = std::fs::read_link(real)
+        let links = self.layout.links();
+        if links.is_link(real) {
+            let target_exists = links.resolve(real).metadata().is_ok();
+            if let Some(t) = links.target(real)
                 && let Ok(rest) = t.strip_prefix(self.layout.volumes_dir())
             {
                 let guid = rest.to_string_lossy().into_owned();
@@ -87,7 +88,7 @@ impl State {
     /// `Mkdir`: validates, then `os.MkdirAll` (idempotent, creates parents).
     pub fn mkdir(&self, path: &str) -> Result<()> {
         let real = self.validate(path)?;
-        if real.is_dir() {
+        if self.layout.links().resolve(&real).is_dir() {
             return Ok(());
         }
         match self.node(&real) {
@@ -136,7 +137,10 @@ impl State {
         if !link.parent().is_some_and(Path::is_dir) {
             return Err(fail("The system cannot find the path specified."));
         }
-        make_symlink(&source, &link).map_err(|e| fail(win_io_text(&e)))
+        self.layout
+            .links()
+            .create(&source, &link)
+            .map_err(|e| fail(win_io_text(&e)))
     }
 
     /// `IsSymlink`: no validation; error if missing; true only for a link or mount point whose target exists.
@@ -194,7 +198,9 @@ impl State {
                     return Err(fail("The directory is not empty."));
                 }
                 std::fs::remove_dir(&real).map_err(|e| fail(win_io_text(&e)))?;
-                make_symlink(&self.layout.volume_link(&guid), &real)
+                self.layout
+                    .links()
+                    .create(&self.layout.volume_link(&guid), &real)
                     .map_err(|e| fail(win_io_text(&e)))
             }
         }
@@ -260,7 +266,7 @@ impl State {
                 "GetVolumeNameForVolumeMountPoint {target_path}: The parameter is incorrect."
             ))
         };
-        let canon = std::fs::canonicalize(real).map_err(|_| fail())?;
+        let canon = self.layout.links().canonicalize(real).map_err(|_| fail())?;
         let root = std::fs::canonicalize(self.layout.root()).map_err(|_| fail())?;
         let rel = canon.strip_prefix(&root).map_err(|_| fail())?;
         let parts: Vec<String> = rel
@@ -294,6 +300,7 @@ impl State {
         let real = self
             .real_path(path)
             .ok_or_else(|| Error::host(format!("unsupported path {path}")))?;
+        let real = self.layout.links().resolve(&real);
         if let Some(parent) = real.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| Error::host(format!("open {path}: {}", win_io_text(&e))))?;
@@ -307,6 +314,7 @@ impl State {
         let real = self
             .real_path(path)
             .ok_or_else(|| Error::host(format!("unsupported path {path}")))?;
+        let real = self.layout.links().resolve(&real);
         std::fs::read(&real).map_err(|e| Error::host(format!("open {path}: {}", win_io_text(&e))))
     }
 }

@@ -20,10 +20,15 @@
 //! A mount point made by `MountVolume` is a symlink into `<root>/volumes/`; an SMB `local_path` link points into
 //! `<root>/unc/`; a `CreateSymlink` link points at another drive path. The kind of a link is therefore visible on
 //! disk, and survives a simulated reboot exactly like reparse points do.
+//!
+//! Where the OS cannot make directory symlinks (Wine 8 stubs `CreateSymbolicLinkW`), the Windows build emulates
+//! them with marker files that the model follows itself; see `links.rs`. All link handling goes through
+//! `Layout::links`, never straight to the OS.
 
 pub(crate) mod disk;
 pub(crate) mod fs;
 pub(crate) mod iscsi;
+mod links;
 pub(crate) mod paths;
 pub(crate) mod smb;
 pub(crate) mod system;
@@ -36,6 +41,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::scenario::{HostSpec, Scenario};
 use crate::secret::Secret;
+use links::LinkMode;
 
 pub use disk::{Disk, DiskSource, Partition, Volume};
 pub use iscsi::{AuthType, Portal, Session, Target};
@@ -51,17 +57,26 @@ pub struct HostOptions {
     pub working_dirs: Vec<String>,
     /// `-require-privacy`.
     pub require_privacy: Option<bool>,
+    /// Represent links as simulator-interpreted marker files even where the OS can make directory symlinks (the
+    /// fallback used automatically where it cannot, e.g. Wine 8); for testing that fallback.
+    pub emulate_links: bool,
 }
 
 /// Paths inside the sandbox.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     root: PathBuf,
+    links: LinkMode,
 }
 
 impl Layout {
-    pub(crate) fn new(root: PathBuf) -> Self {
-        Layout { root }
+    pub(crate) fn new(root: PathBuf, links: LinkMode) -> Self {
+        Layout { root, links }
+    }
+
+    /// How links are made and followed in this sandbox.
+    pub(crate) fn links(&self) -> LinkMode {
+        self.links
     }
 
     pub(crate) fn root(&self) -> &Path {
@@ -199,8 +214,14 @@ impl State {
             iscsi_adapter: h.iscsi_adapter,
             disconnected_mapping_blocks_create: h.disconnected_mapping_blocks_create,
         };
-        let layout = Layout::new(root.to_path_buf());
         claim_sandbox(root)?;
+        let links = if opts.emulate_links {
+            LinkMode::Emulated
+        } else {
+            platform::link_mode(root)
+        };
+        log_link_mode(links);
+        let layout = Layout::new(root.to_path_buf(), links);
         for sub in ["volumes", "unc", "store"] {
             let p = root.join(sub);
             if p.exists() {
@@ -274,7 +295,7 @@ impl State {
     /// Maps a parsed drive path to the sandbox (case-insensitive, like NTFS).
     pub(crate) fn real_drive_path(&self, p: &paths::DrivePath) -> PathBuf {
         let base = self.layout.drive(p.drive);
-        paths::resolve_ci(&base, &p.components)
+        paths::resolve_ci(&base, &p.components, self.layout.links())
     }
 
     /// Maps any Windows path the host can reach (drive path, `\\server\share\...` through an OK mapping,
@@ -296,6 +317,7 @@ impl State {
                 return Some(paths::resolve_ci(
                     &self.layout.volume_link(&guid.to_lowercase()),
                     &comps,
+                    self.layout.links(),
                 ));
             }
             return self.real_path(rest);
@@ -304,6 +326,7 @@ impl State {
         Some(paths::resolve_ci(
             &self.layout.unc_link(&server, &share),
             &rest,
+            self.layout.links(),
         ))
     }
 
@@ -370,14 +393,16 @@ impl State {
                 continue;
             }
             let mut found = Vec::new();
-            collect_links(&real, &mut found);
+            collect_links(&real, &mut found, self.layout.links());
             for l in found {
                 let win = self
                     .layout
                     .to_windows(&l)
                     .unwrap_or_else(|| l.display().to_string());
-                let target = std::fs::read_link(&l)
-                    .ok()
+                let target = self
+                    .layout
+                    .links()
+                    .target(&l)
                     .and_then(|t| self.layout.to_windows(&t))
                     .unwrap_or_default();
                 let kind = if target.starts_with(r"\\?\Volume") {
@@ -394,7 +419,7 @@ impl State {
     /// Reads a link's target, in Windows spelling (`None` if `path` is not a link).
     pub fn read_link(&self, path: &str) -> Option<String> {
         let real = self.real_path(path)?;
-        let t = std::fs::read_link(real).ok()?;
+        let t = self.layout.links().target(&real)?;
         self.layout.to_windows(&t)
     }
 
@@ -453,15 +478,18 @@ fn claim_sandbox(root: &Path) -> Result<()> {
 /// File that marks a directory as a simulator sandbox.
 pub const SANDBOX_MARKER: &str = ".wincsi-sim-sandbox";
 
-fn collect_links(dir: &Path, out: &mut Vec<PathBuf>) {
+fn collect_links(dir: &Path, out: &mut Vec<PathBuf>, links: LinkMode) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
     for e in rd.flatten() {
         let p = e.path();
+        if links.is_link(&p) {
+            out.push(p);
+            continue;
+        }
         match p.symlink_metadata() {
-            Ok(m) if m.file_type().is_symlink() => out.push(p),
-            Ok(m) if m.is_dir() => collect_links(&p, out),
+            Ok(m) if m.is_dir() => collect_links(&p, out, links),
             _ => {}
         }
     }
@@ -523,9 +551,18 @@ pub(crate) fn wipe_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))
 }
 
-/// Creates a symlink `link` → `target` (fails if `link` exists).
-pub(crate) fn make_symlink(target: &Path, link: &Path) -> std::io::Result<()> {
-    platform::symlink_dir(target, link)
+/// Logs the link mode the first time a sandbox uses it (once per process and mode).
+fn log_link_mode(links: LinkMode) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static NATIVE: AtomicBool = AtomicBool::new(false);
+    static EMULATED: AtomicBool = AtomicBool::new(false);
+    let flag = match links {
+        LinkMode::Native => &NATIVE,
+        LinkMode::Emulated => &EMULATED,
+    };
+    if !flag.swap(true, Ordering::Relaxed) {
+        tracing::info!(mode = links.describe(), "sandbox link mode");
+    }
 }
 
 #[cfg(unix)]

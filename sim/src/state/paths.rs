@@ -2,6 +2,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use super::links::LinkMode;
+
 /// csi-proxy's `MaxPathLengthWindows` (bytes, Go `len`).
 pub(crate) const MAX_PATH_LENGTH_WINDOWS: usize = 260;
 
@@ -122,11 +124,13 @@ pub(crate) fn normalise_components(tail: &str) -> Vec<String> {
 /// Resolves `components` below `base` case-insensitively, as NTFS would: for every component that already exists
 /// under a different case, the existing spelling is used; the remaining components are appended as given.
 /// Intermediate symlinks are followed by the OS when the result is used, like reparse points on Windows.
-pub(crate) fn resolve_ci(base: &Path, components: &[String]) -> PathBuf {
-    let mut cur = base.to_path_buf();
+pub(crate) fn resolve_ci(base: &Path, components: &[String], links: LinkMode) -> PathBuf {
+    let mut cur = links.resolve(base);
     let mut exists = true;
     for comp in components {
         if exists {
+            // Descending through a link goes to its target (only emulated links need this; the OS follows real ones).
+            cur = links.follow_last(cur);
             let exact = cur.join(comp);
             if exact.symlink_metadata().is_ok() {
                 cur = exact;

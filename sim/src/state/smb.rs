@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{State, make_symlink, paths, write_files};
+use super::{State, paths, write_files};
 use crate::error::{Error, Result};
 use crate::scenario::SmbSpec;
 use crate::secret::Secret;
@@ -178,7 +178,10 @@ pub(crate) fn sync_unc_links(st: &mut State) -> Result<()> {
             std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
             let store = st.layout.share_store(&server, &share);
             std::fs::create_dir_all(&store).map_err(|e| Error::io(&store, e))?;
-            make_symlink(&store, &link).map_err(|e| Error::io(&link, e))?;
+            st.layout
+                .links()
+                .create(&store, &link)
+                .map_err(|e| Error::io(&link, e))?;
         }
     }
     Ok(())
@@ -345,7 +348,9 @@ impl State {
             for c in rest {
                 real_target.push(c);
             }
-            make_symlink(&real_target, &link)
+            self.layout
+                .links()
+                .create(&real_target, &link)
                 .map_err(|e| link_fail(super::fs::win_io_text(&e).to_string()))?;
         }
         Ok(())

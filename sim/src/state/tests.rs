@@ -25,7 +25,11 @@ impl std::ops::DerefMut for Fx {
     }
 }
 
-fn fx_with(json: &str, opts: HostOptions) -> Fx {
+/// Set to run this whole suite on emulated links (the fallback used under Wine): CI runs it both ways.
+const EMULATE_ENV: &str = "WINCSI_SIM_TEST_EMULATED_LINKS";
+
+fn fx_with(json: &str, mut opts: HostOptions) -> Fx {
+    opts.emulate_links |= std::env::var_os(EMULATE_ENV).is_some();
     let dir = tempfile::tempdir().unwrap();
     let sc = Scenario::from_json(json).unwrap();
     let st = State::new(&sc, dir.path(), &opts).unwrap();
@@ -1388,4 +1392,96 @@ fn scenarios_round_trip_through_json() {
     assert!(!format!("{sc:?}").contains("alice-password-1"));
     let dir = tempfile::tempdir().unwrap();
     State::new(&again, dir.path(), &HostOptions::default()).unwrap();
+}
+
+// ---------- emulated links (the fallback where the OS makes no directory symlinks, e.g. Wine 8) ----------
+
+fn os_symlinks_under(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = e.path().symlink_metadata().unwrap();
+        if m.file_type().is_symlink() {
+            out.push(e.path());
+        } else if m.is_dir() {
+            os_symlinks_under(&e.path(), out);
+        }
+    }
+}
+
+#[test]
+fn emulated_links_give_the_same_host_view_without_any_os_symlink() {
+    let opts = HostOptions {
+        emulate_links: true,
+        ..HostOptions::default()
+    };
+    let mut f = fx_with(EXAMPLE, opts);
+    assert_eq!(f.layout.links(), LinkMode::Emulated);
+    // SMB: staging link into the share, publish link to the staging link, data through both.
+    let stage = p(r"plugins\smb\pv\globalmount");
+    let publish = p(r"pods\uid\volumes\pv\mount");
+    f.mkdir(&p(r"plugins\smb\pv")).unwrap();
+    f.mkdir(&p(r"pods\uid\volumes\pv")).unwrap();
+    f.new_smb_global_mapping(
+        &format!(r"{SRV}\data"),
+        &stage,
+        r"CORP\alice",
+        &secret("alice-password-1"),
+    )
+    .unwrap();
+    assert!(f.is_symlink(&stage).unwrap());
+    f.create_symlink(&stage, &publish).unwrap();
+    assert!(f.path_exists(&publish).unwrap());
+    assert!(f.is_symlink(&publish).unwrap());
+    assert_eq!(
+        f.read_link(&publish).unwrap().to_lowercase(),
+        stage.to_lowercase()
+    );
+    f.write_file(&format!(r"{publish}\Sub\pod.txt"), b"pod")
+        .unwrap();
+    assert!(f.path_exists(&format!(r"{publish}\sub\POD.txt")).unwrap());
+    assert_eq!(
+        f.read_share_file("fileserver.corp.example", "data", "Sub/pod.txt")
+            .unwrap(),
+        b"pod"
+    );
+    assert_eq!(
+        f.read_file(&format!(r"{SRV}\data\Sub\pod.txt")).unwrap(),
+        b"pod"
+    );
+    // Mount point: a volume reached through its mount point and through a link to it.
+    let v = data_volume(&mut f);
+    let m = p(r"plugins\blk\globalmount");
+    f.mkdir(&m).unwrap();
+    f.mount_volume(&v, &m).unwrap();
+    f.mount_volume(&v, &m).unwrap();
+    assert_eq!(f.get_volume_id_from_target_path(&m).unwrap(), v);
+    let blk_pub = p(r"pods\uid\volumes\blk");
+    f.create_symlink(&m, &blk_pub).unwrap();
+    assert_eq!(f.get_volume_id_from_target_path(&blk_pub).unwrap(), v);
+    f.write_file(&format!(r"{blk_pub}\d.txt"), b"blk").unwrap();
+    assert_eq!(f.read_file(&format!(r"{m}\d.txt")).unwrap(), b"blk");
+    assert_eq!(f.leftovers().len(), 6, "{:#?}", f.leftovers());
+
+    let mut real = Vec::new();
+    os_symlinks_under(f.root(), &mut real);
+    assert!(real.is_empty(), "no OS symlinks in emulated mode: {real:?}");
+
+    // Teardown removes links, never their targets.
+    f.rmdir(&publish, false).unwrap();
+    f.rmdir(&blk_pub, true).unwrap();
+    f.unmount_volume(&v, &m).unwrap();
+    assert!(f.path_exists(&m).unwrap());
+    f.rmdir(&m, false).unwrap();
+    f.disconnect_target("192.0.2.10", 3260, "iqn.2026-01.io.wincsi:pvc-data")
+        .unwrap();
+    f.remove_smb_global_mapping(&format!(r"{SRV}\data"))
+        .unwrap();
+    assert!(!f.is_symlink(&stage).unwrap(), "staging link dangles");
+    f.rmdir(&stage, false).unwrap();
+    assert!(f.leftovers().is_empty(), "{:#?}", f.leftovers());
+    assert!(f.data_loss_events().is_empty());
+    assert_eq!(
+        f.read_share_file("fileserver.corp.example", "data", "Sub/pod.txt")
+            .unwrap(),
+        b"pod"
+    );
 }

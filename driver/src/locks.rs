@@ -24,6 +24,19 @@ pub struct VolumeGuard {
 }
 
 impl VolumeLocks {
+    /// How many volumes have an operation in flight (for tests: the table must drain to empty).
+    pub fn len(&self) -> usize {
+        self.busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether no operation is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Claim `volume_id`, or ABORTED when another operation on it is in flight (the CSI spec's answer; kubelet
     /// retries).
     pub fn try_lock(&self, volume_id: &str, operation: &str) -> Result<VolumeGuard, Error> {
@@ -68,6 +81,7 @@ impl KeyedLocks {
     pub async fn lock(&self, key: &str) -> KeyedGuard {
         let mutex = {
             let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+            prune(&mut locks);
             Arc::clone(locks.entry(key.to_owned()).or_default())
         };
         let guard = mutex.lock_owned().await;
@@ -80,16 +94,21 @@ impl KeyedLocks {
 
     /// How many keys currently have a lock entry (for tests: entries must not leak).
     pub fn len(&self) -> usize {
-        self.locks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        prune(&mut locks);
+        locks.len()
     }
 
     /// Whether no key has a lock entry.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Drop entries only the map holds. A waiter whose RPC is cancelled (deadline, client gone) drops its handle after
+/// the holder's guard has already decided the entry was still wanted, so its entry would otherwise stay forever.
+fn prune(locks: &mut HashMap<String, Arc<tokio::sync::Mutex<()>>>) {
+    locks.retain(|_, m| Arc::strong_count(m) > 1);
 }
 
 impl Drop for KeyedGuard {

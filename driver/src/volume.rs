@@ -1040,12 +1040,13 @@ impl<H: Host> VolumeManager<H> {
         self.secrets.as_ref()
     }
 
-    pub(crate) fn volume_locks(&self) -> &VolumeLocks {
+    /// The per-volume operation guards (public so tests can check that none stays held).
+    pub fn volume_locks(&self) -> &VolumeLocks {
         &self.volumes
     }
 
     /// Locks of shared host objects (SMB share roots; iSCSI targets under `iscsi-target:` keys).
-    pub(crate) fn object_locks(&self) -> &KeyedLocks {
+    pub fn object_locks(&self) -> &KeyedLocks {
         &self.mappings
     }
 

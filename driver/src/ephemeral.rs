@@ -2,8 +2,9 @@
 //!
 //! There is no staging path, so the driver stages into a private directory link under its plugin directory,
 //! `<kubelet-root>\plugins\<driver-name>\ephemeral\<sha256(volume_id)>`, and links the target to it. The credentials
-//! come from the Secret named by `secretName` in `secretNamespace` (default: the pod's namespace,
-//! `csi.storage.k8s.io/pod.namespace`), read from the Kubernetes API through a [`SecretSource`]. NodeUnpublishVolume
+//! come from the Secret named by `secretName` in the pod's namespace (`csi.storage.k8s.io/pod.namespace`; a
+//! `secretNamespace` naming any other namespace is refused: pod authors must not borrow other namespaces'
+//! credentials), read from the Kubernetes API through a [`SecretSource`]. NodeUnpublishVolume
 //! removes the target link and then undoes the private stage (the mapping is removed when no other volume uses it).
 
 use crate::error::Error;
@@ -34,11 +35,20 @@ pub(crate) async fn publish<H: Host>(
 ) -> Result<(), Error> {
     let ctx = &req.volume_context;
     let name = smb::context_get(ctx, "secretName").filter(|s| !s.is_empty());
-    let namespace = smb::context_get(ctx, "secretNamespace")
-        .filter(|s| !s.is_empty())
-        .or_else(|| {
-            smb::context_get(ctx, "csi.storage.k8s.io/pod.namespace").filter(|s| !s.is_empty())
-        });
+    let pod_namespace =
+        smb::context_get(ctx, "csi.storage.k8s.io/pod.namespace").filter(|s| !s.is_empty());
+    let secret_namespace = smb::context_get(ctx, "secretNamespace").filter(|s| !s.is_empty());
+    // The pod's author writes these attributes: a Secret of another namespace would hand them credentials they
+    // cannot read (a confused deputy), so the Secret must live in the pod's own namespace.
+    if let (Some(name), Some(wanted)) = (name, secret_namespace)
+        && pod_namespace != Some(wanted)
+    {
+        return Err(Error::FailedPrecondition(format!(
+            "inline volume names Secret {wanted}/{name}, which is not in the pod's namespace; rule: inline \
+             ephemeral volumes may only use Secrets of their pod's namespace (omit secretNamespace)"
+        )));
+    }
+    let namespace = secret_namespace.or(pod_namespace);
     let secrets = match name {
         None => smb::Secrets::default(),
         Some(name) => {
@@ -85,10 +95,19 @@ pub(crate) async fn publish<H: Host>(
 }
 
 /// Reads Secrets from the Kubernetes API (`GET /api/v1/namespaces/<ns>/secrets/<name>`). The client is built on
-/// first use, so a driver without API access (no in-cluster config) still serves every other volume.
+/// first use, so a driver without any Kubernetes config still starts and serves every other volume; only an inline
+/// volume that names a `secretName` then fails, with `FAILED_PRECONDITION`.
 pub struct KubeSecrets {
-    config: Box<dyn Fn() -> Result<kube::Config, String> + Send + Sync>,
+    config: ConfigSource,
     client: tokio::sync::OnceCell<kube::Client>,
+}
+
+/// Where the API client's config comes from.
+enum ConfigSource {
+    /// In-cluster first, then `KUBECONFIG` (see [`KubeSecrets::in_cluster`]).
+    Environment,
+    /// A fixed config (tests).
+    Fixed(Box<kube::Config>),
 }
 
 impl std::fmt::Debug for KubeSecrets {
@@ -98,27 +117,67 @@ impl std::fmt::Debug for KubeSecrets {
 }
 
 impl KubeSecrets {
-    /// In-cluster config (service account token, `KUBERNETES_SERVICE_HOST`), resolved on first use.
+    /// The config a DaemonSet pod expects, resolved on first use:
+    ///
+    /// 1. **in-cluster**: the pod's service account token and `KUBERNETES_SERVICE_HOST`/`_PORT`;
+    /// 2. otherwise **`KUBECONFIG`**, when that variable is set (its current context; outside a cluster, e.g. a
+    ///    driver run by hand or in tests against a fake API server; `http://` servers are accepted).
+    ///
+    /// This is deliberately *not* `kube::Config::infer()`: that tries a kubeconfig first, including the default
+    /// `~/.kube/config`, and a HostProcess container sees the node's filesystem, so an administrator's kubeconfig
+    /// on the node could silently replace the pod's own service account (and its RBAC). The home-directory
+    /// kubeconfig is never read. With neither source, reading a Secret fails with `FAILED_PRECONDITION` naming both.
     pub fn in_cluster() -> Self {
-        Self::with_config(|| kube::Config::incluster().map_err(|e| e.to_string()))
+        Self {
+            config: ConfigSource::Environment,
+            client: tokio::sync::OnceCell::new(),
+        }
     }
 
     /// A given config (tests point it at a fake API server).
     pub fn from_config(config: kube::Config) -> Self {
-        Self::with_config(move || Ok(config.clone()))
+        Self {
+            config: ConfigSource::Fixed(Box::new(config)),
+            client: tokio::sync::OnceCell::new(),
+        }
     }
 
-    fn with_config(f: impl Fn() -> Result<kube::Config, String> + Send + Sync + 'static) -> Self {
-        Self {
-            config: Box::new(f),
-            client: tokio::sync::OnceCell::new(),
+    async fn load_config(&self) -> Result<kube::Config, String> {
+        match &self.config {
+            ConfigSource::Fixed(c) => Ok((**c).clone()),
+            ConfigSource::Environment => {
+                let in_cluster = match kube::Config::incluster() {
+                    Ok(c) => return Ok(c),
+                    Err(e) => e,
+                };
+                match kube::config::Kubeconfig::from_env() {
+                    Ok(Some(kubeconfig)) => kube::Config::from_custom_kubeconfig(
+                        kubeconfig,
+                        &kube::config::KubeConfigOptions::default(),
+                    )
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "no in-cluster config ({in_cluster}) and KUBECONFIG is unusable: {}",
+                            kubeconfig_error_text(&e)
+                        )
+                    }),
+                    Ok(None) => Err(format!(
+                        "no in-cluster config ({in_cluster}) and KUBECONFIG is not set"
+                    )),
+                    Err(e) => Err(format!(
+                        "no in-cluster config ({in_cluster}) and KUBECONFIG cannot be read: {}",
+                        kubeconfig_error_text(&e)
+                    )),
+                }
+            }
         }
     }
 
     async fn client(&self) -> Result<&kube::Client, Error> {
         self.client
             .get_or_try_init(|| async {
-                let config = (self.config)().map_err(|e| {
+                let config = self.load_config().await.map_err(|e| {
                     Error::FailedPrecondition(format!(
                         "inline ephemeral volumes need Kubernetes API access to read their Secret: {e}"
                     ))
@@ -163,6 +222,18 @@ impl KubeSecrets {
             entries.push((key, text));
         }
         Ok(smb::Secrets::new(entries))
+    }
+}
+
+/// A kubeconfig error for logs and gRPC status text. A YAML parse error may quote the offending value, which can be a
+/// token or key, so its details are withheld.
+fn kubeconfig_error_text(e: &kube::config::KubeconfigError) -> String {
+    match e {
+        kube::config::KubeconfigError::Parse(_) => {
+            "failed to parse kubeconfig YAML (details withheld: they could quote credentials)"
+                .to_owned()
+        }
+        other => other.to_string(),
     }
 }
 
@@ -446,5 +517,16 @@ mod tests {
             Err(Error::FailedPrecondition(_))
         ));
         assert!(host.calls().is_empty());
+    }
+
+    #[test]
+    fn kubeconfig_parse_errors_never_quote_the_file() {
+        let token = "kubeconfig-t0ken-value";
+        let e = kube::config::Kubeconfig::from_yaml(&format!("users: {token}\n"))
+            .expect_err("a string where a list belongs");
+        assert!(matches!(e, kube::config::KubeconfigError::Parse(_)), "{e}");
+        let text = kubeconfig_error_text(&e);
+        assert!(!text.contains(token), "{text}");
+        assert!(text.contains("kubeconfig"), "{text}");
     }
 }

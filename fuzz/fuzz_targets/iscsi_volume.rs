@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(!vol.portals.is_empty());
             for p in &vol.portals {
                 let again = Portal::parse(&p.to_string(), "again").expect("portal text valid");
-                assert_eq!(&again, p, "portal changed between validation and the host call");
+                assert_eq!(
+                    &again, p,
+                    "portal changed between validation and the host call"
+                );
             }
             check_iqn(&vol.iqn).expect("accepted IQN is valid");
             assert!(vol.lun <= MAX_LUN);
@@ -30,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
                 IscsiAuth::OneWay { secret, .. } | IscsiAuth::Mutual { secret, .. } => {
                     let n = secret.expose().len();
                     assert!(CHAP_SECRET_LEN.contains(&n));
-                    assert!(!dbg.contains(secret.expose()), "Debug shows the CHAP secret");
+                    assert!(
+                        !dbg.contains(secret.expose()),
+                        "Debug shows the CHAP secret"
+                    );
                 }
             }
             if let Some(m) = &vol.mutual_secret {

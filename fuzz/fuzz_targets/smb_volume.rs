@@ -27,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
             let dbg = format!("{vol:?}");
             if let Some(c) = &vol.credential {
                 let pw = c.password().expose();
-                assert!(pw.is_empty() || !dbg.contains(pw), "Debug shows the password");
+                assert!(
+                    pw.is_empty() || !dbg.contains(pw),
+                    "Debug shows the password"
+                );
             }
             for c in &vol.sub_dir {
                 assert!(!common::bad_component(c), "subDir segment {c:?} accepted");

@@ -146,8 +146,12 @@ impl UncPath {
         let rest = parts
             .map(|p| check_component(p, raw, what))
             .collect::<Result<Vec<_>, _>>()?;
-        if share == "." || share == ".." {
-            return Err(bad("no . or .. segments"));
+        // Like a path segment, a share name may not end in a space or dot: Windows strips those, so the host would
+        // get another name than the one validated (`\\srv\.  ` is the share `.`).
+        if share == "." || share == ".." || share.ends_with([' ', '.']) {
+            return Err(bad(
+                "no . or .. segments and no share name ending in a space or a dot",
+            ));
         }
         Ok(Self {
             server: server.to_owned(),

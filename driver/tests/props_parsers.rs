@@ -360,3 +360,13 @@ fn unc_server_names_of_dots_are_refused() {
     }
     assert!(UncPath::parse(r"\\fs1.corp.\share", "source").is_ok());
 }
+
+/// Regression (fuzz target `smb_source`): a share name ending in spaces or a dot (`\\d\.  `) was accepted, but
+/// Windows strips those characters, so the host would have been handed another share than the validated one.
+#[test]
+fn share_names_ending_in_a_space_or_dot_are_refused() {
+    for raw in [r"\\d\.  ", r"\\d\.  \x", r"\\d\data.", r"\\d\data \x"] {
+        assert!(UncPath::parse(raw, "source").is_err(), "{raw:?} accepted");
+    }
+    assert!(UncPath::parse(r"\\d\data$", "source").is_ok());
+}

@@ -56,7 +56,11 @@ const LONG_VERSION: &str = concat!(
     name = "wincsi-node",
     version,
     long_version = LONG_VERSION,
-    about = "Kubernetes CSI node driver for Windows nodes (SMB and iSCSI through csi-proxy)"
+    about = "Kubernetes CSI node driver for Windows nodes (SMB and iSCSI through csi-proxy)",
+    after_help = "Kubernetes API access is needed only by inline ephemeral SMB volumes that name a secretName: \
+                  in-cluster config (the pod's service account) is used first, else the kubeconfig named by \
+                  KUBECONFIG (never ~/.kube/config). It is resolved on first use, so the driver starts without \
+                  either; such a volume then fails with FAILED_PRECONDITION."
 )]
 pub struct Config {
     /// CSI endpoint to serve on: `unix:///path/csi.sock`,

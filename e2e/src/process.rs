@@ -98,6 +98,9 @@ fn spawn(bin: &Path, what: &str, args: &[String], env: &[(String, String)]) -> R
         "STATE_DIR",
         "LOG_LEVEL",
         "KUBECONFIG",
+        // In-cluster config comes before KUBECONFIG in the driver: a CI pod's service env must not win.
+        "KUBERNETES_SERVICE_HOST",
+        "KUBERNETES_SERVICE_PORT",
     ] {
         cmd.env_remove(var);
     }

@@ -241,6 +241,7 @@ proptest! {
         iqn in prop_oneof![
             Just("iqn.2024-01.io.example:t".to_owned()), Just("eui.0123456789ABCDEF".to_owned()),
             Just("naa.0123456789abcdef".to_owned()), Just("iqn.2024-1".to_owned()), "iqn\\.[0-9-]{0,8}\\.[a-z:]{0,6}",
+            "iqn\\.[0-9\u{e9}\u{1F511}-]{0,9}\\.[a-z]{0,4}",
             any::<String>(),
         ],
         lun in prop_oneof![Just("0".to_owned()), Just("255".to_owned()), Just("256".to_owned()), Just("-1".to_owned()), any::<String>()],
@@ -369,4 +370,18 @@ fn share_names_ending_in_a_space_or_dot_are_refused() {
         assert!(UncPath::parse(raw, "source").is_err(), "{raw:?} accepted");
     }
     assert!(UncPath::parse(r"\\d\data$", "source").is_ok());
+}
+
+/// Regression (fuzz targets `iscsi_names`, `iscsi_volume`): an IQN with a multi-byte character inside its date
+/// (`iqn.202\u{e9}-01.x`) made the validator slice inside the character and panic.
+#[test]
+fn iqn_with_a_multibyte_character_in_the_date_is_refused_not_a_panic() {
+    for iqn in [
+        "iqn.2024-0\u{fffd}.io.example:t",
+        "iqn.202\u{e9}-01.x",
+        "iqn.\u{1F511}\u{1F511}-.abc",
+    ] {
+        assert!(iscsi::check_iqn(iqn).is_err(), "{iqn}");
+    }
+    iscsi::check_iqn("iqn.2024-01.io.example:t").expect("valid");
 }

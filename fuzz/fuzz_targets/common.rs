@@ -9,11 +9,15 @@ use wincsi::smb::Secrets;
 
 /// Prefixed to every secret value; stripped from everything else in the input.
 pub const MARK: &str = "\u{1F511}";
+/// Also prefixed to password-like secret values (user names may be shown in `Debug`, passwords never).
+pub const PW_MARK: &str = "\u{1F512}";
 
 /// Split the input into `key=value` lines: `s:key=value` lines go to the secrets map (value prefixed with
 /// [`MARK`]), others to the volume context. Keys that the parsers know are likely, through a small dictionary.
 pub fn context_and_secrets(data: &[u8]) -> (BTreeMap<String, String>, Secrets, Vec<String>) {
-    let text = String::from_utf8_lossy(data).replace(MARK, "");
+    let text = String::from_utf8_lossy(data)
+        .replace(MARK, "")
+        .replace(PW_MARK, "");
     let mut ctx = BTreeMap::new();
     let mut secrets = Vec::new();
     for line in text.split('\n') {
@@ -23,7 +27,9 @@ pub fn context_and_secrets(data: &[u8]) -> (BTreeMap<String, String>, Secrets, V
         };
         let (k, v) = line.split_once('=').unwrap_or((line, ""));
         let k = expand_key(k);
-        if secret {
+        if secret && (k.contains("password") || k.contains("secret")) {
+            secrets.push((k, format!("{MARK}{PW_MARK}{v}")));
+        } else if secret {
             secrets.push((k, format!("{MARK}{v}")));
         } else {
             ctx.insert(k, v.to_owned());

@@ -160,11 +160,13 @@ pub fn check_iqn(iqn: &str) -> Result<(), Error> {
     let lower = iqn.to_ascii_lowercase();
     let hex = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_hexdigit());
     if let Some(rest) = lower.strip_prefix("iqn.") {
-        let date_ok = rest.len() > 8
-            && rest[..4].chars().all(|c| c.is_ascii_digit())
-            && &rest[4..5] == "-"
-            && rest[5..7].chars().all(|c| c.is_ascii_digit())
-            && &rest[7..8] == ".";
+        // Compared byte-wise: slicing the text could split a multi-byte character and panic.
+        let b = rest.as_bytes();
+        let date_ok = b.len() > 8
+            && b[..4].iter().all(u8::is_ascii_digit)
+            && b[4] == b'-'
+            && b[5..7].iter().all(u8::is_ascii_digit)
+            && b[7] == b'.';
         if !date_ok {
             return Err(bad(
                 "an iqn. name continues with the date yyyy-mm. and a reversed domain name",

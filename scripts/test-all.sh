@@ -16,6 +16,9 @@
 #   test (wine)      cargo test --target x86_64-pc-windows-gnu --all-features -p <every package with
 #                    tests/wine_*.rs> --test 'wine_*', run under Wine through .ci/wine-run.sh (time limit
 #                    WINCSI_WINE_TEST_TIMEOUT seconds, default 900; the wineserver it starts is stopped afterwards)
+#   sim with emulated links   the simulated host's state suite in the link mode it uses under Wine
+#   bench smoke      .ci/bench-smoke.sh: the benchmark harness on tiny inputs (correctness only, no timing)
+#   fuzz smoke       .ci/fuzz-smoke.sh: every cargo-fuzz target for a few seconds (dev build, no sanitizer)
 # It ends with a step-timing table and one "total: N passed, N failed" line summed over both cargo test runs.
 set -euo pipefail
 
@@ -167,5 +170,15 @@ step "clippy ($WINDOWS_TARGET)" \
 step "doc" env RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --all-features
 step "test (linux)" test_linux
 step "test (wine, $WINDOWS_TARGET)" test_wine
+# The simulated host's state suite once more with emulated links (what it uses under Wine 8, which makes no
+# directory symlinks), so that mode is proven on Linux too.
+step "sim with emulated links" env WINCSI_SIM_TEST_EMULATED_LINKS=1 cargo test -p wincsi-sim --lib
+# Harness smoke runs: correctness only (zero errors, leaks, data loss), never timing.
+step "bench smoke" bash .ci/bench-smoke.sh
+# Fuzz smoke: every cargo-fuzz target a few seconds from its seeds. Dev build without a sanitizer keeps the
+# cold build of the fuzz tree short; longer sanitizer runs are in fuzz/README.md.
+step "fuzz smoke" env WINCSI_FUZZ_SANITIZER="${WINCSI_FUZZ_SANITIZER:-none}" \
+    WINCSI_FUZZ_BUILD="${WINCSI_FUZZ_BUILD:---dev}" WINCSI_FUZZ_SECONDS="${WINCSI_FUZZ_SECONDS:-3}" \
+    bash .ci/fuzz-smoke.sh
 summary
 test_totals

@@ -62,31 +62,52 @@ impl Drop for VolumeGuard {
     }
 }
 
-/// Async locks keyed by a resource name (e.g. a lower-cased `\\server\share`); entries vanish when unused.
+/// Async shared/exclusive locks keyed by a resource name (e.g. a lower-cased `\\server\share`); entries vanish
+/// when unused. Exclusive holders change the resource (create, repair or remove it); shared holders only use it, so
+/// many of them (e.g. stages of different volumes on one already-mapped share) run at once.
 #[derive(Clone, Debug, Default)]
 pub struct KeyedLocks {
-    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    locks: Arc<Mutex<LockTable>>,
 }
 
-/// Held while one resource is being changed.
+type LockTable = HashMap<String, Arc<tokio::sync::RwLock<()>>>;
+
+#[derive(Debug)]
+enum Held {
+    Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
+    Exclusive(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
+}
+
+/// Held while one resource is being used (shared) or changed (exclusive).
 #[derive(Debug)]
 pub struct KeyedGuard {
-    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
-    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    guard: Option<Held>,
+    locks: Arc<Mutex<LockTable>>,
     key: String,
 }
 
 impl KeyedLocks {
-    /// Wait for the lock on `key`.
+    fn entry(&self, key: &str) -> Arc<tokio::sync::RwLock<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        prune(&mut locks);
+        Arc::clone(locks.entry(key.to_owned()).or_default())
+    }
+
+    /// Wait for the exclusive lock on `key`.
     pub async fn lock(&self, key: &str) -> KeyedGuard {
-        let mutex = {
-            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-            prune(&mut locks);
-            Arc::clone(locks.entry(key.to_owned()).or_default())
-        };
-        let guard = mutex.lock_owned().await;
+        let guard = self.entry(key).write_owned().await;
         KeyedGuard {
-            guard: Some(guard),
+            guard: Some(Held::Exclusive(guard)),
+            locks: Arc::clone(&self.locks),
+            key: key.to_owned(),
+        }
+    }
+
+    /// Wait for the shared lock on `key` (waits while an exclusive holder runs; other shared holders do not block).
+    pub async fn lock_shared(&self, key: &str) -> KeyedGuard {
+        let guard = self.entry(key).read_owned().await;
+        KeyedGuard {
+            guard: Some(Held::Shared(guard)),
             locks: Arc::clone(&self.locks),
             key: key.to_owned(),
         }
@@ -105,9 +126,30 @@ impl KeyedLocks {
     }
 }
 
+impl KeyedGuard {
+    /// Whether this guard holds the shared side.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.guard, Some(Held::Shared(_)))
+    }
+
+    /// Turn a shared guard into an exclusive one (no-op when already exclusive). The shared side is released
+    /// first (two upgraders would otherwise deadlock), so the caller must re-check whatever it read under it.
+    pub async fn upgrade(&mut self) {
+        if !self.is_shared() {
+            return;
+        }
+        drop(self.guard.take());
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(locks.entry(self.key.clone()).or_default())
+        };
+        self.guard = Some(Held::Exclusive(lock.write_owned().await));
+    }
+}
+
 /// Drop entries only the map holds. A waiter whose RPC is cancelled (deadline, client gone) drops its handle after
 /// the holder's guard has already decided the entry was still wanted, so its entry would otherwise stay forever.
-fn prune(locks: &mut HashMap<String, Arc<tokio::sync::Mutex<()>>>) {
+fn prune(locks: &mut LockTable) {
     locks.retain(|_, m| Arc::strong_count(m) > 1);
 }
 
@@ -115,7 +157,7 @@ impl Drop for KeyedGuard {
     fn drop(&mut self) {
         let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
         drop(self.guard.take());
-        // Only the map still holds the mutex: nobody waits for it, so the entry can go.
+        // Only the map still holds the lock: nobody holds or waits for it, so the entry can go.
         if locks
             .get(&self.key)
             .is_some_and(|m| Arc::strong_count(m) == 1)
@@ -237,6 +279,34 @@ mod tests {
         waiter.await.expect("join");
         assert!(rx.try_recv().is_ok());
         drop(_other);
+        assert!(locks.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keyed_locks_share_and_exclude() {
+        let locks = KeyedLocks::default();
+        let a = locks.lock_shared(r"\\srv\share").await;
+        let b = locks.lock_shared(r"\\srv\share").await;
+        assert!(
+            a.is_shared() && b.is_shared(),
+            "shared holders do not block each other"
+        );
+        let probe = tokio::time::timeout(Duration::from_secs(60), locks.lock(r"\\srv\share")).await;
+        assert!(
+            probe.is_err(),
+            "the exclusive side waits for shared holders"
+        );
+        drop(a);
+        let mut b = b;
+        b.upgrade().await;
+        assert!(!b.is_shared());
+        let probe =
+            tokio::time::timeout(Duration::from_secs(60), locks.lock_shared(r"\\srv\share")).await;
+        assert!(
+            probe.is_err(),
+            "the shared side waits for an exclusive holder"
+        );
+        drop(b);
         assert!(locks.is_empty());
     }
 

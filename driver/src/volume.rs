@@ -61,7 +61,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind, HostOp, HostResult};
-use crate::locks::{Deadline, KeyedLocks, VolumeLocks};
+use crate::locks::{Deadline, KeyedGuard, KeyedLocks, VolumeLocks};
 use crate::paths::{HostPath, KubeletRoot};
 use crate::smb::{self, Secrets, SmbCredential, SmbVolume, UncPath};
 use crate::state::{Phase, Protocol, PublishRecord, RECORD_VERSION, StateStore, VolumeRecord};
@@ -335,6 +335,28 @@ impl<H: Host> Calls<'_, H> {
     }
 }
 
+/// `NewSmbGlobalMapping` under a share's mapping lock. Under the shared side only the plain call runs (it adds a link
+/// to the existing mapping); a repair (remove + re-create) changes the mapping under other users, so it first upgrades
+/// to the exclusive side and then runs the full repairing sequence afresh (another caller may have repaired it).
+async fn map_locked<H: Host>(
+    h: &Calls<'_, H>,
+    guard: &mut KeyedGuard,
+    remote: &UncPath,
+    link: &HostPath,
+    cred: Option<&SmbCredential>,
+) -> HostResult<()> {
+    if guard.is_shared() {
+        match h.new_mapping(remote, link, cred).await {
+            Err(e) if e.kind == HostErrorKind::StaleMapping => {
+                info!(root = %remote.root(), "the mapping needs repair: taking the exclusive mapping lock");
+                guard.upgrade().await;
+            }
+            other => return other,
+        }
+    }
+    h.map_repairing(remote, link, cred).await
+}
+
 /// Turn a host failure into the driver error kubelet and the operator see. `subject` is the path or share involved.
 pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
     let HostError { op, kind, message } = err;
@@ -587,7 +609,7 @@ impl<H: Host> VolumeManager<H> {
         debug!(root = %vol.source.root(), fresh, "stage record written");
 
         let root = vol.source.root_key();
-        let _mapping = self.mappings.lock(&root).await;
+        let mut mapping = self.lock_mapping(volume_id, &root).await?;
         let mut mapped = false;
         // Whether a link this call made is at the staging path (the only thing a rollback may remove there).
         let mut link_ours = false;
@@ -599,7 +621,7 @@ impl<H: Host> VolumeManager<H> {
             if !vol.sub_dir.is_empty() {
                 let sub = staging.join(&vol.sub_dir.join("\\"), &self.cfg.kubelet_root)?;
                 debug!(sub_dir = %vol.full_path(), "ensuring subDir exists on the share through a temporary link");
-                h.map_repairing(&vol.source, staging, vol.credential.as_ref())
+                map_locked(&h, &mut mapping, &vol.source, staging, vol.credential.as_ref())
                     .await
                     .map_err(|e| host_error(e, &vol.source))?;
                 mapped = true;
@@ -609,7 +631,9 @@ impl<H: Host> VolumeManager<H> {
                 link_ours = false;
             }
             let full = vol.full_path();
-            h.map_repairing(&full, staging, vol.credential.as_ref()).await.map_err(|e| host_error(e, &full))?;
+            map_locked(&h, &mut mapping, &full, staging, vol.credential.as_ref())
+                .await
+                .map_err(|e| host_error(e, &full))?;
             mapped = true;
             link_ours = true;
             if !h.is_symlink(staging).await.map_err(|e| host_error(e, staging))? {
@@ -641,7 +665,10 @@ impl<H: Host> VolumeManager<H> {
                     warn!(error = %e, "rollback: cannot remove the staging link; keeping the record");
                     return Err(err);
                 }
+                // Under the shared side another volume is Staged on this share (checked under the lock, and only an
+                // exclusive holder can remove it), so the mapping is never ours alone to remove.
                 if mapped
+                    && !mapping.is_shared()
                     && self
                         .store
                         .smb_users(&root)?
@@ -662,6 +689,31 @@ impl<H: Host> VolumeManager<H> {
             }
             Err(err) => Err(err),
         }
+    }
+
+    /// Lock a share's mapping for a stage of `volume_id`: the shared side when another volume is already Staged on
+    /// the share (the mapping exists and only needs a link, so stages of many volumes on one share overlap), the
+    /// exclusive side otherwise (this stage may create or repair the mapping). Unstage and every mapping removal take
+    /// the exclusive side, so a mapping is never removed while a stage holds either side.
+    async fn lock_mapping(&self, volume_id: &str, root: &str) -> Result<KeyedGuard, Error> {
+        let other_staged = || -> Result<bool, Error> {
+            Ok(self
+                .store
+                .smb_users(root)?
+                .iter()
+                .any(|r| r.volume_id != volume_id && r.phase == Phase::Staged))
+        };
+        if !other_staged()? {
+            return Ok(self.mappings.lock(root).await);
+        }
+        let mut guard = self.mappings.lock_shared(root).await;
+        // The other users may have been unstaged (and the mapping removed) while this call waited: re-check under
+        // the lock, where they can no longer go.
+        if !other_staged()? {
+            debug!(root = %root, "no other staged user any more: taking the exclusive mapping lock");
+            guard.upgrade().await;
+        }
+        Ok(guard)
     }
 
     /// NodeUnstageVolume.
@@ -2262,6 +2314,103 @@ mod tests {
         assert!(env.host.mappings().is_empty() && env.host.links().is_empty());
         assert!(mgr.store().volumes().expect("list").is_empty());
         assert!(mgr.mappings.is_empty(), "mapping lock entries are dropped");
+    }
+
+    // Paused time: a probe's timeout can only fire once every task is stuck, so it proves "blocked", not "slow".
+    #[tokio::test(start_paused = true)]
+    async fn stages_on_one_mapped_share_overlap_and_unstage_waits_for_them() {
+        let env = Env::new();
+        env.mgr
+            .stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .expect("v1");
+        // Calls are counted since the last clear: hold v2's (the next) NewSmbGlobalMapping.
+        env.host.clear_calls();
+        env.host.hold_nth(NewSmbGlobalMapping, 1);
+        let v2_req = stage_req("v2", SHARE, None, "bob");
+        let v2 = env.mgr.stage(&v2_req, d());
+        tokio::pin!(v2);
+        tokio::select! {
+            r = &mut v2 => panic!("{r:?}"),
+            () = env.host.hung() => {}
+        }
+        // v2 is stuck inside NewSmbGlobalMapping with the share's lock held: v3 on the same share still completes.
+        let v3 = tokio::time::timeout(
+            Duration::from_secs(10),
+            env.mgr.stage(&stage_req("v3", SHARE, None, "bob"), d()),
+        )
+        .await;
+        assert!(matches!(v3, Ok(Ok(()))), "{v3:?}");
+        // An unstage needs the exclusive side: it waits for the in-flight stage of v2.
+        let unstage_req3 = unstage_req("v3");
+        let unstage3 = env.mgr.unstage(&unstage_req3, d());
+        tokio::pin!(unstage3);
+        let probe = tokio::time::timeout(Duration::from_secs(10), &mut unstage3).await;
+        assert!(
+            probe.is_err(),
+            "unstage ran under an in-flight stage: {probe:?}"
+        );
+        env.host.release();
+        v2.await.expect("v2");
+        unstage3.await.expect("unstage v3");
+        assert!(
+            !env.ops().contains(&RemoveSmbGlobalMapping),
+            "mapping kept for v1 and v2"
+        );
+        assert!(env.host.resolves(&staging("v1")) && env.host.resolves(&staging("v2")));
+        for id in ["v1", "v2"] {
+            env.mgr
+                .unstage(&unstage_req(id), d())
+                .await
+                .expect("unstage");
+        }
+        assert_eq!(
+            env.ops()
+                .iter()
+                .filter(|o| **o == RemoveSmbGlobalMapping)
+                .count(),
+            1
+        );
+        env.assert_clean();
+        assert!(
+            env.mgr.mappings.is_empty(),
+            "mapping lock entries are dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
+        let env = Env::new();
+        env.host.disconnected_blocks_create(true);
+        for id in ["v1", "v2"] {
+            env.mgr
+                .stage(&stage_req(id, SHARE, None, "bob"), d())
+                .await
+                .expect("stage");
+        }
+        env.host.reboot();
+        env.host.clear_calls();
+        // Other volumes are Staged, so v3 starts under the shared side; the repair runs only after the upgrade.
+        env.mgr
+            .stage(&stage_req("v3", SHARE, None, "bob"), d())
+            .await
+            .expect("v3");
+        assert_eq!(
+            env.ops(),
+            vec![
+                PathExists,
+                NewSmbGlobalMapping,
+                NewSmbGlobalMapping,
+                RemoveSmbGlobalMapping,
+                NewSmbGlobalMapping,
+                IsSymlink
+            ]
+        );
+        assert_eq!(env.host.mappings()[SHARE].status, MappingStatus::Ok);
+        assert!(
+            env.mgr.mappings.is_empty(),
+            "mapping lock entries are dropped"
+        );
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 use super::{Host, HostError, HostErrorKind, HostOp, HostResult};
 use crate::iscsi::fake::{BlockCall, BlockModel};
@@ -140,15 +140,27 @@ struct State {
     mappings: BTreeMap<String, Mapping>,
     failures: Vec<(HostOp, usize, HostErrorKind)>,
     hang_after: Option<usize>,
+    holds: Vec<(HostOp, usize)>,
     disconnected_blocks_create: bool,
     block: BlockModel,
 }
 
 /// The recording fake. Cheap to clone; clones share state.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FakeHost {
     state: Arc<Mutex<State>>,
     hung: Arc<Notify>,
+    released: Arc<Semaphore>,
+}
+
+impl Default for FakeHost {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            hung: Arc::default(),
+            released: Arc::new(Semaphore::new(0)),
+        }
+    }
 }
 
 /// Lower-cased, without a trailing `\`; a drive-less `\var\…` (kubelet's spelling) gets `c:`.
@@ -310,6 +322,18 @@ impl FakeHost {
         self.lock().hang_after = Some(n);
     }
 
+    /// Hold the `nth` (1-based, counted since creation) call of `op` after recording it, before it has any effect,
+    /// until [`Self::release`] (other calls go on: one operation stuck inside a host call while others run). Wait
+    /// for that point with [`Self::hung`].
+    pub fn hold_nth(&self, op: HostOp, nth: usize) {
+        self.lock().holds.push((op, nth));
+    }
+
+    /// Let one held call (see [`Self::hold_nth`]) go on.
+    pub fn release(&self) {
+        self.released.add_permits(1);
+    }
+
     /// Make a Disconnected mapping block re-creation (Windows error 85) instead of being replaced silently.
     pub fn disconnected_blocks_create(&self, on: bool) {
         self.lock().disconnected_blocks_create = on;
@@ -404,7 +428,7 @@ impl FakeHost {
     /// Record the call, apply injected failures and hangs.
     async fn enter(&self, call: Call) -> HostResult<()> {
         let op = call.op();
-        let (fail, hang) = {
+        let (fail, hang, held) = {
             let mut st = self.lock();
             st.calls.push(call);
             let n = st.calls.iter().filter(|c| c.op() == op).count();
@@ -413,8 +437,20 @@ impl FakeHost {
                 .iter()
                 .find(|(o, nth, _)| *o == op && *nth == n)
                 .map(|(_, _, k)| *k);
-            (fail, st.hang_after.is_some_and(|h| st.calls.len() > h))
+            let held = st.holds.contains(&(op, n));
+            (
+                fail,
+                st.hang_after.is_some_and(|h| st.calls.len() > h),
+                held,
+            )
         };
+        if held {
+            self.hung.notify_one();
+            // The semaphore is never closed; a closed one would just let the call go on.
+            if let Ok(permit) = self.released.acquire().await {
+                permit.forget();
+            }
+        }
         if hang {
             self.hung.notify_one();
             std::future::pending::<()>().await;

@@ -704,7 +704,15 @@ impl<H: Host> VolumeManager<H> {
                 .any(|r| r.volume_id != volume_id && r.phase == Phase::Staged))
         };
         if !other_staged()? {
-            return Ok(self.mappings.lock(root).await);
+            let guard = self.mappings.lock(root).await;
+            if !other_staged()? {
+                return Ok(guard);
+            }
+            // Stages that queued together as first users: one created the mapping while this one waited, so this
+            // one only adds a link. Release the exclusive side (the next queued first user re-checks the same way)
+            // and continue under the shared side.
+            debug!(root = %root, "another volume staged meanwhile: taking the shared mapping lock");
+            drop(guard);
         }
         let mut guard = self.mappings.lock_shared(root).await;
         // The other users may have been unstaged (and the mapping removed) while this call waited: re-check under
@@ -2371,6 +2379,54 @@ mod tests {
                 .count(),
             1
         );
+        env.assert_clean();
+        assert!(
+            env.mgr.mappings.is_empty(),
+            "mapping lock entries are dropped"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_users_queued_together_continue_shared_once_one_has_mapped() {
+        let env = Env::new();
+        env.host.hold_nth(NewSmbGlobalMapping, 1);
+        env.host.hold_nth(NewSmbGlobalMapping, 2);
+        let (r1, r2) = (
+            stage_req("v1", SHARE, None, "bob"),
+            stage_req("v2", SHARE, None, "bob"),
+        );
+        let v1 = env.mgr.stage(&r1, d());
+        tokio::pin!(v1);
+        tokio::select! {
+            r = &mut v1 => panic!("{r:?}"),
+            () = env.host.hung() => {}
+        }
+        // v2 is a first user too: it waits for the exclusive side v1 holds while creating the mapping.
+        let v2 = env.mgr.stage(&r2, d());
+        tokio::pin!(v2);
+        let probe = tokio::time::timeout(Duration::from_secs(10), &mut v2).await;
+        assert!(probe.is_err(), "v2 ran beside the creator: {probe:?}");
+        env.host.release();
+        v1.await.expect("v1");
+        tokio::select! {
+            r = &mut v2 => panic!("{r:?}"),
+            () = env.host.hung() => {}
+        }
+        // v1 is Staged now, so v2 went on under the shared side: v3 completes while v2 is held.
+        let v3 = tokio::time::timeout(
+            Duration::from_secs(10),
+            env.mgr.stage(&stage_req("v3", SHARE, None, "bob"), d()),
+        )
+        .await;
+        assert!(matches!(v3, Ok(Ok(()))), "{v3:?}");
+        env.host.release();
+        v2.await.expect("v2");
+        for id in ["v1", "v2", "v3"] {
+            env.mgr
+                .unstage(&unstage_req(id), d())
+                .await
+                .expect("unstage");
+        }
         env.assert_clean();
         assert!(
             env.mgr.mappings.is_empty(),

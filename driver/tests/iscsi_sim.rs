@@ -5,24 +5,20 @@
 
 #![cfg(unix)]
 
+mod common;
+
+use common::{Env, d, logged_text, staging, target, unstage_req};
+
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use proxy_client::{ProxyClient, Transport};
 use serde_json::json;
-use sim::{HostOptions, Scenario, ServeHandle, SimHost};
+use sim::Scenario;
 use wincsi::Error;
-use wincsi::host::csi_proxy::CsiProxyHost;
 use wincsi::iscsi::ExpandRequest;
-use wincsi::locks::Deadline;
-use wincsi::paths::KubeletRoot;
 use wincsi::smb::Secrets;
 use wincsi::volume::{
     AccessType, Capability, PublishRequest, StageRequest, StatsRequest, UnpublishRequest,
-    UnstageRequest, VolumeConfig, VolumeManager,
 };
 
 const IQN_A: &str = "iqn.2024-01.io.example:store-a";
@@ -71,101 +67,11 @@ fn scenario() -> Scenario {
     .expect("scenario")
 }
 
-// ---- log capture (one TRACE subscriber for the whole test binary) ----
-
-#[derive(Clone)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn logs() -> &'static Buf {
-    static LOGS: OnceLock<Buf> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Buf(Arc::new(Mutex::new(Vec::new())));
-        let writer = buf.clone();
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .init();
-        buf
-    })
-}
-
-// ---- environment ----
-
-struct Env {
-    sim: SimHost,
-    serve: Option<ServeHandle>,
-    socks: tempfile::TempDir,
-    _sandbox: tempfile::TempDir,
-    state: tempfile::TempDir,
-    proxy: ProxyClient,
-    mgr: Arc<VolumeManager<CsiProxyHost>>,
-}
-
-fn manager(proxy: &ProxyClient, state: &Path) -> Arc<VolumeManager<CsiProxyHost>> {
-    let cfg = VolumeConfig {
-        kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
-        driver_name: "wincsi.csi.io".into(),
-    };
-    Arc::new(VolumeManager::new(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"))
-}
+// ---- environment (shared with the other simulated-host suites: tests/common) ----
 
 impl Env {
     async fn new() -> Self {
-        logs();
-        let sandbox = tempfile::tempdir().expect("tmp");
-        let socks = tempfile::tempdir().expect("tmp");
-        let state = tempfile::tempdir().expect("tmp");
-        let sim = SimHost::new(&scenario(), sandbox.path(), HostOptions::default()).expect("sim");
-        let serve = sim::serve_unix(sim.clone(), socks.path()).expect("serve");
-        let proxy = ProxyClient::new(Transport::UnixSockets {
-            dir: socks.path().to_path_buf(),
-        });
-        let mgr = manager(&proxy, state.path());
-        Self {
-            sim,
-            serve: Some(serve),
-            socks,
-            _sandbox: sandbox,
-            state,
-            proxy,
-            mgr,
-        }
-    }
-
-    fn restart(&mut self) {
-        self.proxy = ProxyClient::new(Transport::UnixSockets {
-            dir: self.socks.path().to_path_buf(),
-        });
-        self.mgr = manager(&self.proxy, self.state.path());
-    }
-
-    /// What kubelet does before NodeStage: create the parent directory.
-    async fn kubelet_mkdir_parent(&self, path: &str) {
-        let parent = path.rsplit_once('\\').expect("parent").0;
-        self.proxy
-            .filesystem()
-            .mkdir(parent)
-            .await
-            .expect("kubelet mkdir");
-    }
-
-    async fn stage(&self, req: &StageRequest) -> Result<(), Error> {
-        self.kubelet_mkdir_parent(&req.staging_target_path).await;
-        self.mgr.stage(req, d()).await
+        Self::with_scenario(&scenario()).await
     }
 
     async fn unstage(&self, id: &str) -> Result<(), Error> {
@@ -224,34 +130,11 @@ impl Env {
         for s in SECRETS {
             assert!(!audit.contains(s), "the sim's audit redacts secrets");
         }
-        if let Some(serve) = self.serve.take() {
-            serve.shutdown().await.expect("shutdown");
-        }
-        let text =
-            String::from_utf8_lossy(&logs().0.lock().unwrap_or_else(PoisonError::into_inner))
-                .into_owned();
+        self.shutdown().await;
+        let text = logged_text();
         for s in SECRETS {
             assert!(!text.contains(s), "a secret value appears in the logs");
         }
-    }
-}
-
-fn d() -> Deadline {
-    Deadline::after(Duration::from_secs(120))
-}
-
-fn staging(id: &str) -> String {
-    format!(r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
-}
-
-fn target(pod: &str) -> String {
-    format!(r"C:\var\lib\kubelet\pods\{pod}\volumes\kubernetes.io~csi\pv\mount")
-}
-
-fn unstage_req(id: &str) -> UnstageRequest {
-    UnstageRequest {
-        volume_id: id.into(),
-        staging_target_path: staging(id),
     }
 }
 

@@ -18,33 +18,9 @@ use std::fmt;
 
 use crate::error::Error;
 
-/// A secret string (a password): its `Debug`/`Display` never show the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wrap a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value, for the one place that must send it to the host.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+/// A secret string (a password, a CHAP secret): proxy-client's type, whose `Debug`/`Display` never show the value,
+/// so a secret travels from the CSI request to the csi-proxy call without ever being re-wrapped.
+pub use proxy_client::Secret;
 
 /// The CSI `secrets` map of a request: keys are shown by `Debug`, values never.
 #[derive(Clone, Default, PartialEq, Eq)]

@@ -377,11 +377,11 @@ impl Host for CsiProxyHost {
             IscsiAuth::None => ChapAuth::None,
             IscsiAuth::OneWay { username, secret } => ChapAuth::OneWay {
                 username: username.clone(),
-                secret: proxy_client::Secret::new(secret.expose()),
+                secret: secret.clone(),
             },
             IscsiAuth::Mutual { username, secret } => ChapAuth::Mutual {
                 username: username.clone(),
-                secret: proxy_client::Secret::new(secret.expose()),
+                secret: secret.clone(),
             },
         };
         self.client
@@ -415,7 +415,7 @@ impl Host for CsiProxyHost {
     async fn set_mutual_chap_secret(&self, secret: &Secret, _d: Deadline) -> HostResult<()> {
         self.client
             .iscsi()
-            .set_mutual_chap_secret(&proxy_client::Secret::new(secret.expose()))
+            .set_mutual_chap_secret(secret)
             .await
             .map_err(|e| classify_block(HostOp::SetMutualChapSecret, &e))
     }

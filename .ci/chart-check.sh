@@ -65,19 +65,24 @@ for v in "${value_sets[@]}"; do
 done
 ok "helm3 and helm4 renders identical"
 
-# Kubernetes 1.29: no ValidatingAdmissionPolicy v1, so the policy is skipped.
-"$helm4" template wincsi "$chart" --namespace wincsi-system --kube-version 1.29.0 >"$work/k129.yaml"
-grep -q 'kind: ValidatingAdmissionPolicy' "$work/k129.yaml" && fail "admission policy rendered for Kubernetes 1.29"
-grep -q 'kind: ValidatingAdmissionPolicy$' "$work/rendered-default-helm4.yaml" || fail "admission policy missing by default"
+# One minimum Kubernetes version (1.30: ValidatingAdmissionPolicy v1): older clusters are refused.
+for h in "$helm3" "$helm4"; do
+  if "$h" template wincsi "$chart" --namespace wincsi-system --kube-version 1.29.0 >/dev/null 2>"$work/err"; then
+    fail "$h rendered the chart for Kubernetes 1.29"
+  fi
+  grep -q 'kubeVersion' "$work/err" || { cat "$work/err"; fail "Kubernetes 1.29 refused for another reason"; }
+done
+[ "$(grep -c 'kind: ValidatingAdmissionPolicy$' "$work/rendered-default-helm4.yaml")" -eq 5 ] \
+  || fail "expected 5 admission policies by default"
 grep -q 'kind: ValidatingAdmissionPolicy' "$work/rendered-no-admission-helm4.yaml" && fail "admission policy rendered although disabled"
-ok "admission policy gated on Kubernetes >= 1.30 and admissionPolicy.enabled"
+ok "Kubernetes >= 1.30 required; admission policies follow admissionPolicy.enabled"
 
 # 3. strict schema validation
 example_files=()
 while IFS= read -r -d '' f; do example_files+=("$f"); done < <(find "$examples" -name '*.yaml' -print0 | sort -z)
 [ "${#example_files[@]}" -gt 0 ] || fail "no examples found in $examples"
 for k in "${k8s_versions[@]}"; do
-  kubernetes-validate --strict --quiet -k "$k" "${rendered[@]}" "$work/k129.yaml" >"$work/kv.log" 2>&1 \
+  kubernetes-validate --strict --quiet -k "$k" "${rendered[@]}" >"$work/kv.log" 2>&1 \
     || { cat "$work/kv.log"; fail "rendered objects do not validate strictly against Kubernetes $k"; }
   kubernetes-validate --strict --quiet -k "$k" "${example_files[@]}" >"$work/kv.log" 2>&1 \
     || { cat "$work/kv.log"; fail "examples do not validate strictly against Kubernetes $k"; }
@@ -123,8 +128,9 @@ ok "yamllint values and examples"
 "$helm4" install wincsi "$chart" --namespace wincsi-system --dry-run=client \
   --set csiProxy.install=true --set rbac.secrets.enabled=true >"$work/notes.out" 2>&1 \
   || { cat "$work/notes.out"; fail "helm install --dry-run=client"; }
-for want in '^NOTES:' 'get daemonset wincsi-node' 'get csinodes' 'get daemonset wincsi-csi-proxy' \
-  'Secrets in ALL namespaces'; do
+for want in '^NOTES:' 'rollout status daemonset/wincsi-node' 'get csinodes' \
+  'rollout status daemonset/wincsi-csi-proxy' 'Secrets in ALL namespaces' 'host backend unreachable' \
+  'insufficient quota'; do
   grep -q -- "$want" "$work/notes.out" || fail "NOTES lack '$want'"
 done
 ok "NOTES.txt renders"
@@ -167,5 +173,8 @@ expect_reject "an invalid log level" --set driver.logLevel=verbose
 expect_reject "a kubelet root without a drive" --set-string kubeletRoot=/var/lib/kubelet
 expect_reject "an invalid driver name" --set driver.name=Not_A_DNS_Name
 expect_reject "an unknown validation action" --set 'admissionPolicy.validationActions={Block}'
+expect_reject "a registry with a scheme" --set imageRegistry=https://mirror.example.com
+expect_reject "an invalid priority class name" --set node.priorityClassName=Not_A_Class
+expect_reject "an invalid trusted namespace" --set 'admissionPolicy.trustedNamespaces={Kube_System}'
 
 echo "chart-check: $passed passed, 0 failed"

@@ -4,30 +4,31 @@
 //! (`$WINCSI_HELM3` / `$WINCSI_HELM4`, else `helm3` / `helm4` on `PATH`; a missing Helm
 //! fails the test and says to run `.ci/install.sh`). The objects are loaded into
 //! `k8s-openapi` types and checked against what the scenario's values promise: Windows
-//! nodes only, exactly the csi-proxy pipes the driver dials, one socket path shared by the
-//! driver and both sidecars, one driver name everywhere, HostProcess pods without volumes
-//! but with liveness probes, no Linux-only fields, the CSIDriver spec, RBAC absent by
-//! default and `get`-only when enabled. The pipe admission policy's CEL is evaluated with
-//! the `cel` crate against pods and workloads that must be allowed or denied.
+//! nodes only (`os.name` and the node selector), exactly the csi-proxy pipes the driver
+//! dials, one socket shared by the driver and both sidecars (at its host path, or at
+//! `C:\csi` when the kubelet root is not on C:), one driver name everywhere, the sidecars'
+//! HTTP health endpoints, HostProcess pods without volumes but with liveness probes, no
+//! Linux-only fields, the CSIDriver spec (or none when another owner has it), the
+//! critical-pods ResourceQuota, RBAC absent by default and `get`-only when enabled. The pipe
+//! admission policy is evaluated in `chart_admission.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::env;
+// Shared with the other chart test crate, which uses a different subset of it.
+#[allow(dead_code)]
+mod chart_support;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+use chart_support::{
+    NAMESPACE, RELEASE, Rendered, Request, chart_dir, helm_run, helm_template, helm_template_as,
+    helms, merge, read_yaml, repo_root, typed,
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Container, PodSpec, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
-use k8s_openapi::api::storage::v1::CSIDriver;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Deserialize;
-use serde_json::{Value as Json, json};
-
-/// Release name and namespace every scenario is rendered with.
-const RELEASE: &str = "wincsi";
-const NAMESPACE: &str = "wincsi-system";
+use serde_json::Value as Json;
 
 /// The csi-proxy `<group>-<version>` endpoints the driver dials (the cross-team contract).
 const PIPES: [&str; 6] = [
@@ -77,108 +78,6 @@ const LINUX_ONLY_KEYS: [&str; 17] = [
     "hostPID",
 ];
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("e2e/ has a parent")
-        .to_path_buf()
-}
-
-fn chart_dir() -> PathBuf {
-    repo_root().join("charts").join("wincsi")
-}
-
-// ---------------------------------------------------------------------------------------
-// Helm
-// ---------------------------------------------------------------------------------------
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    let path = env::var_os("PATH")?;
-    env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-}
-
-/// Both Helms, from `$WINCSI_HELM3`/`$WINCSI_HELM4` or `helm3`/`helm4` on `PATH`.
-fn helms() -> Vec<(&'static str, PathBuf)> {
-    [("helm3", "WINCSI_HELM3"), ("helm4", "WINCSI_HELM4")]
-        .into_iter()
-        .map(|(name, var)| {
-            let found = match env::var_os(var) {
-                Some(p) => {
-                    let p = PathBuf::from(p);
-                    assert!(
-                        p.is_file(),
-                        "${var} is {} but no such file: run .ci/install.sh (and source .ci/env.sh)",
-                        p.display()
-                    );
-                    p
-                }
-                None => on_path(name).unwrap_or_else(|| {
-                    panic!(
-                        "{name} not found (${var} unset and no {name} on PATH): run .ci/install.sh \
-                         and source .ci/env.sh; the chart tests never skip"
-                    )
-                }),
-            };
-            (name, found)
-        })
-        .collect()
-}
-
-/// Runs `helm template` and returns the rendered objects as JSON.
-fn helm_template(helm: &Path, args: &[&str]) -> Result<Vec<Json>, String> {
-    let home = tempfile::tempdir().expect("temp dir for helm");
-    let output = Command::new(helm)
-        .arg("template")
-        .arg(RELEASE)
-        .arg(chart_dir())
-        .args(["--namespace", NAMESPACE])
-        .args(args)
-        .env("HELM_CACHE_HOME", home.path().join("cache"))
-        .env("HELM_CONFIG_HOME", home.path().join("config"))
-        .env("HELM_DATA_HOME", home.path().join("data"))
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", helm.display()));
-    if !output.status.success() {
-        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
-    }
-    let text = String::from_utf8(output.stdout).expect("helm output is UTF-8");
-    let mut objects = Vec::new();
-    for doc in serde_norway::Deserializer::from_str(&text) {
-        let value = Json::deserialize(doc).expect("helm output is valid YAML");
-        if !value.is_null() {
-            objects.push(value);
-        }
-    }
-    Ok(objects)
-}
-
-fn read_yaml(path: &Path) -> Json {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let value: Json =
-        serde_norway::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
-    if value.is_null() { json!({}) } else { value }
-}
-
-/// Helm's value merge: maps merge recursively, everything else is replaced.
-fn merge(base: &mut Json, over: &Json) {
-    match (base, over) {
-        (Json::Object(b), Json::Object(o)) => {
-            for (k, v) in o {
-                match b.get_mut(k) {
-                    Some(slot) => merge(slot, v),
-                    None => {
-                        b.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
-        (slot, v) => *slot = v.clone(),
-    }
-}
-
 fn scenario_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(chart_dir().join("ci"))
         .expect("charts/wincsi/ci exists")
@@ -216,6 +115,14 @@ struct Expect {
     max_volumes: i64,
     log_level: String,
     log_format: String,
+    csi_driver: bool,
+    priority_class: String,
+    quota: bool,
+    trusted_namespaces: Vec<String>,
+    registrar_port: i64,
+    probe_port: i64,
+    health: Option<i64>,
+    image_registry: String,
 }
 
 fn strings(v: &Json) -> Vec<String> {
@@ -259,6 +166,40 @@ impl Expect {
             max_volumes: values["driver"]["maxVolumesPerNode"].as_i64().expect("int"),
             log_level: s("/driver/logLevel"),
             log_format: s("/driver/logFormat"),
+            csi_driver: b("/csiDriver/create"),
+            priority_class: s("/node/priorityClassName"),
+            quota: b("/node/criticalPodsQuota/create"),
+            trusted_namespaces: strings(&values["admissionPolicy"]["trustedNamespaces"]),
+            registrar_port: values["nodeDriverRegistrar"]["healthPort"]
+                .as_i64()
+                .expect("int"),
+            probe_port: values["livenessProbe"]["healthPort"].as_i64().expect("int"),
+            health: b("/driver/health/enabled")
+                .then(|| values["driver"]["health"]["port"].as_i64().expect("int")),
+            image_registry: s("/imageRegistry"),
+        }
+    }
+
+    /// csiProxy mode with the kubelet root on another drive than C: (the containers see
+    /// the plugin and registration directories at C:\csi and C:\registration).
+    fn remapped(&self) -> bool {
+        !self.host_process && !self.kubelet_root.to_ascii_uppercase().starts_with("C:")
+    }
+
+    /// The plugin directory as the containers see it.
+    fn container_plugin_dir(&self) -> String {
+        if self.remapped() {
+            "C:\\csi".to_owned()
+        } else {
+            self.plugin_dir()
+        }
+    }
+
+    fn container_registration_dir(&self) -> String {
+        if self.remapped() {
+            "C:\\registration".to_owned()
+        } else {
+            self.registration_dir()
         }
     }
 
@@ -270,74 +211,13 @@ impl Expect {
         format!("{}\\csi.sock", self.plugin_dir())
     }
 
+    /// The socket as the containers dial it (`--endpoint`, `--csi-address`).
     fn endpoint(&self) -> String {
-        format!("unix://{}", self.socket())
+        format!("unix://{}\\csi.sock", self.container_plugin_dir())
     }
 
     fn registration_dir(&self) -> String {
         format!("{}\\plugins_registry", self.kubelet_root)
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Rendered objects, typed
-// ---------------------------------------------------------------------------------------
-
-#[derive(Default)]
-struct Rendered {
-    raw: Vec<Json>,
-    daemonsets: Vec<DaemonSet>,
-    csidrivers: Vec<CSIDriver>,
-    service_accounts: Vec<ServiceAccount>,
-    roles: Vec<Role>,
-    role_bindings: Vec<RoleBinding>,
-    cluster_roles: Vec<ClusterRole>,
-    cluster_role_bindings: Vec<ClusterRoleBinding>,
-    policies: Vec<ValidatingAdmissionPolicy>,
-    bindings: Vec<ValidatingAdmissionPolicyBinding>,
-}
-
-fn typed<T: serde::de::DeserializeOwned>(v: &Json) -> T {
-    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v:#}"))
-}
-
-impl Rendered {
-    fn load(objects: Vec<Json>) -> Self {
-        let mut r = Rendered::default();
-        for o in &objects {
-            let api = o["apiVersion"].as_str().expect("apiVersion");
-            let kind = o["kind"].as_str().expect("kind");
-            match (api, kind) {
-                ("apps/v1", "DaemonSet") => r.daemonsets.push(typed(o)),
-                ("storage.k8s.io/v1", "CSIDriver") => r.csidrivers.push(typed(o)),
-                ("v1", "ServiceAccount") => r.service_accounts.push(typed(o)),
-                ("rbac.authorization.k8s.io/v1", "Role") => r.roles.push(typed(o)),
-                ("rbac.authorization.k8s.io/v1", "RoleBinding") => r.role_bindings.push(typed(o)),
-                ("rbac.authorization.k8s.io/v1", "ClusterRole") => r.cluster_roles.push(typed(o)),
-                ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
-                    r.cluster_role_bindings.push(typed(o))
-                }
-                ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
-                    r.policies.push(typed(o))
-                }
-                ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
-                    r.bindings.push(typed(o))
-                }
-                other => panic!("unexpected object rendered: {other:?}"),
-            }
-        }
-        r.raw = objects;
-        r
-    }
-
-    fn daemonset(&self, component: &str) -> Option<&DaemonSet> {
-        self.daemonsets.iter().find(|ds| {
-            ds.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("app.kubernetes.io/component"))
-                == Some(&component.to_owned())
-        })
     }
 }
 
@@ -376,6 +256,16 @@ fn flag(c: &Container, name: &str) -> String {
         Some([one]) => one.clone(),
         other => panic!("{}: expected exactly one --{name}, got {other:?}", c.name),
     }
+}
+
+/// The number of the container's port called `name`.
+fn named_port(c: &Container, name: &str) -> i32 {
+    c.ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("{}: no port {name}", c.name))
+        .container_port
 }
 
 /// `path` is `dir` or lies below it (Windows separators).
@@ -434,7 +324,7 @@ fn linux_only_keys(v: &Json, path: &str, found: &mut Vec<String>) {
     }
 }
 
-fn check_windows_pod(ds: &DaemonSet, raw: &[Json]) {
+fn check_windows_pod(ds: &DaemonSet, raw: &[Json], exp: &Expect) {
     let name = ds.metadata.name.as_deref().expect("name");
     let spec = pod_spec(ds);
     assert_eq!(
@@ -445,9 +335,16 @@ fn check_windows_pod(ds: &DaemonSet, raw: &[Json]) {
         Some("windows"),
         "{name}: must select Windows nodes"
     );
+    // os.name: the API server then refuses Linux-only fields, and Pod Security Admission
+    // judges the pod as a Windows pod.
     assert_eq!(
-        spec.priority_class_name.as_deref(),
-        Some("system-node-critical"),
+        spec.os.as_ref().map(|o| o.name.as_str()),
+        Some("windows"),
+        "{name}: spec.os.name"
+    );
+    assert_eq!(
+        spec.priority_class_name.as_deref().unwrap_or(""),
+        exp.priority_class,
         "{name}"
     );
     let raw_ds = raw
@@ -482,6 +379,14 @@ fn check_windows_pod(ds: &DaemonSet, raw: &[Json]) {
             );
         }
         let image = c.image.as_deref().expect("image");
+        if !exp.image_registry.is_empty() {
+            assert!(
+                image.starts_with(&format!("{}/", exp.image_registry)),
+                "{name}/{}: image {image} is not from imageRegistry {}",
+                c.name,
+                exp.image_registry
+            );
+        }
         let tag = image.rsplit_once(':').map(|(_, t)| t).unwrap_or("");
         assert!(
             image.contains('@') || (!tag.is_empty() && tag != "latest" && !tag.contains('/')),
@@ -543,7 +448,7 @@ fn check_host_process_pod(spec: &PodSpec, name: &str) {
 
 fn check_node_daemonset(r: &Rendered, exp: &Expect) {
     let ds = r.daemonset("node").expect("node DaemonSet");
-    check_windows_pod(ds, &r.raw);
+    check_windows_pod(ds, &r.raw, exp);
     let spec = pod_spec(ds);
     assert_eq!(
         spec.service_account_name.as_deref(),
@@ -603,68 +508,96 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
         .expect("fieldRef");
     assert_eq!(field.field_path, "spec.nodeName");
 
-    // The driver's liveness probe is served by the livenessprobe sidecar.
+    // --state-dir only where the default (under --kubelet-root) is not visible inside.
+    if exp.remapped() {
+        assert_eq!(flag(driver, "state-dir"), "C:\\csi\\state");
+    } else {
+        assert!(!df.contains_key("state-dir"), "the default state dir");
+    }
+
+    // Liveness: the CSI Probe, served by the livenessprobe sidecar's --http-endpoint.
     let probe = driver
         .liveness_probe
         .as_ref()
         .expect("driver liveness probe");
     let http = probe.http_get.as_ref().expect("httpGet liveness probe");
     assert_eq!(http.path.as_deref(), Some("/healthz"));
-    let port = driver
-        .ports
-        .iter()
-        .flatten()
-        .find(|p| p.name.as_deref() == Some("healthz"))
-        .expect("healthz port");
-    assert_eq!(
-        http.port,
-        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("healthz".into())
-    );
+    assert_eq!(http.port, IntOrString::String("healthz".into()));
+    let port = named_port(driver, "healthz");
+    assert_eq!(i64::from(port), exp.probe_port);
     let lp = container(spec, "liveness-probe");
     assert_eq!(
         flag(lp, "csi-address"),
         exp.endpoint(),
         "livenessprobe dials the driver's socket"
     );
-    assert_eq!(flag(lp, "health-port"), port.container_port.to_string());
+    assert_eq!(flag(lp, "http-endpoint"), format!(":{port}"));
     assert!(
-        lp.image
-            .as_deref()
-            .unwrap()
-            .starts_with("registry.k8s.io/sig-storage/livenessprobe:v2.")
+        !flags(lp).contains_key("health-port"),
+        "--health-port is deprecated"
     );
+    let image = |c: &Container| {
+        let i = c.image.as_deref().unwrap();
+        i.strip_prefix(&format!("{}/", exp.image_registry))
+            .map(|rest| format!("registry.k8s.io/{rest}"))
+            .unwrap_or_else(|| i.to_owned())
+    };
+    assert!(image(lp).starts_with("registry.k8s.io/sig-storage/livenessprobe:v2."));
+
+    // Readiness: the driver's own /readyz, only when the driver serves it.
+    match exp.health {
+        Some(health_port) => {
+            assert_eq!(flag(driver, "health-address"), format!(":{health_port}"));
+            assert_eq!(i64::from(named_port(driver, "health")), health_port);
+            let ready = driver
+                .readiness_probe
+                .as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .expect("readiness probe");
+            assert_eq!(ready.path.as_deref(), Some("/readyz"));
+            assert_eq!(ready.port, IntOrString::String("health".into()));
+        }
+        None => {
+            assert!(driver.readiness_probe.is_none());
+            assert!(!df.contains_key("health-address"));
+        }
+    }
 
     // The registrar: same socket, registration paths from the same kubelet root.
     let reg = container(spec, "node-driver-registrar");
-    assert!(
-        reg.image
-            .as_deref()
-            .unwrap()
-            .starts_with("registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.")
-    );
+    assert!(image(reg).starts_with("registry.k8s.io/sig-storage/csi-node-driver-registrar:v2."));
     assert_eq!(flag(reg, "csi-address"), exp.endpoint());
-    assert_eq!(flag(reg, "kubelet-registration-path"), exp.socket());
     assert_eq!(
-        format!("unix://{}", flag(reg, "kubelet-registration-path")),
-        flag(driver, "endpoint"),
-        "kubelet must dial the socket the driver listens on"
+        flag(reg, "kubelet-registration-path"),
+        exp.socket(),
+        "kubelet dials the host path"
     );
     assert_eq!(
         flag(reg, "plugin-registration-path"),
-        exp.registration_dir()
+        exp.container_registration_dir()
     );
+    // Liveness: the registrar's /healthz (registration socket present and answering), not
+    // the no-op --mode=kubelet-registration-probe.
+    let reg_port = named_port(reg, "reg-healthz");
+    assert_eq!(i64::from(reg_port), exp.registrar_port);
+    assert_eq!(flag(reg, "http-endpoint"), format!(":{reg_port}"));
     let reg_probe = reg
         .liveness_probe
         .as_ref()
-        .and_then(|p| p.exec.as_ref())
-        .expect("registrar probe");
-    let cmd = reg_probe.command.as_ref().expect("probe command");
-    assert!(
-        cmd[0].ends_with("\\csi-node-driver-registrar.exe"),
-        "{cmd:?}"
+        .and_then(|p| p.http_get.as_ref())
+        .expect("registrar httpGet liveness probe");
+    assert_eq!(reg_probe.path.as_deref(), Some("/healthz"));
+    assert_eq!(reg_probe.port, IntOrString::String("reg-healthz".into()));
+    assert!(!flags(reg).contains_key("mode"));
+    // The pod's containers share one network (the node's, in hostProcess mode).
+    let mut ports: Vec<i64> = vec![exp.probe_port, exp.registrar_port];
+    ports.extend(exp.health);
+    let distinct: BTreeSet<i64> = ports.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        ports.len(),
+        "health ports collide: {ports:?}"
     );
-    assert!(cmd.contains(&"--mode=kubelet-registration-probe".to_owned()));
-    assert!(cmd.contains(&format!("--kubelet-registration-path={}", exp.socket())));
 
     if exp.host_process {
         check_host_process_pod(spec, "node");
@@ -676,10 +609,6 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
                 c.name
             );
         }
-        assert!(
-            cmd[0].starts_with("%CONTAINER_SANDBOX_MOUNT_POINT%\\"),
-            "{cmd:?}"
-        );
         assert!(
             spec.containers
                 .iter()
@@ -733,28 +662,25 @@ fn check_csi_proxy_mode_mounts(spec: &PodSpec, exp: &Expect) {
         .filter(|hp| !hp.path.starts_with("\\\\.\\pipe\\"))
         .map(|hp| (hp.path.clone(), hp.type_.clone().unwrap_or_default()))
         .collect();
-    let want_dirs: BTreeSet<(String, String)> = [
-        (exp.kubelet_root.clone(), "Directory".to_owned()),
+    let mut want_dirs: BTreeSet<(String, String)> = [
         (exp.plugin_dir(), "DirectoryOrCreate".to_owned()),
         (exp.registration_dir(), "Directory".to_owned()),
     ]
     .into_iter()
     .collect();
+    if !exp.remapped() {
+        want_dirs.insert((exp.kubelet_root.clone(), "Directory".to_owned()));
+    }
     assert_eq!(dirs, want_dirs);
 
     for c in &spec.containers {
-        let mounts: Vec<(&str, &str)> = c
+        // (volume, host path, path inside the container)
+        let mounts: Vec<(&str, &str, &str)> = c
             .volume_mounts
             .iter()
             .flatten()
             .map(|m| {
                 let hp = volumes[m.name.as_str()];
-                // Same path inside and outside: kubelet's paths mean the same thing.
-                assert_eq!(
-                    m.mount_path, hp.path,
-                    "{}: {} not mounted at its host path",
-                    c.name, m.name
-                );
                 assert_ne!(
                     m.read_only,
                     Some(true),
@@ -762,46 +688,87 @@ fn check_csi_proxy_mode_mounts(spec: &PodSpec, exp: &Expect) {
                     c.name,
                     m.name
                 );
-                (m.name.as_str(), hp.path.as_str())
+                if hp.path.starts_with("\\\\.\\pipe\\") {
+                    assert_eq!(m.mount_path, hp.path, "{}: a pipe at its own name", c.name);
+                } else {
+                    // A Windows container has only a C: drive.
+                    assert!(
+                        m.mount_path.to_ascii_uppercase().starts_with("C:\\"),
+                        "{}: {} mounted at {}, not on C:",
+                        c.name,
+                        m.name,
+                        m.mount_path
+                    );
+                    if !exp.remapped() {
+                        // Same path inside and outside: kubelet's paths mean the same thing.
+                        assert_eq!(m.mount_path, hp.path, "{}: {}", c.name, m.name);
+                    }
+                }
+                (m.name.as_str(), hp.path.as_str(), m.mount_path.as_str())
             })
             .collect();
-        let pipes: BTreeSet<&str> = mounts
-            .iter()
-            .filter(|(n, _)| pipe_volumes.contains_key(n))
-            .map(|(_, p)| *p)
-            .collect();
-        // The socket is reachable through a mount, without nested mounts.
-        let socket_mounts = mounts
-            .iter()
-            .filter(|(_, p)| is_within(&exp.socket(), p))
-            .count();
+        // A path inside the container, as the host sees it (through exactly one mount).
+        let host_view = |inside: &str| -> String {
+            let via: Vec<String> = mounts
+                .iter()
+                .filter(|(_, _, at)| is_within(inside, at))
+                .map(|(_, host, at)| format!("{host}{}", &inside[at.len()..]))
+                .collect();
+            assert_eq!(
+                via.len(),
+                1,
+                "{}: {inside} is reachable through {via:?}",
+                c.name
+            );
+            via[0].clone()
+        };
+        let socket_flag = if c.name == "wincsi-node" {
+            "endpoint"
+        } else {
+            "csi-address"
+        };
+        let socket = flag(c, socket_flag);
         assert_eq!(
-            socket_mounts, 1,
-            "{}: the socket must be reachable through one mount",
+            host_view(socket.strip_prefix("unix://").expect("unix://")),
+            exp.socket(),
+            "{}: --{socket_flag} must be the socket kubelet dials",
             c.name
         );
+        let pipes: BTreeSet<&str> = mounts
+            .iter()
+            .filter(|(n, _, _)| pipe_volumes.contains_key(n))
+            .map(|(_, p, _)| *p)
+            .collect();
         match c.name.as_str() {
             "wincsi-node" => {
                 assert_eq!(pipes.len(), PIPES.len(), "the driver mounts every pipe");
-                assert!(mounts.iter().any(|(_, p)| *p == exp.kubelet_root));
                 assert_eq!(
                     mounts.len(),
                     1 + PIPES.len(),
-                    "driver: kubelet dir + pipes only"
+                    "driver: one directory + pipes only"
                 );
+                if exp.remapped() {
+                    assert_eq!(
+                        host_view(&flag(c, "state-dir")),
+                        format!("{}\\state", exp.plugin_dir())
+                    );
+                } else {
+                    assert!(mounts.iter().any(|(_, p, _)| *p == exp.kubelet_root));
+                }
             }
             "node-driver-registrar" => {
                 assert!(pipes.is_empty(), "registrar must not see csi-proxy");
-                let reg = mounts.iter().find(|(_, p)| *p == exp.registration_dir());
-                assert!(
-                    reg.is_some(),
-                    "registrar needs the registration dir at its host path"
+                assert_eq!(
+                    host_view(&flag(c, "plugin-registration-path")),
+                    exp.registration_dir(),
+                    "kubelet's plugin watcher looks there"
                 );
                 assert_eq!(mounts.len(), 2);
             }
             "liveness-probe" => {
                 assert!(pipes.is_empty(), "livenessprobe must not see csi-proxy");
-                assert_eq!(mounts, [("plugin-dir", exp.plugin_dir().as_str())]);
+                assert_eq!(mounts.len(), 1);
+                assert_eq!(mounts[0].1, exp.plugin_dir());
             }
             other => panic!("unexpected container {other}"),
         }
@@ -820,7 +787,7 @@ fn check_csi_proxy_daemonset(r: &Rendered, exp: &Expect) {
         exp.csi_proxy_install,
         "csi-proxy DaemonSet rendered although not requested"
     );
-    check_windows_pod(ds, &r.raw);
+    check_windows_pod(ds, &r.raw, exp);
     let spec = pod_spec(ds);
     check_host_process_pod(spec, "csi-proxy");
     assert_eq!(spec.automount_service_account_token, Some(false));
@@ -834,6 +801,11 @@ fn check_csi_proxy_daemonset(r: &Rendered, exp: &Expect) {
 }
 
 fn check_csidriver(r: &Rendered, exp: &Expect) {
+    if !exp.csi_driver {
+        // Another owner (e.g. csi-driver-smb's release) has the CSIDriver object.
+        assert!(r.csidrivers.is_empty(), "csiDriver.create=false");
+        return;
+    }
     assert_eq!(r.csidrivers.len(), 1);
     let d = &r.csidrivers[0];
     assert_eq!(d.metadata.name.as_deref(), Some(exp.driver_name.as_str()));
@@ -939,7 +911,11 @@ fn check_admission_objects(r: &Rendered, exp: &Expect) {
         );
         return;
     }
-    assert_eq!(r.policies.len(), 4, "pods, workloads, jobs, cronjobs");
+    assert_eq!(
+        r.policies.len(),
+        5,
+        "pods, workloads, jobs, cronjobs, persistentvolumes"
+    );
     assert_eq!(r.bindings.len(), r.policies.len());
     let mut resources = BTreeSet::new();
     for p in &r.policies {
@@ -952,17 +928,24 @@ fn check_admission_objects(r: &Rendered, exp: &Expect) {
             .expect("resource rules")
         {
             let ops = rule.operations.clone().unwrap_or_default();
-            assert_eq!(ops, ["CREATE", "UPDATE"]);
-            for res in rule.resources.iter().flatten() {
-                resources.insert(res.clone());
+            let res = rule.resources.clone().unwrap_or_default();
+            // Pod and PV volumes are immutable: only CREATE, so that metadata-only updates
+            // of existing pods are never refused.
+            if res == ["pods"] || res == ["persistentvolumes"] {
+                assert_eq!(ops, ["CREATE"], "{res:?}");
+            } else {
+                assert_eq!(ops, ["CREATE", "UPDATE"], "{res:?}");
             }
+            resources.extend(res);
         }
         let name = p.metadata.name.clone().unwrap();
+        assert!(name.len() <= 63, "{name}");
         let binding = r
             .bindings
             .iter()
             .find(|b| b.spec.as_ref().and_then(|s| s.policy_name.as_ref()) == Some(&name))
             .unwrap_or_else(|| panic!("no binding for {name}"));
+        assert_eq!(binding.metadata.name.as_ref(), Some(&name));
         let actions = binding
             .spec
             .as_ref()
@@ -971,19 +954,15 @@ fn check_admission_objects(r: &Rendered, exp: &Expect) {
             .clone()
             .unwrap_or_default();
         assert_eq!(actions, exp.validation_actions);
-        let exempt = spec
+        if let Some(trusted) = spec
             .variables
             .iter()
             .flatten()
-            .find(|v| v.name == "isWincsiDriver")
-            .expect("isWincsiDriver variable");
-        if exempt.expression != "false" {
-            assert!(exempt.expression.contains(&format!("'{NAMESPACE}'")));
-            assert!(
-                exempt
-                    .expression
-                    .contains(&format!("'{}'", exp.service_account))
-            );
+            .find(|v| v.name == "trusted")
+        {
+            for ns in std::iter::once(&NAMESPACE.to_owned()).chain(&exp.trusted_namespaces) {
+                assert!(trusted.expression.contains(&format!("'{ns}'")), "{ns}");
+            }
         }
     }
     let want: BTreeSet<String> = [
@@ -994,11 +973,46 @@ fn check_admission_objects(r: &Rendered, exp: &Expect) {
         "replicasets",
         "jobs",
         "cronjobs",
+        "persistentvolumes",
     ]
     .into_iter()
     .map(String::from)
     .collect();
     assert_eq!(resources, want);
+    // The release's own node pods are admitted by its own policy.
+    let policies = r.compiled_policies();
+    let pod = r.node_pod_json();
+    assert!(
+        chart_support::admit(&policies, &Request::create(&pod, NAMESPACE)).admitted(),
+        "the release's own node pods"
+    );
+}
+
+fn check_quota(r: &Rendered, exp: &Expect) {
+    let want = exp.quota && exp.priority_class.starts_with("system-");
+    assert_eq!(
+        r.resource_quotas.len(),
+        usize::from(want),
+        "critical-pods quota"
+    );
+    if let Some(q) = r.resource_quotas.first() {
+        assert_eq!(q.metadata.namespace.as_deref(), Some(NAMESPACE));
+        let spec = q.spec.as_ref().expect("quota spec");
+        let scope = &spec
+            .scope_selector
+            .as_ref()
+            .unwrap()
+            .match_expressions
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(scope.scope_name, "PriorityClass");
+        assert_eq!(scope.operator, "In");
+        assert_eq!(
+            scope.values.as_deref(),
+            Some(&[exp.priority_class.clone()][..])
+        );
+        assert!(spec.hard.as_ref().unwrap().contains_key("pods"));
+    }
 }
 
 fn check_scenario(helm_name: &str, helm: &Path, file: &Path, defaults: &Json) {
@@ -1014,6 +1028,7 @@ fn check_scenario(helm_name: &str, helm: &Path, file: &Path, defaults: &Json) {
     check_csidriver(&r, &exp);
     check_rbac(&r, &exp);
     check_admission_objects(&r, &exp);
+    check_quota(&r, &exp);
 }
 
 #[test]
@@ -1047,20 +1062,88 @@ fn defaults_are_csi_proxy_mode_without_rbac_with_admission_policy() {
             "unix://C:\\var\\lib\\kubelet\\plugins\\wincsi.csi.io\\csi.sock"
         );
         assert!(r.roles.is_empty() && r.cluster_roles.is_empty());
-        assert_eq!(r.policies.len(), 4);
+        assert_eq!(r.policies.len(), 5);
+        assert_eq!(
+            r.resource_quotas.len(),
+            1,
+            "system-node-critical outside kube-system"
+        );
+        assert_eq!(r.csidrivers.len(), 1);
     }
 }
 
 #[test]
-fn admission_policy_is_skipped_before_kubernetes_1_30() {
+fn one_minimum_kubernetes_version_1_30_everywhere() {
+    // Chart.yaml's kubeVersion is the one minimum; the READMEs and NOTES say the same.
+    let chart = read_yaml(&chart_dir().join("Chart.yaml"));
+    assert_eq!(chart["kubeVersion"], ">=1.30.0-0");
     for (name, helm) in helms() {
-        let r = Rendered::load(
-            helm_template(&helm, &["--kube-version", "1.29.0"])
-                .unwrap_or_else(|e| panic!("{name}: {e}")),
-        );
-        assert!(r.policies.is_empty() && r.bindings.is_empty(), "{name}");
+        let err = helm_template(&helm, &["--kube-version", "1.29.9"])
+            .err()
+            .unwrap_or_else(|| panic!("{name} rendered for Kubernetes 1.29"));
+        assert!(err.contains("kubeVersion"), "{name}: {err}");
         let r = Rendered::load(helm_template(&helm, &["--kube-version", "1.30.0"]).unwrap());
-        assert_eq!(r.policies.len(), 4, "{name}");
+        assert_eq!(r.policies.len(), 5, "{name}");
+    }
+    for doc in ["README.md", "charts/wincsi/README.md"] {
+        let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
+        assert!(
+            text.contains("Kubernetes ≥ 1.30"),
+            "{doc} names the minimum"
+        );
+        for old in ["≥ 1.26", ">= 1.26", "1.26 ", "< 1.30"] {
+            assert!(!text.contains(old), "{doc} still says {old}");
+        }
+    }
+}
+
+#[test]
+fn one_namespace_in_every_install_command() {
+    // README, chart README and the rendered NOTES use one namespace: wincsi-system.
+    // The namespace argument of every command about this chart's release or objects.
+    let re_ns = |text: &str| -> BTreeSet<String> {
+        let mut found = BTreeSet::new();
+        for line in text
+            .lines()
+            .filter(|l| (l.contains("kubectl") || l.contains("helm ")) && l.contains("wincsi"))
+        {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let clean = |w: &str| {
+                w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                    .to_owned()
+            };
+            for w in words.windows(2) {
+                if matches!(w[0], "-n" | "--namespace") && !w[1].starts_with('<') {
+                    found.insert(clean(w[1]));
+                }
+            }
+            for w in &words {
+                if let Some(ns) = w.strip_prefix("--namespace=") {
+                    found.insert(clean(ns));
+                }
+            }
+        }
+        found
+    };
+    let helm = chart_support::helm4();
+    let notes = helm_run(&helm, "install", RELEASE, NAMESPACE, &["--dry-run=client"]).unwrap();
+    for (doc, text) in [
+        (
+            "README.md",
+            std::fs::read_to_string(repo_root().join("README.md")).unwrap(),
+        ),
+        (
+            "charts/wincsi/README.md",
+            std::fs::read_to_string(chart_dir().join("README.md")).unwrap(),
+        ),
+        ("NOTES", notes),
+    ] {
+        let found = re_ns(&text);
+        assert_eq!(
+            found,
+            BTreeSet::from([NAMESPACE.to_owned()]),
+            "{doc} uses namespaces {found:?}"
+        );
     }
 }
 
@@ -1076,6 +1159,13 @@ fn schema_rejects_typos_and_wrong_types() {
             ["--set", "rbac.secrets.enabled=1"],
             ["--set", "livenessProbe.healthPort=70000"],
             ["--set-string", "kubeletRoot=/var/lib/kubelet"],
+            ["--set", "imageRegistry=https://mirror.example.com"],
+            ["--set", "node.priorityClassName=Not_A_Class"],
+            ["--set", "node.criticalPodsQuota.pods=0"],
+            ["--set-string", "csiDriver.create=no"],
+            ["--set", "nodeDriverRegistrar.healthPort=0"],
+            ["--set", "admissionPolicy.trustedNamespaces[0]=Kube_System"],
+            ["--set", "driver.health.port=70000"],
         ] {
             let err = helm_template(&helm, &args)
                 .err()
@@ -1086,299 +1176,6 @@ fn schema_rejects_typos_and_wrong_types() {
             );
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// The admission policy, evaluated
-// ---------------------------------------------------------------------------------------
-
-/// One rendered ValidatingAdmissionPolicy, compiled.
-struct Policy {
-    resources: Vec<String>,
-    variables: Vec<(String, cel::Program)>,
-    validations: Vec<cel::Program>,
-}
-
-impl Policy {
-    fn compile(p: &ValidatingAdmissionPolicy) -> Self {
-        let spec = p.spec.as_ref().unwrap();
-        let compile = |src: &str| {
-            cel::Program::compile(src)
-                .unwrap_or_else(|e| panic!("CEL does not compile: {src}: {e:?}"))
-        };
-        Policy {
-            resources: spec
-                .match_constraints
-                .as_ref()
-                .and_then(|m| m.resource_rules.as_ref())
-                .unwrap()
-                .iter()
-                .flat_map(|r| r.resources.clone().unwrap_or_default())
-                .collect(),
-            variables: spec
-                .variables
-                .iter()
-                .flatten()
-                .map(|v| (v.name.clone(), compile(&v.expression)))
-                .collect(),
-            validations: spec
-                .validations
-                .iter()
-                .flatten()
-                .map(|v| compile(&v.expression))
-                .collect(),
-        }
-    }
-
-    /// true = admitted. A CEL error fails the test (failurePolicy Fail would deny, but a
-    /// policy that errors on well-formed objects is a bug).
-    fn admits(&self, object: &Json, namespace: &str) -> bool {
-        let kind = object["kind"].as_str().unwrap();
-        let request = json!({
-            "namespace": namespace,
-            "operation": "CREATE",
-            "kind": {"group": "", "version": "v1", "kind": kind},
-        });
-        let mut ctx = cel::Context::default();
-        ctx.add_variable_from_value("object", cel::to_value(object).unwrap());
-        ctx.add_variable_from_value("request", cel::to_value(&request).unwrap());
-        let mut vars: HashMap<String, cel::Value> = HashMap::new();
-        for (name, program) in &self.variables {
-            ctx.add_variable_from_value("variables", cel::Value::from(vars.clone()));
-            let value = program
-                .execute(&ctx)
-                .unwrap_or_else(|e| panic!("variable {name} fails on {object}: {e:?}"));
-            vars.insert(name.clone(), value);
-        }
-        ctx.add_variable_from_value("variables", cel::Value::from(vars));
-        self.validations.iter().all(|v| match v.execute(&ctx) {
-            Ok(cel::Value::Bool(b)) => b,
-            other => panic!("validation on {object} gave {other:?}"),
-        })
-    }
-}
-
-fn pod_spec_json(sa: Option<&str>, host_paths: &[&str]) -> Json {
-    let volumes: Vec<Json> = host_paths
-        .iter()
-        .enumerate()
-        .map(|(i, p)| json!({"name": format!("v{i}"), "hostPath": {"path": p, "type": ""}}))
-        .collect();
-    let mut spec = json!({
-        "nodeSelector": {"kubernetes.io/os": "windows"},
-        "containers": [{"name": "c", "image": "mcr.microsoft.com/windows/nanoserver:ltsc2022"}],
-        "volumes": volumes,
-    });
-    if let Some(sa) = sa {
-        spec["serviceAccountName"] = json!(sa);
-    }
-    if host_paths.is_empty() {
-        spec.as_object_mut().unwrap().remove("volumes");
-    }
-    spec
-}
-
-fn wrap(kind: &str, name: &str, namespace: &str, spec: Json) -> Json {
-    let meta = json!({"name": name, "namespace": namespace});
-    let template = json!({"metadata": {"labels": {"app": name}}, "spec": spec});
-    match kind {
-        "Pod" => {
-            json!({"apiVersion": "v1", "kind": kind, "metadata": meta, "spec": template["spec"]})
-        }
-        "CronJob" => json!({"apiVersion": "batch/v1", "kind": kind, "metadata": meta,
-            "spec": {"schedule": "@hourly", "jobTemplate": {"spec": {"template": template}}}}),
-        "Job" => {
-            json!({"apiVersion": "batch/v1", "kind": kind, "metadata": meta, "spec": {"template": template}})
-        }
-        _ => json!({"apiVersion": "apps/v1", "kind": kind, "metadata": meta,
-            "spec": {"selector": {"matchLabels": {"app": name}}, "template": template}}),
-    }
-}
-
-fn resource_of(kind: &str) -> String {
-    format!("{}s", kind.to_lowercase())
-}
-
-/// Runs `obj` through the one policy that matches its resource.
-fn admitted_by(policies: &[Policy], obj: &Json, ns: &str) -> bool {
-    let resource = resource_of(obj["kind"].as_str().unwrap());
-    let matching: Vec<&Policy> = policies
-        .iter()
-        .filter(|p| p.resources.contains(&resource))
-        .collect();
-    assert_eq!(matching.len(), 1, "exactly one policy matches {resource}");
-    matching[0].admits(obj, ns)
-}
-
-#[test]
-fn admission_policy_trusts_listed_service_accounts_for_pods_and_daemonsets_only() {
-    let (_, helm) = helms().pop().unwrap();
-    let r = Rendered::load(
-        helm_template(
-            &helm,
-            &[
-                "--set",
-                "admissionPolicy.trustedServiceAccounts[0].namespace=kube-system",
-                "--set",
-                "admissionPolicy.trustedServiceAccounts[0].name=csi-smb-node-sa",
-                "--set",
-                "admissionPolicy.trustedServiceAccounts[1].namespace=kube-system",
-                "--set",
-                "admissionPolicy.trustedServiceAccounts[1].name=csi-azuredisk-node-sa",
-            ],
-        )
-        .unwrap(),
-    );
-    let policies: Vec<Policy> = r.policies.iter().map(Policy::compile).collect();
-    let pipe = "\\\\.\\pipe\\csi-proxy-smb-v1";
-    for sa in ["csi-smb-node-sa", "csi-azuredisk-node-sa"] {
-        for kind in ["Pod", "DaemonSet"] {
-            let obj = wrap(
-                kind,
-                "csi-smb-node-win",
-                "kube-system",
-                pod_spec_json(Some(sa), &[pipe]),
-            );
-            assert!(
-                admitted_by(&policies, &obj, "kube-system"),
-                "{kind} as {sa}"
-            );
-            let obj = wrap(
-                kind,
-                "csi-smb-node-win",
-                "default",
-                pod_spec_json(Some(sa), &[pipe]),
-            );
-            assert!(
-                !admitted_by(&policies, &obj, "default"),
-                "{kind} as {sa} elsewhere"
-            );
-        }
-        for kind in ["Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob"] {
-            let obj = wrap(kind, "x", "kube-system", pod_spec_json(Some(sa), &[pipe]));
-            assert!(
-                !admitted_by(&policies, &obj, "kube-system"),
-                "{kind} as {sa}"
-            );
-        }
-    }
-    let obj = wrap(
-        "Pod",
-        "x",
-        "kube-system",
-        pod_spec_json(Some("default"), &[pipe]),
-    );
-    assert!(
-        !admitted_by(&policies, &obj, "kube-system"),
-        "unlisted ServiceAccount"
-    );
-    // The release's own driver still passes.
-    let ds = r.raw.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
-    assert!(admitted_by(&policies, ds, NAMESPACE));
-}
-
-#[test]
-fn admission_policy_denies_csi_proxy_pipes_to_everyone_but_the_driver() {
-    let (_, helm) = helms().pop().unwrap();
-    let r = Rendered::load(helm_template(&helm, &[]).unwrap());
-    let policies: Vec<Policy> = r.policies.iter().map(Policy::compile).collect();
-    let admits = |obj: &Json, ns: &str| admitted_by(&policies, obj, ns);
-    let sa = "wincsi-node";
-    let pipe = "\\\\.\\pipe\\csi-proxy-disk-v1";
-    let ds_name = "wincsi-node";
-    let kinds = [
-        "Pod",
-        "Deployment",
-        "StatefulSet",
-        "DaemonSet",
-        "ReplicaSet",
-        "Job",
-        "CronJob",
-    ];
-
-    // Denied everywhere: sneaky spellings of the csi-proxy pipes and the pipe namespace.
-    let denied_paths = [
-        pipe,
-        "\\\\.\\pipe\\csi-proxy-smb-v1",
-        "\\\\.\\pipe\\csi-proxy-iscsi-v1alpha2",
-        "//./pipe/csi-proxy-disk-v1",
-        "\\\\.\\PIPE\\CSI-PROXY-disk-v1",
-        "\\\\?\\pipe\\csi-proxy-volume-v1",
-        "\\\\localhost\\pipe\\csi-proxy-filesystem-v1",
-        "\\\\.\\pipe\\\\csi-proxy-system-v1alpha1",
-        "\\\\.\\pipe\\csi-proxy-disk-v1beta2",
-        "\\\\.\\pipe\\",
-        "\\\\.\\pipe",
-        "\\\\.\\pipe\\.",
-        "\\\\.\\pipe\\x\\..\\csi-proxy-disk-v1",
-        "\\\\.\\GLOBALROOT\\Device\\NamedPipe\\csi-proxy-disk-v1",
-    ];
-    for kind in kinds {
-        for path in denied_paths {
-            let obj = wrap(
-                kind,
-                "intruder",
-                "default",
-                pod_spec_json(Some("default"), &["C:\\logs", path]),
-            );
-            assert!(
-                !admits(&obj, "default"),
-                "{kind} mounting {path} must be denied"
-            );
-        }
-        // Even in the release namespace with the driver's ServiceAccount, only the
-        // release's DaemonSet (and its pods) pass.
-        let obj = wrap(
-            kind,
-            "imposter",
-            NAMESPACE,
-            pod_spec_json(Some(sa), &[pipe]),
-        );
-        assert_eq!(
-            admits(&obj, NAMESPACE),
-            kind == "Pod",
-            "{kind} named imposter in {NAMESPACE}"
-        );
-        let obj = wrap(kind, ds_name, NAMESPACE, pod_spec_json(Some(sa), &[pipe]));
-        let driver = kind == "Pod" || kind == "DaemonSet";
-        assert_eq!(
-            admits(&obj, NAMESPACE),
-            driver,
-            "{kind} {ds_name} with the driver's SA"
-        );
-        // Wrong ServiceAccount or namespace: denied.
-        let obj = wrap(kind, ds_name, NAMESPACE, pod_spec_json(None, &[pipe]));
-        assert!(
-            !admits(&obj, NAMESPACE),
-            "{kind} with the default ServiceAccount"
-        );
-        let obj = wrap(kind, ds_name, "default", pod_spec_json(Some(sa), &[pipe]));
-        assert!(!admits(&obj, "default"), "{kind} in another namespace");
-        // Everything else is untouched.
-        for path in [
-            "\\\\.\\pipe\\docker_engine",
-            "\\\\.\\pipe\\containerd-containerd",
-            "C:\\var\\log",
-            "C:\\ProgramData\\csi-proxy-logs",
-        ] {
-            let obj = wrap(kind, "app", "default", pod_spec_json(None, &[path]));
-            assert!(
-                admits(&obj, "default"),
-                "{kind} mounting {path} must be admitted"
-            );
-        }
-        let obj = wrap(kind, "app", "default", pod_spec_json(None, &[]));
-        assert!(admits(&obj, "default"), "{kind} without volumes");
-    }
-
-    // The chart's own DaemonSet and its pods are admitted.
-    let ds = r.raw.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
-    assert!(admits(ds, NAMESPACE), "the rendered node DaemonSet");
-    let pod = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "wincsi-node-abcde", "namespace": NAMESPACE},
-        "spec": ds["spec"]["template"]["spec"]});
-    assert!(admits(&pod, NAMESPACE), "the node DaemonSet's pods");
-    assert!(!admits(&pod, "default"), "the same pod spec elsewhere");
 }
 
 #[test]
@@ -1525,19 +1322,221 @@ fn an_existing_service_account_can_be_used() {
         assert!(r.service_accounts.is_empty(), "{name}");
         let spec = pod_spec(r.daemonset("node").unwrap());
         assert_eq!(spec.service_account_name.as_deref(), Some("storage-admins"));
-        let exempt = r.policies[0]
-            .spec
-            .as_ref()
-            .unwrap()
-            .variables
-            .as_ref()
-            .unwrap();
-        assert!(
-            exempt
-                .iter()
-                .any(|v| v.expression.contains("'storage-admins'"))
+        // The pipe policy trusts the release namespace, whatever ServiceAccount runs there.
+        let policies = r.compiled_policies();
+        let ds = r.node_daemonset_json();
+        assert!(chart_support::admit(&policies, &Request::create(ds, NAMESPACE)).admitted());
+        let pod = r.node_pod_json();
+        assert!(chart_support::admit(&policies, &Request::create(&pod, NAMESPACE)).admitted());
+    }
+}
+
+#[test]
+fn image_registry_points_every_image_at_a_mirror() {
+    for (name, helm) in helms() {
+        let r = Rendered::load(
+            helm_template(
+                &helm,
+                &[
+                    "--set",
+                    "imageRegistry=mirror.example.com:5000/k8s",
+                    "--set",
+                    "csiProxy.install=true",
+                    "--set",
+                    "livenessProbe.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                ],
+            )
+            .unwrap(),
+        );
+        let images: BTreeSet<String> = r
+            .daemonsets
+            .iter()
+            .flat_map(|ds| pod_spec(ds).containers.iter())
+            .map(|c| c.image.clone().unwrap())
+            .collect();
+        assert_eq!(
+            images,
+            BTreeSet::from([
+                "mirror.example.com:5000/k8s/wincsi/wincsi-node:0.1.0".to_owned(),
+                "mirror.example.com:5000/k8s/sig-storage/csi-node-driver-registrar:v2.17.0".to_owned(),
+                "mirror.example.com:5000/k8s/sig-storage/livenessprobe@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".to_owned(),
+                "mirror.example.com:5000/k8s/kubernetes-sigs/sig-windows/csi-proxy:v1.1.3".to_owned(),
+            ]),
+            "{name}"
+        );
+        // Without the value, the images' own registries.
+        let r = Rendered::load(helm_template(&helm, &[]).unwrap());
+        let spec = pod_spec(r.daemonset("node").unwrap());
+        assert_eq!(
+            container(spec, "wincsi-node").image.as_deref(),
+            Some("ghcr.io/wincsi/wincsi-node:0.1.0")
         );
     }
+}
+
+#[test]
+fn priority_class_choices_that_work_on_managed_platforms() {
+    let helm = chart_support::helm4();
+    let class_and_quota = |namespace: &str, args: &[&str]| {
+        let r = Rendered::load(helm_template_as(&helm, RELEASE, namespace, args).unwrap());
+        let classes: BTreeSet<Option<String>> = r
+            .daemonsets
+            .iter()
+            .map(|ds| pod_spec(ds).priority_class_name.clone())
+            .collect();
+        (classes, r.resource_quotas.len())
+    };
+    let node_critical = Some("system-node-critical".to_owned());
+    // Default: system-node-critical plus the quota that makes it admissible outside kube-system.
+    assert_eq!(
+        class_and_quota(NAMESPACE, &["--set", "csiProxy.install=true"]),
+        (BTreeSet::from([node_critical.clone()]), 1)
+    );
+    // In kube-system no quota is needed.
+    assert_eq!(
+        class_and_quota("kube-system", &[]),
+        (BTreeSet::from([node_critical.clone()]), 0)
+    );
+    // Platforms without the restriction: the quota can be left out.
+    assert_eq!(
+        class_and_quota(NAMESPACE, &["--set", "node.criticalPodsQuota.create=false"]),
+        (BTreeSet::from([node_critical]), 0)
+    );
+    // An own class, or none: no quota.
+    assert_eq!(
+        class_and_quota(
+            NAMESPACE,
+            &["--set", "node.priorityClassName=storage-critical"]
+        ),
+        (BTreeSet::from([Some("storage-critical".to_owned())]), 0)
+    );
+    assert_eq!(
+        class_and_quota(NAMESPACE, &["--set", "node.priorityClassName="]),
+        (BTreeSet::from([None]), 0)
+    );
+}
+
+#[test]
+fn readiness_follows_the_driver_health_endpoint_when_enabled() {
+    // Off by default: the driver of this release has no --health-address yet.
+    let helm = chart_support::helm4();
+    for mode in ["csiProxy", "hostProcess"] {
+        let set_mode = format!("mode={mode}");
+        let r = Rendered::load(
+            helm_template(
+                &helm,
+                &["--set", &set_mode, "--set", "driver.health.enabled=true"],
+            )
+            .unwrap(),
+        );
+        let spec = pod_spec(r.daemonset("node").unwrap());
+        let driver = container(spec, "wincsi-node");
+        assert_eq!(flag(driver, "health-address"), ":29667");
+        let ready = driver.readiness_probe.as_ref().expect("readinessProbe");
+        let http = ready.http_get.as_ref().expect("httpGet");
+        assert_eq!(http.path.as_deref(), Some("/readyz"));
+        assert_eq!(http.port, IntOrString::String("health".into()));
+        assert_eq!(named_port(driver, "health"), 29667);
+        // Liveness stays on the CSI Probe: restarting the driver cannot start csi-proxy.
+        let live = driver
+            .liveness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(live.port, IntOrString::String("healthz".into()));
+        let notes = helm_run(
+            &helm,
+            "install",
+            RELEASE,
+            NAMESPACE,
+            &[
+                "--dry-run=client",
+                "--set",
+                &set_mode,
+                "--set",
+                "driver.health.enabled=true",
+            ],
+        )
+        .unwrap();
+        assert!(
+            notes.contains("READY 2/3") && notes.contains("/readyz"),
+            "{notes}"
+        );
+    }
+    let notes = helm_run(&helm, "install", RELEASE, NAMESPACE, &["--dry-run=client"]).unwrap();
+    assert!(
+        notes.contains("READY 3/3 but every volume fails")
+            && notes.contains("host backend unreachable"),
+        "{notes}"
+    );
+}
+
+#[test]
+fn migration_from_csi_driver_smb_leaves_its_csidriver_alone() {
+    // wincsi as smb.csi.k8s.io on the Windows nodes, in place of csi-driver-smb's Windows
+    // DaemonSet: csi-driver-smb's release keeps owning the CSIDriver object, so existing PVs
+    // (csi.driver is immutable) stay valid and the two releases never fight over it.
+    let file = chart_dir().join("ci").join("smb-migration-values.yaml");
+    let values = read_yaml(&file);
+    assert_eq!(values["driver"]["name"], "smb.csi.k8s.io");
+    assert_eq!(values["csiDriver"]["create"], false);
+    for (name, helm) in helms() {
+        let r = Rendered::load(helm_template(&helm, &["-f", file.to_str().unwrap()]).unwrap());
+        assert!(r.csidrivers.is_empty(), "{name}: no CSIDriver of our own");
+        let spec = pod_spec(r.daemonset("node").unwrap());
+        let driver = container(spec, "wincsi-node");
+        assert_eq!(flag(driver, "driver-name"), "smb.csi.k8s.io");
+        assert_eq!(
+            flag(
+                container(spec, "node-driver-registrar"),
+                "kubelet-registration-path"
+            ),
+            "C:\\var\\lib\\kubelet\\plugins\\smb.csi.k8s.io\\csi.sock"
+        );
+        // Only on the nodes handed over (csi-driver-smb keeps the others).
+        assert_eq!(
+            spec.node_selector
+                .as_ref()
+                .unwrap()
+                .get("wincsi.csi.io/smb-node")
+                .map(String::as_str),
+            Some("true")
+        );
+        // csi-driver-smb's Windows pods in kube-system stay admitted by our pipe policy.
+        let policies = r.compiled_policies();
+        let smb = chart_support::wrap(
+            "DaemonSet",
+            "csi-smb-node-win",
+            "kube-system",
+            chart_support::pod_spec_json(
+                Some("csi-smb-node-sa"),
+                &["C:\\var\\lib\\kubelet\\", "\\\\.\\pipe\\csi-proxy-smb-v1"],
+            ),
+        );
+        assert!(chart_support::admit(&policies, &Request::create(&smb, "kube-system")).admitted());
+    }
+    // Helm 3's install --dry-run=client still dials a cluster; Helm 4's renders NOTES offline.
+    let notes = helm_run(
+        &chart_support::helm4(),
+        "install",
+        RELEASE,
+        NAMESPACE,
+        &["--dry-run=client", "-f", file.to_str().unwrap()],
+    )
+    .unwrap();
+    assert!(notes.contains("NOT managed by this release"), "{notes}");
+    // With create=true (the default) a CSIDriver of that name would be ours: Helm refuses to
+    // adopt csi-driver-smb's, so the documented path sets create=false.
+    let r = Rendered::load(
+        helm_template(
+            &chart_support::helm4(),
+            &["--set", "driver.name=smb.csi.k8s.io"],
+        )
+        .unwrap(),
+    );
+    assert_eq!(r.csidrivers.len(), 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1571,7 +1570,10 @@ fn rendered_driver_args_parse_with_the_driver_cli() {
             )
         });
         match &config.endpoint {
-            Endpoint::Unix(path) => assert_eq!(path.to_str(), Some(exp.socket().as_str())),
+            Endpoint::Unix(path) => assert_eq!(
+                Some(format!("unix://{}", path.to_str().unwrap())),
+                Some(exp.endpoint())
+            ),
             other => panic!("{}: endpoint {other}", file.display()),
         }
         assert_eq!(config.node_id, "win-node-1");
@@ -1586,14 +1588,15 @@ fn rendered_driver_args_parse_with_the_driver_cli() {
             "pipes, not Unix sockets"
         );
         // The driver's state lives in the plugin directory, which the driver reaches in
-        // both modes (through the kubelet-dir mount in csiProxy mode).
+        // both modes (through the kubelet-dir mount, or at C:\csi when the kubelet root is
+        // on another drive).
         let state = config.state_dir();
         assert!(
-            is_within(state.to_str().unwrap(), &exp.plugin_dir()),
+            is_within(state.to_str().unwrap(), &exp.container_plugin_dir()),
             "{}: state dir {} outside {}",
             file.display(),
             state.display(),
-            exp.plugin_dir()
+            exp.container_plugin_dir()
         );
         let topology: Vec<(String, String)> = config
             .topology
@@ -1718,4 +1721,186 @@ fn examples_are_accepted_by_the_driver() {
     assert_eq!(kinds, BTreeSet::from(["iscsi", "smb"]), "{parsed:?}");
     assert!(parsed.contains(&"iscsi 2 portals".to_owned()), "{parsed:?}");
     assert_eq!(parsed.len(), 4, "{parsed:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Users' paths: examples on Windows Server 2019 and 2022, copy-paste safe commands
+// ---------------------------------------------------------------------------------------
+
+/// Windows build of each nanoserver tag (a process-isolated container runs only there).
+const NANOSERVER_BUILDS: [(&str, &str); 2] = [("ltsc2022", "10.0.20348"), ("1809", "10.0.17763")];
+
+/// The README's recipe for Windows Server 2019 nodes, applied to an example.
+fn for_server_2019(text: &str) -> String {
+    text.replace("nanoserver:ltsc2022", "nanoserver:1809")
+        .replace("10.0.20348", "10.0.17763")
+}
+
+/// Every example Pod's nanoserver tag matches the Windows build its node selector asks for.
+fn check_example_pods_match_their_build(text: &str, what: &str) -> usize {
+    let mut pods = 0;
+    for o in chart_support::parse_yaml_stream(text) {
+        if o["kind"] != "Pod" {
+            continue;
+        }
+        pods += 1;
+        let build = o["spec"]["nodeSelector"]["node.kubernetes.io/windows-build"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what}: pod without a windows-build node selector"));
+        for c in o["spec"]["containers"].as_array().unwrap() {
+            let image = c["image"].as_str().unwrap();
+            let tag = image
+                .strip_prefix("mcr.microsoft.com/windows/nanoserver:")
+                .unwrap_or_else(|| panic!("{what}: {image}"));
+            let want = NANOSERVER_BUILDS
+                .iter()
+                .find(|(t, _)| *t == tag)
+                .unwrap_or_else(|| panic!("{what}: nanoserver has no tag {tag}"))
+                .1;
+            assert_eq!(build, want, "{what}: {image} on build {build}");
+        }
+    }
+    pods
+}
+
+#[test]
+fn examples_run_on_windows_server_2019_and_2022_nodes() {
+    let mut pods = 0;
+    for entry in std::fs::read_dir(repo_root().join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let what = path.display().to_string();
+        pods += check_example_pods_match_their_build(&text, &what);
+        assert_eq!(
+            check_example_pods_match_their_build(&for_server_2019(&text), &what),
+            check_example_pods_match_their_build(&text, &what)
+        );
+        assert!(for_server_2019(&text).contains("nanoserver:1809") || !text.contains("kind: Pod"));
+    }
+    assert!(pods >= 4, "{pods} example pods");
+    // The README gives exactly that recipe.
+    for doc in ["README.md", "charts/wincsi/README.md"] {
+        let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
+        assert!(
+            text.contains(
+                r"sed -e 's/nanoserver:ltsc2022/nanoserver:1809/' -e 's/10\.0\.20348/10.0.17763/'"
+            ),
+            "{doc} lacks the Windows Server 2019 recipe"
+        );
+    }
+}
+
+/// Words of a shell command line that bash or zsh would change: unquoted backslashes
+/// (`C:\data` → `C:data`), glob characters (zsh: "no matches found"), brace lists
+/// (`{a,b}` → two words). Quotes are tracked; a trailing `\` continues the line; an unquoted
+/// ` #` starts a comment; `<placeholder>` words are left to the reader.
+fn shell_hazards(line: &str) -> Vec<String> {
+    let mut hazards = Vec::new();
+    let (mut single, mut double) = (false, false);
+    let chars: Vec<char> = line.trim_end().chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let unquoted = !single && !double;
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '\\' if unquoted => {
+                if i + 1 < chars.len() {
+                    hazards.push(format!("unquoted backslash at {i}"));
+                }
+                i += 1;
+            }
+            '\\' if double => i += 1,
+            '#' if unquoted && (i == 0 || chars[i - 1] == ' ') => break,
+            '*' | '?' | '[' if unquoted => hazards.push(format!("unquoted glob {c:?} at {i}")),
+            '{' if unquoted => {
+                let rest: String = chars[i..].iter().collect();
+                if let Some(end) = rest.find('}')
+                    && rest[..end].contains(',')
+                {
+                    hazards.push(format!("unquoted brace list at {i}"));
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    hazards
+}
+
+/// The shell lines of a Markdown file's ```sh blocks (continuations joined).
+fn sh_blocks(markdown: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_sh = false;
+    let mut pending = String::new();
+    for line in markdown.lines() {
+        if line.starts_with("```") {
+            in_sh = line == "```sh" || line == "```bash";
+            continue;
+        }
+        if in_sh {
+            pending.push_str(line.trim_end().trim_end_matches('\\'));
+            if !line.trim_end().ends_with('\\') {
+                out.push(std::mem::take(&mut pending));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn readme_and_notes_commands_are_copy_paste_safe_in_bash_and_zsh() {
+    // The hazard finder itself.
+    assert!(!shell_hazards(r"kubectl exec p -- cmd /c type C:\data\hello.txt").is_empty());
+    assert!(shell_hazards(r"kubectl exec p -- cmd /c type 'C:\data\hello.txt'").is_empty());
+    assert!(
+        !shell_hazards("kubectl get csinodes -o custom-columns=A:.spec.drivers[*].name").is_empty()
+    );
+    assert!(!shell_hazards("helm install x . --set a={b,c}").is_empty());
+    assert!(shell_hazards("helm install x . --set 'a={b,c}'  # {x,y} [*]").is_empty());
+    let mut checked = 0;
+    for doc in ["README.md", "charts/wincsi/README.md", "docs/images.md"] {
+        let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
+        for line in sh_blocks(&text) {
+            let hazards = shell_hazards(&line);
+            assert!(hazards.is_empty(), "{doc}: {line}\n{hazards:?}");
+            checked += 1;
+        }
+        // Inline `kubectl …`/`helm …` commands in the prose, too.
+        for cmd in text.split('`').skip(1).step_by(2) {
+            if cmd.starts_with("kubectl ") || cmd.starts_with("helm ") {
+                let hazards = shell_hazards(cmd);
+                assert!(hazards.is_empty(), "{doc}: `{cmd}`\n{hazards:?}");
+                checked += 1;
+            }
+        }
+    }
+    // The commands NOTES prints (all options of the chart that change them).
+    let helm = chart_support::helm4();
+    for args in [
+        &["--dry-run=client"][..],
+        &[
+            "--dry-run=client",
+            "--set",
+            "csiProxy.install=true",
+            "--set",
+            "driver.health.enabled=true",
+        ][..],
+    ] {
+        let notes = helm_run(&helm, "install", RELEASE, NAMESPACE, args).unwrap();
+        for line in notes
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("kubectl ") || l.starts_with("helm "))
+        {
+            let hazards = shell_hazards(line);
+            assert!(hazards.is_empty(), "NOTES: {line}\n{hazards:?}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 30, "{checked} commands checked");
 }

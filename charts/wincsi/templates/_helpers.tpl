@@ -80,16 +80,56 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s\\csi.sock" (include "wincsi.pluginDir" .) }}
 {{- end }}
 
-{{/* The driver's --endpoint (and the sidecars' --csi-address). Every container sees the
-socket at its host path (csiProxy mode mounts the directories at the same path;
-HostProcess containers see the host directly), so one string serves all of them. */}}
+{{/* Upper-case drive letter of the kubelet root. */}}
+{{- define "wincsi.kubeletDrive" -}}
+{{- upper (substr 0 1 (include "wincsi.kubeletRoot" .)) }}
+{{- end }}
+
+{{/*
+Non-empty when csiProxy-mode containers cannot see the host directories at their own
+paths: a Windows container has only a C: drive, so a mountPath on D: is refused. Then the
+plugin directory is mounted at C:\csi and the registration directory at C:\registration
+(the peers' layout) and only the registrar's --kubelet-registration-path keeps the host
+view. HostProcess containers see the host, so they never need this.
+*/}}
+{{- define "wincsi.remapped" -}}
+{{- if and (ne .Values.mode "hostProcess") (ne (include "wincsi.kubeletDrive" .) "C") }}true{{ end }}
+{{- end }}
+
+{{/* The plugin directory as the containers see it. */}}
+{{- define "wincsi.containerPluginDir" -}}
+{{- if include "wincsi.remapped" . }}C:\csi{{ else }}{{ include "wincsi.pluginDir" . }}{{ end }}
+{{- end }}
+
+{{/* The driver's --endpoint (and the sidecars' --csi-address), as the containers see the
+socket: its host path (csiProxy mode mounts the directories at the same path on C:, and
+HostProcess containers see the host), or C:\csi\csi.sock when the root is remapped. */}}
 {{- define "wincsi.endpoint" -}}
-{{- printf "unix://%s" (include "wincsi.socketPath" .) }}
+{{- printf "unix://%s\\csi.sock" (include "wincsi.containerPluginDir" .) }}
 {{- end }}
 
 {{/* kubelet's plugin registration directory: <kubelet-root>\plugins_registry */}}
 {{- define "wincsi.registrationDir" -}}
 {{- printf "%s\\plugins_registry" (include "wincsi.kubeletRoot" .) }}
+{{- end }}
+
+{{/* The registration directory as the registrar container sees it. */}}
+{{- define "wincsi.containerRegistrationDir" -}}
+{{- if include "wincsi.remapped" . }}C:\registration{{ else }}{{ include "wincsi.registrationDir" . }}{{ end }}
+{{- end }}
+
+{{/*
+Name of a cluster-scoped object of this release (admission policies, ClusterRole):
+"<namespace>-<fullname>", cut so that the whole name stays within 63 characters, then a
+hash of "<namespace>/<fullname>" (so two releases never share a name, whatever the cut
+removed), then the suffix, never cut. Call with (dict "root" $ "suffix" "...").
+*/}}
+{{- define "wincsi.clusterName" -}}
+{{- $full := include "wincsi.fullname" .root -}}
+{{- $hash := sha256sum (printf "%s/%s" .root.Release.Namespace $full) | trunc 10 -}}
+{{- $room := int (sub 63 (add 12 (len .suffix))) -}}
+{{- $head := printf "%s-%s" .root.Release.Namespace $full | trunc $room | trimSuffix "-" -}}
+{{- printf "%s-%s-%s" $head $hash .suffix -}}
 {{- end }}
 
 {{- define "wincsi.hostProcess" -}}
@@ -110,18 +150,38 @@ Fixed on purpose: mounting exactly what the driver uses, and nothing else.
 - system-v1alpha1
 {{- end }}
 
+{{/*
+An image reference. `imageRegistry`, when set, replaces the registry of every image (the
+first path component when it names a host: it has a "." or ":" or is "localhost"), so one
+value points the whole chart at a mirror; a digest still pins the same content there.
+*/}}
 {{- define "wincsi.image" -}}
 {{- $img := .image -}}
 {{- $tag := default .root.Chart.AppVersion $img.tag -}}
+{{- $repo := $img.repository -}}
+{{- with .root.Values.imageRegistry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repo = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo -}}
+{{- end -}}
 {{- if $img.digest -}}
-{{- printf "%s@%s" $img.repository $img.digest }}
+{{- printf "%s@%s" $repo $img.digest }}
 {{- else -}}
-{{- printf "%s:%s%s" $img.repository $tag (default "" .suffix) }}
+{{- printf "%s:%s%s" $repo $tag (default "" .suffix) }}
 {{- end -}}
 {{- end }}
 
-{{/* Pod scheduling shared by the node DaemonSet and the optional csi-proxy DaemonSet. */}}
+{{/*
+Pod scheduling shared by the node DaemonSet and the optional csi-proxy DaemonSet.
+`os.name: windows` makes the API server refuse Linux-only security fields in these pods
+and lets Pod Security Admission judge them as Windows pods.
+*/}}
 {{- define "wincsi.scheduling" -}}
+os:
+  name: windows
 nodeSelector:
   {{- toYaml (merge (dict "kubernetes.io/os" "windows") (deepCopy (default (dict) .Values.node.nodeSelector))) | nindent 2 }}
 {{- with .Values.node.affinity }}
@@ -132,7 +192,9 @@ affinity:
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-priorityClassName: {{ .Values.node.priorityClassName | quote }}
+{{- with .Values.node.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -149,10 +211,15 @@ securityContext:
     runAsUserName: {{ .Values.hostProcess.runAsUserName | quote }}
 {{- end }}
 
-{{/* True (non-empty) when the pipe admission policy is rendered. */}}
-{{- define "wincsi.admissionPolicyRendered" -}}
-{{- /* Discovery lists the kind on a live cluster; offline (helm template) only
-group/versions are known, so fall back to the Kubernetes version (v1 is GA in 1.30). */ -}}
-{{- $has := or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) }}
-{{- if and .Values.admissionPolicy.enabled $has }}true{{ end }}
+{{/*
+Non-empty when the critical-pods ResourceQuota is rendered: a system-* priority class
+outside kube-system (managed platforms that limit those classes to kube-system admit them
+in a namespace that has a ResourceQuota scoped to them).
+*/}}
+{{- define "wincsi.criticalPodsQuota" -}}
+{{- if and .Values.node.criticalPodsQuota.create (hasPrefix "system-" .Values.node.priorityClassName) (ne .Release.Namespace "kube-system") }}true{{ end }}
+{{- end }}
+
+{{- define "wincsi.criticalPodsQuotaName" -}}
+{{- printf "%s-critical-pods" (include "wincsi.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

@@ -4,7 +4,7 @@
 //! `ROOT\Microsoft\Windows\Storage` and `ROOT\Microsoft\Windows\SMB` classes, and Win32 file, volume and device
 //! calls. It models Windows, not the driver: the backend's logic (which objects to query, in what order, how to read
 //! return codes and `ExtendedStatus`, idempotency, waits for arrival) sits above it, so the same logic can run
-//! against the real host (the `cfg(windows)` implementation) or a simulated one.
+//! against the real host (`win32::WinHost`, `cfg(windows)`) or a simulated one.
 //!
 //! Platform-independent parts, tested on Linux: the code tables ([`codes`]), method outcomes ([`method`]), error
 //! classification ([`error`]), WQL building and escaping ([`wql`]), path forms ([`paths`]), `Location` parsing
@@ -27,6 +27,8 @@ pub mod pool;
 pub mod probe;
 pub mod reparse;
 pub mod smb;
+#[cfg(windows)]
+pub mod win32;
 pub mod wql;
 
 pub use call::{CallContext, CancelToken};

@@ -280,10 +280,11 @@ fn physical_drive_device_number() {
         .storage_device_number(&ctx(), r"\\.\PhysicalDrive0")
         .unwrap();
     assert_eq!(number.device_number, 0, "{number:?}");
-    // Wine 8 does not implement StorageDeviceIdProperty (50, reference §4): the call fails cleanly.
-    assert!(
-        host.storage_device_identifiers(&ctx(), r"\\.\PhysicalDrive0")
-            .is_err()
+    // Wine 8 answers StorageDeviceIdProperty with ERROR_NOT_SUPPORTED (50, reference §4); an unknown control code
+    // would get ERROR_INVALID_FUNCTION (1) instead, so this also checks the IOCTL code winhost defines.
+    assert_eq!(
+        win32_code(host.storage_device_identifiers(&ctx(), r"\\.\PhysicalDrive0")),
+        Win32Error::NotSupported
     );
     assert_eq!(
         host.storage_device_number(&ctx(), r"\\.\PhysicalDrive97")

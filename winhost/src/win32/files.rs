@@ -17,10 +17,6 @@ use windows::Win32::Storage::FileSystem::{
     RemoveDirectoryW, SYMBOLIC_LINK_FLAGS, SetVolumeMountPointW,
 };
 use windows::Win32::System::IO::DeviceIoControl;
-use windows::Win32::System::Ioctl::{
-    FSCTL_GET_REPARSE_POINT, IOCTL_STORAGE_GET_DEVICE_NUMBER, IOCTL_STORAGE_QUERY_PROPERTY,
-    PropertyStandardQuery, STORAGE_DEVICE_NUMBER, STORAGE_PROPERTY_QUERY, StorageDeviceIdProperty,
-};
 use windows::core::HSTRING;
 
 use crate::codes::{HResult, Win32Error};
@@ -32,6 +28,20 @@ use crate::model::{
 use crate::page83::{self, StorageIdentifier};
 use crate::paths::VolumeGuidPath;
 use crate::reparse::{self, MAXIMUM_REPARSE_DATA_BUFFER_SIZE, ReparsePoint};
+
+// winioctl.h control codes (the same values as the `windows` crate's Win32_System_Ioctl feature, which is not
+// enabled: it costs ~40% more build time of the `windows` crate for these three numbers).
+/// `FSCTL_GET_REPARSE_POINT`: `CTL_CODE(FILE_DEVICE_FILE_SYSTEM, 42, METHOD_BUFFERED, FILE_ANY_ACCESS)`.
+const FSCTL_GET_REPARSE_POINT: u32 = 0x0009_00A8;
+/// `IOCTL_STORAGE_GET_DEVICE_NUMBER`: `CTL_CODE(IOCTL_STORAGE_BASE, 0x0420, METHOD_BUFFERED, FILE_ANY_ACCESS)`.
+const IOCTL_STORAGE_GET_DEVICE_NUMBER: u32 = 0x002D_1080;
+/// `IOCTL_STORAGE_QUERY_PROPERTY`: `CTL_CODE(IOCTL_STORAGE_BASE, 0x0500, METHOD_BUFFERED, FILE_ANY_ACCESS)`.
+const IOCTL_STORAGE_QUERY_PROPERTY: u32 = 0x002D_1400;
+/// `STORAGE_PROPERTY_QUERY { PropertyId = StorageDeviceIdProperty (2), QueryType = PropertyStandardQuery (0),
+/// AdditionalParameters[1] }`, little-endian, padded to its C size of 12 bytes.
+const DEVICE_ID_PROPERTY_QUERY: [u8; 12] = [2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+/// `sizeof(STORAGE_DEVICE_NUMBER)`: `DeviceType`, `DeviceNumber`, `PartitionNumber`, each a `u32`.
+const STORAGE_DEVICE_NUMBER_SIZE: usize = 12;
 
 /// The Win32 error inside a `windows` crate error (`HRESULT_FROM_WIN32(GetLastError())` for these functions).
 fn win32_of(e: &windows::core::Error) -> Win32Error {
@@ -345,7 +355,7 @@ pub(crate) fn flush_volume(volume: &VolumeGuidPath) -> CallResult<()> {
 pub(crate) fn storage_device_number(device: &str) -> CallResult<StorageDeviceNumber> {
     // Access 0: the IOCTL needs no read access (FILE_ANY_ACCESS), so no administrator rights either.
     let h = open(device, 0, FILE_FLAGS_AND_ATTRIBUTES(0))?;
-    let mut out = [0u8; size_of::<STORAGE_DEVICE_NUMBER>()];
+    let mut out = [0u8; STORAGE_DEVICE_NUMBER_SIZE];
     let n = ioctl(&h, IOCTL_STORAGE_GET_DEVICE_NUMBER, None, &mut out, device)?;
     if n < out.len() {
         return Err(CallError::decode(
@@ -363,26 +373,13 @@ pub(crate) fn storage_device_number(device: &str) -> CallResult<StorageDeviceNum
 
 pub(crate) fn storage_device_identifiers(device: &str) -> CallResult<Vec<StorageIdentifier>> {
     let h = open(device, 0, FILE_FLAGS_AND_ATTRIBUTES(0))?;
-    let query = STORAGE_PROPERTY_QUERY {
-        PropertyId: StorageDeviceIdProperty,
-        QueryType: PropertyStandardQuery,
-        AdditionalParameters: [0],
-    };
-    // SAFETY: viewing a live, fully initialised `#[repr(C)]` plain-data struct as bytes for the IOCTL's input; the
-    // slice does not outlive `query`.
-    let query_bytes = unsafe {
-        std::slice::from_raw_parts(
-            (&raw const query).cast::<u8>(),
-            size_of::<STORAGE_PROPERTY_QUERY>(),
-        )
-    };
     // csi-proxy uses 4 KiB; a descriptor announcing more gets a second, exact-size attempt.
     let mut buf = vec![0u8; 4096];
     for _ in 0..2 {
         let n = ioctl(
             &h,
             IOCTL_STORAGE_QUERY_PROPERTY,
-            Some(query_bytes),
+            Some(&DEVICE_ID_PROPERTY_QUERY),
             &mut buf,
             device,
         )?;

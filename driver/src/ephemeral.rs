@@ -9,8 +9,8 @@
 
 use crate::error::Error;
 use crate::host::Host;
+use crate::host::HostPath;
 use crate::locks::Deadline;
-use crate::paths::HostPath;
 use crate::smb;
 use crate::state::{Phase, file_key};
 use crate::volume::{PublishRequest, VolumeManager};
@@ -374,8 +374,8 @@ mod tests {
     use super::fake_api;
     use super::*;
     use crate::host::HostOp::*;
+    use crate::host::KubeletRoot;
     use crate::host::fake::FakeHost;
-    use crate::paths::KubeletRoot;
     use crate::volume::{
         AccessType, Capability, EPHEMERAL_KEY, UnpublishRequest, VolumeConfig, VolumeManager,
     };

@@ -115,9 +115,8 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
-use crate::host::{Host, HostError, HostErrorKind, HostOp, HostResult};
+use crate::host::{DiskIds, Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, Portal};
 use crate::locks::Deadline;
-use crate::paths::HostPath;
 use crate::state::{Phase, Protocol, RECORD_VERSION, VolumeRecord};
 use crate::volume::{VolumeManager, host_error};
 
@@ -128,29 +127,8 @@ mod params;
 mod tests;
 
 pub use params::{
-    CHAP_SECRET_LEN, DEFAULT_PORT, IscsiAuth, IscsiVolume, MAX_LUN, Portal, check_fs_type,
-    check_iqn, is_iscsi, parse_volume,
+    CHAP_SECRET_LEN, IscsiVolume, MAX_LUN, check_fs_type, check_iqn, is_iscsi, parse_volume,
 };
-
-/// Where a disk sits on its adapter (`ListDiskLocations`; csi-proxy never fills the bus).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DiskLocation {
-    /// Adapter number (text).
-    pub adapter: String,
-    /// SCSI target number (text).
-    pub target: String,
-    /// LUN (text).
-    pub lun: String,
-}
-
-/// A disk's identifiers (`ListDiskIDs`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DiskIds {
-    /// SCSI VPD page 0x83 identifier (hex for binary ids).
-    pub page83: String,
-    /// Serial number (may be blank or space-padded).
-    pub serial: String,
-}
 
 /// The iSCSI facts of a staged volume, kept in its state record (never a secret).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

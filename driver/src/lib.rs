@@ -15,7 +15,6 @@ pub mod listener;
 pub mod locks;
 pub mod logging;
 pub mod node;
-pub mod paths;
 pub mod server;
 pub mod smb;
 pub mod state;

@@ -21,7 +21,8 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::identity::{HostProbe, IdentityService};
+use crate::host::HostProbe;
+use crate::identity::IdentityService;
 use crate::listener::Listener;
 use crate::node::{NodeCore, NodeInfo, NodeService};
 

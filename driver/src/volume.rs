@@ -61,9 +61,10 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind, HostOp, HostResult};
+use crate::host::{HostPath, KubeletRoot};
+use crate::host::{SmbCredential, UncPath};
 use crate::locks::{Deadline, KeyedGuard, KeyedLocks, VolumeLocks};
-use crate::paths::{HostPath, KubeletRoot};
-use crate::smb::{self, Secrets, SmbCredential, SmbVolume, UncPath};
+use crate::smb::{self, Secrets, SmbVolume};
 use crate::state::{Phase, Protocol, PublishRecord, RECORD_VERSION, StateStore, VolumeRecord};
 
 /// How a volume is accessed.

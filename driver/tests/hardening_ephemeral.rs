@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use wincsi::Error;
+use wincsi::host::KubeletRoot;
 use wincsi::host::fake::FakeHost;
 use wincsi::locks::Deadline;
-use wincsi::paths::KubeletRoot;
 use wincsi::smb::Secrets;
 use wincsi::volume::{
     AccessType, Capability, EPHEMERAL_KEY, PublishRequest, SecretSource, VolumeConfig,

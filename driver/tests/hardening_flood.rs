@@ -15,9 +15,9 @@ use proxy_client::{ProxyClient, Transport};
 use serde_json::json;
 use sim::{HostOptions, Scenario, SimHost};
 use wincsi::Error;
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
 use wincsi::locks::{Deadline, KeyedLocks};
-use wincsi::paths::KubeletRoot;
 use wincsi::smb::Secrets;
 use wincsi::volume::{
     AccessType, Capability, StageRequest, UnstageRequest, VolumeConfig, VolumeManager,

@@ -31,9 +31,9 @@ use proxy_client::{ProxyClient, Transport};
 use serde_json::json;
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
 use wincsi::Error;
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
 use wincsi::locks::Deadline;
-use wincsi::paths::KubeletRoot;
 use wincsi::smb::Secrets;
 use wincsi::volume::{
     AccessType, Capability, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,

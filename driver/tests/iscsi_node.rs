@@ -14,9 +14,9 @@ use proxy_client::{ProxyClient, Transport};
 use serde_json::json;
 use sim::{HostOptions, Scenario, SimHost};
 use tonic::{Code, Request};
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
 use wincsi::node::{NodeCore, NodeInfo, NodeService};
-use wincsi::paths::KubeletRoot;
 use wincsi::volume::{Lifecycle, VolumeConfig, VolumeManager};
 
 const IQN: &str = "iqn.2024-01.io.example:node-test";

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use proxy_client::ErrorKind;
-use wincsi::iscsi::{self, IscsiAuth, MAX_LUN, Portal};
+use wincsi::host::{IscsiAuth, KubeletRoot, MAX_PATH_BYTES, Portal, UncPath};
+use wincsi::iscsi::{self, MAX_LUN};
 use wincsi::locks::Deadline;
-use wincsi::paths::{KubeletRoot, MAX_PATH_BYTES};
-use wincsi::smb::{self, Secrets, UncPath};
+use wincsi::smb::{self, Secrets};
 use wincsi::state::file_key;
 
 /// Prefixed to every generated secret value and absent from every other generated string.

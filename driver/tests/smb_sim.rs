@@ -16,8 +16,8 @@ use std::time::Duration;
 use proxy_client::SmbCredentials;
 use sim::Scenario;
 use wincsi::Error;
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
-use wincsi::paths::KubeletRoot;
 use wincsi::smb::Secrets;
 use wincsi::volume::{
     AccessType, Capability, EPHEMERAL_KEY, PublishRequest, StageRequest, StatsRequest,

@@ -14,12 +14,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{Notify, Semaphore};
 
+use super::{DiskIds, DiskLocation, HostPath, IscsiAuth, Portal, Secret, SmbCredential, UncPath};
 use super::{Host, HostError, HostErrorKind, HostOp, HostResult};
 use crate::iscsi::fake::{BlockCall, BlockModel};
-use crate::iscsi::{DiskIds, DiskLocation, IscsiAuth, Portal};
 use crate::locks::Deadline;
-use crate::paths::HostPath;
-use crate::smb::{Secret, SmbCredential, UncPath};
 
 /// One recorded host call (paths as the driver sent them; never a password).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,8 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::{DiskIds, DiskLocation, IscsiAuth, Portal};
-use crate::host::{HostError, HostErrorKind, HostOp, HostResult};
+use crate::host::{
+    DiskIds, DiskLocation, HostError, HostErrorKind, HostOp, HostResult, IscsiAuth, Portal,
+};
 
 /// One recorded block/iSCSI host call (never a secret).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,8 +6,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
+use crate::host::IscsiAuth;
+use crate::host::KubeletRoot;
 use crate::host::fake::FakeHost;
-use crate::paths::KubeletRoot;
 use crate::smb::Secrets;
 use crate::volume::{
     AccessType, Capability, PublishRequest, StageRequest, StatsRequest, UnpublishRequest,

@@ -13,9 +13,9 @@ use std::time::Duration;
 use proxy_client::{ProxyClient, Transport};
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
 use wincsi::Error;
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
 use wincsi::locks::Deadline;
-use wincsi::paths::KubeletRoot;
 use wincsi::volume::{StageRequest, UnstageRequest, VolumeConfig, VolumeManager};
 
 // ---- log capture (one TRACE subscriber for the whole test binary) ----

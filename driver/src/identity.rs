@@ -25,20 +25,9 @@ use csi::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::config::{Config, HostBackend, build_info};
-use crate::host::csi_proxy::CsiProxyProbe;
+use crate::config::build_info;
 use crate::host::{HostProbe, PROBE_TIMEOUT};
-use crate::server::{RpcFields, rpc};
-use proxy_client::ProxyClient;
-
-/// The probe for the configured host backend (`--host-backend`).
-pub fn backend_probe(config: &Config) -> Arc<dyn HostProbe> {
-    match config.host_backend {
-        HostBackend::CsiProxy => Arc::new(CsiProxyProbe::new(
-            ProxyClient::new(config.proxy_transport()).with_timeout(PROBE_TIMEOUT),
-        )),
-    }
-}
+use crate::rpc::{RpcFields, rpc};
 
 /// The Identity service.
 #[derive(Clone)]

@@ -5,6 +5,7 @@
 //! services on the kubelet's socket through the platform [`listener`]. [`error`] holds the one
 //! error type and its mapping to CSI gRPC codes.
 
+pub mod backend;
 pub mod config;
 pub mod ephemeral;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod listener;
 pub mod locks;
 pub mod logging;
 pub mod node;
+pub mod rpc;
 pub mod server;
 pub mod smb;
 pub mod state;

@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::locks::Deadline;
-use crate::server::{RpcFields, rpc};
+use crate::rpc::{RpcFields, rpc};
 use crate::volume::Lifecycle;
 
 /// What `NodeGetInfo` reports about this node.

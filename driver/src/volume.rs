@@ -1343,32 +1343,6 @@ impl<H: Host> Lifecycle for VolumeManager<H> {
     }
 }
 
-/// How long startup reconciliation may take before the driver serves anyway.
-pub const RECONCILE_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Build the lifecycle the flags describe (csi-proxy backend, `--state-dir`, in-cluster Secret access for inline
-/// volumes) and run startup reconciliation. A reconciliation failure (e.g. csi-proxy not up yet) is logged, not fatal:
-/// stage repairs a broken staging link by itself.
-pub async fn from_config(config: &crate::config::Config) -> Result<Arc<dyn Lifecycle>, Error> {
-    let cfg = VolumeConfig {
-        kubelet_root: KubeletRoot::new(&config.kubelet_root.to_string_lossy())?,
-        driver_name: config.driver_name.clone(),
-    };
-    let host = match config.host_backend {
-        crate::config::HostBackend::CsiProxy => crate::host::csi_proxy::CsiProxyHost::new(
-            proxy_client::ProxyClient::new(config.proxy_transport()),
-        ),
-    };
-    let state_dir = config.state_dir();
-    let mgr = VolumeManager::new(host, cfg, &state_dir)?
-        .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster()));
-    info!(state_dir = %state_dir.display(), "volume lifecycle ready; reconciling with the host");
-    if let Err(e) = mgr.reconcile(Deadline::after(RECONCILE_BUDGET)).await {
-        warn!(error = %e, "startup reconciliation failed; the next stage of each volume repairs it instead");
-    }
-    Ok(Arc::new(mgr))
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

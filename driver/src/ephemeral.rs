@@ -1,98 +1,9 @@
-//! Inline ephemeral volumes (`csi.storage.k8s.io/ephemeral: "true"`): NodePublishVolume does the stage work itself.
-//!
-//! There is no staging path, so the driver stages into a private directory link under its plugin directory,
-//! `<kubelet-root>\plugins\<driver-name>\ephemeral\<sha256(volume_id)>`, and links the target to it. The credentials
-//! come from the Secret named by `secretName` in the pod's namespace (`csi.storage.k8s.io/pod.namespace`; a
-//! `secretNamespace` naming any other namespace is refused: pod authors must not borrow other namespaces'
-//! credentials), read from the Kubernetes API through a [`SecretSource`]. NodeUnpublishVolume
-//! removes the target link and then undoes the private stage (the mapping is removed when no other volume uses it).
+//! The Kubernetes side of inline ephemeral volumes: [`KubeSecrets`] reads the Secret an inline volume names
+//! (`secretName`, in the pod's namespace) from the Kubernetes API, as the lifecycle's
+//! [`SecretSource`]. The publish flow itself is [`crate::lifecycle::inline`].
 
 use crate::error::Error;
-use crate::host::Host;
-use crate::host::HostPath;
-use crate::locks::Deadline;
-use crate::smb;
-use crate::state::{Phase, file_key};
-use crate::volume::{PublishRequest, VolumeManager};
-
-#[cfg(doc)]
-use crate::volume::SecretSource;
-
-/// The private staging directory of an inline ephemeral volume.
-pub fn staging_path<H: Host>(mgr: &VolumeManager<H>, volume_id: &str) -> Result<HostPath, Error> {
-    let cfg = mgr.config();
-    cfg.kubelet_root.plugin_dir(&cfg.driver_name)?.join(
-        &format!("ephemeral\\{}", file_key(volume_id)),
-        &cfg.kubelet_root,
-    )
-}
-
-pub(crate) async fn publish<H: Host>(
-    mgr: &VolumeManager<H>,
-    req: &PublishRequest,
-    target: &HostPath,
-    d: Deadline,
-) -> Result<(), Error> {
-    let ctx = &req.volume_context;
-    let name = smb::context_get(ctx, "secretName").filter(|s| !s.is_empty());
-    let pod_namespace =
-        smb::context_get(ctx, "csi.storage.k8s.io/pod.namespace").filter(|s| !s.is_empty());
-    let secret_namespace = smb::context_get(ctx, "secretNamespace").filter(|s| !s.is_empty());
-    // The pod's author writes these attributes: a Secret of another namespace would hand them credentials they
-    // cannot read (a confused deputy), so the Secret must live in the pod's own namespace.
-    if let (Some(name), Some(wanted)) = (name, secret_namespace)
-        && pod_namespace != Some(wanted)
-    {
-        return Err(Error::FailedPrecondition(format!(
-            "inline volume names Secret {wanted}/{name}, which is not in the pod's namespace; rule: inline \
-             ephemeral volumes may only use Secrets of their pod's namespace (omit secretNamespace)"
-        )));
-    }
-    let namespace = secret_namespace.or(pod_namespace);
-    let secrets = match name {
-        None => smb::Secrets::default(),
-        Some(name) => {
-            let Some(namespace) = namespace else {
-                return Err(Error::InvalidArgument(
-                    "inline volume names secretName but neither secretNamespace nor csi.storage.k8s.io/pod.namespace \
-                     is set; rule: enable podInfoOnMount on the CSIDriver or set secretNamespace"
-                        .to_owned(),
-                ));
-            };
-            let Some(source) = mgr.secret_source() else {
-                return Err(Error::FailedPrecondition(
-                    "inline ephemeral volumes with secretName need Kubernetes API access, which this driver instance \
-                     does not have"
-                        .to_owned(),
-                ));
-            };
-            tracing::debug!(namespace, name, "reading the inline volume's Secret");
-            d.run("reading the Secret", source.secret(namespace, name))
-                .await?
-        }
-    };
-    let vol = smb::parse_volume(ctx, &secrets)?;
-    let _guard = mgr
-        .volume_locks()
-        .try_lock(&req.volume_id, "NodePublishVolume")?;
-    let staging = staging_path(mgr, &req.volume_id)?;
-    let staged = mgr
-        .store()
-        .volume(&req.volume_id)?
-        .is_some_and(|r| r.phase == Phase::Staged);
-    if !staged {
-        let parent = mgr
-            .config()
-            .kubelet_root
-            .plugin_dir(&mgr.config().driver_name)?;
-        mgr.ensure_dir(&parent.join("ephemeral", &mgr.config().kubelet_root)?, d)
-            .await?;
-    }
-    mgr.stage_smb(&req.volume_id, &staging, &vol, true, d)
-        .await?;
-    mgr.link_target(&req.volume_id, target, &staging, req.readonly, d)
-        .await
-}
+use crate::lifecycle::{SecretSource, Secrets};
 
 /// Reads Secrets from the Kubernetes API (`GET /api/v1/namespaces/<ns>/secrets/<name>`). The client is built on
 /// first use, so a driver without any Kubernetes config still starts and serves every other volume; only an inline
@@ -188,7 +99,7 @@ impl KubeSecrets {
             .await
     }
 
-    async fn read(&self, namespace: &str, name: &str) -> Result<smb::Secrets, Error> {
+    async fn read(&self, namespace: &str, name: &str) -> Result<Secrets, Error> {
         use k8s_openapi::api::core::v1::Secret;
         let api: kube::Api<Secret> = kube::Api::namespaced(self.client().await?.clone(), namespace);
         let secret = match api.get(name).await {
@@ -221,7 +132,7 @@ impl KubeSecrets {
             })?;
             entries.push((key, text));
         }
-        Ok(smb::Secrets::new(entries))
+        Ok(Secrets::new(entries))
     }
 }
 
@@ -237,12 +148,12 @@ fn kubeconfig_error_text(e: &kube::config::KubeconfigError) -> String {
     }
 }
 
-impl crate::volume::SecretSource for KubeSecrets {
+impl SecretSource for KubeSecrets {
     fn secret(
         &self,
         namespace: &str,
         name: &str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<smb::Secrets, Error>> + Send + '_>>
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Secrets, Error>> + Send + '_>>
     {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         Box::pin(async move { self.read(&namespace, &name).await })
@@ -373,18 +284,22 @@ mod tests {
 
     use super::fake_api;
     use super::*;
+    use crate::backend::Protocols;
     use crate::host::HostOp::*;
     use crate::host::KubeletRoot;
     use crate::host::fake::FakeHost;
-    use crate::volume::{
-        AccessType, Capability, EPHEMERAL_KEY, UnpublishRequest, VolumeConfig, VolumeManager,
+    use crate::lifecycle::inline::staging_path;
+    use crate::lifecycle::{
+        AccessType, Capability, EPHEMERAL_KEY, PublishRequest, UnpublishRequest, VolumeConfig,
+        VolumeManager,
     };
+    use crate::locks::Deadline;
 
     const PASSWORD: &str = "Eph-S3cret!";
 
     async fn setup() -> (
         FakeHost,
-        VolumeManager<FakeHost>,
+        VolumeManager<FakeHost, Protocols>,
         fake_api::FakeApiServer,
         tempfile::TempDir,
     ) {
@@ -411,7 +326,7 @@ mod tests {
             kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
             driver_name: "wincsi.csi.io".into(),
         };
-        let mgr = VolumeManager::new(host.clone(), cfg, dir.path())
+        let mgr = VolumeManager::new(host.clone(), Protocols::default(), cfg, dir.path())
             .expect("mgr")
             .with_secret_source(Arc::new(KubeSecrets::from_config(config)));
         (host, mgr, api, dir)

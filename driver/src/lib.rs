@@ -12,6 +12,7 @@ pub mod error;
 pub mod host;
 pub mod identity;
 pub mod iscsi;
+pub mod lifecycle;
 pub mod listener;
 pub mod locks;
 pub mod logging;
@@ -20,6 +21,5 @@ pub mod rpc;
 pub mod server;
 pub mod smb;
 pub mod state;
-pub mod volume;
 
 pub use error::{Error, Result};

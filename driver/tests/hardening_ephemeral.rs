@@ -8,12 +8,11 @@ use std::time::Duration;
 use wincsi::Error;
 use wincsi::host::KubeletRoot;
 use wincsi::host::fake::FakeHost;
+use wincsi::lifecycle::{
+    AccessType, Capability, EPHEMERAL_KEY, PublishRequest, SecretSource, VolumeConfig,
+};
 use wincsi::locks::Deadline;
 use wincsi::smb::Secrets;
-use wincsi::volume::{
-    AccessType, Capability, EPHEMERAL_KEY, PublishRequest, SecretSource, VolumeConfig,
-    VolumeManager,
-};
 
 /// Records which Secrets the driver asked for.
 #[derive(Default)]
@@ -77,7 +76,7 @@ async fn inline_volumes_only_read_secrets_of_their_pods_namespace() {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    let mgr = VolumeManager::new(host.clone(), cfg, dir.path())
+    let mgr = wincsi::backend::manager(host.clone(), cfg, dir.path())
         .expect("manager")
         .with_secret_source(recorder.clone());
     let d = || Deadline::after(Duration::from_secs(30));

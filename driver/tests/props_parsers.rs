@@ -224,7 +224,7 @@ proptest! {
                 prop_assert!(!shown.contains(PW_MARK), "Debug shows the password: {shown}");
             }
         }
-        let e = smb::check_mount_flags(&[format!("vers=3,password={MARK}x")]).expect_err("refused");
+        let e = wincsi::lifecycle::check_mount_flags(&[format!("vers=3,password={MARK}x")]).expect_err("refused");
         prop_assert!(!e.to_string().contains(MARK));
     }
 

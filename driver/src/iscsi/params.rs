@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::error::Error;
 use crate::host::{IscsiAuth, Portal, Secret};
-use crate::smb::{Secrets, context_get};
+use crate::lifecycle::{Secrets, context_get};
 
 /// The highest LUN accepted. Windows addresses a disk through `SCSI_ADDRESS`, whose `Lun` field is a `UCHAR`: the
 /// Microsoft iSCSI initiator (and `MSFT_Disk.Location`, which `ListDiskLocations` parses) cannot present a LUN above

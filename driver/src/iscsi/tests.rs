@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use super::disk::backoff_schedule;
 use super::*;
-use crate::host::IscsiAuth;
-use crate::host::KubeletRoot;
+use crate::backend::Protocols;
 use crate::host::fake::FakeHost;
-use crate::smb::Secrets;
-use crate::volume::{
+use crate::host::{IscsiAuth, KubeletRoot};
+use crate::lifecycle::{
     AccessType, Capability, PublishRequest, StageRequest, StatsRequest, UnpublishRequest,
-    UnstageRequest, VolumeConfig,
+    UnstageRequest, VolumeConfig, VolumeManager,
 };
 use HostOp::*;
 
@@ -51,7 +51,7 @@ fn cap(fs: &str) -> Option<Capability> {
 
 struct Env {
     host: FakeHost,
-    mgr: VolumeManager<FakeHost>,
+    mgr: VolumeManager<FakeHost, Protocols>,
     dir: tempfile::TempDir,
 }
 
@@ -70,12 +70,12 @@ impl Env {
         Self { host, mgr, dir }
     }
 
-    fn manager(host: &FakeHost, dir: &Path) -> VolumeManager<FakeHost> {
+    fn manager(host: &FakeHost, dir: &Path) -> VolumeManager<FakeHost, Protocols> {
         let cfg = VolumeConfig {
             kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
             driver_name: "wincsi.csi.io".into(),
         };
-        VolumeManager::new(host.clone(), cfg, dir).expect("manager")
+        VolumeManager::new(host.clone(), Protocols::default(), cfg, dir).expect("manager")
     }
 
     fn restart(&mut self) {
@@ -110,16 +110,10 @@ impl Env {
     }
 
     fn record(&self, id: &str) -> IscsiRecord {
-        match self
-            .mgr
-            .store()
-            .volume(id)
-            .expect("read")
-            .expect("record")
-            .protocol
-        {
-            Protocol::Iscsi(r) => r,
-            other => panic!("not iSCSI: {other:?}"),
+        let rec = self.mgr.store().volume(id).expect("read").expect("record");
+        match rec.details::<IscsiRecord>().expect("decode") {
+            Some(r) => r,
+            None => panic!("not iSCSI: {rec:?}"),
         }
     }
 }

@@ -14,57 +14,10 @@
 //! (default true), not per volume: csi-proxy v1's `NewSmbGlobalMapping` has no such field.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use crate::error::Error;
 use crate::host::{Secret, SmbCredential, UncPath, check_component};
-
-/// The CSI `secrets` map of a request: keys are shown by `Debug`, values never.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secrets(BTreeMap<String, Secret>);
-
-impl Secrets {
-    /// Build from the request's map.
-    pub fn new<I, K, V>(entries: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: Into<String>,
-        V: Into<String>,
-    {
-        Self(
-            entries
-                .into_iter()
-                .map(|(k, v)| (k.into(), Secret::new(v)))
-                .collect(),
-        )
-    }
-
-    /// Look a key up case-insensitively.
-    pub fn get(&self, key: &str) -> Option<&Secret> {
-        self.0
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v)
-    }
-
-    /// Whether the map is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Every value (for tests that assert no secret leaks).
-    pub fn values(&self) -> impl Iterator<Item = &Secret> {
-        self.0.values()
-    }
-}
-
-impl fmt::Debug for Secrets {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map()
-            .entries(self.0.keys().map(|k| (k, "<redacted>")))
-            .finish()
-    }
-}
+use crate::lifecycle::{Secrets, check_mount_flags, context_get, is_credential_key};
 
 /// A parsed SMB volume: where it lives and how to map it.
 #[derive(Clone, Debug)]
@@ -87,52 +40,6 @@ impl SmbVolume {
     pub fn principal(&self) -> Option<&str> {
         self.credential.as_ref().map(SmbCredential::principal)
     }
-}
-
-/// Keys that smell of credentials; refused outside the secrets map.
-const CREDENTIAL_KEYS: &[&str] = &[
-    "username",
-    "user",
-    "password",
-    "pass",
-    "passwd",
-    "pwd",
-    "credentials",
-    "cred",
-];
-
-fn is_credential_key(key: &str) -> bool {
-    let key = key.trim().to_ascii_lowercase();
-    let last = key.rsplit(['/', '.']).next().unwrap_or(&key);
-    CREDENTIAL_KEYS.contains(&last)
-}
-
-/// Look a volume_context key up case-insensitively.
-pub fn context_get<'a>(context: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
-    context
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(key))
-        .map(|(_, v)| v.as_str())
-}
-
-/// Refuse credentials in mount options (each option may itself be a comma-separated list). Returns the other option
-/// keys, which Windows ignores (for a log line).
-pub fn check_mount_flags(flags: &[String]) -> Result<Vec<String>, Error> {
-    let mut ignored = Vec::new();
-    for flag in flags.iter().flat_map(|f| f.split(',')) {
-        let key = flag.split('=').next().unwrap_or_default().trim();
-        if key.is_empty() {
-            continue;
-        }
-        if is_credential_key(key) {
-            return Err(Error::InvalidArgument(format!(
-                "mount option {key:?} carries a credential; rule: put username/password/domain in the node-stage \
-                 secret, never in mountOptions"
-            )));
-        }
-        ignored.push(key.to_owned());
-    }
-    Ok(ignored)
 }
 
 /// Parse an SMB volume from `volume_context` and the node-stage `secrets`.

@@ -280,32 +280,24 @@ pub mod fake_api {
 mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
-    use std::time::Duration;
 
     use super::fake_api;
     use super::*;
-    use crate::backend::Protocols;
     use crate::host::HostOp::*;
-    use crate::host::KubeletRoot;
-    use crate::host::fake::FakeHost;
     use crate::lifecycle::inline::staging_path;
     use crate::lifecycle::{
-        AccessType, Capability, EPHEMERAL_KEY, PublishRequest, UnpublishRequest, VolumeConfig,
-        VolumeManager,
+        AccessType, Capability, EPHEMERAL_KEY, PublishRequest, UnpublishRequest,
     };
-    use crate::locks::Deadline;
+    use crate::testing::{Env, d};
 
     const PASSWORD: &str = "Eph-S3cret!";
 
-    async fn setup() -> (
-        FakeHost,
-        VolumeManager<FakeHost, Protocols>,
-        fake_api::FakeApiServer,
-        tempfile::TempDir,
-    ) {
-        let host = FakeHost::new();
-        host.add_share(r"\\srv\share", &["apps"]);
-        host.require_password(r"\\srv\share", PASSWORD);
+    /// Share `\\srv\share` (with `apps`) that only `CORP\bob` with [`PASSWORD`] may map, and the Kubernetes API
+    /// serving that credential as Secret `team/smb-creds`.
+    async fn setup() -> (Env, fake_api::FakeApiServer) {
+        let mut env = Env::new(&serde_json::json!({"smb": {"servers": [{"name": "srv",
+            "accounts": [{"user": "bob", "password": PASSWORD, "domain": "CORP"}],
+            "shares": [{"name": "share", "files": {"apps/readme.txt": "hello"}}]}]}}));
         let secrets: BTreeMap<_, _> = [(
             ("team".to_owned(), "smb-creds".to_owned()),
             fake_api::secret_json(
@@ -321,15 +313,8 @@ mod tests {
         .into();
         let api = fake_api::serve(secrets).await.expect("fake api");
         let config = kube::Config::new(api.url.parse().expect("url"));
-        let dir = tempfile::tempdir().expect("tmp");
-        let cfg = VolumeConfig {
-            kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
-            driver_name: "wincsi.csi.io".into(),
-        };
-        let mgr = VolumeManager::new(host.clone(), Protocols::default(), cfg, dir.path())
-            .expect("mgr")
-            .with_secret_source(Arc::new(KubeSecrets::from_config(config)));
-        (host, mgr, api, dir)
+        env.set_secret_source(Arc::new(KubeSecrets::from_config(config)));
+        (env, api)
     }
 
     fn req(secret_name: &str) -> PublishRequest {
@@ -357,16 +342,13 @@ mod tests {
         }
     }
 
-    fn d() -> Deadline {
-        Deadline::after(Duration::from_secs(600))
-    }
-
     #[tokio::test]
     async fn ephemeral_publish_stages_privately_and_unpublish_cleans_up() {
-        let (host, mgr, _api, _dir) = setup().await;
-        mgr.publish(&req("smb-creds"), d()).await.expect("publish");
+        let (env, _api) = setup().await;
+        let mgr = &env.mgr;
+        env.publish(&req("smb-creds"), d()).await.expect("publish");
         assert_eq!(
-            host.ops(),
+            env.ops(),
             vec![
                 Mkdir,
                 PathExists,
@@ -376,43 +358,42 @@ mod tests {
                 CreateSymlink
             ]
         );
-        let private = staging_path(&mgr, "csi-eph-1").expect("path");
+        let private = staging_path(mgr, "csi-eph-1").expect("path");
         assert!(
             private
                 .as_str()
                 .starts_with(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\ephemeral\")
         );
-        assert!(host.resolves(r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount"));
+        assert!(env.resolves(r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount"));
         let rec = mgr
             .store()
             .volume("csi-eph-1")
             .expect("read")
             .expect("record");
         assert!(rec.ephemeral);
-        host.clear_calls();
-        mgr.publish(&req("smb-creds"), d()).await.expect("repeat");
+        env.clear_calls();
+        env.publish(&req("smb-creds"), d()).await.expect("repeat");
         assert_eq!(
-            host.ops(),
+            env.ops(),
             vec![PathExists, IsSymlink, PathExists, IsSymlink]
         );
-        host.clear_calls();
+        env.clear_calls();
         let un = UnpublishRequest {
             volume_id: "csi-eph-1".into(),
             target_path: req("x").target_path,
         };
         mgr.unpublish(&un, d()).await.expect("unpublish");
         assert_eq!(
-            host.ops(),
+            env.ops(),
             vec![PathExists, Rmdir, PathExists, Rmdir, RemoveSmbGlobalMapping]
         );
-        assert!(host.mappings().is_empty() && host.links().is_empty());
-        assert!(mgr.store().volumes().expect("list").is_empty());
-        assert!(mgr.store().publications().expect("list").is_empty());
+        env.assert_clean();
     }
 
     #[tokio::test]
     async fn missing_secret_and_namespace() {
-        let (host, mgr, _api, _dir) = setup().await;
+        let (env, _api) = setup().await;
+        let mgr = &env.mgr;
         let err = mgr.publish(&req("nope"), d()).await.expect_err("missing");
         assert!(
             matches!(&err, Error::FailedPrecondition(m) if m.contains("team/nope")),
@@ -431,7 +412,7 @@ mod tests {
             mgr.publish(&r, d()).await,
             Err(Error::FailedPrecondition(_))
         ));
-        assert!(host.calls().is_empty());
+        assert!(env.calls().is_empty());
     }
 
     #[test]

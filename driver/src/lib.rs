@@ -21,5 +21,7 @@ pub mod rpc;
 pub mod server;
 pub mod smb;
 pub mod state;
+#[cfg(test)]
+mod testing;
 
 pub use error::{Error, Result};

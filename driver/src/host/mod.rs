@@ -1,15 +1,28 @@
-//! The host port: everything the driver asks of the Windows host, shaped after csi-proxy's primitives.
+//! The host port: everything the driver asks of the Windows host, shaped after csi-proxy's primitives, and the
+//! vocabulary it speaks.
 //!
-//! The driver never touches a host path directly; every host operation goes through [`Host`]. Implementations:
-//! [`csi_proxy::CsiProxyHost`] (csi-proxy over named pipes, or the simulated host over Unix sockets) and, for tests,
-//! `fake::FakeHost` (compiled for tests and with the `test-util` feature), a recording fake with scriptable state and
-//! failure injection.
+//! * The port: [`Host`], one method per host operation ([`HostOp`], named after the csi-proxy RPC), each bounded by
+//!   the RPC's [`Deadline`]; failures are [`HostError`]s classified into [`HostErrorKind`] by the backend, so the
+//!   layers above decide on kinds, never on a backend's error texts. [`HostProbe`] is the backend's liveness check.
+//! * The vocabulary: validated host paths inside the kubelet root ([`HostPath`], [`KubeletRoot`]), UNC paths and SMB
+//!   credentials ([`UncPath`], [`SmbCredential`]), disk locations and identifiers ([`DiskLocation`], [`DiskIds`]),
+//!   target portals and login authentication ([`Portal`], [`IscsiAuth`]) and the redacting [`Secret`].
+//! * The backends: [`csi_proxy::CsiProxyHost`] (csi-proxy over named pipes, or the simulated host over Unix sockets
+//!   or in-process). A native HostProcess backend (Win32 + WMI) is another implementation of the same trait, in
+//!   `host/native/`. Only this module and the composition root (`crate::backend`) name a backend.
+//!
+//! Every test double of the host is the simulated host (`sim`), reached through the csi-proxy backend: there is one
+//! model of a Windows host.
 //!
 //! csi-proxy v1 cannot list or query SMB global mappings. The driver therefore learns a mapping's health from path
 //! reachability: [`Host::is_symlink`] is true only when a link *and its target* exist, so a staging link whose UNC
 //! target does not resolve means the mapping is down (Disconnected after a reboot, credentials rotated, server gone).
 //! Repairing relies on `NewSmbGlobalMapping`'s own reuse-or-recreate logic: it keeps an OK, reachable mapping and
 //! removes and re-creates a broken one.
+//!
+//! Capabilities csi-proxy lacks (listing SMB mappings, clearing a disk's read-only flag, discovery CHAP, persistent
+//! logins) belong here as further trait methods with a default that says "not supported", so a backend that has
+//! them overrides the default and the protocols ask before relying on one.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -19,8 +32,6 @@ use crate::locks::Deadline;
 mod block;
 pub mod csi_proxy;
 mod error;
-#[cfg(any(test, feature = "test-util"))]
-pub mod fake;
 mod path;
 mod probe;
 mod unc;

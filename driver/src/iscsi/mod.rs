@@ -128,8 +128,6 @@ use crate::locks::Deadline;
 use crate::state::{Details, Phase, VolumeRecord};
 
 pub mod disk;
-#[cfg(any(test, feature = "test-util"))]
-pub mod fake;
 mod params;
 mod stage;
 #[cfg(test)]

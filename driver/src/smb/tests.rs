@@ -4,17 +4,16 @@
 use std::time::Duration;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
+use sim::state::MappingStatus;
+
 use super::*;
-use crate::backend::Protocols;
-use crate::host::fake::{Call, FakeHost, MappingStatus};
-use crate::host::{HostErrorKind, HostOp, KubeletRoot};
+use crate::host::HostOp;
 use crate::lifecycle::{
     AccessType, Capability, PublishRequest, StatsRequest, UnpublishRequest, UnstageRequest,
-    VolumeConfig, VolumeManager,
 };
+use crate::testing::{Call, Env, d};
 use HostOp::*;
 
 const SHARE: &str = r"\\srv\share";
@@ -31,10 +30,6 @@ fn target(pod: &str) -> String {
     format!(r"\var\lib\kubelet\pods\{pod}\volumes\kubernetes.io~csi\pv\mount")
 }
 
-fn d() -> Deadline {
-    Deadline::after(Duration::from_secs(600))
-}
-
 fn cap() -> Option<Capability> {
     Some(Capability {
         access_type: AccessType::Mount {
@@ -45,61 +40,38 @@ fn cap() -> Option<Capability> {
     })
 }
 
-struct Env {
-    host: FakeHost,
-    mgr: VolumeManager<FakeHost, Protocols>,
-    dir: tempfile::TempDir,
+/// The SMB world of these tests: server `srv` (shares `share`, with `base\existing`, and `other`; accounts
+/// `CORP\bob`, `CORP\alice` and the local `carol`) and server `nas` (shares `data` and `other`; `CORP\bob` and the
+/// local `someone`). `blocking`: whether a Disconnected mapping blocks re-creating it (Windows error 85).
+fn new_env(blocking: bool) -> Env {
+    let accounts = |extra: serde_json::Value| {
+        let mut a = serde_json::json!([
+            {"user": "bob", "password": "pw-1", "domain": "CORP"},
+        ]);
+        a.as_array_mut()
+            .expect("array")
+            .extend(extra.as_array().cloned().unwrap_or_default());
+        a
+    };
+    Env::new(&serde_json::json!({
+        "host": {"disconnected_mapping_blocks_create": blocking},
+        "smb": {"servers": [
+            {"name": "srv",
+             "accounts": accounts(serde_json::json!([
+                 {"user": "alice", "password": "pw-1", "domain": "CORP"},
+                 {"user": "carol", "password": "initial-pw"}
+             ])),
+             "shares": [{"name": "share", "files": {"base/existing/keep.txt": "keep"}}, {"name": "other"}]},
+            {"name": "nas",
+             "accounts": accounts(serde_json::json!([{"user": "someone", "password": "pw-9"}])),
+             "shares": [{"name": "data"}, {"name": "other"}]}
+        ]}
+    }))
 }
 
-impl Env {
-    fn new() -> Self {
-        let host = FakeHost::new();
-        host.add_share(SHARE, &["base", "base/existing"]);
-        host.add_share(r"\\srv\other", &[]);
-        let dir = tempfile::tempdir().expect("tmp");
-        let mgr = Self::manager(&host, dir.path());
-        Self { host, mgr, dir }
-    }
-
-    fn manager(host: &FakeHost, dir: &Path) -> VolumeManager<FakeHost, Protocols> {
-        let cfg = VolumeConfig {
-            kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
-            driver_name: "wincsi.csi.io".into(),
-        };
-        VolumeManager::new(host.clone(), Protocols::default(), cfg, dir).expect("manager")
-    }
-
-    /// A fresh manager over the same state dir and host: a restarted driver.
-    fn restart(&mut self) {
-        self.mgr = Self::manager(&self.host, self.dir.path());
-    }
-
-    fn ops(&self) -> Vec<HostOp> {
-        let ops = self.host.ops();
-        self.host.clear_calls();
-        ops
-    }
-
-    fn assert_clean(&self) {
-        assert!(
-            self.host.mappings().is_empty(),
-            "leaked mappings: {:?}",
-            self.host.mappings()
-        );
-        assert!(
-            self.host.links().is_empty(),
-            "leaked links: {:?}",
-            self.host.links()
-        );
-        assert!(
-            self.mgr.store().volumes().expect("list").is_empty(),
-            "leaked volume records"
-        );
-        assert!(
-            self.mgr.store().publications().expect("list").is_empty(),
-            "leaked publish records"
-        );
-    }
+/// The host's global mappings, by lower-cased root.
+fn mappings(env: &Env) -> BTreeMap<String, sim::state::Mapping> {
+    env.state(|s| s.mappings().clone())
 }
 
 fn stage_req(id: &str, source: &str, sub_dir: Option<&str>, user: &str) -> StageRequest {
@@ -143,11 +115,11 @@ fn unpublish_req(id: &str, pod: &str) -> UnpublishRequest {
 
 #[tokio::test]
 async fn first_and_repeated_stage() {
-    let env = Env::new();
+    let env = new_env(false);
     let req = stage_req("v1", r"\\srv\share\base", None, "bob");
-    env.mgr.stage(&req, d()).await.expect("stage");
+    env.stage(&req, d()).await.expect("stage");
     assert_eq!(
-        env.host.calls(),
+        env.calls(),
         vec![
             Call::PathExists(norm_staging("v1")),
             Call::NewSmbGlobalMapping {
@@ -158,7 +130,7 @@ async fn first_and_repeated_stage() {
             Call::IsSymlink(norm_staging("v1")),
         ]
     );
-    env.host.clear_calls();
+    env.clear_calls();
     let rec = env.mgr.store().volume("v1").expect("read").expect("record");
     assert_eq!(rec.phase, Phase::Staged);
     assert_eq!(
@@ -169,33 +141,31 @@ async fn first_and_repeated_stage() {
             principal: Some(r"CORP\bob".into())
         })
     );
-    env.mgr.stage(&req, d()).await.expect("repeat");
-    assert_eq!(env.ops(), vec![PathExists, IsSymlink]);
-    assert_eq!(env.host.mappings().len(), 1);
-    assert!(env.host.resolves(&norm_staging("v1")));
+    env.stage(&req, d()).await.expect("repeat");
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+    assert_eq!(mappings(&env).len(), 1);
+    assert!(env.resolves(&norm_staging("v1")));
 }
 
 #[tokio::test]
 async fn stage_replaces_kubelets_empty_directory() {
-    let env = Env::new();
-    env.host.add_dir(&staging("v1"));
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    let env = new_env(false);
+    env.mkdir(&staging("v1"));
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("stage");
     assert_eq!(
-        env.ops(),
+        env.take_ops(),
         vec![PathExists, Rmdir, NewSmbGlobalMapping, IsSymlink]
     );
-    assert!(env.host.calls().is_empty());
+    assert!(env.calls().is_empty());
 }
 
 #[tokio::test]
 async fn stage_refuses_non_empty_staging_directory_and_leaves_nothing() {
-    let env = Env::new();
-    env.host.add_dir(&format!(r"{}\data", staging("v1")));
+    let env = new_env(false);
+    env.mkdir(&format!(r"{}\data", staging("v1")));
     let err = env
-        .mgr
         .stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect_err("non-empty");
@@ -203,14 +173,14 @@ async fn stage_refuses_non_empty_staging_directory_and_leaves_nothing() {
         matches!(&err, Error::FailedPrecondition(m) if m.contains("non-empty")),
         "{err:?}"
     );
-    assert_eq!(env.ops(), vec![PathExists, Rmdir]);
+    assert_eq!(env.take_ops(), vec![PathExists, Rmdir]);
     assert!(env.mgr.store().volume("v1").expect("read").is_none());
-    assert!(env.host.exists(&format!(r"{}\data", staging("v1"))));
+    assert!(env.exists(&format!(r"{}\data", staging("v1"))));
 }
 
 #[tokio::test]
 async fn stage_with_sub_dir_template_creates_it_on_the_share() {
-    let env = Env::new();
+    let env = new_env(false);
     let mut req = stage_req(
         "v1",
         r"\\srv\share\base",
@@ -221,10 +191,10 @@ async fn stage_with_sub_dir_template_creates_it_on_the_share() {
         .insert("csi.storage.k8s.io/pvc/name".into(), "data".into());
     req.volume_context
         .insert("csi.storage.k8s.io/pvc/namespace".into(), "team".into());
-    env.mgr.stage(&req, d()).await.expect("stage");
-    let calls = env.host.calls();
+    env.stage(&req, d()).await.expect("stage");
+    let calls = env.calls();
     assert_eq!(
-        env.ops(),
+        env.take_ops(),
         vec![
             PathExists,
             NewSmbGlobalMapping,
@@ -241,33 +211,32 @@ async fn stage_with_sub_dir_template_creates_it_on_the_share() {
     assert!(
         matches!(&calls[4], Call::NewSmbGlobalMapping { remote, .. } if remote == r"\\srv\share\base\team\data")
     );
-    assert!(env.host.share_has_dir(SHARE, r"base\team\data"));
-    assert_eq!(
-        env.host
-            .links()
-            .get(&norm_staging("v1").to_ascii_lowercase())
-            .map(String::as_str),
-        Some(r"\\srv\share\base\team\data\")
+    assert!(env.state(|s| s.share_has_dir("srv", "share", r"base\team\data")));
+    let link = env
+        .state(|s| s.read_link(&norm_staging("v1")))
+        .expect("a link");
+    assert!(
+        link.trim_end_matches('\\')
+            .eq_ignore_ascii_case(r"\\srv\share\base\team\data"),
+        "{link}"
     );
-    env.mgr.stage(&req, d()).await.expect("repeat");
-    assert_eq!(env.ops(), vec![PathExists, IsSymlink]);
+    env.stage(&req, d()).await.expect("repeat");
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
 }
 
 #[tokio::test]
 async fn publish_unpublish_sequences() {
-    let env = Env::new();
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("stage");
-    env.host.clear_calls();
-    env.mgr
-        .publish(&publish_req("v1", "p1"), d())
+    env.clear_calls();
+    env.publish(&publish_req("v1", "p1"), d())
         .await
         .expect("publish");
     let t = r"C:\var\lib\kubelet\pods\p1\volumes\kubernetes.io~csi\pv\mount".to_owned();
     assert_eq!(
-        env.host.calls(),
+        env.calls(),
         vec![
             Call::PathExists(t.clone()),
             Call::CreateSymlink {
@@ -276,80 +245,78 @@ async fn publish_unpublish_sequences() {
             }
         ]
     );
-    env.host.clear_calls();
-    assert!(env.host.resolves(&t));
-    env.mgr
-        .publish(&publish_req("v1", "p1"), d())
+    env.clear_calls();
+    assert!(env.resolves(&t));
+    env.publish(&publish_req("v1", "p1"), d())
         .await
         .expect("repeat");
-    assert_eq!(env.ops(), vec![PathExists, IsSymlink]);
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
     // kubelet's empty directory at a second target.
-    env.host.add_dir(&target("p2"));
-    env.mgr
-        .publish(&publish_req("v1", "p2"), d())
+    env.mkdir(&target("p2"));
+    env.publish(&publish_req("v1", "p2"), d())
         .await
         .expect("publish over dir");
-    assert_eq!(env.ops(), vec![PathExists, IsSymlink, Rmdir, CreateSymlink]);
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, IsSymlink, Rmdir, CreateSymlink]
+    );
     env.mgr
         .unpublish(&unpublish_req("v1", "p1"), d())
         .await
         .expect("unpublish");
-    assert_eq!(env.ops(), vec![PathExists, Rmdir]);
+    assert_eq!(env.take_ops(), vec![PathExists, Rmdir]);
     env.mgr
         .unpublish(&unpublish_req("v1", "p1"), d())
         .await
         .expect("repeat unpublish");
-    assert_eq!(env.ops(), vec![PathExists]);
+    assert_eq!(env.take_ops(), vec![PathExists]);
     env.mgr
         .unpublish(&unpublish_req("v1", "p2"), d())
         .await
         .expect("unpublish 2");
-    env.host.clear_calls();
+    env.clear_calls();
     env.mgr
         .unstage(&unstage_req("v1"), d())
         .await
         .expect("unstage");
     assert_eq!(
-        env.host.calls(),
+        env.calls(),
         vec![
             Call::PathExists(norm_staging("v1")),
             Call::Rmdir(norm_staging("v1"), false),
             Call::RemoveSmbGlobalMapping(SHARE.into()),
         ]
     );
-    env.host.clear_calls();
+    env.clear_calls();
     env.mgr
         .unstage(&unstage_req("v1"), d())
         .await
         .expect("repeat unstage");
-    assert_eq!(env.ops(), vec![PathExists]);
+    assert_eq!(env.take_ops(), vec![PathExists]);
     env.assert_clean();
 }
 
 #[tokio::test]
 async fn publish_error_branches() {
-    let env = Env::new();
+    let env = new_env(false);
     // Not staged.
     let err = env
-        .mgr
         .publish(&publish_req("v1", "p1"), d())
         .await
         .expect_err("not staged");
     assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("stage");
-    env.mgr
-        .stage(&stage_req("v2", SHARE, None, "bob"), d())
+    env.stage(&stage_req("v2", SHARE, None, "bob"), d())
         .await
         .expect("stage");
-    env.host.clear_calls();
+    env.clear_calls();
     // No staging path.
     let mut r = publish_req("v1", "p1");
     r.staging_target_path.clear();
     assert!(matches!(
-        env.mgr.publish(&r, d()).await,
+        env.publish(&r, d()).await,
         Err(Error::FailedPrecondition(_))
     ));
     // Block.
@@ -359,13 +326,12 @@ async fn publish_error_branches() {
         access_mode: 1,
     });
     assert!(
-        matches!(env.mgr.publish(&r, d()).await, Err(Error::InvalidArgument(m)) if m.contains("block"))
+        matches!(env.publish(&r, d()).await, Err(Error::InvalidArgument(m)) if m.contains("block"))
     );
-    assert!(env.host.calls().is_empty());
+    assert!(env.calls().is_empty());
     // Non-empty target directory.
-    env.host.add_dir(&format!(r"{}\file", target("p9")));
+    env.mkdir(&format!(r"{}\file", target("p9")));
     let err = env
-        .mgr
         .publish(&publish_req("v1", "p9"), d())
         .await
         .expect_err("non-empty");
@@ -373,27 +339,22 @@ async fn publish_error_branches() {
         matches!(&err, Error::FailedPrecondition(m) if m.contains("non-empty")),
         "{err:?}"
     );
-    assert_eq!(env.ops(), vec![PathExists, IsSymlink, Rmdir]);
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink, Rmdir]);
     // Published from another source.
-    env.mgr
-        .publish(&publish_req("v1", "p1"), d())
+    env.publish(&publish_req("v1", "p1"), d())
         .await
         .expect("publish");
-    env.host.clear_calls();
+    env.clear_calls();
     let mut other = publish_req("v2", "p1");
     other.target_path = target("p1");
-    let err = env
-        .mgr
-        .publish(&other, d())
-        .await
-        .expect_err("other source");
+    let err = env.publish(&other, d()).await.expect_err("other source");
     assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
-    assert_eq!(env.ops(), vec![PathExists, IsSymlink]);
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
     // Readonly mismatch.
     let mut ro = publish_req("v1", "p1");
     ro.readonly = true;
     assert!(matches!(
-        env.mgr.publish(&ro, d()).await,
+        env.publish(&ro, d()).await,
         Err(Error::AlreadyExists(_))
     ));
     // Unpublish of another volume's target is refused.
@@ -410,7 +371,7 @@ async fn publish_error_branches() {
         },
         access_mode: 5,
     });
-    let err = env.mgr.publish(&r, d()).await.expect_err("creds");
+    let err = env.publish(&r, d()).await.expect_err("creds");
     assert!(
         matches!(&err, Error::InvalidArgument(m) if !m.contains("topsecret")),
         "{err:?}"
@@ -419,29 +380,29 @@ async fn publish_error_branches() {
 
 #[tokio::test]
 async fn error_table() {
-    let env = Env::new();
+    let env = new_env(false);
     let mut s = stage_req("v1", SHARE, None, "bob");
     s.volume_id.clear();
     assert!(matches!(
-        env.mgr.stage(&s, d()).await,
+        env.stage(&s, d()).await,
         Err(Error::InvalidArgument(_))
     ));
     let mut s = stage_req("v1", SHARE, None, "bob");
     s.staging_target_path.clear();
     assert!(matches!(
-        env.mgr.stage(&s, d()).await,
+        env.stage(&s, d()).await,
         Err(Error::InvalidArgument(_))
     ));
     let mut s = stage_req("v1", SHARE, None, "bob");
     s.capability = None;
     assert!(matches!(
-        env.mgr.stage(&s, d()).await,
+        env.stage(&s, d()).await,
         Err(Error::InvalidArgument(_))
     ));
     let mut s = stage_req("v1", SHARE, None, "bob");
     s.staging_target_path = r"C:\Windows\System32".into();
     assert!(
-        matches!(env.mgr.stage(&s, d()).await, Err(Error::InvalidArgument(m)) if m.contains("kubelet-root"))
+        matches!(env.stage(&s, d()).await, Err(Error::InvalidArgument(m)) if m.contains("kubelet-root"))
     );
     let mut s = stage_req("v1", SHARE, None, "bob");
     s.capability = Some(Capability {
@@ -449,19 +410,19 @@ async fn error_table() {
         access_mode: 1,
     });
     assert!(matches!(
-        env.mgr.stage(&s, d()).await,
+        env.stage(&s, d()).await,
         Err(Error::InvalidArgument(_))
     ));
     let mut p = publish_req("v1", "p1");
     p.target_path.clear();
     assert!(matches!(
-        env.mgr.publish(&p, d()).await,
+        env.publish(&p, d()).await,
         Err(Error::InvalidArgument(_))
     ));
     let mut p = publish_req("v1", "p1");
     p.capability = None;
     assert!(matches!(
-        env.mgr.publish(&p, d()).await,
+        env.publish(&p, d()).await,
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
@@ -501,11 +462,10 @@ async fn error_table() {
         Err(Error::NotFound(_))
     ));
     assert!(
-        env.host.calls().is_empty(),
+        env.calls().is_empty(),
         "validation happens before any host call"
     );
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("stage");
     assert!(matches!(
@@ -523,7 +483,6 @@ async fn error_table() {
         .expect("unknown unpublish");
     // Same volume id, other source: AlreadyExists.
     let err = env
-        .mgr
         .stage(&stage_req("v1", r"\\srv\other", None, "bob"), d())
         .await
         .expect_err("conflict");
@@ -532,44 +491,47 @@ async fn error_table() {
 
 #[tokio::test]
 async fn two_volumes_share_one_mapping_with_durable_count() {
-    let mut env = Env::new();
-    env.mgr
-        .stage(&stage_req("v1", r"\\srv\share\base", None, "bob"), d())
+    let mut env = new_env(false);
+    env.stage(&stage_req("v1", r"\\srv\share\base", None, "bob"), d())
         .await
         .expect("v1");
-    env.mgr
-        .stage(&stage_req("v2", r"\\SRV\Share", None, "bob"), d())
+    env.stage(&stage_req("v2", r"\\SRV\Share", None, "bob"), d())
         .await
         .expect("v2");
-    assert_eq!(env.host.mappings().len(), 1);
+    assert_eq!(mappings(&env).len(), 1);
     env.restart();
-    env.host.clear_calls();
+    env.clear_calls();
     env.mgr
         .unstage(&unstage_req("v1"), d())
         .await
         .expect("unstage v1");
-    assert_eq!(env.ops(), vec![PathExists, Rmdir], "mapping kept for v2");
-    assert_eq!(env.host.mappings().len(), 1);
-    assert!(env.host.resolves(&staging("v2")));
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, Rmdir],
+        "mapping kept for v2"
+    );
+    assert_eq!(mappings(&env).len(), 1);
+    assert!(env.resolves(&staging("v2")));
     env.mgr
         .unstage(&unstage_req("v2"), d())
         .await
         .expect("unstage v2");
-    assert_eq!(env.ops(), vec![PathExists, Rmdir, RemoveSmbGlobalMapping]);
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, Rmdir, RemoveSmbGlobalMapping]
+    );
     env.assert_clean();
 }
 
 #[tokio::test]
 async fn conflicting_principals_fail_with_1219_advice() {
-    let env = Env::new();
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("v1");
-    env.host.clear_calls();
+    env.clear_calls();
     // Detected up front from the records: no host call.
     let err = env
-        .mgr
         .stage(&stage_req("v2", r"\\srv\other", None, "alice"), d())
         .await
         .expect_err("1219");
@@ -580,14 +542,14 @@ async fn conflicting_principals_fail_with_1219_advice() {
         ),
         other => panic!("{other:?}"),
     }
-    assert!(env.host.calls().is_empty());
+    assert!(env.calls().is_empty());
     assert!(env.mgr.store().volume("v2").expect("read").is_none());
     // Reported by the host (a mapping this driver did not make).
-    env.host.add_share(r"\\nas\data", &[]);
-    env.host
-        .add_mapping(r"\\nas\other", MappingStatus::Ok, Some("someone"));
+    env.script(|s| {
+        s.new_smb_global_mapping(r"\\nas\other", "", "someone", &sim::Secret::new("pw-9"))
+    })
+    .expect("another workload's mapping");
     let err = env
-        .mgr
         .stage(&stage_req("v3", r"\\nas\data", None, "bob"), d())
         .await
         .expect_err("host 1219");
@@ -595,20 +557,19 @@ async fn conflicting_principals_fail_with_1219_advice() {
         matches!(&err, Error::FailedPrecondition(m) if m.contains("1219") && m.contains(r"\\nas\data")),
         "{err:?}"
     );
-    assert_eq!(env.ops(), vec![PathExists, NewSmbGlobalMapping]);
+    assert_eq!(env.take_ops(), vec![PathExists, NewSmbGlobalMapping]);
     assert!(
         env.mgr.store().volume("v3").expect("read").is_none(),
         "fresh record rolled back"
     );
-    assert!(!env.host.exists(&staging("v3")));
+    assert!(!env.exists(&staging("v3")));
 }
 
 #[tokio::test]
 async fn definite_failures_roll_back() {
-    let env = Env::new();
+    let env = new_env(false);
     // The path does not exist on the share: link made, then found unreachable → link and mapping removed.
     let err = env
-        .mgr
         .stage(&stage_req("v1", r"\\srv\share\missing", None, "bob"), d())
         .await
         .expect_err("x");
@@ -617,7 +578,7 @@ async fn definite_failures_roll_back() {
         "{err:?}"
     );
     assert_eq!(
-        env.ops(),
+        env.take_ops(),
         vec![
             PathExists,
             NewSmbGlobalMapping,
@@ -628,15 +589,18 @@ async fn definite_failures_roll_back() {
     );
     env.assert_clean();
     // Mkdir of the subDir fails: the temporary link and the mapping are rolled back.
-    env.host.fail_nth(Mkdir, 1, HostErrorKind::AccessDenied);
+    env.fail_nth(
+        Mkdir,
+        1,
+        "mkdir C:\\var\\lib\\kubelet\\x: Access is denied.",
+    );
     let err = env
-        .mgr
         .stage(&stage_req("v1", SHARE, Some("new"), "bob"), d())
         .await
         .expect_err("mkdir");
     assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
     assert_eq!(
-        env.ops(),
+        env.take_ops(),
         vec![
             PathExists,
             NewSmbGlobalMapping,
@@ -647,9 +611,9 @@ async fn definite_failures_roll_back() {
     );
     env.assert_clean();
     // Wrong password.
-    env.host.require_password(SHARE, "right");
+    env.script(|s| s.set_smb_password("srv", "bob", sim::Secret::new("right")))
+        .expect("password");
     let err = env
-        .mgr
         .stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect_err("logon");
@@ -657,11 +621,10 @@ async fn definite_failures_roll_back() {
         matches!(&err, Error::FailedPrecondition(m) if m.contains("credentials") && !m.contains("pw-1")),
         "{err:?}"
     );
-    env.host.clear_calls();
+    env.clear_calls();
     env.assert_clean();
     // Unknown share / server.
     let err = env
-        .mgr
         .stage(&stage_req("v1", r"\\srv\nope", None, "bob"), d())
         .await
         .expect_err("67");
@@ -670,7 +633,6 @@ async fn definite_failures_roll_back() {
         "{err:?}"
     );
     let err = env
-        .mgr
         .stage(&stage_req("v1", r"\\ghost\x", None, "bob"), d())
         .await
         .expect_err("53");
@@ -678,17 +640,15 @@ async fn definite_failures_roll_back() {
         matches!(&err, Error::FailedPrecondition(m) if m.contains("53")),
         "{err:?}"
     );
-    env.host.clear_calls();
+    env.clear_calls();
     env.assert_clean();
 }
 
 #[tokio::test]
 async fn uncertain_failures_keep_the_record_and_converge() {
-    let env = Env::new();
-    env.host
-        .fail_nth(NewSmbGlobalMapping, 1, HostErrorKind::Unavailable);
+    let env = new_env(false);
+    env.unavailable_nth(NewSmbGlobalMapping, 1);
     let err = env
-        .mgr
         .stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect_err("unavailable");
@@ -705,8 +665,7 @@ async fn uncertain_failures_keep_the_record_and_converge() {
             .phase,
         Phase::Staging
     );
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("retry");
     assert_eq!(
@@ -719,8 +678,7 @@ async fn uncertain_failures_keep_the_record_and_converge() {
         Phase::Staged
     );
     // Unstage: RemoveSmbGlobalMapping unavailable → error, record kept; retry converges.
-    env.host
-        .fail_nth(RemoveSmbGlobalMapping, 1, HostErrorKind::Unavailable);
+    env.unavailable_nth(RemoveSmbGlobalMapping, 1);
     assert!(matches!(
         env.mgr.unstage(&unstage_req("v1"), d()).await,
         Err(Error::Unavailable(_))
@@ -733,7 +691,6 @@ async fn uncertain_failures_keep_the_record_and_converge() {
     env.assert_clean();
     // An expired deadline is DEADLINE_EXCEEDED, never a hang.
     let err = env
-        .mgr
         .stage(
             &stage_req("v2", SHARE, None, "bob"),
             Deadline::after(Duration::ZERO),
@@ -744,20 +701,18 @@ async fn uncertain_failures_keep_the_record_and_converge() {
 
 #[tokio::test]
 async fn reboot_stats_reconcile_and_restage() {
-    let env = Env::new();
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("stage");
-    env.mgr
-        .publish(&publish_req("v1", "p1"), d())
+    env.publish(&publish_req("v1", "p1"), d())
         .await
         .expect("publish");
     let stats = |p: String| StatsRequest {
         volume_id: "v1".into(),
         volume_path: p,
     };
-    env.host.clear_calls();
+    env.clear_calls();
     let ok = env
         .mgr
         .stats(&stats(target("p1")), d())
@@ -765,56 +720,55 @@ async fn reboot_stats_reconcile_and_restage() {
         .expect("stats");
     assert!(!ok.abnormal, "{ok:?}");
     assert_eq!(ok.usage, Usage::default());
-    assert_eq!(env.ops(), vec![PathExists, IsSymlink]);
-    env.host.reboot();
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+    env.sim.reboot().expect("reboot");
     let bad = env
         .mgr
         .stats(&stats(target("p1")), d())
         .await
         .expect("stats");
     assert!(bad.abnormal && bad.message.contains(SHARE), "{bad:?}");
-    env.host.clear_calls();
+    env.clear_calls();
     let report = env.mgr.reconcile(d()).await.expect("reconcile");
     assert_eq!(report.restage, vec!["v1".to_owned()]);
     assert_eq!(report.checked, 1);
-    assert!(
-        !env.host.exists(&staging("v1")),
-        "broken staging link removed"
-    );
+    assert!(!env.exists(&staging("v1")), "broken staging link removed");
     assert_eq!(
         env.mgr.store().volume("v1").expect("r").expect("r").phase,
         Phase::NeedsRestage
     );
-    assert_eq!(env.ops(), vec![PathExists, IsSymlink, Rmdir, PathExists]);
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, IsSymlink, Rmdir, PathExists]
+    );
     // kubelet re-stages: the Disconnected mapping is re-created and the target resolves again.
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("restage");
-    assert_eq!(env.ops(), vec![PathExists, NewSmbGlobalMapping, IsSymlink]);
-    assert_eq!(env.host.mappings()[SHARE].status, MappingStatus::Ok);
-    assert!(env.host.resolves(&target("p1")));
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, NewSmbGlobalMapping, IsSymlink]
+    );
+    assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
+    assert!(env.resolves(&target("p1")));
     let report = env.mgr.reconcile(d()).await.expect("reconcile");
     assert!(report.restage.is_empty());
 }
 
 #[tokio::test]
 async fn disconnected_mapping_that_blocks_create_is_replaced() {
-    let env = Env::new();
-    env.host.disconnected_blocks_create(true);
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    let env = new_env(true);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("stage");
-    env.host.reboot();
+    env.sim.reboot().expect("reboot");
     env.mgr.reconcile(d()).await.expect("reconcile");
-    env.host.clear_calls();
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    env.clear_calls();
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("restage");
     assert_eq!(
-        env.ops(),
+        env.take_ops(),
         vec![
             PathExists,
             NewSmbGlobalMapping,
@@ -823,27 +777,24 @@ async fn disconnected_mapping_that_blocks_create_is_replaced() {
             IsSymlink
         ]
     );
-    assert_eq!(env.host.mappings()[SHARE].status, MappingStatus::Ok);
+    assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
 }
 
 /// Count the host calls of a complete stage → publish → unpublish → unstage with subDir.
 async fn full_cycle(env: &Env) -> Result<(), Error> {
-    env.mgr
-        .stage(&stage_req("v1", SHARE, Some("sub"), "bob"), d())
+    env.stage(&stage_req("v1", SHARE, Some("sub"), "bob"), d())
         .await?;
-    env.mgr.publish(&publish_req("v1", "p1"), d()).await?;
+    env.publish(&publish_req("v1", "p1"), d()).await?;
     env.mgr.unpublish(&unpublish_req("v1", "p1"), d()).await?;
     env.mgr.unstage(&unstage_req("v1"), d()).await
 }
 
 /// Retry every step as kubelet would, from a restarted driver.
 async fn kubelet_retries(env: &Env) {
-    env.mgr
-        .stage(&stage_req("v1", SHARE, Some("sub"), "bob"), d())
+    env.stage(&stage_req("v1", SHARE, Some("sub"), "bob"), d())
         .await
         .expect("retry stage");
-    env.mgr
-        .publish(&publish_req("v1", "p1"), d())
+    env.publish(&publish_req("v1", "p1"), d())
         .await
         .expect("retry publish");
     env.mgr
@@ -859,21 +810,20 @@ async fn kubelet_retries(env: &Env) {
 #[tokio::test]
 async fn killed_between_any_two_host_calls_then_retried_converges() {
     let total = {
-        let env = Env::new();
+        let env = new_env(false);
         full_cycle(&env).await.expect("clean run");
         env.assert_clean();
-        env.host.calls().len()
+        env.calls().len()
     };
     assert_eq!(total, 6 + 2 + 2 + 3);
     for n in 0..total {
         for kubelet_unstages_instead in [false, true] {
-            let mut env = Env::new();
-            env.host.hang_after(n);
+            let mut env = new_env(false);
+            env.hang_after(n);
             tokio::select! {
                 r = full_cycle(&env) => panic!("call {n}: cycle finished despite the hang: {r:?}"),
-                () = env.host.hung() => {}
+                () = env.hung() => {}
             }
-            env.host.resume();
             env.restart();
             if kubelet_unstages_instead {
                 env.mgr
@@ -889,7 +839,7 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
             }
             env.assert_clean();
             assert!(
-                kubelet_unstages_instead || env.host.share_has_dir(SHARE, "sub"),
+                kubelet_unstages_instead || env.state(|s| s.share_has_dir("srv", "share", "sub")),
                 "call {n}"
             );
         }
@@ -898,39 +848,38 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
 
 #[tokio::test]
 async fn same_volume_in_flight_is_aborted() {
-    let env = Env::new();
-    env.host.hang_after(0);
+    let env = new_env(false);
+    env.hang_after(0);
     let req = stage_req("v1", SHARE, None, "bob");
-    let first = env.mgr.stage(&req, d());
+    let first = env.stage(&req, d());
     tokio::pin!(first);
     tokio::select! {
         r = &mut first => panic!("{r:?}"),
-        () = env.host.hung() => {}
+        () = env.hung() => {}
     }
     for err in [
-        env.mgr
-            .stage(&stage_req("v1", SHARE, None, "bob"), d())
-            .await,
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d()).await,
         env.mgr.unstage(&unstage_req("v1"), d()).await,
-        env.mgr.publish(&publish_req("v1", "p"), d()).await,
+        env.publish(&publish_req("v1", "p"), d()).await,
         env.mgr.unpublish(&unpublish_req("v1", "p"), d()).await,
     ] {
         assert!(matches!(err, Err(Error::Aborted(_))), "{err:?}");
     }
-    env.host.resume();
-    env.host.clear_calls();
+    env.clear_calls();
     // Another volume is not blocked (no global lock).
-    env.mgr
-        .stage(&stage_req("v2", SHARE, None, "bob"), d())
+    env.stage(&stage_req("v2", SHARE, None, "bob"), d())
         .await
         .expect("other volume");
 }
 
 #[tokio::test]
 async fn fifty_volumes_concurrently() {
-    let env = Env::new();
-    let mgr = Arc::new(env.mgr);
+    let env = new_env(false);
+    let mgr = Arc::clone(&env.mgr);
     let mut set = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        env.mkdir_parent(&staging(&format!("v{i}")));
+    }
     for i in 0..50 {
         let mgr = Arc::clone(&mgr);
         set.spawn(async move {
@@ -944,7 +893,7 @@ async fn fifty_volumes_concurrently() {
     while let Some(r) = set.join_next().await {
         r.expect("join").expect("stage");
     }
-    assert_eq!(env.host.mappings().len(), 1);
+    assert_eq!(mappings(&env).len(), 1);
     assert_eq!(share_users(mgr.context(), SHARE).expect("users").len(), 50);
     for i in 0..50 {
         let mgr = Arc::clone(&mgr);
@@ -954,13 +903,12 @@ async fn fifty_volumes_concurrently() {
         r.expect("join").expect("unstage");
     }
     let removes = env
-        .host
         .ops()
         .iter()
         .filter(|o| **o == RemoveSmbGlobalMapping)
         .count();
     assert_eq!(removes, 1, "exactly the last unstage removes the mapping");
-    assert!(env.host.mappings().is_empty() && env.host.links().is_empty());
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
     assert!(mgr.store().volumes().expect("list").is_empty());
     assert!(
         mgr.object_locks().is_empty(),
@@ -971,25 +919,24 @@ async fn fifty_volumes_concurrently() {
 // Paused time: a probe's timeout can only fire once every task is stuck, so it proves "blocked", not "slow".
 #[tokio::test(start_paused = true)]
 async fn stages_on_one_mapped_share_overlap_and_unstage_waits_for_them() {
-    let env = Env::new();
-    env.mgr
-        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("v1");
     // Calls are counted since the last clear: hold v2's (the next) NewSmbGlobalMapping.
-    env.host.clear_calls();
-    env.host.hold_nth(NewSmbGlobalMapping, 1);
+    env.clear_calls();
+    env.hold_nth(NewSmbGlobalMapping, 1);
     let v2_req = stage_req("v2", SHARE, None, "bob");
-    let v2 = env.mgr.stage(&v2_req, d());
+    let v2 = env.stage(&v2_req, d());
     tokio::pin!(v2);
     tokio::select! {
         r = &mut v2 => panic!("{r:?}"),
-        () = env.host.hung() => {}
+        () = env.hung() => {}
     }
     // v2 is stuck inside NewSmbGlobalMapping with the share's lock held: v3 on the same share still completes.
     let v3 = tokio::time::timeout(
         Duration::from_secs(10),
-        env.mgr.stage(&stage_req("v3", SHARE, None, "bob"), d()),
+        env.stage(&stage_req("v3", SHARE, None, "bob"), d()),
     )
     .await;
     assert!(matches!(v3, Ok(Ok(()))), "{v3:?}");
@@ -1002,14 +949,14 @@ async fn stages_on_one_mapped_share_overlap_and_unstage_waits_for_them() {
         probe.is_err(),
         "unstage ran under an in-flight stage: {probe:?}"
     );
-    env.host.release();
+    env.release();
     v2.await.expect("v2");
     unstage3.await.expect("unstage v3");
     assert!(
-        !env.ops().contains(&RemoveSmbGlobalMapping),
+        !env.take_ops().contains(&RemoveSmbGlobalMapping),
         "mapping kept for v1 and v2"
     );
-    assert!(env.host.resolves(&staging("v1")) && env.host.resolves(&staging("v2")));
+    assert!(env.resolves(&staging("v1")) && env.resolves(&staging("v2")));
     for id in ["v1", "v2"] {
         env.mgr
             .unstage(&unstage_req(id), d())
@@ -1017,7 +964,7 @@ async fn stages_on_one_mapped_share_overlap_and_unstage_waits_for_them() {
             .expect("unstage");
     }
     assert_eq!(
-        env.ops()
+        env.take_ops()
             .iter()
             .filter(|o| **o == RemoveSmbGlobalMapping)
             .count(),
@@ -1032,38 +979,38 @@ async fn stages_on_one_mapped_share_overlap_and_unstage_waits_for_them() {
 
 #[tokio::test(start_paused = true)]
 async fn first_users_queued_together_continue_shared_once_one_has_mapped() {
-    let env = Env::new();
-    env.host.hold_nth(NewSmbGlobalMapping, 1);
-    env.host.hold_nth(NewSmbGlobalMapping, 2);
+    let env = new_env(false);
+    env.hold_nth(NewSmbGlobalMapping, 1);
+    env.hold_nth(NewSmbGlobalMapping, 2);
     let (r1, r2) = (
         stage_req("v1", SHARE, None, "bob"),
         stage_req("v2", SHARE, None, "bob"),
     );
-    let v1 = env.mgr.stage(&r1, d());
+    let v1 = env.stage(&r1, d());
     tokio::pin!(v1);
     tokio::select! {
         r = &mut v1 => panic!("{r:?}"),
-        () = env.host.hung() => {}
+        () = env.hung() => {}
     }
     // v2 is a first user too: it waits for the exclusive side v1 holds while creating the mapping.
-    let v2 = env.mgr.stage(&r2, d());
+    let v2 = env.stage(&r2, d());
     tokio::pin!(v2);
     let probe = tokio::time::timeout(Duration::from_secs(10), &mut v2).await;
     assert!(probe.is_err(), "v2 ran beside the creator: {probe:?}");
-    env.host.release();
+    env.release();
     v1.await.expect("v1");
     tokio::select! {
         r = &mut v2 => panic!("{r:?}"),
-        () = env.host.hung() => {}
+        () = env.hung() => {}
     }
     // v1 is Staged now, so v2 went on under the shared side: v3 completes while v2 is held.
     let v3 = tokio::time::timeout(
         Duration::from_secs(10),
-        env.mgr.stage(&stage_req("v3", SHARE, None, "bob"), d()),
+        env.stage(&stage_req("v3", SHARE, None, "bob"), d()),
     )
     .await;
     assert!(matches!(v3, Ok(Ok(()))), "{v3:?}");
-    env.host.release();
+    env.release();
     v2.await.expect("v2");
     for id in ["v1", "v2", "v3"] {
         env.mgr
@@ -1080,23 +1027,20 @@ async fn first_users_queued_together_continue_shared_once_one_has_mapped() {
 
 #[tokio::test]
 async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
-    let env = Env::new();
-    env.host.disconnected_blocks_create(true);
+    let env = new_env(true);
     for id in ["v1", "v2"] {
-        env.mgr
-            .stage(&stage_req(id, SHARE, None, "bob"), d())
+        env.stage(&stage_req(id, SHARE, None, "bob"), d())
             .await
             .expect("stage");
     }
-    env.host.reboot();
-    env.host.clear_calls();
+    env.sim.reboot().expect("reboot");
+    env.clear_calls();
     // Other volumes are Staged, so v3 starts under the shared side; the repair runs only after the upgrade.
-    env.mgr
-        .stage(&stage_req("v3", SHARE, None, "bob"), d())
+    env.stage(&stage_req("v3", SHARE, None, "bob"), d())
         .await
         .expect("v3");
     assert_eq!(
-        env.ops(),
+        env.take_ops(),
         vec![
             PathExists,
             NewSmbGlobalMapping,
@@ -1106,7 +1050,7 @@ async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
             IsSymlink
         ]
     );
-    assert_eq!(env.host.mappings()[SHARE].status, MappingStatus::Ok);
+    assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
     assert!(
         env.mgr.object_locks().is_empty(),
         "mapping lock entries are dropped"
@@ -1115,15 +1059,17 @@ async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
 
 #[tokio::test]
 async fn credentials_never_reach_errors_or_records() {
-    let env = Env::new();
-    env.host.require_password(SHARE, "another");
+    let env = new_env(false);
+    env.script(|s| s.set_smb_password("srv", "carol", sim::Secret::new("another")))
+        .expect("password");
     let mut req = stage_req("v1", SHARE, None, "bob");
-    req.secrets = Secrets::new([("username", "bob"), ("password", "Sup3r-S3cret!")]);
-    let err = env.mgr.stage(&req, d()).await.expect_err("logon failure");
+    req.secrets = Secrets::new([("username", "carol"), ("password", "Sup3r-S3cret!")]);
+    let err = env.stage(&req, d()).await.expect_err("logon failure");
     assert!(!err.chain().contains("Sup3r-S3cret!"));
     assert!(!format!("{req:?}").contains("Sup3r-S3cret!"));
-    env.host.require_password(SHARE, "Sup3r-S3cret!");
-    env.mgr.stage(&req, d()).await.expect("stage");
+    env.script(|s| s.set_smb_password("srv", "carol", sim::Secret::new("Sup3r-S3cret!")))
+        .expect("password");
+    env.stage(&req, d()).await.expect("stage");
     for entry in std::fs::read_dir(env.dir.path().join("volumes")).expect("ls") {
         let text = std::fs::read_to_string(entry.expect("e").path()).expect("read");
         assert!(!text.contains("Sup3r-S3cret!"));

@@ -468,6 +468,16 @@ mod tests {
     }
 
     #[test]
+    fn csi_proxy_offers_no_capability_beyond_its_primitives() {
+        let host = CsiProxyHost::new(ProxyClient::new(proxy_client::Transport::default()));
+        assert_eq!(
+            host.capabilities(),
+            crate::host::HostCapabilities::default()
+        );
+        assert!(!host.capabilities().discovery_chap && !host.capabilities().list_smb_mappings);
+    }
+
+    #[test]
     fn classification_and_trimming() {
         let ps = "NewSmbGlobalMapping failed. output: \"New-SmbGlobalMapping : Multiple connections to a server or \
                   shared resource by the same user \\r\\n    + CategoryInfo : NotSpecified\\r\\n    + \

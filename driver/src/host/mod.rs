@@ -21,8 +21,9 @@
 //! removes and re-creates a broken one.
 //!
 //! Capabilities csi-proxy lacks (listing SMB mappings, clearing a disk's read-only flag, discovery CHAP, persistent
-//! logins) belong here as further trait methods with a default that says "not supported", so a backend that has
-//! them overrides the default and the protocols ask before relying on one.
+//! logins) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
+//! methods whose default says "not supported", so a backend that has them overrides both and the protocols ask
+//! before relying on one.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -46,10 +47,30 @@ pub use proxy_client::Secret;
 pub(crate) use unc::check_component;
 pub use unc::{SmbCredential, UncPath};
 
+/// What a backend can do beyond csi-proxy v1's primitives. csi-proxy offers none of these; a native backend may,
+/// and a protocol asks ([`Host::capabilities`]) before relying on one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostCapabilities {
+    /// It can list the node's SMB global mappings and their status.
+    pub list_smb_mappings: bool,
+    /// It can clear a disk's read-only flag.
+    pub clear_disk_read_only: bool,
+    /// It can add a target portal with discovery CHAP credentials.
+    pub discovery_chap: bool,
+    /// It can make iSCSI logins persistent across reboots.
+    pub persistent_logins: bool,
+}
+
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
 /// remote paths are validated [`UncPath`]s. Every call carries the RPC's [`Deadline`], which implementations pass on
 /// (csi-proxy: the gRPC deadline); the driver also bounds every call by it.
 pub trait Host: Send + Sync + 'static {
+    /// What this backend can do beyond csi-proxy v1's primitives (nothing, unless it says so).
+    fn capabilities(&self) -> HostCapabilities {
+        HostCapabilities::default()
+    }
+
     /// Whether `path` exists (a dangling link exists too).
     fn path_exists(
         &self,

@@ -178,17 +178,6 @@ impl Config {
         ))
     }
 
-    /// How to reach csi-proxy: Unix sockets under `--csi-proxy-socket-dir` if set, else named
-    /// pipes with `--csi-proxy-pipe-prefix`.
-    pub fn proxy_transport(&self) -> proxy_client::Transport {
-        match &self.csi_proxy_socket_dir {
-            Some(dir) => proxy_client::Transport::UnixSockets { dir: dir.clone() },
-            None => proxy_client::Transport::NamedPipes {
-                prefix: self.csi_proxy_pipe_prefix.clone(),
-            },
-        }
-    }
-
     /// Topology segments as a map (keys are unique after validation).
     pub fn topology_segments(&self) -> BTreeMap<String, String> {
         self.topology

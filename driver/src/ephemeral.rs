@@ -1,98 +1,9 @@
-//! Inline ephemeral volumes (`csi.storage.k8s.io/ephemeral: "true"`): NodePublishVolume does the stage work itself.
-//!
-//! There is no staging path, so the driver stages into a private directory link under its plugin directory,
-//! `<kubelet-root>\plugins\<driver-name>\ephemeral\<sha256(volume_id)>`, and links the target to it. The credentials
-//! come from the Secret named by `secretName` in the pod's namespace (`csi.storage.k8s.io/pod.namespace`; a
-//! `secretNamespace` naming any other namespace is refused: pod authors must not borrow other namespaces'
-//! credentials), read from the Kubernetes API through a [`SecretSource`]. NodeUnpublishVolume
-//! removes the target link and then undoes the private stage (the mapping is removed when no other volume uses it).
+//! The Kubernetes side of inline ephemeral volumes: [`KubeSecrets`] reads the Secret an inline volume names
+//! (`secretName`, in the pod's namespace) from the Kubernetes API, as the lifecycle's
+//! [`SecretSource`]. The publish flow itself is [`crate::lifecycle::inline`].
 
 use crate::error::Error;
-use crate::host::Host;
-use crate::locks::Deadline;
-use crate::paths::HostPath;
-use crate::smb;
-use crate::state::{Phase, file_key};
-use crate::volume::{PublishRequest, VolumeManager};
-
-#[cfg(doc)]
-use crate::volume::SecretSource;
-
-/// The private staging directory of an inline ephemeral volume.
-pub fn staging_path<H: Host>(mgr: &VolumeManager<H>, volume_id: &str) -> Result<HostPath, Error> {
-    let cfg = mgr.config();
-    cfg.kubelet_root.plugin_dir(&cfg.driver_name)?.join(
-        &format!("ephemeral\\{}", file_key(volume_id)),
-        &cfg.kubelet_root,
-    )
-}
-
-pub(crate) async fn publish<H: Host>(
-    mgr: &VolumeManager<H>,
-    req: &PublishRequest,
-    target: &HostPath,
-    d: Deadline,
-) -> Result<(), Error> {
-    let ctx = &req.volume_context;
-    let name = smb::context_get(ctx, "secretName").filter(|s| !s.is_empty());
-    let pod_namespace =
-        smb::context_get(ctx, "csi.storage.k8s.io/pod.namespace").filter(|s| !s.is_empty());
-    let secret_namespace = smb::context_get(ctx, "secretNamespace").filter(|s| !s.is_empty());
-    // The pod's author writes these attributes: a Secret of another namespace would hand them credentials they
-    // cannot read (a confused deputy), so the Secret must live in the pod's own namespace.
-    if let (Some(name), Some(wanted)) = (name, secret_namespace)
-        && pod_namespace != Some(wanted)
-    {
-        return Err(Error::FailedPrecondition(format!(
-            "inline volume names Secret {wanted}/{name}, which is not in the pod's namespace; rule: inline \
-             ephemeral volumes may only use Secrets of their pod's namespace (omit secretNamespace)"
-        )));
-    }
-    let namespace = secret_namespace.or(pod_namespace);
-    let secrets = match name {
-        None => smb::Secrets::default(),
-        Some(name) => {
-            let Some(namespace) = namespace else {
-                return Err(Error::InvalidArgument(
-                    "inline volume names secretName but neither secretNamespace nor csi.storage.k8s.io/pod.namespace \
-                     is set; rule: enable podInfoOnMount on the CSIDriver or set secretNamespace"
-                        .to_owned(),
-                ));
-            };
-            let Some(source) = mgr.secret_source() else {
-                return Err(Error::FailedPrecondition(
-                    "inline ephemeral volumes with secretName need Kubernetes API access, which this driver instance \
-                     does not have"
-                        .to_owned(),
-                ));
-            };
-            tracing::debug!(namespace, name, "reading the inline volume's Secret");
-            d.run("reading the Secret", source.secret(namespace, name))
-                .await?
-        }
-    };
-    let vol = smb::parse_volume(ctx, &secrets)?;
-    let _guard = mgr
-        .volume_locks()
-        .try_lock(&req.volume_id, "NodePublishVolume")?;
-    let staging = staging_path(mgr, &req.volume_id)?;
-    let staged = mgr
-        .store()
-        .volume(&req.volume_id)?
-        .is_some_and(|r| r.phase == Phase::Staged);
-    if !staged {
-        let parent = mgr
-            .config()
-            .kubelet_root
-            .plugin_dir(&mgr.config().driver_name)?;
-        mgr.ensure_dir(&parent.join("ephemeral", &mgr.config().kubelet_root)?, d)
-            .await?;
-    }
-    mgr.stage_smb(&req.volume_id, &staging, &vol, true, d)
-        .await?;
-    mgr.link_target(&req.volume_id, target, &staging, req.readonly, d)
-        .await
-}
+use crate::lifecycle::{SecretSource, Secrets};
 
 /// Reads Secrets from the Kubernetes API (`GET /api/v1/namespaces/<ns>/secrets/<name>`). The client is built on
 /// first use, so a driver without any Kubernetes config still starts and serves every other volume; only an inline
@@ -188,7 +99,7 @@ impl KubeSecrets {
             .await
     }
 
-    async fn read(&self, namespace: &str, name: &str) -> Result<smb::Secrets, Error> {
+    async fn read(&self, namespace: &str, name: &str) -> Result<Secrets, Error> {
         use k8s_openapi::api::core::v1::Secret;
         let api: kube::Api<Secret> = kube::Api::namespaced(self.client().await?.clone(), namespace);
         let secret = match api.get(name).await {
@@ -221,7 +132,7 @@ impl KubeSecrets {
             })?;
             entries.push((key, text));
         }
-        Ok(smb::Secrets::new(entries))
+        Ok(Secrets::new(entries))
     }
 }
 
@@ -237,12 +148,12 @@ fn kubeconfig_error_text(e: &kube::config::KubeconfigError) -> String {
     }
 }
 
-impl crate::volume::SecretSource for KubeSecrets {
+impl SecretSource for KubeSecrets {
     fn secret(
         &self,
         namespace: &str,
         name: &str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<smb::Secrets, Error>> + Send + '_>>
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Secrets, Error>> + Send + '_>>
     {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         Box::pin(async move { self.read(&namespace, &name).await })
@@ -369,28 +280,24 @@ pub mod fake_api {
 mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
-    use std::time::Duration;
 
     use super::fake_api;
     use super::*;
     use crate::host::HostOp::*;
-    use crate::host::fake::FakeHost;
-    use crate::paths::KubeletRoot;
-    use crate::volume::{
-        AccessType, Capability, EPHEMERAL_KEY, UnpublishRequest, VolumeConfig, VolumeManager,
+    use crate::lifecycle::inline::staging_path;
+    use crate::lifecycle::{
+        AccessType, Capability, EPHEMERAL_KEY, PublishRequest, UnpublishRequest,
     };
+    use crate::testing::{Env, d};
 
     const PASSWORD: &str = "Eph-S3cret!";
 
-    async fn setup() -> (
-        FakeHost,
-        VolumeManager<FakeHost>,
-        fake_api::FakeApiServer,
-        tempfile::TempDir,
-    ) {
-        let host = FakeHost::new();
-        host.add_share(r"\\srv\share", &["apps"]);
-        host.require_password(r"\\srv\share", PASSWORD);
+    /// Share `\\srv\share` (with `apps`) that only `CORP\bob` with [`PASSWORD`] may map, and the Kubernetes API
+    /// serving that credential as Secret `team/smb-creds`.
+    async fn setup() -> (Env, fake_api::FakeApiServer) {
+        let mut env = Env::new(&serde_json::json!({"smb": {"servers": [{"name": "srv",
+            "accounts": [{"user": "bob", "password": PASSWORD, "domain": "CORP"}],
+            "shares": [{"name": "share", "files": {"apps/readme.txt": "hello"}}]}]}}));
         let secrets: BTreeMap<_, _> = [(
             ("team".to_owned(), "smb-creds".to_owned()),
             fake_api::secret_json(
@@ -406,15 +313,8 @@ mod tests {
         .into();
         let api = fake_api::serve(secrets).await.expect("fake api");
         let config = kube::Config::new(api.url.parse().expect("url"));
-        let dir = tempfile::tempdir().expect("tmp");
-        let cfg = VolumeConfig {
-            kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
-            driver_name: "wincsi.csi.io".into(),
-        };
-        let mgr = VolumeManager::new(host.clone(), cfg, dir.path())
-            .expect("mgr")
-            .with_secret_source(Arc::new(KubeSecrets::from_config(config)));
-        (host, mgr, api, dir)
+        env.set_secret_source(Arc::new(KubeSecrets::from_config(config)));
+        (env, api)
     }
 
     fn req(secret_name: &str) -> PublishRequest {
@@ -442,16 +342,13 @@ mod tests {
         }
     }
 
-    fn d() -> Deadline {
-        Deadline::after(Duration::from_secs(600))
-    }
-
     #[tokio::test]
     async fn ephemeral_publish_stages_privately_and_unpublish_cleans_up() {
-        let (host, mgr, _api, _dir) = setup().await;
-        mgr.publish(&req("smb-creds"), d()).await.expect("publish");
+        let (env, _api) = setup().await;
+        let mgr = &env.mgr;
+        env.publish(&req("smb-creds"), d()).await.expect("publish");
         assert_eq!(
-            host.ops(),
+            env.ops(),
             vec![
                 Mkdir,
                 PathExists,
@@ -461,43 +358,42 @@ mod tests {
                 CreateSymlink
             ]
         );
-        let private = staging_path(&mgr, "csi-eph-1").expect("path");
+        let private = staging_path(mgr, "csi-eph-1").expect("path");
         assert!(
             private
                 .as_str()
                 .starts_with(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\ephemeral\")
         );
-        assert!(host.resolves(r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount"));
+        assert!(env.resolves(r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount"));
         let rec = mgr
             .store()
             .volume("csi-eph-1")
             .expect("read")
             .expect("record");
         assert!(rec.ephemeral);
-        host.clear_calls();
-        mgr.publish(&req("smb-creds"), d()).await.expect("repeat");
+        env.clear_calls();
+        env.publish(&req("smb-creds"), d()).await.expect("repeat");
         assert_eq!(
-            host.ops(),
+            env.ops(),
             vec![PathExists, IsSymlink, PathExists, IsSymlink]
         );
-        host.clear_calls();
+        env.clear_calls();
         let un = UnpublishRequest {
             volume_id: "csi-eph-1".into(),
             target_path: req("x").target_path,
         };
         mgr.unpublish(&un, d()).await.expect("unpublish");
         assert_eq!(
-            host.ops(),
+            env.ops(),
             vec![PathExists, Rmdir, PathExists, Rmdir, RemoveSmbGlobalMapping]
         );
-        assert!(host.mappings().is_empty() && host.links().is_empty());
-        assert!(mgr.store().volumes().expect("list").is_empty());
-        assert!(mgr.store().publications().expect("list").is_empty());
+        env.assert_clean();
     }
 
     #[tokio::test]
     async fn missing_secret_and_namespace() {
-        let (host, mgr, _api, _dir) = setup().await;
+        let (env, _api) = setup().await;
+        let mgr = &env.mgr;
         let err = mgr.publish(&req("nope"), d()).await.expect_err("missing");
         assert!(
             matches!(&err, Error::FailedPrecondition(m) if m.contains("team/nope")),
@@ -516,7 +412,7 @@ mod tests {
             mgr.publish(&r, d()).await,
             Err(Error::FailedPrecondition(_))
         ));
-        assert!(host.calls().is_empty());
+        assert!(env.calls().is_empty());
     }
 
     #[test]

@@ -17,81 +17,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use csi::v1::identity_server::Identity;
 use csi::v1::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
     GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
 };
-use futures::future::BoxFuture;
-use proxy_client::{ErrorKind, ProxyClient};
 use tonic::{Request, Response, Status};
 
-use crate::config::{Config, HostBackend, build_info};
-use crate::server::{RpcFields, rpc};
-
-/// Upper bound on the host-backend check inside `Probe`.
-pub const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
-
-/// Checks whether the host backend answers. Implemented by the csi-proxy client adapter and by
-/// test fakes.
-pub trait HostProbe: Send + Sync + 'static {
-    /// `Ok(())` if the backend answered; `Err(reason)` otherwise (the reason is logged).
-    fn check(&self) -> BoxFuture<'_, Result<(), String>>;
-}
-
-/// A [`HostProbe`] for when no backend check is available; always reports reachable.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoHostProbe;
-
-impl HostProbe for NoHostProbe {
-    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// The probe for the configured host backend (`--host-backend`).
-pub fn backend_probe(config: &Config) -> Arc<dyn HostProbe> {
-    match config.host_backend {
-        HostBackend::CsiProxy => Arc::new(CsiProxyProbe::new(
-            ProxyClient::new(config.proxy_transport()).with_timeout(PROBE_TIMEOUT),
-        )),
-    }
-}
-
-/// Checks csi-proxy (or the simulated host) with a cheap read-only call on the `system` group.
-///
-/// Any answer from csi-proxy, even an error status, proves it is reachable; only a missing
-/// pipe/socket, a refused or broken connection or a deadline counts as unreachable.
-#[derive(Debug, Clone)]
-pub struct CsiProxyProbe {
-    client: ProxyClient,
-}
-
-impl CsiProxyProbe {
-    /// Probes through `client`.
-    pub fn new(client: ProxyClient) -> Self {
-        Self { client }
-    }
-}
-
-impl HostProbe for CsiProxyProbe {
-    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            match self.client.system().bios_serial().await {
-                Ok(_) => Ok(()),
-                Err(e) => match e.kind() {
-                    ErrorKind::PipeMissing
-                    | ErrorKind::ProxyUnavailable
-                    | ErrorKind::DeadlineExceeded
-                    | ErrorKind::Unsupported => Err(e.to_string()),
-                    _ => Ok(()),
-                },
-            }
-        })
-    }
-}
+use crate::config::build_info;
+use crate::host::{HostProbe, PROBE_TIMEOUT};
+use crate::rpc::{RpcFields, rpc};
 
 /// The Identity service.
 #[derive(Clone)]
@@ -191,7 +127,10 @@ impl Identity for IdentityService {
 
 #[cfg(test)]
 mod tests {
+    use futures::future::BoxFuture;
+
     use super::*;
+    use crate::host::NoHostProbe;
 
     struct FailingProbe;
     impl HostProbe for FailingProbe {

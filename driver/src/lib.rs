@@ -1,24 +1,32 @@
 //! wincsi: a Kubernetes CSI node driver for Windows nodes.
 //!
-//! The `wincsi-node` binary is a thin wrapper over this library: [`config`] parses and validates
-//! flags, [`logging`] sets up tracing, and [`server`] serves the CSI [`identity`] and [`node`]
-//! services on the kubelet's socket through the platform [`listener`]. [`error`] holds the one
-//! error type and its mapping to CSI gRPC codes.
+//! The `wincsi-node` binary is a thin wrapper over this library: [`config`] parses and validates flags, [`logging`]
+//! sets up tracing, [`backend`] builds the volume lifecycle over the configured host backend, and [`server`] serves
+//! the CSI [`identity`] and [`node`] services on the kubelet's socket through the platform [`listener`].
+//!
+//! The layers, bottom up (ARCHITECTURE.md has the table; `tests/architecture.rs` checks it): [`error`]; [`locks`]
+//! and [`config`]; the host port [`host`] (its vocabulary and backends), the record store [`state`], [`listener`],
+//! [`logging`]; the protocol-independent [`lifecycle`]; the protocols [`smb`] and [`iscsi`] and the Kubernetes
+//! Secret source [`ephemeral`]; the composition root [`backend`]; the service layer ([`rpc`], [`identity`],
+//! [`node`], [`server`]).
 
+pub mod backend;
 pub mod config;
 pub mod ephemeral;
 pub mod error;
 pub mod host;
 pub mod identity;
 pub mod iscsi;
+pub mod lifecycle;
 pub mod listener;
 pub mod locks;
 pub mod logging;
 pub mod node;
-pub mod paths;
+pub mod rpc;
 pub mod server;
 pub mod smb;
 pub mod state;
-pub mod volume;
+#[cfg(test)]
+mod testing;
 
 pub use error::{Error, Result};

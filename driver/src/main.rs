@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::error::ErrorKind;
 use wincsi::config::{Config, one_line_error};
-use wincsi::{identity, logging, server};
+use wincsi::{backend, logging, server};
 
 fn main() -> ExitCode {
     let config = match Config::try_parse_args(std::env::args_os()) {
@@ -41,7 +41,7 @@ fn run(config: Config) -> anyhow::Result<()> {
         .thread_name("wincsi-node")
         .build()
         .context("starting the tokio runtime")?;
-    let probe = identity::backend_probe(&config);
+    let probe = backend::probe(&config);
     runtime.block_on(server::run(config, probe))?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! [`NodeService`] is a thin tonic adapter: it opens the per-RPC span, checks the fields the
 //! CSI spec makes REQUIRED (→ `INVALID_ARGUMENT`), and delegates to [`NodeCore`], which holds
 //! the behaviour. Stage/unstage/publish/unpublish/stats delegate to the volume lifecycle
-//! ([`crate::volume::Lifecycle`]) when one is configured; without one (and for expansion) they
+//! ([`crate::lifecycle::Lifecycle`]) when one is configured; without one (and for expansion) they
 //! return `UNIMPLEMENTED` and no capability for them is advertised.
 
 use std::collections::BTreeMap;
@@ -22,9 +22,9 @@ use tonic::{Request, Response, Status};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::lifecycle::Lifecycle;
 use crate::locks::Deadline;
-use crate::server::{RpcFields, rpc};
-use crate::volume::Lifecycle;
+use crate::rpc::{RpcFields, rpc};
 
 /// What `NodeGetInfo` reports about this node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,20 +6,28 @@
 //! record. Every write is atomic: write a temporary file in the same directory, `fsync` it, rename it over the record,
 //! then `fsync` the directory where the platform allows it. A reader sees the old or the new record, never a torn one.
 //!
-//! **Durable reference count per SMB mapping.** There is no counter to get out of sync: the reference count of a
-//! share root is the number of volume records naming that root. Stage writes its record *before* it creates the
-//! mapping or the link, and unstage deletes it only *after* it removed the link and (when it was the last user) the
-//! mapping. A crash between any two steps therefore leaves a record that over-counts, never one that under-counts:
-//! a mapping is never removed while a staged volume uses it, and a retried stage or unstage converges (see
-//! `volume.rs` for the step-by-step argument).
+//! The store knows no protocol: a [`VolumeRecord`] holds the lifecycle's fields (id, phase, staging path) plus a
+//! protocol tag and the protocol's own facts ([`Details`]: an SMB share root, an iSCSI target and pinned disk
+//! identity), flattened into the same JSON object. Protocols read and write their part with
+//! [`VolumeRecord::details`] / [`VolumeRecord::new`].
 //!
-//! Secrets are never written: an SMB record keeps the principal *name* only.
+//! **Durable reference counts.** There is no counter to get out of sync: the reference count of a shared host
+//! object (an SMB share root, an iSCSI target session) is the number of volume records naming it. Stage writes its
+//! record *before* it creates the object, and unstage deletes it only *after* it removed it (when it was the last
+//! user). A crash between any two steps therefore leaves a record that over-counts, never one that under-counts: an
+//! object is never removed while a staged volume uses it, and a retried stage or unstage converges (see `smb/` and
+//! `iscsi/` for the step-by-step arguments).
+//!
+//! The API is deliberately narrow (get, put, remove and list of each record kind) so a faster implementation (a
+//! cache in front of the files) can replace it without touching the lifecycle. Secrets are never written: an SMB
+//! record keeps the principal *name* only.
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -40,21 +48,11 @@ pub enum Phase {
     NeedsRestage,
 }
 
-/// Protocol-specific facts of a staged volume.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "protocol", rename_all = "snake_case")]
-pub enum Protocol {
-    /// An SMB share.
-    Smb {
-        /// The mapping key: `\\server\share`, lower-cased.
-        root: String,
-        /// The full remote path the staging link points to (root + source path + subDir).
-        remote_path: String,
-        /// The principal name the mapping was requested with (never the password).
-        principal: Option<String>,
-    },
-    /// An iSCSI LUN (portals, target, LUN, pinned disk identity, volume id; see [`crate::iscsi`]).
-    Iscsi(crate::iscsi::IscsiRecord),
+/// What one protocol keeps in a staged volume's record (never a secret). Serialised as JSON fields of the record
+/// itself, next to `"protocol": PROTOCOL`.
+pub trait Details: Serialize + DeserializeOwned {
+    /// The record's protocol tag (`"smb"`, `"iscsi"`).
+    const PROTOCOL: &'static str;
 }
 
 /// One staged (or being-staged) volume.
@@ -71,18 +69,81 @@ pub struct VolumeRecord {
     /// Whether this is an inline ephemeral volume (staged by publish).
     #[serde(default)]
     pub ephemeral: bool,
-    /// What is staged.
+    /// Which protocol staged the volume ([`Details::PROTOCOL`]).
+    pub protocol: String,
+    /// The protocol's facts ([`Details`]), flattened into the record.
     #[serde(flatten)]
-    pub protocol: Protocol,
+    pub details: serde_json::Map<String, serde_json::Value>,
 }
 
 impl VolumeRecord {
-    /// The SMB mapping key, if this is an SMB volume.
-    pub fn smb_root(&self) -> Option<&str> {
-        match &self.protocol {
-            Protocol::Smb { root, .. } => Some(root),
-            Protocol::Iscsi(_) => None,
+    /// A record of `details`' protocol.
+    pub fn new<T: Details>(
+        volume_id: &str,
+        phase: Phase,
+        staging_path: &str,
+        ephemeral: bool,
+        details: &T,
+    ) -> Result<Self, Error> {
+        Ok(Self {
+            version: RECORD_VERSION,
+            volume_id: volume_id.to_owned(),
+            phase,
+            staging_path: staging_path.to_owned(),
+            ephemeral,
+            protocol: T::PROTOCOL.to_owned(),
+            details: encode(details)?,
+        })
+    }
+
+    /// Whether the record belongs to `T`'s protocol.
+    pub fn is<T: Details>(&self) -> bool {
+        self.protocol == T::PROTOCOL
+    }
+
+    /// The protocol facts when the record is `T`'s protocol's (`None` for another protocol's record); a record
+    /// that claims the protocol but does not decode is an error, never a silent skip.
+    pub fn details<T: Details>(&self) -> Result<Option<T>, Error> {
+        if !self.is::<T>() {
+            return Ok(None);
         }
+        serde_json::from_value(serde_json::Value::Object(self.details.clone()))
+            .map(Some)
+            .map_err(|e| {
+                Error::Internal(format!(
+                    "state store: corrupt {} record of volume {:?}: {e}",
+                    self.protocol, self.volume_id
+                ))
+            })
+    }
+
+    /// The same record with another phase.
+    pub fn with_phase(&self, phase: Phase) -> Self {
+        Self {
+            phase,
+            ..self.clone()
+        }
+    }
+
+    /// The same record with new protocol facts.
+    pub fn with_details<T: Details>(&self, details: &T) -> Result<Self, Error> {
+        Ok(Self {
+            protocol: T::PROTOCOL.to_owned(),
+            details: encode(details)?,
+            ..self.clone()
+        })
+    }
+}
+
+fn encode<T: Serialize>(details: &T) -> Result<serde_json::Map<String, serde_json::Value>, Error> {
+    match serde_json::to_value(details) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Error::Internal(
+            "state store: protocol details must encode as a JSON object".to_owned(),
+        )),
+        Err(e) => Err(Error::Internal(format!(
+            "state store: cannot encode protocol details: {e}"
+        ))),
     }
 }
 
@@ -246,15 +307,6 @@ impl StateStore {
         Self::list(&self.volumes)
     }
 
-    /// The volume records referencing SMB mapping `root` (its durable reference count is their number).
-    pub fn smb_users(&self, root: &str) -> Result<Vec<VolumeRecord>, Error> {
-        Ok(self
-            .volumes()?
-            .into_iter()
-            .filter(|r| r.smb_root() == Some(root))
-            .collect())
-    }
-
     /// The publish record of a target (by its lower-cased normalised path).
     pub fn publication(&self, target_key: &str) -> Result<Option<PublishRecord>, Error> {
         Self::read(&self.publish_file(target_key))
@@ -293,22 +345,43 @@ fn sync_dir(path: &Path) {
 mod tests {
     use super::*;
 
+    /// The shape of an SMB record's facts (the store itself knows no protocol).
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Share {
+        root: String,
+        remote_path: String,
+        principal: Option<String>,
+    }
+
+    impl Details for Share {
+        const PROTOCOL: &'static str = "smb";
+    }
+
     fn record(id: &str, root: &str) -> VolumeRecord {
-        VolumeRecord {
-            version: RECORD_VERSION,
-            volume_id: id.to_owned(),
-            phase: Phase::Staging,
-            staging_path: format!(
-                r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{}\globalmount",
-                file_key(id)
-            ),
-            ephemeral: false,
-            protocol: Protocol::Smb {
-                root: root.to_owned(),
-                remote_path: format!(r"{root}\x"),
-                principal: Some(r"CORP\bob".into()),
-            },
-        }
+        let share = Share {
+            root: root.to_owned(),
+            remote_path: format!(r"{root}\x"),
+            principal: Some(r"CORP\bob".into()),
+        };
+        let staging = format!(
+            r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{}\globalmount",
+            file_key(id)
+        );
+        VolumeRecord::new(id, Phase::Staging, &staging, false, &share).expect("record")
+    }
+
+    /// The records naming share `root` (its durable reference count is their number).
+    fn users(store: &StateStore, root: &str) -> usize {
+        store
+            .volumes()
+            .expect("list")
+            .iter()
+            .filter(|r| {
+                r.details::<Share>()
+                    .expect("decode")
+                    .is_some_and(|s| s.root == root)
+            })
+            .count()
     }
 
     #[test]
@@ -331,16 +404,10 @@ mod tests {
         for id in ids {
             assert_eq!(store.volume(id).expect("get").expect("some").volume_id, id);
         }
-        assert_eq!(
-            store.smb_users(r"\\srv\share").expect("users").len(),
-            ids.len()
-        );
+        assert_eq!(users(&store, r"\\srv\share"), ids.len());
         store.remove_volume("plain").expect("rm");
         store.remove_volume("plain").expect("rm twice is fine");
-        assert_eq!(
-            store.smb_users(r"\\srv\share").expect("users").len(),
-            ids.len() - 1
-        );
+        assert_eq!(users(&store, r"\\srv\share"), ids.len() - 1);
         // A fresh store over the same directory sees the same records.
         let again = StateStore::open(dir.path()).expect("reopen");
         assert_eq!(again.volumes().expect("list").len(), ids.len());
@@ -403,5 +470,41 @@ mod tests {
         fs::create_dir_all(dir.path().join("volumes")).expect("mkdir");
         fs::write(dir.path().join("volumes").join("bad.json"), b"not json").expect("write");
         assert!(matches!(store.volumes(), Err(Error::Internal(m)) if m.contains("corrupt")));
+    }
+
+    #[test]
+    fn records_keep_their_json_layout() {
+        // A record as the driver wrote it before the store stopped knowing protocols (a tagged enum flattened into
+        // the record): it must read, and write back, field for field.
+        let old = r#"{
+  "version": 1,
+  "volume_id": "v",
+  "phase": "staged",
+  "staging_path": "C:\\var\\lib\\kubelet\\x\\globalmount",
+  "ephemeral": false,
+  "protocol": "smb",
+  "root": "\\\\srv\\share",
+  "remote_path": "\\\\srv\\share\\x",
+  "principal": "CORP\\bob"
+}"#;
+        let rec: VolumeRecord = serde_json::from_str(old).expect("decode");
+        assert_eq!(rec.phase, Phase::Staged);
+        assert_eq!(
+            rec.details::<Share>().expect("details"),
+            Some(Share {
+                root: r"\\srv\share".into(),
+                remote_path: r"\\srv\share\x".into(),
+                principal: Some(r"CORP\bob".into()),
+            })
+        );
+        let again: serde_json::Value = serde_json::to_value(&rec).expect("encode");
+        let before: serde_json::Value = serde_json::from_str(old).expect("json");
+        assert_eq!(again, before);
+        let mut other = rec.clone();
+        other.protocol = "iscsi".into();
+        assert_eq!(other.details::<Share>().expect("not ours"), None);
+        let mut bad = rec;
+        bad.details.remove("root");
+        assert!(matches!(bad.details::<Share>(), Err(Error::Internal(m)) if m.contains("corrupt")));
     }
 }

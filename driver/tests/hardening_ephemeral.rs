@@ -5,15 +5,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use sim::inproc::InProcess;
+use sim::{HostOptions, Scenario, SimHost};
 use wincsi::Error;
-use wincsi::host::fake::FakeHost;
-use wincsi::locks::Deadline;
-use wincsi::paths::KubeletRoot;
-use wincsi::smb::Secrets;
-use wincsi::volume::{
+use wincsi::host::KubeletRoot;
+use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::lifecycle::{
     AccessType, Capability, EPHEMERAL_KEY, PublishRequest, SecretSource, VolumeConfig,
-    VolumeManager,
 };
+use wincsi::locks::Deadline;
+use wincsi::smb::Secrets;
 
 /// Records which Secrets the driver asked for.
 #[derive(Default)]
@@ -69,15 +70,25 @@ fn req(secret_namespace: Option<&str>) -> PublishRequest {
 #[tokio::test]
 async fn inline_volumes_only_read_secrets_of_their_pods_namespace() {
     let dir = tempfile::tempdir().expect("tmp");
-    let host = FakeHost::new();
-    host.add_share(r"\\fs1\data", &[]);
-    host.add_dir(r"C:\var\lib\kubelet\pods\p1\volumes\kubernetes.io~csi\v");
+    let sandbox = tempfile::tempdir().expect("tmp");
+    let scenario = Scenario::from_json(
+        &serde_json::json!({"smb": {"servers": [{"name": "fs1",
+            "accounts": [{"user": "bob", "password": "Eph-Pw-0123!"}],
+            "shares": [{"name": "data"}]}]}})
+        .to_string(),
+    )
+    .expect("scenario");
+    let sim = SimHost::new(&scenario, sandbox.path(), HostOptions::default()).expect("sim");
+    // kubelet's directory of the target.
+    sim.with_state_mut(|s| s.mkdir(r"C:\var\lib\kubelet\pods\p1\volumes\kubernetes.io~csi\v"))
+        .expect("mkdir");
+    let host = CsiProxyHost::new(InProcess::new(sim.clone()).client());
     let recorder = Arc::new(Recorder::default());
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    let mgr = VolumeManager::new(host.clone(), cfg, dir.path())
+    let mgr = wincsi::backend::manager(host, cfg, dir.path())
         .expect("manager")
         .with_secret_source(recorder.clone());
     let d = || Deadline::after(Duration::from_secs(30));
@@ -99,7 +110,7 @@ async fn inline_volumes_only_read_secrets_of_their_pods_namespace() {
             .is_empty(),
         "the driver read a Secret of another namespace"
     );
-    assert!(host.calls().is_empty(), "nothing reached the host");
+    assert!(sim.audit(0).is_empty(), "nothing reached the host");
     // The pod's own namespace (implicit or explicit) is fine.
     mgr.publish(&req(None), d()).await.expect("own namespace");
     mgr.publish(&req(Some("team-a")), d())

@@ -15,13 +15,12 @@ use proxy_client::{ProxyClient, Transport};
 use serde_json::json;
 use sim::{HostOptions, Scenario, SimHost};
 use wincsi::Error;
+use wincsi::backend::Manager;
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::lifecycle::{AccessType, Capability, StageRequest, UnstageRequest, VolumeConfig};
 use wincsi::locks::{Deadline, KeyedLocks};
-use wincsi::paths::KubeletRoot;
 use wincsi::smb::Secrets;
-use wincsi::volume::{
-    AccessType, Capability, StageRequest, UnstageRequest, VolumeConfig, VolumeManager,
-};
 
 const PW: &str = "Flood-Smb-Pw-93!";
 /// Operations per flood round.
@@ -86,7 +85,7 @@ struct Tally {
 /// One flood: `FLOOD` operations start at once — half stage the same hot volume (each answers OK or ABORTED), the
 /// rest stage/unstage the cold volumes, a third of them with a 1 ms deadline (cancelled while waiting for the share
 /// lock or mid-call).
-async fn flood(mgr: &Arc<VolumeManager<CsiProxyHost>>) -> Tally {
+async fn flood(mgr: &Arc<Manager<CsiProxyHost>>) -> Tally {
     let mut tasks = Vec::with_capacity(FLOOD);
     for i in 0..FLOOD {
         let mgr = Arc::clone(mgr);
@@ -154,7 +153,8 @@ async fn thousands_in_flight_are_all_answered_and_leave_nothing_behind() {
         driver_name: "wincsi.csi.io".into(),
     };
     let mgr = Arc::new(
-        VolumeManager::new(CsiProxyHost::new(proxy.clone()), cfg, state.path()).expect("manager"),
+        wincsi::backend::manager(CsiProxyHost::new(proxy.clone()), cfg, state.path())
+            .expect("manager"),
     );
 
     let bounded = tokio::time::timeout(Duration::from_secs(300), async {

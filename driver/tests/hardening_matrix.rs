@@ -31,14 +31,15 @@ use proxy_client::{ProxyClient, Transport};
 use serde_json::json;
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
 use wincsi::Error;
+use wincsi::backend::Manager;
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
-use wincsi::locks::Deadline;
-use wincsi::paths::KubeletRoot;
-use wincsi::smb::Secrets;
-use wincsi::volume::{
+use wincsi::lifecycle::{
     AccessType, Capability, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
-    VolumeConfig, VolumeManager,
+    VolumeConfig,
 };
+use wincsi::locks::Deadline;
+use wincsi::smb::Secrets;
 
 const SMB_PW: &str = "Matrix-Smb-Pw-41!";
 const CHAP_SECRET: &str = "Matrix-Chap-77";
@@ -183,12 +184,14 @@ fn publish_req(w: Workflow) -> PublishRequest {
     }
 }
 
-fn manager(proxy: &ProxyClient, state: &Path) -> Arc<VolumeManager<CsiProxyHost>> {
+fn manager(proxy: &ProxyClient, state: &Path) -> Arc<Manager<CsiProxyHost>> {
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    Arc::new(VolumeManager::new(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"))
+    Arc::new(
+        wincsi::backend::manager(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"),
+    )
 }
 
 struct Env {
@@ -199,7 +202,7 @@ struct Env {
     _sandbox: tempfile::TempDir,
     state: tempfile::TempDir,
     proxy: ProxyClient,
-    mgr: Arc<VolumeManager<CsiProxyHost>>,
+    mgr: Arc<Manager<CsiProxyHost>>,
 }
 
 impl Env {

@@ -521,7 +521,7 @@ struct GatedProbe {
     release: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
 
-impl wincsi::identity::HostProbe for GatedProbe {
+impl wincsi::host::HostProbe for GatedProbe {
     fn check(&self) -> futures::future::BoxFuture<'_, Result<(), String>> {
         let release = self.release.lock().expect("lock").take();
         let _ = self.entered.send(());

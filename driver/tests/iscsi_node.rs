@@ -14,10 +14,10 @@ use proxy_client::{ProxyClient, Transport};
 use serde_json::json;
 use sim::{HostOptions, Scenario, SimHost};
 use tonic::{Code, Request};
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::lifecycle::{Lifecycle, VolumeConfig};
 use wincsi::node::{NodeCore, NodeInfo, NodeService};
-use wincsi::paths::KubeletRoot;
-use wincsi::volume::{Lifecycle, VolumeConfig, VolumeManager};
 
 const IQN: &str = "iqn.2024-01.io.example:node-test";
 const SECRET: &str = "Node-S3cret-0042";
@@ -83,8 +83,8 @@ async fn stage_publish_stats_expand_unstage_through_the_node_service() {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    let mgr =
-        VolumeManager::new(CsiProxyHost::new(proxy.clone()), cfg, state.path()).expect("manager");
+    let mgr = wincsi::backend::manager(CsiProxyHost::new(proxy.clone()), cfg, state.path())
+        .expect("manager");
     let lifecycle: Arc<dyn Lifecycle> = Arc::new(mgr);
     let node = NodeService::new(
         NodeCore::new(NodeInfo {

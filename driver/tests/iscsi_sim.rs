@@ -15,11 +15,11 @@ use std::time::Duration;
 use serde_json::json;
 use sim::Scenario;
 use wincsi::Error;
-use wincsi::iscsi::ExpandRequest;
-use wincsi::smb::Secrets;
-use wincsi::volume::{
-    AccessType, Capability, PublishRequest, StageRequest, StatsRequest, UnpublishRequest,
+use wincsi::lifecycle::{
+    AccessType, Capability, ExpandRequest, PublishRequest, StageRequest, StatsRequest,
+    UnpublishRequest,
 };
+use wincsi::smb::Secrets;
 
 const IQN_A: &str = "iqn.2024-01.io.example:store-a";
 const IQN_B: &str = "iqn.2024-01.io.example:store-b";
@@ -112,8 +112,8 @@ impl Env {
 
     fn record_disk(&self, id: &str) -> Option<u32> {
         let rec = self.mgr.store().volume(id).expect("read").expect("record");
-        let v = serde_json::to_value(&rec.protocol).expect("json");
-        v.get("disk_number")
+        rec.details
+            .get("disk_number")
             .and_then(serde_json::Value::as_u64)
             .map(|n| n as u32)
     }

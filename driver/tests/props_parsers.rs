@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use proxy_client::ErrorKind;
-use wincsi::iscsi::{self, IscsiAuth, MAX_LUN, Portal};
+use wincsi::host::{IscsiAuth, KubeletRoot, MAX_PATH_BYTES, Portal, UncPath};
+use wincsi::iscsi::{self, MAX_LUN};
 use wincsi::locks::Deadline;
-use wincsi::paths::{KubeletRoot, MAX_PATH_BYTES};
-use wincsi::smb::{self, Secrets, UncPath};
+use wincsi::smb::{self, Secrets};
 use wincsi::state::file_key;
 
 /// Prefixed to every generated secret value and absent from every other generated string.
@@ -224,7 +224,7 @@ proptest! {
                 prop_assert!(!shown.contains(PW_MARK), "Debug shows the password: {shown}");
             }
         }
-        let e = smb::check_mount_flags(&[format!("vers=3,password={MARK}x")]).expect_err("refused");
+        let e = wincsi::lifecycle::check_mount_flags(&[format!("vers=3,password={MARK}x")]).expect_err("refused");
         prop_assert!(!e.to_string().contains(MARK));
     }
 

@@ -16,13 +16,13 @@ use std::time::Duration;
 use proxy_client::SmbCredentials;
 use sim::Scenario;
 use wincsi::Error;
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
-use wincsi::paths::KubeletRoot;
-use wincsi::smb::Secrets;
-use wincsi::volume::{
+use wincsi::lifecycle::{
     AccessType, Capability, EPHEMERAL_KEY, PublishRequest, StageRequest, StatsRequest,
-    UnpublishRequest, VolumeConfig, VolumeManager,
+    UnpublishRequest, VolumeConfig,
 };
+use wincsi::smb::Secrets;
 
 const BOB_PW: &str = "Bob-Sm8-S3cret!";
 const ALICE_PW: &str = "Alice-Sm8-S3cret!";
@@ -531,7 +531,7 @@ async fn inline_ephemeral_volume_reads_its_secret_from_the_api() {
         driver_name: "wincsi.csi.io".into(),
     };
     let kube_cfg = kube::Config::new(api.url.parse().expect("url"));
-    let mgr = VolumeManager::new(CsiProxyHost::new(env.proxy.clone()), cfg, env.state.path())
+    let mgr = wincsi::backend::manager(CsiProxyHost::new(env.proxy.clone()), cfg, env.state.path())
         .expect("mgr")
         .with_secret_source(Arc::new(wincsi::ephemeral::KubeSecrets::from_config(
             kube_cfg,

@@ -12,7 +12,7 @@ use csi::v1::identity_client::IdentityClient;
 use csi::v1::node_client::NodeClient;
 use csi::v1::{GetPluginInfoRequest, NodeGetInfoRequest, ProbeRequest};
 use wincsi::config::{Config, Endpoint};
-use wincsi::identity::NoHostProbe;
+use wincsi::host::NoHostProbe;
 use wincsi::listener::Listener;
 use wincsi::server::{Services, serve};
 

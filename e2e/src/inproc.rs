@@ -62,7 +62,7 @@ impl InProcessNode {
         let endpoint = crate::platform::inproc_endpoint(dir.path())?;
         crate::platform::prepare_endpoint(&endpoint)?;
         let config = driver_config(&endpoint, &wiring, &dir.path().join("state"))?;
-        let probe = wincsi::identity::backend_probe(&config);
+        let probe = wincsi::backend::probe(&config);
         let driver = tokio::spawn(wincsi::server::run(config, probe));
         let conn = CsiConn::connect(&endpoint)?;
         wait_until_serving(&conn, &endpoint, &driver).await?;

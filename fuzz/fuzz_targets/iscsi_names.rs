@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wincsi::iscsi::{Portal, check_fs_type, check_iqn};
+use wincsi::host::Portal;
+use wincsi::iscsi::{check_fs_type, check_iqn};
 
 fuzz_target!(|data: &[u8]| {
     let raw = String::from_utf8_lossy(data);

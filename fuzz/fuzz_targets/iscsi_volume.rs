@@ -7,7 +7,8 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use wincsi::iscsi::{CHAP_SECRET_LEN, IscsiAuth, MAX_LUN, Portal, check_iqn, parse_volume};
+use wincsi::host::{IscsiAuth, Portal};
+use wincsi::iscsi::{CHAP_SECRET_LEN, MAX_LUN, check_iqn, parse_volume};
 
 fuzz_target!(|data: &[u8]| {
     let (ctx, secrets, _) = common::context_and_secrets(data);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wincsi::paths::{KubeletRoot, MAX_PATH_BYTES};
+use wincsi::host::{KubeletRoot, MAX_PATH_BYTES};
 
 const ROOTS: [&str; 4] = [
     r"C:\var\lib\kubelet",

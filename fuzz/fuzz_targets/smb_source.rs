@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wincsi::smb::UncPath;
+use wincsi::host::UncPath;
 
 fuzz_target!(|data: &[u8]| {
     let raw = String::from_utf8_lossy(data);

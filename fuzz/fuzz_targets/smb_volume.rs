@@ -7,7 +7,9 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use wincsi::smb::{UncPath, check_mount_flags, parse_volume};
+use wincsi::host::UncPath;
+use wincsi::lifecycle::check_mount_flags;
+use wincsi::smb::parse_volume;
 
 fuzz_target!(|data: &[u8]| {
     let (ctx, secrets, values) = common::context_and_secrets(data);

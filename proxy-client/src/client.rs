@@ -29,15 +29,38 @@ pub struct ProxyClient {
 }
 
 struct Inner {
-    transport: Transport,
+    source: Source,
     timeout: Duration,
     channels: [Mutex<Option<Channel>>; ApiGroup::ALL.len()],
+}
+
+/// Opens a channel to one API group (see [`ProxyClient::with_channel_factory`]).
+pub type ChannelFactory = Arc<dyn Fn(ApiGroup) -> Channel + Send + Sync>;
+
+/// Where the channels come from.
+#[derive(Clone)]
+enum Source {
+    Transport(Transport),
+    Factory {
+        /// Names the endpoints in errors: `<name>/csi-proxy-<group>-<version>`.
+        name: String,
+        open: ChannelFactory,
+    },
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Transport(t) => std::fmt::Debug::fmt(t, f),
+            Source::Factory { name, .. } => f.debug_struct("Factory").field("name", name).finish(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ProxyClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProxyClient")
-            .field("transport", &self.inner.transport)
+            .field("transport", &self.inner.source)
             .field("timeout", &self.inner.timeout)
             .finish_non_exhaustive()
     }
@@ -46,27 +69,44 @@ impl std::fmt::Debug for ProxyClient {
 impl ProxyClient {
     /// A client for the given transport with the default deadline. Does not connect.
     pub fn new(transport: Transport) -> Self {
-        Self::build(transport, DEFAULT_TIMEOUT)
+        Self::build(Source::Transport(transport), DEFAULT_TIMEOUT)
+    }
+
+    /// A client whose channels come from `open` instead of a [`Transport`]: an in-process server in tests (the
+    /// simulated host's `sim::inproc`). `name` names the endpoints in errors. Channels are opened lazily, one per
+    /// group, and again after a connection failure, exactly as with a transport.
+    pub fn with_channel_factory(
+        name: impl Into<String>,
+        open: impl Fn(ApiGroup) -> Channel + Send + Sync + 'static,
+    ) -> Self {
+        let source = Source::Factory {
+            name: name.into(),
+            open: Arc::new(open),
+        };
+        Self::build(source, DEFAULT_TIMEOUT)
     }
 
     /// The same client settings with a different per-call deadline (new connections).
     pub fn with_timeout(self, timeout: Duration) -> Self {
-        Self::build(self.inner.transport.clone(), timeout)
+        Self::build(self.inner.source.clone(), timeout)
     }
 
-    fn build(transport: Transport, timeout: Duration) -> Self {
+    fn build(source: Source, timeout: Duration) -> Self {
         ProxyClient {
             inner: Arc::new(Inner {
-                transport,
+                source,
                 timeout,
                 channels: Default::default(),
             }),
         }
     }
 
-    /// The transport this client uses.
-    pub fn transport(&self) -> &Transport {
-        &self.inner.transport
+    /// The transport this client uses (`None` for a client built with [`ProxyClient::with_channel_factory`]).
+    pub fn transport(&self) -> Option<&Transport> {
+        match &self.inner.source {
+            Source::Transport(t) => Some(t),
+            Source::Factory { .. } => None,
+        }
     }
 
     /// The per-call deadline.
@@ -108,8 +148,11 @@ impl ProxyClient {
         let mut slot = self.inner.channels[group.index()]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        slot.get_or_insert_with(|| self.inner.transport.lazy_channel(group))
-            .clone()
+        slot.get_or_insert_with(|| match &self.inner.source {
+            Source::Transport(t) => t.lazy_channel(group),
+            Source::Factory { open, .. } => open(group),
+        })
+        .clone()
     }
 
     /// Drops the group's channel so the next call starts from a fresh one. tonic's channel
@@ -153,7 +196,10 @@ impl ProxyClient {
     }
 
     fn map_status(&self, group: ApiGroup, method: &'static str, status: tonic::Status) -> Error {
-        let endpoint = || self.inner.transport.address(group);
+        let endpoint = || match &self.inner.source {
+            Source::Transport(t) => t.address(group),
+            Source::Factory { name, .. } => format!("{name}/{}", group.endpoint_name()),
+        };
         if let Some(connect) = find_source::<ConnectError>(&status) {
             return match &connect.reason {
                 ConnectFailure::Missing { hint } => Error::PipeMissing {

@@ -154,7 +154,7 @@ pub use api::{
     ChapAuth, DiskClient, DiskIds, DiskLocation, FilesystemClient, IscsiClient, Portal,
     ServiceInfo, ServiceStatus, SmbClient, SmbCredentials, StartType, SystemClient, VolumeClient,
 };
-pub use client::{DEFAULT_TIMEOUT, ProxyClient};
+pub use client::{ChannelFactory, DEFAULT_TIMEOUT, ProxyClient};
 pub use error::{Error, ErrorKind};
 pub use group::ApiGroup;
 pub use secret::Secret;

@@ -22,6 +22,8 @@ pub use state::{DataLossEvent, HostOptions, SANDBOX_MARKER, State};
 
 pub mod admin;
 mod grpc;
+pub mod inproc;
+mod scripting;
 mod serve;
 
 pub use grpc::{

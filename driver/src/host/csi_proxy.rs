@@ -11,13 +11,14 @@
 
 use std::collections::BTreeMap;
 
+use futures::future::BoxFuture;
 use proxy_client::{ChapAuth, ErrorKind, ProxyClient, SmbCredentials};
 
-use super::{Host, HostError, HostErrorKind, HostOp, HostResult};
-use crate::iscsi::{DiskIds, DiskLocation, IscsiAuth, Portal};
+use super::{
+    DiskIds, DiskLocation, Host, HostError, HostErrorKind, HostOp, HostPath, HostProbe, HostResult,
+    IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+};
 use crate::locks::Deadline;
-use crate::paths::HostPath;
-use crate::smb::{Secret, SmbCredential, UncPath};
 
 /// The host port over csi-proxy.
 #[derive(Clone, Debug)]
@@ -421,6 +422,39 @@ impl Host for CsiProxyHost {
     }
 }
 
+/// Checks csi-proxy (or the simulated host) with a cheap read-only call on the `system` group.
+///
+/// Any answer from csi-proxy, even an error status, proves it is reachable; only a missing
+/// pipe/socket, a refused or broken connection or a deadline counts as unreachable.
+#[derive(Debug, Clone)]
+pub struct CsiProxyProbe {
+    client: ProxyClient,
+}
+
+impl CsiProxyProbe {
+    /// Probes through `client`.
+    pub fn new(client: ProxyClient) -> Self {
+        Self { client }
+    }
+}
+
+impl HostProbe for CsiProxyProbe {
+    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            match self.client.system().bios_serial().await {
+                Ok(_) => Ok(()),
+                Err(e) => match e.kind() {
+                    ErrorKind::PipeMissing
+                    | ErrorKind::ProxyUnavailable
+                    | ErrorKind::DeadlineExceeded
+                    | ErrorKind::Unsupported => Err(e.to_string()),
+                    _ => Ok(()),
+                },
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,6 +465,16 @@ mod tests {
             code: 2,
             message: message.to_owned(),
         }
+    }
+
+    #[test]
+    fn csi_proxy_offers_no_capability_beyond_its_primitives() {
+        let host = CsiProxyHost::new(ProxyClient::new(proxy_client::Transport::default()));
+        assert_eq!(
+            host.capabilities(),
+            crate::host::HostCapabilities::default()
+        );
+        assert!(!host.capabilities().discovery_chap && !host.capabilities().list_smb_mappings);
     }
 
     #[test]

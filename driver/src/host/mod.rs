@@ -1,194 +1,76 @@
-//! The host port: everything the driver asks of the Windows host, shaped after csi-proxy's primitives.
+//! The host port: everything the driver asks of the Windows host, shaped after csi-proxy's primitives, and the
+//! vocabulary it speaks.
 //!
-//! The driver never touches a host path directly; every host operation goes through [`Host`]. Implementations:
-//! [`csi_proxy::CsiProxyHost`] (csi-proxy over named pipes, or the simulated host over Unix sockets) and, for tests,
-//! `fake::FakeHost` (compiled for tests and with the `test-util` feature), a recording fake with scriptable state and
-//! failure injection.
+//! * The port: [`Host`], one method per host operation ([`HostOp`], named after the csi-proxy RPC), each bounded by
+//!   the RPC's [`Deadline`]; failures are [`HostError`]s classified into [`HostErrorKind`] by the backend, so the
+//!   layers above decide on kinds, never on a backend's error texts. [`HostProbe`] is the backend's liveness check.
+//! * The vocabulary: validated host paths inside the kubelet root ([`HostPath`], [`KubeletRoot`]), UNC paths and SMB
+//!   credentials ([`UncPath`], [`SmbCredential`]), disk locations and identifiers ([`DiskLocation`], [`DiskIds`]),
+//!   target portals and login authentication ([`Portal`], [`IscsiAuth`]) and the redacting [`Secret`].
+//! * The backends: [`csi_proxy::CsiProxyHost`] (csi-proxy over named pipes, or the simulated host over Unix sockets
+//!   or in-process). A native HostProcess backend (Win32 + WMI) is another implementation of the same trait, in
+//!   `host/native/`. Only this module and the composition root (`crate::backend`) name a backend.
+//!
+//! Every test double of the host is the simulated host (`sim`), reached through the csi-proxy backend: there is one
+//! model of a Windows host.
 //!
 //! csi-proxy v1 cannot list or query SMB global mappings. The driver therefore learns a mapping's health from path
 //! reachability: [`Host::is_symlink`] is true only when a link *and its target* exist, so a staging link whose UNC
 //! target does not resolve means the mapping is down (Disconnected after a reboot, credentials rotated, server gone).
 //! Repairing relies on `NewSmbGlobalMapping`'s own reuse-or-recreate logic: it keeps an OK, reachable mapping and
 //! removes and re-creates a broken one.
+//!
+//! Capabilities csi-proxy lacks (listing SMB mappings, clearing a disk's read-only flag, discovery CHAP, persistent
+//! logins) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
+//! methods whose default says "not supported", so a backend that has them overrides both and the protocols ask
+//! before relying on one.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::future::Future;
 
-use crate::iscsi::{DiskIds, DiskLocation, IscsiAuth, Portal};
 use crate::locks::Deadline;
-use crate::paths::HostPath;
-use crate::smb::{Secret, SmbCredential, UncPath};
 
+mod block;
 pub mod csi_proxy;
-#[cfg(any(test, feature = "test-util"))]
-pub mod fake;
+mod error;
+mod path;
+mod probe;
+mod unc;
 
-/// The host operations, named after the csi-proxy RPC that implements each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum HostOp {
-    /// `filesystem/v1.PathExists`.
-    PathExists,
-    /// `filesystem/v1.Mkdir`.
-    Mkdir,
-    /// `filesystem/v1.Rmdir`.
-    Rmdir,
-    /// `filesystem/v1.CreateSymlink`.
-    CreateSymlink,
-    /// `filesystem/v1.IsSymlink`.
-    IsSymlink,
-    /// `smb/v1.NewSmbGlobalMapping`.
-    NewSmbGlobalMapping,
-    /// `smb/v1.RemoveSmbGlobalMapping`.
-    RemoveSmbGlobalMapping,
-    /// `disk/v1.ListDiskLocations`.
-    ListDiskLocations,
-    /// `disk/v1.ListDiskIDs`.
-    ListDiskIDs,
-    /// `disk/v1.Rescan`.
-    Rescan,
-    /// `disk/v1.PartitionDisk`.
-    PartitionDisk,
-    /// `disk/v1.GetDiskStats`.
-    GetDiskStats,
-    /// `disk/v1.SetDiskState`.
-    SetDiskState,
-    /// `disk/v1.GetDiskState`.
-    GetDiskState,
-    /// `volume/v1.ListVolumesOnDisk`.
-    ListVolumesOnDisk,
-    /// `volume/v1.MountVolume`.
-    MountVolume,
-    /// `volume/v1.UnmountVolume`.
-    UnmountVolume,
-    /// `volume/v1.IsVolumeFormatted`.
-    IsVolumeFormatted,
-    /// `volume/v1.FormatVolume`.
-    FormatVolume,
-    /// `volume/v1.ResizeVolume`.
-    ResizeVolume,
-    /// `volume/v1.GetVolumeStats`.
-    GetVolumeStats,
-    /// `volume/v1.GetVolumeIDFromTargetPath`.
-    GetVolumeIDFromTargetPath,
-    /// `volume/v1.WriteVolumeCache`.
-    WriteVolumeCache,
-    /// `iscsi/v1alpha2.AddTargetPortal`.
-    AddTargetPortal,
-    /// `iscsi/v1alpha2.ConnectTarget`.
-    ConnectTarget,
-    /// `iscsi/v1alpha2.DisconnectTarget`.
-    DisconnectTarget,
-    /// `iscsi/v1alpha2.GetTargetDisks`.
-    GetTargetDisks,
-    /// `iscsi/v1alpha2.SetMutualChapSecret`.
-    SetMutualChapSecret,
+pub use block::{DEFAULT_PORT, DiskIds, DiskLocation, IscsiAuth, Portal};
+pub use error::{HostError, HostErrorKind, HostOp, HostResult};
+pub use path::{HostPath, KubeletRoot, MAX_PATH_BYTES};
+pub use probe::{HostProbe, NoHostProbe, PROBE_TIMEOUT};
+/// A secret string (a password, a CHAP secret): proxy-client's type, whose `Debug`/`Display` never show the value,
+/// so a secret travels from the CSI request to the host call without ever being re-wrapped.
+pub use proxy_client::Secret;
+pub(crate) use unc::check_component;
+pub use unc::{SmbCredential, UncPath};
+
+/// What a backend can do beyond csi-proxy v1's primitives. csi-proxy offers none of these; a native backend may,
+/// and a protocol asks ([`Host::capabilities`]) before relying on one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostCapabilities {
+    /// It can list the node's SMB global mappings and their status.
+    pub list_smb_mappings: bool,
+    /// It can clear a disk's read-only flag.
+    pub clear_disk_read_only: bool,
+    /// It can add a target portal with discovery CHAP credentials.
+    pub discovery_chap: bool,
+    /// It can make iSCSI logins persistent across reboots.
+    pub persistent_logins: bool,
 }
-
-impl HostOp {
-    /// The csi-proxy RPC name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::PathExists => "PathExists",
-            Self::Mkdir => "Mkdir",
-            Self::Rmdir => "Rmdir",
-            Self::CreateSymlink => "CreateSymlink",
-            Self::IsSymlink => "IsSymlink",
-            Self::NewSmbGlobalMapping => "NewSmbGlobalMapping",
-            Self::RemoveSmbGlobalMapping => "RemoveSmbGlobalMapping",
-            Self::ListDiskLocations => "ListDiskLocations",
-            Self::ListDiskIDs => "ListDiskIDs",
-            Self::Rescan => "Rescan",
-            Self::PartitionDisk => "PartitionDisk",
-            Self::GetDiskStats => "GetDiskStats",
-            Self::SetDiskState => "SetDiskState",
-            Self::GetDiskState => "GetDiskState",
-            Self::ListVolumesOnDisk => "ListVolumesOnDisk",
-            Self::MountVolume => "MountVolume",
-            Self::UnmountVolume => "UnmountVolume",
-            Self::IsVolumeFormatted => "IsVolumeFormatted",
-            Self::FormatVolume => "FormatVolume",
-            Self::ResizeVolume => "ResizeVolume",
-            Self::GetVolumeStats => "GetVolumeStats",
-            Self::GetVolumeIDFromTargetPath => "GetVolumeIDFromTargetPath",
-            Self::WriteVolumeCache => "WriteVolumeCache",
-            Self::AddTargetPortal => "AddTargetPortal",
-            Self::ConnectTarget => "ConnectTarget",
-            Self::DisconnectTarget => "DisconnectTarget",
-            Self::GetTargetDisks => "GetTargetDisks",
-            Self::SetMutualChapSecret => "SetMutualChapSecret",
-        }
-    }
-}
-
-impl fmt::Display for HostOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What went wrong on the host, classified so the driver can decide and answer with the right CSI code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HostErrorKind {
-    /// The path or mapping does not exist.
-    NotFound,
-    /// The path already exists (e.g. a link target).
-    AlreadyExists,
-    /// A directory is not empty (non-forced Rmdir).
-    NotEmpty,
-    /// Windows error 1219: the server is already connected under another user name.
-    MultipleConnections,
-    /// Windows error 53: the network path (server) was not found.
-    NetworkPathNotFound,
-    /// Windows error 67: the network name (share) cannot be found.
-    NetworkNameNotFound,
-    /// A mapping of the share exists but is not usable and blocks creating a new one (e.g. a Disconnected mapping:
-    /// Windows error 85, "The local device name is already in use"). Removing it first fixes it.
-    StaleMapping,
-    /// Windows error 1326 or 86: the user name or password is incorrect.
-    LogonFailure,
-    /// Access denied (Windows error 5).
-    AccessDenied,
-    /// csi-proxy refused the path (validation).
-    InvalidPath,
-    /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
-    Unavailable,
-    /// The call did not finish before the deadline.
-    DeadlineExceeded,
-    /// Anything else.
-    Other,
-}
-
-/// A failed host call: which operation, its classification and an operator-facing message (never a secret).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{op} failed: {message}")]
-pub struct HostError {
-    /// The operation.
-    pub op: HostOp,
-    /// The classification.
-    pub kind: HostErrorKind,
-    /// What the host said, without secrets.
-    pub message: String,
-}
-
-impl HostError {
-    /// Build an error.
-    pub fn new(op: HostOp, kind: HostErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            op,
-            kind,
-            message: message.into(),
-        }
-    }
-}
-
-/// The result of a host call.
-pub type HostResult<T> = Result<T, HostError>;
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
 /// remote paths are validated [`UncPath`]s. Every call carries the RPC's [`Deadline`], which implementations pass on
 /// (csi-proxy: the gRPC deadline); the driver also bounds every call by it.
 pub trait Host: Send + Sync + 'static {
+    /// What this backend can do beyond csi-proxy v1's primitives (nothing, unless it says so).
+    fn capabilities(&self) -> HostCapabilities {
+        HostCapabilities::default()
+    }
+
     /// Whether `path` exists (a dangling link exists too).
     fn path_exists(
         &self,

@@ -2,17 +2,18 @@
 //! crash points, validation and redaction.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
+use serde_json::{Value, json};
+
+use super::disk::backoff_schedule;
 use super::*;
-use crate::host::fake::FakeHost;
-use crate::paths::KubeletRoot;
-use crate::smb::Secrets;
-use crate::volume::{
+use crate::host::IscsiAuth;
+use crate::lifecycle::{
     AccessType, Capability, PublishRequest, StageRequest, StatsRequest, UnpublishRequest,
-    UnstageRequest, VolumeConfig,
+    UnstageRequest,
 };
+use crate::testing;
 use HostOp::*;
 
 const IQN: &str = "iqn.2024-01.io.example:store1";
@@ -48,78 +49,106 @@ fn cap(fs: &str) -> Option<Capability> {
     })
 }
 
-struct Env {
-    host: FakeHost,
-    mgr: VolumeManager<FakeHost>,
-    dir: tempfile::TempDir,
+/// One portal exposing IQN with LUN 0 (RAW, 10 GiB) and LUN 1 (RAW, 5 GiB), plus a local disk with LUN 0.
+fn scenario() -> Value {
+    json!({
+        "disks": [{"number": 0, "id": "os", "size": 100 * GIB, "partition_style": "gpt"}],
+        "iscsi": {"portals": [{"address": "10.0.0.5", "targets": [
+            {"iqn": IQN, "luns": [
+                {"lun": 0, "id": "lun0", "size": 10 * GIB, "serial": "SN-lun0"},
+                {"lun": 1, "id": "lun1", "size": 5 * GIB, "serial": "SN-lun1"}
+            ]}
+        ]}]}
+    })
+}
+
+/// The first target's LUN `n` in a [`scenario`].
+fn lun_spec(sc: &mut Value, n: usize) -> &mut Value {
+    &mut sc["iscsi"]["portals"][0]["targets"][0]["luns"][n]
+}
+
+/// The simulated host of [`scenario`] (or a variant of it) and a driver, with the iSCSI views the tests assert on.
+struct Env(testing::Env);
+
+impl std::ops::Deref for Env {
+    type Target = testing::Env;
+    fn deref(&self) -> &testing::Env {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut testing::Env {
+        &mut self.0
+    }
 }
 
 impl Env {
-    /// One portal exposing IQN with LUN 0 (RAW, 10 GiB) and LUN 1 (RAW, 5 GiB), plus a local disk with LUN 0.
     fn new() -> Self {
-        let host = FakeHost::new();
-        host.with_block(|b| {
-            b.add_local_disk(0, 0, "os");
-            b.add_portal_target(&portal(), IQN);
-            b.add_lun(IQN, 0, "lun0", 10 * GIB);
-            b.add_lun(IQN, 1, "lun1", 5 * GIB);
-        });
-        let dir = tempfile::tempdir().expect("tmp");
-        let mgr = Self::manager(&host, dir.path());
-        Self { host, mgr, dir }
+        Self::with(|_| {})
     }
 
-    fn manager(host: &FakeHost, dir: &Path) -> VolumeManager<FakeHost> {
-        let cfg = VolumeConfig {
-            kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
-            driver_name: "wincsi.csi.io".into(),
-        };
-        VolumeManager::new(host.clone(), cfg, dir).expect("manager")
+    /// [`scenario`] changed by `f`.
+    fn with(f: impl FnOnce(&mut Value)) -> Self {
+        let mut sc = scenario();
+        f(&mut sc);
+        Self(testing::Env::new(&sc))
     }
 
-    fn restart(&mut self) {
-        self.mgr = Self::manager(&self.host, self.dir.path());
-    }
-
+    /// The operations so far, then forget them.
     fn ops(&self) -> Vec<HostOp> {
-        let ops = self.host.ops();
-        self.host.clear_calls();
-        ops
-    }
-
-    fn data_loss(&self) -> Vec<String> {
-        self.host.with_block(|b| b.data_loss.clone())
+        self.0.take_ops()
     }
 
     fn assert_clean(&self) {
-        assert!(
-            self.data_loss().is_empty(),
-            "data loss: {:?}",
-            self.data_loss()
-        );
-        self.host.with_block(|b| {
-            assert!(b.sessions.is_empty(), "leaked sessions: {:?}", b.sessions);
-            assert!(b.mounts.is_empty(), "leaked mounts: {:?}", b.mounts);
-        });
-        assert!(
-            self.mgr.store().volumes().expect("list").is_empty(),
-            "leaked records"
-        );
-        assert!(!self.host.exists(&staging("v1")), "staging dir left behind");
+        self.0.assert_clean();
+        assert!(!self.exists(&staging("v1")), "staging dir left behind");
     }
 
     fn record(&self, id: &str) -> IscsiRecord {
-        match self
-            .mgr
-            .store()
-            .volume(id)
-            .expect("read")
-            .expect("record")
-            .protocol
-        {
-            Protocol::Iscsi(r) => r,
-            other => panic!("not iSCSI: {other:?}"),
+        let rec = self.mgr.store().volume(id).expect("read").expect("record");
+        match rec.details::<IscsiRecord>().expect("decode") {
+            Some(r) => r,
+            None => panic!("not iSCSI: {rec:?}"),
         }
+    }
+
+    /// The host's disk `id`.
+    fn disk(&self, id: &str) -> sim::state::Disk {
+        self.state(|s| s.disks().iter().find(|d| d.id == id).cloned())
+            .unwrap_or_else(|| panic!("no disk {id}"))
+    }
+
+    /// Every disk's layout (partition style and partitions), to compare before and after.
+    fn layouts(&self) -> String {
+        self.state(|s| {
+            s.disks()
+                .iter()
+                .map(|d| format!("{}: {:?} {:?}", d.id, d.partition_style, d.partitions))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    /// The volume mounted at `path`, if any.
+    fn mounted(&self, path: &str) -> Option<String> {
+        self.state(|s| s.get_volume_id_from_target_path(path).ok())
+    }
+
+    /// How many iSCSI sessions the host has.
+    fn sessions(&self) -> usize {
+        self.state(|s| s.sessions().len())
+    }
+
+    /// Portals added on the host.
+    fn added_portals(&self) -> Vec<String> {
+        self.state(|s| {
+            s.portals()
+                .iter()
+                .filter(|p| p.added)
+                .map(|p| format!("{}:{}", p.address, p.port))
+                .collect()
+        })
     }
 }
 
@@ -187,21 +216,14 @@ async fn first_repeated_stage_and_unstage_sequences() {
         .expect("stage");
     assert_eq!(env.ops(), FIRST_STAGE_RAW);
     let r = env.record("v1");
-    let lun0 = env
-        .host
-        .with_block(|b| b.disk("lun0").cloned())
-        .expect("lun0");
+    let lun0 = env.disk("lun0");
     assert_eq!(r.disk_number, lun0.number);
     assert_eq!(r.page83.as_deref(), Some(lun0.page83.as_str()));
     assert_eq!(r.serial.as_deref(), Some("SN-lun0"));
     assert!(r.partitioned);
     let vid = r.volume.clone().expect("volume recorded");
     assert_eq!(r.session_portal, Some(portal()));
-    assert_eq!(
-        env.host
-            .with_block(|b| b.mounts.get(&staging("v1")).cloned()),
-        Some(vid.clone())
-    );
+    assert_eq!(env.mounted(&staging("v1")), Some(vid.clone()));
     assert_ne!(
         r.disk_number,
         Some(0),
@@ -221,10 +243,7 @@ async fn first_repeated_stage_and_unstage_sequences() {
     assert_eq!(env.ops(), UNSTAGE);
     env.assert_clean();
     // The portal stays (documented): other volumes and admin settings may depend on it.
-    assert_eq!(
-        env.host.with_block(|b| b.added_portals()),
-        ["10.0.0.5:3260"]
-    );
+    assert_eq!(env.added_portals(), ["10.0.0.5:3260"]);
 
     env.mgr
         .unstage(&unstage_req("v1"), d())
@@ -239,12 +258,11 @@ async fn first_repeated_stage_and_unstage_sequences() {
 
 #[tokio::test]
 async fn existing_ntfs_volume_is_mounted_not_formatted() {
-    let env = Env::new();
-    env.host.with_block(|b| {
-        let part = b.volume_with_data(10 * GIB - 20 * (1 << 20));
-        let disk = b.disk("lun0").expect("lun0");
-        disk.style = fake::Style::Gpt;
-        disk.partitions = vec![part];
+    let env = Env::with(|sc| {
+        let lun0 = lun_spec(sc, 0);
+        lun0["partition_style"] = json!("gpt");
+        lun0["partitions"] = json!([{"size": 10 * GIB - 20 * (1 << 20),
+            "volume": {"filesystem": "NTFS", "files": {"data.txt": "keep me"}}}]);
     });
     env.mgr
         .stage(&stage_req("v1", 0, &[], &[]), d())
@@ -271,36 +289,26 @@ async fn existing_ntfs_volume_is_mounted_not_formatted() {
         .await
         .expect("unstage");
     env.assert_clean();
-    let data = env
-        .host
-        .with_block(|b| b.disk("lun0").and_then(|d| d.partitions[0].volume.clone()));
-    assert!(data.is_some_and(|v| v.data && v.formatted), "data intact");
+    let data = env.disk("lun0").partitions[0].volume.clone();
+    assert!(
+        data.is_some_and(|v| v.filesystem.as_deref() == Some("NTFS")),
+        "data intact"
+    );
+    assert!(env.data_loss().is_empty(), "data intact");
 }
 
 /// Assert a refused stage: the error kind and text, that nothing destructive ran, and that nothing leaked.
 async fn refused(env: &Env, req: StageRequest, want: &str) -> Vec<HostOp> {
-    let before = env.host.with_block(|b| b.disks.clone());
+    let before = env.layouts();
     let err = env.mgr.stage(&req, d()).await.expect_err("must refuse");
     assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
     assert!(err.to_string().contains(want), "{err}");
     let ops = env.ops();
     assert!(!ops.contains(&FormatVolume), "{ops:?}");
     assert!(!ops.contains(&MountVolume), "{ops:?}");
-    assert_eq!(
-        env.host
-            .with_block(|b| b.disks.clone())
-            .iter()
-            .map(|d| (&d.partitions, d.style))
-            .collect::<Vec<_>>(),
-        before
-            .iter()
-            .map(|d| (&d.partitions, d.style))
-            .collect::<Vec<_>>(),
-        "disk layout changed"
-    );
+    assert_eq!(env.layouts(), before, "disk layout changed");
     assert!(env.data_loss().is_empty());
-    env.host
-        .with_block(|b| assert!(b.sessions.is_empty(), "the failed stage logged out again"));
+    assert_eq!(env.sessions(), 0, "the failed stage logged out again");
     assert!(
         env.mgr.store().volumes().expect("list").is_empty(),
         "record rolled back"
@@ -310,14 +318,10 @@ async fn refused(env: &Env, req: StageRequest, want: &str) -> Vec<HostOp> {
 
 #[tokio::test]
 async fn foreign_layout_is_refused_untouched() {
-    let env = Env::new();
-    env.host.with_block(|b| {
-        let disk = b.disk("lun0").expect("lun0");
-        disk.style = fake::Style::Mbr;
-        disk.partitions = vec![fake::FakePartition {
-            reserved: false,
-            volume: None,
-        }];
+    let env = Env::with(|sc| {
+        let lun0 = lun_spec(sc, 0);
+        lun0["partition_style"] = json!("mbr");
+        lun0["partitions"] = json!([{"kind": "basic"}]);
     });
     let ops = refused(
         &env,
@@ -344,15 +348,11 @@ async fn foreign_layout_is_refused_untouched() {
 
 #[tokio::test]
 async fn unformatted_volume_not_created_by_us_is_never_formatted() {
-    let env = Env::new();
-    env.host.with_block(|b| {
-        let mut part = b.volume_with_data(GIB);
-        if let Some(v) = part.volume.as_mut() {
-            v.formatted = false; // e.g. ext4: Windows sees a RAW volume
-        }
-        let disk = b.disk("lun0").expect("lun0");
-        disk.style = fake::Style::Gpt;
-        disk.partitions = vec![part];
+    let env = Env::with(|sc| {
+        let lun0 = lun_spec(sc, 0);
+        lun0["partition_style"] = json!("gpt");
+        // e.g. ext4: Windows sees a RAW volume.
+        lun0["partitions"] = json!([{"size": GIB, "volume": {"foreign_data": true}}]);
     });
     let ops = refused(&env, stage_req("v1", 0, &[], &[]), "refusing to format").await;
     assert!(!ops.contains(&PartitionDisk), "{ops:?}");
@@ -360,13 +360,12 @@ async fn unformatted_volume_not_created_by_us_is_never_formatted() {
 
 #[tokio::test]
 async fn several_volumes_are_refused() {
-    let env = Env::new();
-    env.host.with_block(|b| {
-        let p1 = b.volume_with_data(GIB);
-        let p2 = b.volume_with_data(GIB);
-        let disk = b.disk("lun0").expect("lun0");
-        disk.style = fake::Style::Gpt;
-        disk.partitions = vec![p1, p2];
+    let env = Env::with(|sc| {
+        let lun0 = lun_spec(sc, 0);
+        lun0["partition_style"] = json!("gpt");
+        let part =
+            json!({"size": GIB, "volume": {"filesystem": "NTFS", "files": {"a.txt": "data"}}});
+        lun0["partitions"] = json!([part.clone(), part]);
     });
     refused(&env, stage_req("v1", 0, &[], &[]), "has 2 volumes").await;
 }
@@ -387,10 +386,7 @@ async fn identity_hints_must_match_before_anything_is_touched() {
     .await;
     assert!(!ops.contains(&SetDiskState), "{ops:?}");
     // The right hints pass (case-insensitive, trimmed).
-    let page83 = env
-        .host
-        .with_block(|b| b.disk("lun0").map(|d| d.page83.to_uppercase()))
-        .expect("p83");
+    let page83 = env.disk("lun0").page83.to_uppercase();
     let req = stage_req(
         "v1",
         0,
@@ -411,9 +407,13 @@ async fn identity_hints_must_match_before_anything_is_touched() {
 #[tokio::test]
 async fn same_lun_twice_on_the_target_is_refused() {
     let env = Env::new();
-    env.host.with_block(|b| {
-        b.add_lun(IQN, 0, "lun0-path2", 10 * GIB);
-    });
+    // After the login the target presents LUN 0 twice (LUN 1's disk reports LUN 0 too).
+    env.inproc
+        .after("ConnectTarget", |s| {
+            s.set_disk_location("lun1", "Integrated : Adapter 2 : Port 0 : Target 0 : LUN 0")
+                .expect("location");
+        })
+        .expect("script");
     refused(
         &env,
         stage_req("v1", 0, &[], &[]),
@@ -472,7 +472,13 @@ fn the_wait_is_bounded_by_rounds_and_deadline() {
 #[tokio::test]
 async fn rescan_only_when_the_disk_is_not_visible() {
     let env = Env::new();
-    env.host.with_block(|b| b.need_rescan = true);
+    // The LUNs' disks only appear after a Rescan.
+    env.inproc
+        .after("ConnectTarget", |s| s.hide_target_disks(IQN).expect("hide"))
+        .expect("script");
+    env.inproc
+        .after("Rescan", |s| s.rescan_lun_disks().expect("rescan"))
+        .expect("script");
     env.mgr
         .stage(&stage_req("v1", 0, &[], &[]), d())
         .await
@@ -497,9 +503,10 @@ async fn rescan_only_when_the_disk_is_not_visible() {
 
 #[tokio::test]
 async fn one_way_and_mutual_chap_and_wrong_secrets() {
-    let env = Env::new();
-    env.host
-        .with_block(|b| b.require_chap(IQN, CHAP_USER, CHAP_SECRET, Some(MUTUAL_SECRET)));
+    let env = Env::with(|sc| {
+        sc["iscsi"]["portals"][0]["targets"][0]["chap"] = json!({"mode": "mutual",
+            "username": CHAP_USER, "secret": CHAP_SECRET, "target_secret": MUTUAL_SECRET});
+    });
     let good = [
         ("node.session.auth.username", CHAP_USER),
         ("node.session.auth.password", CHAP_SECRET),
@@ -536,16 +543,17 @@ async fn one_way_and_mutual_chap_and_wrong_secrets() {
         .stage(&stage_req("v1", 0, &[], &good), d())
         .await
         .expect("mutual");
+    // The calls as the host saw them (before `ops` forgets them) carry no secret.
+    let calls = env.calls_text();
+    assert!(calls.contains("ConnectTarget"), "{calls}");
+    assert!(
+        !calls.contains(CHAP_SECRET) && !calls.contains(MUTUAL_SECRET),
+        "{calls}"
+    );
     let ops = env.ops();
     assert_eq!(
         &ops[..3],
         [AddTargetPortal, SetMutualChapSecret, ConnectTarget]
-    );
-    let calls: Vec<String> = env.host.calls().iter().map(ToString::to_string).collect();
-    assert!(
-        calls
-            .iter()
-            .all(|c| !c.contains(CHAP_SECRET) && !c.contains(MUTUAL_SECRET))
     );
     let rec = std::fs::read_dir(env.dir.path().join("volumes"))
         .expect("ls")
@@ -581,7 +589,7 @@ async fn two_luns_of_one_target_share_the_session() {
         .expect("unstage v1");
     let ops = env.ops();
     assert!(!ops.contains(&DisconnectTarget), "{ops:?}");
-    env.host.with_block(|b| assert_eq!(b.sessions.len(), 1));
+    assert_eq!(env.sessions(), 1);
     let stats = env
         .mgr
         .stats(
@@ -599,16 +607,18 @@ async fn two_luns_of_one_target_share_the_session() {
         .await
         .expect("unstage v2");
     assert_eq!(env.ops().last(), Some(&DisconnectTarget));
-    env.host.with_block(|b| assert!(b.sessions.is_empty()));
+    assert_eq!(env.sessions(), 0);
     assert!(env.data_loss().is_empty());
 }
 
 #[tokio::test]
 async fn colliding_luns_across_targets_pick_the_right_disk() {
-    let env = Env::new();
-    env.host.with_block(|b| {
-        b.add_portal_target(&portal(), IQN2);
-        b.add_lun(IQN2, 0, "other-lun0", 10 * GIB);
+    let env = Env::with(|sc| {
+        let targets = sc["iscsi"]["portals"][0]["targets"]
+            .as_array_mut()
+            .expect("targets");
+        targets
+            .push(json!({"iqn": IQN2, "luns": [{"lun": 0, "id": "other-lun0", "size": 10 * GIB}]}));
     });
     let mut req = stage_req("v2", 0, &[], &[]);
     req.volume_context.insert("iqn".into(), IQN2.into());
@@ -617,12 +627,7 @@ async fn colliding_luns_across_targets_pick_the_right_disk() {
         .await
         .expect("v1");
     env.mgr.stage(&req, d()).await.expect("v2");
-    let (a, b2) = env.host.with_block(|b| {
-        (
-            b.disk("lun0").and_then(|d| d.number),
-            b.disk("other-lun0").and_then(|d| d.number),
-        )
-    });
+    let (a, b2) = (env.disk("lun0").number, env.disk("other-lun0").number);
     assert_eq!(env.record("v1").disk_number, a);
     assert_eq!(env.record("v2").disk_number, b2);
     assert_ne!(a, b2);
@@ -635,19 +640,18 @@ async fn stats_condition_and_publish_path() {
         .stage(&stage_req("v1", 0, &[], &[]), d())
         .await
         .expect("stage");
-    env.mgr
-        .publish(
-            &PublishRequest {
-                volume_id: "v1".into(),
-                staging_target_path: staging("v1"),
-                target_path: target("pod1"),
-                capability: cap(""),
-                ..Default::default()
-            },
-            d(),
-        )
-        .await
-        .expect("publish");
+    env.publish(
+        &PublishRequest {
+            volume_id: "v1".into(),
+            staging_target_path: staging("v1"),
+            target_path: target("pod1"),
+            capability: cap(""),
+            ..Default::default()
+        },
+        d(),
+    )
+    .await
+    .expect("publish");
     env.ops();
     let s = env
         .mgr
@@ -677,8 +681,8 @@ async fn stats_condition_and_publish_path() {
         .expect_err("not ours");
     assert!(matches!(err, Error::NotFound(_)), "{err:?}");
     // Disk offline → abnormal with the reason.
-    env.host
-        .with_block(|b| b.disk("lun0").expect("lun0").online = false);
+    let n = env.disk("lun0").number.expect("present");
+    env.script(|s| s.set_disk_state(n, false)).expect("offline");
     let s = env
         .mgr
         .stats(
@@ -692,7 +696,7 @@ async fn stats_condition_and_publish_path() {
         .expect("stats");
     assert!(s.abnormal && s.message.contains("offline"), "{s:?}");
     // Session gone (reboot) → abnormal.
-    env.host.with_block(|b| b.reboot());
+    env.sim.reboot().expect("reboot");
     let s = env
         .mgr
         .stats(
@@ -725,12 +729,9 @@ async fn reboot_then_restage_keeps_data() {
         .await
         .expect("stage");
     let vid = env.record("v1").volume;
-    env.host.with_block(|b| {
-        if let Some(v) = b.disk("lun0").and_then(|d| d.partitions[1].volume.as_mut()) {
-            v.data = true;
-        }
-        b.reboot();
-    });
+    env.script(|s| s.write_file(&format!(r"{}\data.txt", staging("v1")), b"the pod's data"))
+        .expect("write");
+    env.sim.reboot().expect("reboot");
     env.ops();
     env.mgr
         .stage(&stage_req("v1", 0, &[], &[]), d())
@@ -756,10 +757,10 @@ async fn a_different_disk_behind_the_lun_after_restage_is_refused() {
         .stage(&stage_req("v1", 0, &[], &[]), d())
         .await
         .expect("stage");
-    env.host.with_block(|b| {
-        b.reboot();
-        b.disk("lun0").expect("lun0").page83 = "6001405ffffffffffffffffffffffff0".into();
-    });
+    env.sim.reboot().expect("reboot");
+    let serial = env.disk("lun0").serial;
+    env.script(|s| s.set_disk_identity("lun0", "6001405ffffffffffffffffffffffff0", &serial))
+        .expect("identity");
     let err = env
         .mgr
         .stage(&stage_req("v1", 0, &[], &[]), d())
@@ -785,8 +786,8 @@ async fn expand_grows_to_the_lun_and_honours_the_skip_rule() {
     };
     let start = 10 * GIB - 18 * (1 << 20);
     // LUN grown by 50 MiB: below csi-proxy's 100 MiB minimum, the capacity is reported as it is.
-    env.host
-        .with_block(|b| b.disk("lun0").expect("lun0").size += 50 << 20);
+    env.script(|s| s.set_disk_size("lun0", 10 * GIB + (50 << 20)))
+        .expect("grow");
     env.ops();
     let cap = env
         .mgr
@@ -812,8 +813,8 @@ async fn expand_grows_to_the_lun_and_honours_the_skip_rule() {
         .await
         .expect_err("too small");
     assert!(err.to_string().contains("grow the LUN"), "{err}");
-    env.host
-        .with_block(|b| b.disk("lun0").expect("lun0").size = 20 * GIB);
+    env.script(|s| s.set_disk_size("lun0", 20 * GIB))
+        .expect("grow");
     let cap = env.mgr.expand(&req(20 * GIB), d()).await.expect("expand");
     assert_eq!(cap, (20 * GIB - 18 * (1 << 20)) as i64);
 }
@@ -828,18 +829,17 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
         let env = Env::new();
         cycle(&env).await.expect("clean run");
         env.assert_clean();
-        env.host.calls().len()
+        env.calls().len()
     };
     assert_eq!(total, FIRST_STAGE_RAW.len() + UNSTAGE.len());
     for n in 0..total {
         for kubelet_unstages_instead in [false, true] {
             let mut env = Env::new();
-            env.host.hang_after(n);
+            env.hang_after(n);
             tokio::select! {
                 r = cycle(&env) => panic!("call {n}: finished despite the hang: {r:?}"),
-                () = env.host.hung() => {}
+                () = env.hung() => {}
             }
-            env.host.resume();
             env.restart();
             if !kubelet_unstages_instead {
                 env.mgr
@@ -847,11 +847,7 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
                     .await
                     .unwrap_or_else(|e| panic!("call {n}: retry stage: {e}"));
                 let r = env.record("v1");
-                assert!(env.host.with_block(|b| {
-                    r.volume
-                        .as_ref()
-                        .is_some_and(|v| b.mounts.get(&staging("v1")) == Some(v))
-                }));
+                assert!(r.volume.is_some() && env.mounted(&staging("v1")) == r.volume);
             }
             env.mgr
                 .unstage(&unstage_req("v1"), d())
@@ -997,7 +993,7 @@ async fn dispatch_refuses_other_file_systems_and_block() {
         env.mgr.stage(&req, d()).await,
         Err(Error::InvalidArgument(_))
     ));
-    assert!(env.host.calls().is_empty());
+    assert!(env.calls().is_empty());
 }
 
 #[test]
@@ -1046,8 +1042,13 @@ fn csi_proxy_texts_are_classified() {
 #[tokio::test]
 async fn powershell_csi_proxy_not_found_on_a_raw_disk_means_no_volume() {
     let env = Env::new();
-    env.host
-        .fail_nth(ListVolumesOnDisk, 1, HostErrorKind::NotFound);
+    // csi-proxy's PowerShell generation on a disk without partitions.
+    env.fail_nth(
+        ListVolumesOnDisk,
+        1,
+        "failed to list partition on disk 1: No MSFT_Partition objects found with property 'DiskNumber' equal to \
+         '1'.  Verify the value of the property and retry.",
+    );
     env.mgr
         .stage(&stage_req("v1", 0, &[], &[]), d())
         .await
@@ -1072,17 +1073,13 @@ async fn concurrent_stage_and_unstage_of_one_target_keep_the_session_for_the_sur
         let (a, b) = tokio::join!(env.mgr.unstage(&u1, d()), env.mgr.stage(&s2, d()));
         a.expect("unstage v1");
         b.expect("stage v2");
-        env.host
-            .with_block(|b| assert_eq!(b.sessions.len(), 1, "v2 is staged: the session must stay"));
-        assert!(
-            env.host
-                .with_block(|b| b.mounts.contains_key(&staging("v2")))
-        );
+        assert_eq!(env.sessions(), 1, "v2 is staged: the session must stay");
+        assert!(env.mounted(&staging("v2")).is_some());
         let (u2, s1) = (unstage_req("v2"), stage_req("v1", 0, &[], &[]));
         let (a, b) = tokio::join!(env.mgr.unstage(&u2, d()), env.mgr.stage(&s1, d()));
         a.expect("unstage v2");
         b.expect("stage v1");
-        env.host.with_block(|b| assert_eq!(b.sessions.len(), 1));
+        assert_eq!(env.sessions(), 1);
     }
     env.mgr
         .unstage(&unstage_req("v1"), d())

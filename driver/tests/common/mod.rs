@@ -13,10 +13,11 @@ use std::time::Duration;
 use proxy_client::{ProxyClient, Transport};
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
 use wincsi::Error;
+use wincsi::backend::Manager;
+use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::lifecycle::{StageRequest, UnstageRequest, VolumeConfig};
 use wincsi::locks::Deadline;
-use wincsi::paths::KubeletRoot;
-use wincsi::volume::{StageRequest, UnstageRequest, VolumeConfig, VolumeManager};
 
 // ---- log capture (one TRACE subscriber for the whole test binary) ----
 
@@ -65,15 +66,17 @@ pub(crate) struct Env {
     pub(crate) _sandbox: tempfile::TempDir,
     pub(crate) state: tempfile::TempDir,
     pub(crate) proxy: ProxyClient,
-    pub(crate) mgr: Arc<VolumeManager<CsiProxyHost>>,
+    pub(crate) mgr: Arc<Manager<CsiProxyHost>>,
 }
 
-fn manager(proxy: &ProxyClient, state: &Path) -> Arc<VolumeManager<CsiProxyHost>> {
+fn manager(proxy: &ProxyClient, state: &Path) -> Arc<Manager<CsiProxyHost>> {
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    Arc::new(VolumeManager::new(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"))
+    Arc::new(
+        wincsi::backend::manager(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"),
+    )
 }
 
 impl Env {

@@ -1,0 +1,134 @@
+//! The block-storage and iSCSI vocabulary of the host port: disk locations and identifiers, target portals and
+//! login authentication. Parsing of user input into these types (volume attributes) is the iSCSI protocol's job
+//! (`crate::iscsi`); [`Portal::parse`] is here because a portal's text form is part of the type.
+
+use std::fmt;
+
+use super::Secret;
+use crate::error::Error;
+
+/// Where a disk sits on its adapter (`ListDiskLocations`; csi-proxy never fills the bus).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskLocation {
+    /// Adapter number (text).
+    pub adapter: String,
+    /// SCSI target number (text).
+    pub target: String,
+    /// LUN (text).
+    pub lun: String,
+}
+
+/// A disk's identifiers (`ListDiskIDs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskIds {
+    /// SCSI VPD page 0x83 identifier (hex for binary ids).
+    pub page83: String,
+    /// Serial number (may be blank or space-padded).
+    pub serial: String,
+}
+
+/// The iSCSI default port.
+pub const DEFAULT_PORT: u16 = 3260;
+
+/// An iSCSI target portal.
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct Portal {
+    /// Host name or IP address (IPv6 without brackets).
+    pub address: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl fmt::Display for Portal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.address.contains(':') {
+            write!(f, "[{}]:{}", self.address, self.port)
+        } else {
+            write!(f, "{}:{}", self.address, self.port)
+        }
+    }
+}
+
+impl Portal {
+    /// Parse `host[:port]`, `[v6]:port` or a bare IPv6 address; the port defaults to 3260.
+    pub fn parse(text: &str, key: &str) -> Result<Self, Error> {
+        let bad = |rule: &str| {
+            Error::InvalidArgument(format!(
+                "volume attribute {key}: portal {text:?} is invalid: {rule} (expected host[:port], e.g. \
+                 10.0.0.5:3260 or [fd00::5]:3260)"
+            ))
+        };
+        let t = text.trim();
+        if t.is_empty() {
+            return Err(bad("it is empty"));
+        }
+        let (host, port) = if let Some(rest) = t.strip_prefix('[') {
+            let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
+            match after {
+                "" => (h, None),
+                p => (
+                    h,
+                    Some(p.strip_prefix(':').ok_or_else(|| bad("junk after ']'"))?),
+                ),
+            }
+        } else if t.matches(':').count() > 1 {
+            (t, None)
+        } else if let Some((h, p)) = t.split_once(':') {
+            (h, Some(p))
+        } else {
+            (t, None)
+        };
+        let port = match port {
+            None => DEFAULT_PORT,
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(bad("the port must be a number from 1 to 65535")),
+            },
+        };
+        let v6 = host.contains(':');
+        let ok_char =
+            |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '-' || (v6 && c == ':');
+        if host.is_empty() || !host.chars().all(ok_char) || host.starts_with(['-', '.']) {
+            return Err(bad("the host must be a DNS name or an IP address"));
+        }
+        Ok(Self {
+            address: host.to_owned(),
+            port,
+        })
+    }
+}
+
+/// How the initiator logs in. `Debug` never shows the secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum IscsiAuth {
+    /// No CHAP.
+    #[default]
+    None,
+    /// One-way CHAP.
+    OneWay {
+        /// CHAP user name.
+        username: String,
+        /// CHAP secret.
+        secret: Secret,
+    },
+    /// Mutual CHAP (the initiator's node-wide secret must be set first).
+    Mutual {
+        /// CHAP user name.
+        username: String,
+        /// CHAP secret.
+        secret: Secret,
+    },
+}
+
+impl IscsiAuth {
+    /// The name of the mode, for logs.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::OneWay { .. } => "one-way CHAP",
+            Self::Mutual { .. } => "mutual CHAP",
+        }
+    }
+}

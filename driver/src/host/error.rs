@@ -1,0 +1,165 @@
+//! What the host port reports: the operation ([`HostOp`], named after the csi-proxy RPC) and a classification of
+//! its failure ([`HostErrorKind`]) that every backend maps its own errors to.
+
+use std::fmt;
+
+/// The host operations, named after the csi-proxy RPC that implements each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HostOp {
+    /// `filesystem/v1.PathExists`.
+    PathExists,
+    /// `filesystem/v1.Mkdir`.
+    Mkdir,
+    /// `filesystem/v1.Rmdir`.
+    Rmdir,
+    /// `filesystem/v1.CreateSymlink`.
+    CreateSymlink,
+    /// `filesystem/v1.IsSymlink`.
+    IsSymlink,
+    /// `smb/v1.NewSmbGlobalMapping`.
+    NewSmbGlobalMapping,
+    /// `smb/v1.RemoveSmbGlobalMapping`.
+    RemoveSmbGlobalMapping,
+    /// `disk/v1.ListDiskLocations`.
+    ListDiskLocations,
+    /// `disk/v1.ListDiskIDs`.
+    ListDiskIDs,
+    /// `disk/v1.Rescan`.
+    Rescan,
+    /// `disk/v1.PartitionDisk`.
+    PartitionDisk,
+    /// `disk/v1.GetDiskStats`.
+    GetDiskStats,
+    /// `disk/v1.SetDiskState`.
+    SetDiskState,
+    /// `disk/v1.GetDiskState`.
+    GetDiskState,
+    /// `volume/v1.ListVolumesOnDisk`.
+    ListVolumesOnDisk,
+    /// `volume/v1.MountVolume`.
+    MountVolume,
+    /// `volume/v1.UnmountVolume`.
+    UnmountVolume,
+    /// `volume/v1.IsVolumeFormatted`.
+    IsVolumeFormatted,
+    /// `volume/v1.FormatVolume`.
+    FormatVolume,
+    /// `volume/v1.ResizeVolume`.
+    ResizeVolume,
+    /// `volume/v1.GetVolumeStats`.
+    GetVolumeStats,
+    /// `volume/v1.GetVolumeIDFromTargetPath`.
+    GetVolumeIDFromTargetPath,
+    /// `volume/v1.WriteVolumeCache`.
+    WriteVolumeCache,
+    /// `iscsi/v1alpha2.AddTargetPortal`.
+    AddTargetPortal,
+    /// `iscsi/v1alpha2.ConnectTarget`.
+    ConnectTarget,
+    /// `iscsi/v1alpha2.DisconnectTarget`.
+    DisconnectTarget,
+    /// `iscsi/v1alpha2.GetTargetDisks`.
+    GetTargetDisks,
+    /// `iscsi/v1alpha2.SetMutualChapSecret`.
+    SetMutualChapSecret,
+}
+
+impl HostOp {
+    /// The csi-proxy RPC name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PathExists => "PathExists",
+            Self::Mkdir => "Mkdir",
+            Self::Rmdir => "Rmdir",
+            Self::CreateSymlink => "CreateSymlink",
+            Self::IsSymlink => "IsSymlink",
+            Self::NewSmbGlobalMapping => "NewSmbGlobalMapping",
+            Self::RemoveSmbGlobalMapping => "RemoveSmbGlobalMapping",
+            Self::ListDiskLocations => "ListDiskLocations",
+            Self::ListDiskIDs => "ListDiskIDs",
+            Self::Rescan => "Rescan",
+            Self::PartitionDisk => "PartitionDisk",
+            Self::GetDiskStats => "GetDiskStats",
+            Self::SetDiskState => "SetDiskState",
+            Self::GetDiskState => "GetDiskState",
+            Self::ListVolumesOnDisk => "ListVolumesOnDisk",
+            Self::MountVolume => "MountVolume",
+            Self::UnmountVolume => "UnmountVolume",
+            Self::IsVolumeFormatted => "IsVolumeFormatted",
+            Self::FormatVolume => "FormatVolume",
+            Self::ResizeVolume => "ResizeVolume",
+            Self::GetVolumeStats => "GetVolumeStats",
+            Self::GetVolumeIDFromTargetPath => "GetVolumeIDFromTargetPath",
+            Self::WriteVolumeCache => "WriteVolumeCache",
+            Self::AddTargetPortal => "AddTargetPortal",
+            Self::ConnectTarget => "ConnectTarget",
+            Self::DisconnectTarget => "DisconnectTarget",
+            Self::GetTargetDisks => "GetTargetDisks",
+            Self::SetMutualChapSecret => "SetMutualChapSecret",
+        }
+    }
+}
+
+impl fmt::Display for HostOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What went wrong on the host, classified so the driver can decide and answer with the right CSI code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostErrorKind {
+    /// The path or mapping does not exist.
+    NotFound,
+    /// The path already exists (e.g. a link target).
+    AlreadyExists,
+    /// A directory is not empty (non-forced Rmdir).
+    NotEmpty,
+    /// Windows error 1219: the server is already connected under another user name.
+    MultipleConnections,
+    /// Windows error 53: the network path (server) was not found.
+    NetworkPathNotFound,
+    /// Windows error 67: the network name (share) cannot be found.
+    NetworkNameNotFound,
+    /// A mapping of the share exists but is not usable and blocks creating a new one (e.g. a Disconnected mapping:
+    /// Windows error 85, "The local device name is already in use"). Removing it first fixes it.
+    StaleMapping,
+    /// Windows error 1326 or 86: the user name or password is incorrect.
+    LogonFailure,
+    /// Access denied (Windows error 5).
+    AccessDenied,
+    /// csi-proxy refused the path (validation).
+    InvalidPath,
+    /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
+    Unavailable,
+    /// The call did not finish before the deadline.
+    DeadlineExceeded,
+    /// Anything else.
+    Other,
+}
+
+/// A failed host call: which operation, its classification and an operator-facing message (never a secret).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{op} failed: {message}")]
+pub struct HostError {
+    /// The operation.
+    pub op: HostOp,
+    /// The classification.
+    pub kind: HostErrorKind,
+    /// What the host said, without secrets.
+    pub message: String,
+}
+
+impl HostError {
+    /// Build an error.
+    pub fn new(op: HostOp, kind: HostErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            op,
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// The result of a host call.
+pub type HostResult<T> = Result<T, HostError>;

@@ -1,0 +1,173 @@
+//! Which disk is a LUN's? The identity algorithm of the module docs: target ∩ LUN, identity hints, pinned
+//! identity, and the bounded wait for a disk that has not appeared yet.
+
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use super::{IscsiRecord, IscsiVolume, run, same_id, uncertain};
+use crate::error::Error;
+use crate::host::{DiskIds, Host, HostOp, Portal};
+use crate::lifecycle::Calls;
+
+/// The bounded wait for a LUN's disk to appear.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(4);
+const MAX_WAIT_ROUNDS: u32 = 4;
+/// Time kept in reserve so the RPC can still answer before its deadline.
+const ANSWER_RESERVE: Duration = Duration::from_secs(1);
+
+/// The waits between looks for a LUN's disk: 500 ms doubling up to 4 s, at most [`MAX_WAIT_ROUNDS`], and only as
+/// many as fit in `remaining` while keeping [`ANSWER_RESERVE`] to answer. Pure, so its bounds are tested without
+/// sleeping.
+pub(crate) fn backoff_schedule(remaining: Duration) -> Vec<Duration> {
+    let mut out = Vec::new();
+    let mut used = Duration::ZERO;
+    let mut delay = FIRST_BACKOFF;
+    while out.len() < MAX_WAIT_ROUNDS as usize && used + delay + ANSWER_RESERVE <= remaining {
+        out.push(delay);
+        used += delay;
+        delay = (delay * 2).min(MAX_BACKOFF);
+    }
+    out
+}
+
+/// Find THE disk of (target, LUN); see the module docs.
+pub(super) async fn find_disk<H: Host>(
+    h: &Calls<'_, H>,
+    portal: &Portal,
+    vol: &IscsiVolume,
+    rec: &IscsiRecord,
+) -> Result<(u32, Option<DiskIds>), Error> {
+    let d = h.deadline();
+    let target = format!("{} (LUN {})", vol.iqn, vol.lun);
+    let mut rescanned = false;
+    let mut waits = backoff_schedule(d.remaining()).into_iter();
+    let candidates = loop {
+        let disks = run(
+            h,
+            HostOp::GetTargetDisks,
+            &vol.iqn,
+            h.host().get_target_disks(portal, &vol.iqn, d),
+        )
+        .await?;
+        if !disks.is_empty() {
+            let locs = run(
+                h,
+                HostOp::ListDiskLocations,
+                &target,
+                h.host().list_disk_locations(d),
+            )
+            .await?;
+            let mut c: Vec<u32> = disks
+                .iter()
+                .copied()
+                .filter(|n| {
+                    locs.get(n)
+                        .is_some_and(|l| l.lun.trim().parse::<u32>() == Ok(vol.lun))
+                })
+                .collect();
+            c.sort_unstable();
+            c.dedup();
+            if !c.is_empty() {
+                break c;
+            }
+        }
+        if !rescanned {
+            rescanned = true;
+            run(h, HostOp::Rescan, &target, h.host().rescan(d)).await?;
+            continue;
+        }
+        let delay = match waits.next() {
+            Some(delay) if d.remaining() > delay + ANSWER_RESERVE => delay,
+            _ => {
+                return Err(Error::Unavailable(format!(
+                    "logged in to {} through {portal}, but no disk with LUN {} appeared (the target's disks: \
+                 {disks:?}); check that the LUN exists and is mapped to this initiator. kubelet will retry",
+                    vol.iqn, vol.lun
+                )));
+            }
+        };
+        debug!(?delay, "the LUN's disk is not visible yet: waiting");
+        tokio::time::sleep(delay).await;
+    };
+    let need_ids = vol.page83.is_some()
+        || vol.serial.is_some()
+        || rec.page83.is_some()
+        || rec.serial.is_some();
+    let ids = match h
+        .raw(HostOp::ListDiskIDs, &target, h.host().list_disk_ids(d))
+        .await
+    {
+        Ok(ids) => Some(ids),
+        Err(e) if need_ids || uncertain(e.kind) => {
+            return Err(Error::FailedPrecondition(format!(
+                "cannot read disk identifiers to verify {target} ({}); refusing to touch a disk whose identity \
+                 cannot be checked",
+                e.message
+            )));
+        }
+        Err(e) => {
+            warn!(error = %e.message, "ListDiskIDs failed; identity cannot be pinned");
+            None
+        }
+    };
+    let id_of = |n: u32| {
+        ids.as_ref()
+            .and_then(|m| m.get(&n))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let matches = |n: &u32| {
+        let i = id_of(*n);
+        vol.page83.as_deref().is_none_or(|w| same_id(w, &i.page83))
+            && vol.serial.as_deref().is_none_or(|w| same_id(w, &i.serial))
+    };
+    let chosen: Vec<u32> = candidates.iter().copied().filter(matches).collect();
+    if chosen.is_empty() {
+        let seen: Vec<String> = candidates
+            .iter()
+            .map(|n| {
+                let i = id_of(*n);
+                format!(
+                    "disk {n}: page83 {:?}, serial {:?}",
+                    i.page83.trim(),
+                    i.serial.trim()
+                )
+            })
+            .collect();
+        return Err(Error::FailedPrecondition(format!(
+            "{target} does not match the volume's identity hints (page83 {:?}, serial {:?}); found {}. Refusing \
+             to touch it",
+            vol.page83.as_deref().unwrap_or("-"),
+            vol.serial.as_deref().unwrap_or("-"),
+            seen.join("; ")
+        )));
+    }
+    if chosen.len() > 1 {
+        return Err(Error::FailedPrecondition(format!(
+            "{target} appears as {} different disks ({chosen:?}): the LUN is reachable over several paths \
+             without MPIO, or the target reports the LUN twice. Refusing to guess; configure MPIO or a single \
+             portal",
+            chosen.len()
+        )));
+    }
+    let n = chosen[0];
+    let found = id_of(n);
+    for (pinned, now, what) in [
+        (&rec.page83, found.page83.trim(), "page83"),
+        (&rec.serial, found.serial.trim(), "serial"),
+    ] {
+        if ids.is_some()
+            && let Some(p) = pinned
+            && !same_id(p, now)
+        {
+            return Err(Error::FailedPrecondition(format!(
+                "{target} is now disk {n} with {what} {now:?}, but this volume was staged from a disk with \
+                 {what} {p:?}; the LUN maps to a different disk: refusing to touch it"
+            )));
+        }
+    }
+    debug!(disk = n, page83 = %found.page83.trim(), "disk identified");
+    Ok((n, ids.map(|_| found)))
+}

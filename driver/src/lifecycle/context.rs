@@ -1,0 +1,239 @@
+//! What a protocol gets from the lifecycle to do its work: the host behind deadline-bounded, logged [`Calls`], the
+//! record store, the locks of shared host objects and the settings ([`Context`]); and the one mapping of a host
+//! failure to the error kubelet and the operator see ([`host_error`]).
+
+use std::fmt::Display;
+use std::future::Future;
+
+use tracing::debug;
+
+use super::VolumeConfig;
+use crate::error::Error;
+use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, KubeletRoot};
+use crate::locks::{Deadline, KeyedLocks};
+use crate::state::{Details, Phase, StateStore, VolumeRecord};
+
+/// The lifecycle's shared parts, lent to a protocol for one operation.
+#[derive(Debug)]
+pub struct Context<'a, H> {
+    pub(super) host: &'a H,
+    pub(super) store: &'a StateStore,
+    pub(super) objects: &'a KeyedLocks,
+    pub(super) config: &'a VolumeConfig,
+}
+
+impl<H> Clone for Context<'_, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H> Copy for Context<'_, H> {}
+
+impl<'a, H: Host> Context<'a, H> {
+    /// Host calls bounded by `d`.
+    pub fn calls(&self, d: Deadline) -> Calls<'a, H> {
+        Calls { host: self.host, d }
+    }
+
+    /// The durable record store.
+    pub fn store(&self) -> &'a StateStore {
+        self.store
+    }
+
+    /// Locks of shared host objects (an SMB share root, an iSCSI target), keyed by the protocol's object name:
+    /// shared while an object is only used, exclusive while it is created, repaired or removed.
+    pub fn object_locks(&self) -> &'a KeyedLocks {
+        self.objects
+    }
+
+    /// The lifecycle's settings.
+    pub fn config(&self) -> &'a VolumeConfig {
+        self.config
+    }
+
+    /// `--kubelet-root`: the only tree the driver touches on the host.
+    pub fn kubelet_root(&self) -> &'a KubeletRoot {
+        &self.config.kubelet_root
+    }
+
+    /// Every record of protocol `T` with its facts (the durable reference counts of shared host objects are
+    /// counted over these).
+    pub fn records<T: Details>(&self) -> Result<Vec<(VolumeRecord, T)>, Error> {
+        let mut out = Vec::new();
+        for rec in self.store.volumes()? {
+            if let Some(details) = rec.details::<T>()? {
+                out.push((rec, details));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Mark a staged volume whose staging object no longer works for re-stage (startup reconciliation).
+    pub fn mark_needs_restage(&self, rec: &VolumeRecord) -> Result<(), Error> {
+        self.store.put_volume(&rec.with_phase(Phase::NeedsRestage))
+    }
+
+    /// The staging path behind `path` for `rec`'s volume: the staging path itself or a target it is published at
+    /// (NotFound otherwise).
+    pub fn staging_behind(&self, rec: &VolumeRecord, path: &HostPath) -> Result<HostPath, Error> {
+        if rec.staging_path.eq_ignore_ascii_case(path.as_str()) {
+            return self.kubelet_root().host_path(&rec.staging_path);
+        }
+        match self.store.publication(&path.key())? {
+            Some(p) if p.volume_id == rec.volume_id => {
+                self.kubelet_root().host_path(&p.staging_path)
+            }
+            _ => Err(Error::NotFound(format!(
+                "{path} is not a staging or publish path of volume {:?} on this node",
+                rec.volume_id
+            ))),
+        }
+    }
+
+    /// Remove whatever link or empty directory is at the staging path (`PathExists` → `Rmdir`): the first step of
+    /// every unstage, and all of it when no record exists.
+    pub async fn remove_staging_link(&self, staging: &HostPath, d: Deadline) -> Result<(), Error> {
+        let h = self.calls(d);
+        if h.path_exists(staging)
+            .await
+            .map_err(|e| host_error(e, staging))?
+        {
+            h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
+            debug!(staging = %staging, "staging link removed");
+        }
+        Ok(())
+    }
+}
+
+/// Host calls bounded by the request's deadline, each logged at debug level (never a secret: subjects are paths,
+/// share names, portals and volume ids).
+#[derive(Debug)]
+pub struct Calls<'a, H> {
+    host: &'a H,
+    d: Deadline,
+}
+
+impl<'a, H: Host> Calls<'a, H> {
+    /// The host.
+    pub fn host(&self) -> &'a H {
+        self.host
+    }
+
+    /// The deadline every call is bounded by.
+    pub fn deadline(&self) -> Deadline {
+        self.d
+    }
+
+    /// Run one host call: never started after the deadline, dropped at it, logged either way.
+    pub async fn raw<T>(
+        &self,
+        op: HostOp,
+        subject: &(dyn Display + Sync),
+        fut: impl Future<Output = HostResult<T>>,
+    ) -> HostResult<T>
+    where
+        T: std::fmt::Debug,
+    {
+        let result = if self.d.remaining().is_zero() {
+            // Never start a host call after the deadline: its outcome could not be reported anyway.
+            Err(HostError::new(
+                op,
+                HostErrorKind::DeadlineExceeded,
+                "was not started: the request deadline had passed",
+            ))
+        } else {
+            match tokio::time::timeout_at(self.d.instant(), fut).await {
+                Ok(r) => r,
+                Err(_) => Err(HostError::new(
+                    op,
+                    HostErrorKind::DeadlineExceeded,
+                    "did not finish before the request deadline",
+                )),
+            }
+        };
+        match &result {
+            Ok(v) => debug!(op = op.name(), subject = %subject, result = ?v, "host call"),
+            Err(e) => {
+                debug!(op = op.name(), subject = %subject, kind = ?e.kind, error = %e.message, "host call failed")
+            }
+        }
+        result
+    }
+
+    /// `PathExists`.
+    pub async fn path_exists(&self, p: &HostPath) -> HostResult<bool> {
+        self.raw(HostOp::PathExists, p, self.host.path_exists(p, self.d))
+            .await
+    }
+
+    /// `Mkdir` (and parents).
+    pub async fn mkdir(&self, p: &HostPath) -> HostResult<()> {
+        self.raw(HostOp::Mkdir, p, self.host.mkdir(p, self.d)).await
+    }
+
+    /// `Rmdir`, never forced: removes a link or an empty directory, never data.
+    pub async fn rmdir(&self, p: &HostPath) -> HostResult<()> {
+        self.raw(HostOp::Rmdir, p, self.host.rmdir(p, false, self.d))
+            .await
+    }
+
+    /// `CreateSymlink`: a link at `link` to `to`.
+    pub async fn create_symlink(&self, link: &HostPath, to: &HostPath) -> HostResult<()> {
+        self.raw(
+            HostOp::CreateSymlink,
+            link,
+            self.host.create_symlink(link, to, self.d),
+        )
+        .await
+    }
+
+    /// `IsSymlink`: a link whose target resolves.
+    pub async fn is_symlink(&self, p: &HostPath) -> HostResult<bool> {
+        self.raw(HostOp::IsSymlink, p, self.host.is_symlink(p, self.d))
+            .await
+    }
+}
+
+/// Turn a host failure into the driver error kubelet and the operator see. `subject` is the path or share involved.
+pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
+    let HostError { op, kind, message } = err;
+    match kind {
+        HostErrorKind::Unavailable => Error::Unavailable(format!(
+            "csi-proxy did not answer {op} ({message}); check that the csi-proxy service is running on the node"
+        )),
+        HostErrorKind::DeadlineExceeded => Error::DeadlineExceeded(format!(
+            "{op} on {subject} {message}; the operation is safe to retry"
+        )),
+        HostErrorKind::MultipleConnections => Error::FailedPrecondition(format!(
+            "the SMB server of {subject} is already mapped on this node under another user name (Windows error \
+             1219). Windows allows one user per server per node: use the same credentials for every volume on this \
+             server, or remove the other mapping on the node (Remove-SmbGlobalMapping)"
+        )),
+        HostErrorKind::NetworkPathNotFound => Error::FailedPrecondition(format!(
+            "the SMB server of {subject} was not found from the node (Windows error 53); check that the name resolves \
+             on the Windows host (cluster DNS names usually do not) and that port 445 is reachable"
+        )),
+        HostErrorKind::NetworkNameNotFound => Error::FailedPrecondition(format!(
+            "the share {subject} does not exist on its server (Windows error 67); check the volume's source"
+        )),
+        HostErrorKind::LogonFailure => Error::FailedPrecondition(format!(
+            "the server rejected the credentials for {subject} (Windows error 1326/86); check username, password and \
+             domain in the node-stage secret"
+        )),
+        HostErrorKind::AccessDenied => Error::FailedPrecondition(format!(
+            "access to {subject} was denied on the host ({op}: {message})"
+        )),
+        HostErrorKind::StaleMapping => Error::FailedPrecondition(format!(
+            "a stale SMB mapping for {subject} blocks a new one and could not be replaced ({message}); remove it on the \
+             node with Remove-SmbGlobalMapping"
+        )),
+        HostErrorKind::NotEmpty => Error::FailedPrecondition(format!(
+            "{subject} is a non-empty directory; refusing to replace it (remove its contents or fix the path)"
+        )),
+        HostErrorKind::NotFound
+        | HostErrorKind::AlreadyExists
+        | HostErrorKind::InvalidPath
+        | HostErrorKind::Other => Error::Internal(format!("{op} on {subject} failed: {message}")),
+    }
+}

@@ -1,0 +1,117 @@
+//! Inline ephemeral volumes (`csi.storage.k8s.io/ephemeral: "true"`): NodePublishVolume does the stage work itself.
+//!
+//! The protocol parses the volume ([`Protocol::parse_inline`]; SMB only today) and stages it privately.
+//!
+//! There is no staging path, so the driver stages into a private directory link under its plugin directory,
+//! `<kubelet-root>\plugins\<driver-name>\ephemeral\<sha256(volume_id)>`, and links the target to it. The credentials
+//! come from the Secret named by `secretName` in the pod's namespace (`csi.storage.k8s.io/pod.namespace`; a
+//! `secretNamespace` naming any other namespace is refused: pod authors must not borrow other namespaces'
+//! credentials), read from the Kubernetes API through a [`SecretSource`](super::SecretSource) (`crate::ephemeral::KubeSecrets`). NodeUnpublishVolume
+//! removes the target link and then undoes the private stage (the mapping is removed when no other volume uses it).
+
+use super::{
+    Protocol, PublishRequest, Secrets, StageAt, StageRequest, VolumeManager, context_get,
+    host_error,
+};
+use crate::error::Error;
+use crate::host::{Host, HostPath};
+use crate::locks::Deadline;
+use crate::state::{Phase, file_key};
+
+/// The private staging directory of an inline ephemeral volume.
+pub fn staging_path<H: Host, P: Protocol<H>>(
+    mgr: &VolumeManager<H, P>,
+    volume_id: &str,
+) -> Result<HostPath, Error> {
+    let cfg = mgr.config();
+    cfg.kubelet_root.plugin_dir(&cfg.driver_name)?.join(
+        &format!("ephemeral\\{}", file_key(volume_id)),
+        &cfg.kubelet_root,
+    )
+}
+
+pub(crate) async fn publish<H: Host, P: Protocol<H>>(
+    mgr: &VolumeManager<H, P>,
+    req: &PublishRequest,
+    target: &HostPath,
+    d: Deadline,
+) -> Result<(), Error> {
+    let ctx = &req.volume_context;
+    let name = context_get(ctx, "secretName").filter(|s| !s.is_empty());
+    let pod_namespace =
+        context_get(ctx, "csi.storage.k8s.io/pod.namespace").filter(|s| !s.is_empty());
+    let secret_namespace = context_get(ctx, "secretNamespace").filter(|s| !s.is_empty());
+    // The pod's author writes these attributes: a Secret of another namespace would hand them credentials they
+    // cannot read (a confused deputy), so the Secret must live in the pod's own namespace.
+    if let (Some(name), Some(wanted)) = (name, secret_namespace)
+        && pod_namespace != Some(wanted)
+    {
+        return Err(Error::FailedPrecondition(format!(
+            "inline volume names Secret {wanted}/{name}, which is not in the pod's namespace; rule: inline \
+             ephemeral volumes may only use Secrets of their pod's namespace (omit secretNamespace)"
+        )));
+    }
+    let namespace = secret_namespace.or(pod_namespace);
+    let secrets = match name {
+        None => Secrets::default(),
+        Some(name) => {
+            let Some(namespace) = namespace else {
+                return Err(Error::InvalidArgument(
+                    "inline volume names secretName but neither secretNamespace nor csi.storage.k8s.io/pod.namespace \
+                     is set; rule: enable podInfoOnMount on the CSIDriver or set secretNamespace"
+                        .to_owned(),
+                ));
+            };
+            let Some(source) = mgr.secret_source() else {
+                return Err(Error::FailedPrecondition(
+                    "inline ephemeral volumes with secretName need Kubernetes API access, which this driver instance \
+                     does not have"
+                        .to_owned(),
+                ));
+            };
+            tracing::debug!(namespace, name, "reading the inline volume's Secret");
+            d.run("reading the Secret", source.secret(namespace, name))
+                .await?
+        }
+    };
+    let stage = StageRequest {
+        volume_id: req.volume_id.clone(),
+        staging_target_path: String::new(),
+        capability: req.capability.clone(),
+        volume_context: req.volume_context.clone(),
+        secrets,
+    };
+    let vol = mgr.protocol.parse_inline(&stage).ok_or_else(|| {
+        Error::InvalidArgument(
+            "inline ephemeral volumes are not supported for this kind of volume; use a PersistentVolume".to_owned(),
+        )
+    })??;
+    let _guard = mgr
+        .volume_locks()
+        .try_lock(&req.volume_id, "NodePublishVolume")?;
+    let staging = staging_path(mgr, &req.volume_id)?;
+    let staged = mgr
+        .store()
+        .volume(&req.volume_id)?
+        .is_some_and(|r| r.phase == Phase::Staged);
+    if !staged {
+        let parent = mgr
+            .config()
+            .kubelet_root
+            .plugin_dir(&mgr.config().driver_name)?;
+        let dir = parent.join("ephemeral", &mgr.config().kubelet_root)?;
+        mgr.context()
+            .calls(d)
+            .mkdir(&dir)
+            .await
+            .map_err(|e| host_error(e, &dir))?;
+    }
+    let at = StageAt {
+        volume_id: &req.volume_id,
+        staging: &staging,
+        ephemeral: true,
+    };
+    mgr.protocol.stage(mgr.context(), at, &vol, d).await?;
+    mgr.link_target(&req.volume_id, target, &staging, req.readonly, d)
+        .await
+}

@@ -1,0 +1,251 @@
+//! The seam between the lifecycle and a storage protocol.
+//!
+//! The lifecycle owns everything that is the same for every protocol: validation of ids, paths and capabilities,
+//! the per-volume guard, deadlines, publish/unpublish (a link from the pod's target path to the staging path),
+//! startup reconciliation and the dispatch of stats and expansion. A [`Protocol`] owns what differs: its parameters
+//! and secrets, how a staging object is made and removed (an SMB mapping plus a link, an iSCSI login plus a mounted
+//! volume), whether that object still works, its usage, expansion, and what its state record holds
+//! ([`Details`](crate::state::Details)).
+//!
+//! Protocols are peers: `smb` and `iscsi` each implement this trait and know nothing of each other. A set of
+//! protocols is a protocol too: the pair `(A, B)` serves a volume with `A` when `A` [serves](Protocol::serves) it,
+//! else with `B`, and routes records by [`Protocol::owns`]. Everything is generic (no dynamic dispatch inside the
+//! lifecycle): the driver's protocol set is one type, chosen in `crate::backend`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use super::{Context, ExpandRequest, StageRequest, VolumeStats};
+use crate::error::Error;
+use crate::host::{Host, HostPath};
+use crate::locks::Deadline;
+use crate::state::VolumeRecord;
+
+/// Where and how a volume is staged.
+#[derive(Clone, Copy, Debug)]
+pub struct StageAt<'a> {
+    /// The CSI volume id.
+    pub volume_id: &'a str,
+    /// The validated staging path (for an inline ephemeral volume: the driver's private one).
+    pub staging: &'a HostPath,
+    /// Whether this is the private stage of an inline ephemeral volume (kept in the record).
+    pub ephemeral: bool,
+}
+
+/// What a protocol found when it checked a staged volume's staging object (startup reconciliation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// The staging object works.
+    Healthy,
+    /// It no longer works (e.g. an SMB mapping Disconnected or an iSCSI session gone after a reboot): the protocol
+    /// removed what must not survive and marked the record for re-stage; the next stage repairs it.
+    NeedsRestage,
+}
+
+/// A storage protocol the lifecycle stages volumes of. `H` is the host port it works through.
+///
+/// Every method that touches the host gets the lifecycle's [`Context`] and the request's deadline; the lifecycle
+/// holds the volume's guard around each call. Records are written with the protocol's
+/// [`Details`](crate::state::Details): *before* a host object is created and deleted *after* it is gone, so a crash
+/// at any step converges on kubelet's retry.
+pub trait Protocol<H: Host>: Send + Sync + 'static {
+    /// A volume's validated parameters (from `volume_context` and the secrets).
+    type Volume: Send + Sync;
+
+    /// Whether this protocol serves the volume `volume_context` describes.
+    fn serves(&self, volume_context: &BTreeMap<String, String>) -> bool;
+
+    /// Whether `record` is one of this protocol's.
+    fn owns(&self, record: &VolumeRecord) -> bool;
+
+    /// Parse and validate NodeStageVolume's parameters and secrets (the lifecycle has checked the ids, the paths,
+    /// the capability and the mount flags).
+    fn parse(&self, req: &StageRequest) -> Result<Self::Volume, Error>;
+
+    /// Parse an inline ephemeral volume's parameters (the Secret already read); `None` when the protocol has no
+    /// inline volumes.
+    fn parse_inline(&self, req: &StageRequest) -> Option<Result<Self::Volume, Error>> {
+        let _ = req;
+        None
+    }
+
+    /// NodeStageVolume: make `at.staging` a working staging object of `vol` (idempotent; repairs a broken one).
+    fn stage(
+        &self,
+        cx: Context<'_, H>,
+        at: StageAt<'_>,
+        vol: &Self::Volume,
+        d: Deadline,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// NodeUnstageVolume of a volume this protocol staged: remove the staging object (and the shared host object
+    /// when no other record uses it), then the record.
+    fn unstage(
+        &self,
+        cx: Context<'_, H>,
+        staging: &HostPath,
+        record: &VolumeRecord,
+        d: Deadline,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// NodeGetVolumeStats at `path` (the staging path or a publish target): usage and condition.
+    fn stats(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        path: &HostPath,
+        d: Deadline,
+    ) -> impl Future<Output = Result<VolumeStats, Error>> + Send;
+
+    /// Startup reconciliation of a staged volume: whether its staging object still works (see [`Health`]).
+    fn check(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> impl Future<Output = Result<Health, Error>> + Send;
+
+    /// NodeExpandVolume at `path`: grow the volume and return its capacity in bytes (0 = nothing to grow on the
+    /// node, e.g. a share whose size is the server's business).
+    fn expand(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        path: &HostPath,
+        req: &ExpandRequest,
+        d: Deadline,
+    ) -> impl Future<Output = Result<i64, Error>> + Send {
+        let _ = (cx, record, path, req, d);
+        async { Ok(0) }
+    }
+}
+
+/// A volume of one of two protocols.
+#[derive(Clone, Debug)]
+pub enum Either<A, B> {
+    /// The first protocol's.
+    First(A),
+    /// The second protocol's.
+    Second(B),
+}
+
+fn unowned(record: &VolumeRecord) -> Error {
+    Error::Internal(format!(
+        "volume {:?} has a record of protocol {:?}, which this driver does not serve",
+        record.volume_id, record.protocol
+    ))
+}
+
+/// Two protocols as one: `A` where it serves the volume, `B` otherwise (the fallback); records go to their owner.
+impl<H, A, B> Protocol<H> for (A, B)
+where
+    H: Host,
+    A: Protocol<H>,
+    B: Protocol<H>,
+{
+    type Volume = Either<A::Volume, B::Volume>;
+
+    fn serves(&self, volume_context: &BTreeMap<String, String>) -> bool {
+        self.0.serves(volume_context) || self.1.serves(volume_context)
+    }
+
+    fn owns(&self, record: &VolumeRecord) -> bool {
+        self.0.owns(record) || self.1.owns(record)
+    }
+
+    fn parse(&self, req: &StageRequest) -> Result<Self::Volume, Error> {
+        if self.0.serves(&req.volume_context) {
+            self.0.parse(req).map(Either::First)
+        } else {
+            self.1.parse(req).map(Either::Second)
+        }
+    }
+
+    fn parse_inline(&self, req: &StageRequest) -> Option<Result<Self::Volume, Error>> {
+        if self.0.serves(&req.volume_context)
+            && let Some(r) = self.0.parse_inline(req)
+        {
+            return Some(r.map(Either::First));
+        }
+        self.1.parse_inline(req).map(|r| r.map(Either::Second))
+    }
+
+    async fn stage(
+        &self,
+        cx: Context<'_, H>,
+        at: StageAt<'_>,
+        vol: &Self::Volume,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        match vol {
+            Either::First(v) => self.0.stage(cx, at, v, d).await,
+            Either::Second(v) => self.1.stage(cx, at, v, d).await,
+        }
+    }
+
+    async fn unstage(
+        &self,
+        cx: Context<'_, H>,
+        staging: &HostPath,
+        record: &VolumeRecord,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        if self.0.owns(record) {
+            self.0.unstage(cx, staging, record, d).await
+        } else if self.1.owns(record) {
+            self.1.unstage(cx, staging, record, d).await
+        } else {
+            Err(unowned(record))
+        }
+    }
+
+    async fn stats(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        path: &HostPath,
+        d: Deadline,
+    ) -> Result<VolumeStats, Error> {
+        if self.0.owns(record) {
+            self.0.stats(cx, record, path, d).await
+        } else if self.1.owns(record) {
+            self.1.stats(cx, record, path, d).await
+        } else {
+            Err(unowned(record))
+        }
+    }
+
+    async fn check(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<Health, Error> {
+        if self.0.owns(record) {
+            self.0.check(cx, record, staging, d).await
+        } else if self.1.owns(record) {
+            self.1.check(cx, record, staging, d).await
+        } else {
+            Err(unowned(record))
+        }
+    }
+
+    async fn expand(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        path: &HostPath,
+        req: &ExpandRequest,
+        d: Deadline,
+    ) -> Result<i64, Error> {
+        if self.0.owns(record) {
+            self.0.expand(cx, record, path, req, d).await
+        } else if self.1.owns(record) {
+            self.1.expand(cx, record, path, req, d).await
+        } else {
+            Err(unowned(record))
+        }
+    }
+}

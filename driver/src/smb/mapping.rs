@@ -1,0 +1,155 @@
+//! The node's SMB global mappings: creating one (repairing a stale one), removing one, the per-share lock that
+//! lets stages on an already-mapped share overlap, and the one-principal-per-server rule (Windows error 1219).
+
+use tracing::{debug, info};
+
+use super::{SmbRecord, SmbVolume, share_users};
+use crate::error::Error;
+use crate::host::{Host, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, UncPath};
+use crate::lifecycle::{Calls, Context};
+use crate::locks::KeyedGuard;
+use crate::state::Phase;
+
+/// `NewSmbGlobalMapping` of `remote` with a link at `link`.
+async fn new_mapping<H: Host>(
+    h: &Calls<'_, H>,
+    remote: &UncPath,
+    link: &HostPath,
+    cred: Option<&SmbCredential>,
+) -> HostResult<()> {
+    h.raw(
+        HostOp::NewSmbGlobalMapping,
+        remote,
+        h.host()
+            .new_smb_global_mapping(remote, Some(link), cred, h.deadline()),
+    )
+    .await
+}
+
+/// `RemoveSmbGlobalMapping` of `remote`'s root.
+pub(super) async fn remove_mapping<H: Host>(h: &Calls<'_, H>, remote: &UncPath) -> HostResult<()> {
+    h.raw(
+        HostOp::RemoveSmbGlobalMapping,
+        remote,
+        h.host().remove_smb_global_mapping(remote, h.deadline()),
+    )
+    .await
+}
+
+/// `NewSmbGlobalMapping`, repairing once when a stale (e.g. Disconnected) mapping blocks the create: csi-proxy
+/// treats a non-OK mapping as absent and tries to create over it, which Windows may refuse.
+async fn map_repairing<H: Host>(
+    h: &Calls<'_, H>,
+    remote: &UncPath,
+    link: &HostPath,
+    cred: Option<&SmbCredential>,
+) -> HostResult<()> {
+    match new_mapping(h, remote, link, cred).await {
+        Err(e) if e.kind == HostErrorKind::StaleMapping => {
+            info!(root = %remote.root(), "a stale mapping blocks the new one: removing it and retrying once");
+            match remove_mapping(h, &remote.root()).await {
+                Ok(()) => {}
+                Err(e) if e.kind == HostErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            new_mapping(h, remote, link, cred).await
+        }
+        other => other,
+    }
+}
+
+/// `NewSmbGlobalMapping` under a share's mapping lock. Under the shared side only the plain call runs (it adds a link
+/// to the existing mapping); a repair (remove + re-create) changes the mapping under other users, so it first upgrades
+/// to the exclusive side and then runs the full repairing sequence afresh (another caller may have repaired it).
+pub(super) async fn map_locked<H: Host>(
+    h: &Calls<'_, H>,
+    guard: &mut KeyedGuard,
+    remote: &UncPath,
+    link: &HostPath,
+    cred: Option<&SmbCredential>,
+) -> HostResult<()> {
+    if guard.is_shared() {
+        match new_mapping(h, remote, link, cred).await {
+            Err(e) if e.kind == HostErrorKind::StaleMapping => {
+                info!(root = %remote.root(), "the mapping needs repair: taking the exclusive mapping lock");
+                guard.upgrade().await;
+            }
+            other => return other,
+        }
+    }
+    map_repairing(h, remote, link, cred).await
+}
+
+/// Lock a share's mapping for a stage of `volume_id`: the shared side when another volume is already Staged on
+/// the share (the mapping exists and only needs a link, so stages of many volumes on one share overlap), the
+/// exclusive side otherwise (this stage may create or repair the mapping). Unstage and every mapping removal take
+/// the exclusive side, so a mapping is never removed while a stage holds either side.
+pub(super) async fn lock_mapping<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    root: &str,
+) -> Result<KeyedGuard, Error> {
+    let other_staged = || -> Result<bool, Error> {
+        Ok(share_users(cx, root)?
+            .iter()
+            .any(|r| r.volume_id != volume_id && r.phase == Phase::Staged))
+    };
+    if !other_staged()? {
+        let guard = cx.object_locks().lock(root).await;
+        if !other_staged()? {
+            return Ok(guard);
+        }
+        // Stages that queued together as first users: one created the mapping while this one waited, so this
+        // one only adds a link. Release the exclusive side (the next queued first user re-checks the same way)
+        // and continue under the shared side.
+        debug!(root = %root, "another volume staged meanwhile: taking the shared mapping lock");
+        drop(guard);
+    }
+    let mut guard = cx.object_locks().lock_shared(root).await;
+    // The other users may have been unstaged (and the mapping removed) while this call waited: re-check under
+    // the lock, where they can no longer go.
+    if !other_staged()? {
+        debug!(root = %root, "no other staged user any more: taking the exclusive mapping lock");
+        guard.upgrade().await;
+    }
+    Ok(guard)
+}
+
+/// Refuse up front what Windows would refuse with 1219: another staged volume on the same server under another
+/// principal (a second principal on the same root would otherwise silently reuse the first one's mapping).
+pub(super) fn check_principal<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    vol: &SmbVolume,
+) -> Result<(), Error> {
+    let server = format!("\\\\{}\\", vol.source.server_key());
+    let mine = vol.principal().unwrap_or("");
+    for (
+        rec,
+        SmbRecord {
+            root, principal, ..
+        },
+    ) in cx.records::<SmbRecord>()?
+    {
+        if rec.volume_id == volume_id {
+            continue;
+        }
+        let theirs = principal.as_deref().unwrap_or("");
+        if root.starts_with(&server) && !theirs.eq_ignore_ascii_case(mine) {
+            let theirs = if theirs.is_empty() {
+                "(no credential)"
+            } else {
+                theirs
+            };
+            return Err(Error::FailedPrecondition(format!(
+                "SMB server {} is already mapped on this node under principal {theirs} (volume {:?}); Windows \
+                 allows one user per server per node (error 1219). Use the same credentials for every volume on \
+                 {}, or unstage the other volume first",
+                vol.source.server(),
+                rec.volume_id,
+                vol.source.server()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,1077 @@
+//! Unit tests of the SMB protocol through the lifecycle: exact host-call sequences, sharing of one mapping,
+//! refusal and rollback branches, crash points, concurrency and redaction.
+
+use std::time::Duration;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use sim::state::MappingStatus;
+
+use super::*;
+use crate::host::HostOp;
+use crate::lifecycle::{
+    AccessType, Capability, PublishRequest, StatsRequest, UnpublishRequest, UnstageRequest,
+};
+use crate::testing::{Call, Env, d};
+use HostOp::*;
+
+const SHARE: &str = r"\\srv\share";
+
+fn staging(id: &str) -> String {
+    format!(r"c:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
+}
+
+fn norm_staging(id: &str) -> String {
+    format!(r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
+}
+
+fn target(pod: &str) -> String {
+    format!(r"\var\lib\kubelet\pods\{pod}\volumes\kubernetes.io~csi\pv\mount")
+}
+
+fn cap() -> Option<Capability> {
+    Some(Capability {
+        access_type: AccessType::Mount {
+            fs_type: String::new(),
+            mount_flags: vec![],
+        },
+        access_mode: 5,
+    })
+}
+
+/// The SMB world of these tests: server `srv` (shares `share`, with `base\existing`, and `other`; accounts
+/// `CORP\bob`, `CORP\alice` and the local `carol`) and server `nas` (shares `data` and `other`; `CORP\bob` and the
+/// local `someone`). `blocking`: whether a Disconnected mapping blocks re-creating it (Windows error 85).
+fn new_env(blocking: bool) -> Env {
+    let accounts = |extra: serde_json::Value| {
+        let mut a = serde_json::json!([
+            {"user": "bob", "password": "pw-1", "domain": "CORP"},
+        ]);
+        a.as_array_mut()
+            .expect("array")
+            .extend(extra.as_array().cloned().unwrap_or_default());
+        a
+    };
+    Env::new(&serde_json::json!({
+        "host": {"disconnected_mapping_blocks_create": blocking},
+        "smb": {"servers": [
+            {"name": "srv",
+             "accounts": accounts(serde_json::json!([
+                 {"user": "alice", "password": "pw-1", "domain": "CORP"},
+                 {"user": "carol", "password": "initial-pw"}
+             ])),
+             "shares": [{"name": "share", "files": {"base/existing/keep.txt": "keep"}}, {"name": "other"}]},
+            {"name": "nas",
+             "accounts": accounts(serde_json::json!([{"user": "someone", "password": "pw-9"}])),
+             "shares": [{"name": "data"}, {"name": "other"}]}
+        ]}
+    }))
+}
+
+/// The host's global mappings, by lower-cased root.
+fn mappings(env: &Env) -> BTreeMap<String, sim::state::Mapping> {
+    env.state(|s| s.mappings().clone())
+}
+
+fn stage_req(id: &str, source: &str, sub_dir: Option<&str>, user: &str) -> StageRequest {
+    let mut volume_context: BTreeMap<String, String> =
+        [("source".to_owned(), source.to_owned())].into();
+    if let Some(s) = sub_dir {
+        volume_context.insert("subDir".into(), s.into());
+    }
+    StageRequest {
+        volume_id: id.into(),
+        staging_target_path: staging(id),
+        capability: cap(),
+        volume_context,
+        secrets: Secrets::new([("username", user), ("password", "pw-1"), ("domain", "CORP")]),
+    }
+}
+
+fn publish_req(id: &str, pod: &str) -> PublishRequest {
+    PublishRequest {
+        volume_id: id.into(),
+        staging_target_path: staging(id),
+        target_path: target(pod),
+        capability: cap(),
+        ..Default::default()
+    }
+}
+
+fn unstage_req(id: &str) -> UnstageRequest {
+    UnstageRequest {
+        volume_id: id.into(),
+        staging_target_path: staging(id),
+    }
+}
+
+fn unpublish_req(id: &str, pod: &str) -> UnpublishRequest {
+    UnpublishRequest {
+        volume_id: id.into(),
+        target_path: target(pod),
+    }
+}
+
+#[tokio::test]
+async fn first_and_repeated_stage() {
+    let env = new_env(false);
+    let req = stage_req("v1", r"\\srv\share\base", None, "bob");
+    env.stage(&req, d()).await.expect("stage");
+    assert_eq!(
+        env.calls(),
+        vec![
+            Call::PathExists(norm_staging("v1")),
+            Call::NewSmbGlobalMapping {
+                remote: r"\\srv\share\base".into(),
+                link: Some(norm_staging("v1")),
+                principal: Some(r"CORP\bob".into()),
+            },
+            Call::IsSymlink(norm_staging("v1")),
+        ]
+    );
+    env.clear_calls();
+    let rec = env.mgr.store().volume("v1").expect("read").expect("record");
+    assert_eq!(rec.phase, Phase::Staged);
+    assert_eq!(
+        rec.details::<SmbRecord>().expect("decode"),
+        Some(SmbRecord {
+            root: SHARE.into(),
+            remote_path: r"\\srv\share\base".into(),
+            principal: Some(r"CORP\bob".into())
+        })
+    );
+    env.stage(&req, d()).await.expect("repeat");
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+    assert_eq!(mappings(&env).len(), 1);
+    assert!(env.resolves(&norm_staging("v1")));
+}
+
+#[tokio::test]
+async fn stage_replaces_kubelets_empty_directory() {
+    let env = new_env(false);
+    env.mkdir(&staging("v1"));
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("stage");
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, Rmdir, NewSmbGlobalMapping, IsSymlink]
+    );
+    assert!(env.calls().is_empty());
+}
+
+#[tokio::test]
+async fn stage_refuses_non_empty_staging_directory_and_leaves_nothing() {
+    let env = new_env(false);
+    env.mkdir(&format!(r"{}\data", staging("v1")));
+    let err = env
+        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect_err("non-empty");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("non-empty")),
+        "{err:?}"
+    );
+    assert_eq!(env.take_ops(), vec![PathExists, Rmdir]);
+    assert!(env.mgr.store().volume("v1").expect("read").is_none());
+    assert!(env.exists(&format!(r"{}\data", staging("v1"))));
+}
+
+#[tokio::test]
+async fn stage_with_sub_dir_template_creates_it_on_the_share() {
+    let env = new_env(false);
+    let mut req = stage_req(
+        "v1",
+        r"\\srv\share\base",
+        Some("${pvc.metadata.namespace}/${pvc.metadata.name}"),
+        "bob",
+    );
+    req.volume_context
+        .insert("csi.storage.k8s.io/pvc/name".into(), "data".into());
+    req.volume_context
+        .insert("csi.storage.k8s.io/pvc/namespace".into(), "team".into());
+    env.stage(&req, d()).await.expect("stage");
+    let calls = env.calls();
+    assert_eq!(
+        env.take_ops(),
+        vec![
+            PathExists,
+            NewSmbGlobalMapping,
+            Mkdir,
+            Rmdir,
+            NewSmbGlobalMapping,
+            IsSymlink
+        ]
+    );
+    assert_eq!(
+        calls[2],
+        Call::Mkdir(format!(r"{}\team\data", norm_staging("v1")))
+    );
+    assert!(
+        matches!(&calls[4], Call::NewSmbGlobalMapping { remote, .. } if remote == r"\\srv\share\base\team\data")
+    );
+    assert!(env.state(|s| s.share_has_dir("srv", "share", r"base\team\data")));
+    let link = env
+        .state(|s| s.read_link(&norm_staging("v1")))
+        .expect("a link");
+    assert!(
+        link.trim_end_matches('\\')
+            .eq_ignore_ascii_case(r"\\srv\share\base\team\data"),
+        "{link}"
+    );
+    env.stage(&req, d()).await.expect("repeat");
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+}
+
+#[tokio::test]
+async fn publish_unpublish_sequences() {
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("stage");
+    env.clear_calls();
+    env.publish(&publish_req("v1", "p1"), d())
+        .await
+        .expect("publish");
+    let t = r"C:\var\lib\kubelet\pods\p1\volumes\kubernetes.io~csi\pv\mount".to_owned();
+    assert_eq!(
+        env.calls(),
+        vec![
+            Call::PathExists(t.clone()),
+            Call::CreateSymlink {
+                link: t.clone(),
+                points_to: norm_staging("v1")
+            }
+        ]
+    );
+    env.clear_calls();
+    assert!(env.resolves(&t));
+    env.publish(&publish_req("v1", "p1"), d())
+        .await
+        .expect("repeat");
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+    // kubelet's empty directory at a second target.
+    env.mkdir(&target("p2"));
+    env.publish(&publish_req("v1", "p2"), d())
+        .await
+        .expect("publish over dir");
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, IsSymlink, Rmdir, CreateSymlink]
+    );
+    env.mgr
+        .unpublish(&unpublish_req("v1", "p1"), d())
+        .await
+        .expect("unpublish");
+    assert_eq!(env.take_ops(), vec![PathExists, Rmdir]);
+    env.mgr
+        .unpublish(&unpublish_req("v1", "p1"), d())
+        .await
+        .expect("repeat unpublish");
+    assert_eq!(env.take_ops(), vec![PathExists]);
+    env.mgr
+        .unpublish(&unpublish_req("v1", "p2"), d())
+        .await
+        .expect("unpublish 2");
+    env.clear_calls();
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    assert_eq!(
+        env.calls(),
+        vec![
+            Call::PathExists(norm_staging("v1")),
+            Call::Rmdir(norm_staging("v1"), false),
+            Call::RemoveSmbGlobalMapping(SHARE.into()),
+        ]
+    );
+    env.clear_calls();
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("repeat unstage");
+    assert_eq!(env.take_ops(), vec![PathExists]);
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn publish_error_branches() {
+    let env = new_env(false);
+    // Not staged.
+    let err = env
+        .publish(&publish_req("v1", "p1"), d())
+        .await
+        .expect_err("not staged");
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("stage");
+    env.stage(&stage_req("v2", SHARE, None, "bob"), d())
+        .await
+        .expect("stage");
+    env.clear_calls();
+    // No staging path.
+    let mut r = publish_req("v1", "p1");
+    r.staging_target_path.clear();
+    assert!(matches!(
+        env.publish(&r, d()).await,
+        Err(Error::FailedPrecondition(_))
+    ));
+    // Block.
+    let mut r = publish_req("v1", "p1");
+    r.capability = Some(Capability {
+        access_type: AccessType::Block,
+        access_mode: 1,
+    });
+    assert!(
+        matches!(env.publish(&r, d()).await, Err(Error::InvalidArgument(m)) if m.contains("block"))
+    );
+    assert!(env.calls().is_empty());
+    // Non-empty target directory.
+    env.mkdir(&format!(r"{}\file", target("p9")));
+    let err = env
+        .publish(&publish_req("v1", "p9"), d())
+        .await
+        .expect_err("non-empty");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("non-empty")),
+        "{err:?}"
+    );
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink, Rmdir]);
+    // Published from another source.
+    env.publish(&publish_req("v1", "p1"), d())
+        .await
+        .expect("publish");
+    env.clear_calls();
+    let mut other = publish_req("v2", "p1");
+    other.target_path = target("p1");
+    let err = env.publish(&other, d()).await.expect_err("other source");
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+    // Readonly mismatch.
+    let mut ro = publish_req("v1", "p1");
+    ro.readonly = true;
+    assert!(matches!(
+        env.publish(&ro, d()).await,
+        Err(Error::AlreadyExists(_))
+    ));
+    // Unpublish of another volume's target is refused.
+    assert!(matches!(
+        env.mgr.unpublish(&unpublish_req("v2", "p1"), d()).await,
+        Err(Error::FailedPrecondition(_))
+    ));
+    // Credentials in mount options.
+    let mut r = publish_req("v1", "p3");
+    r.capability = Some(Capability {
+        access_type: AccessType::Mount {
+            fs_type: String::new(),
+            mount_flags: vec!["password=topsecret".into()],
+        },
+        access_mode: 5,
+    });
+    let err = env.publish(&r, d()).await.expect_err("creds");
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if !m.contains("topsecret")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn error_table() {
+    let env = new_env(false);
+    let mut s = stage_req("v1", SHARE, None, "bob");
+    s.volume_id.clear();
+    assert!(matches!(
+        env.stage(&s, d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut s = stage_req("v1", SHARE, None, "bob");
+    s.staging_target_path.clear();
+    assert!(matches!(
+        env.stage(&s, d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut s = stage_req("v1", SHARE, None, "bob");
+    s.capability = None;
+    assert!(matches!(
+        env.stage(&s, d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut s = stage_req("v1", SHARE, None, "bob");
+    s.staging_target_path = r"C:\Windows\System32".into();
+    assert!(
+        matches!(env.stage(&s, d()).await, Err(Error::InvalidArgument(m)) if m.contains("kubelet-root"))
+    );
+    let mut s = stage_req("v1", SHARE, None, "bob");
+    s.capability = Some(Capability {
+        access_type: AccessType::Block,
+        access_mode: 1,
+    });
+    assert!(matches!(
+        env.stage(&s, d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut p = publish_req("v1", "p1");
+    p.target_path.clear();
+    assert!(matches!(
+        env.publish(&p, d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut p = publish_req("v1", "p1");
+    p.capability = None;
+    assert!(matches!(
+        env.publish(&p, d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        env.mgr.unstage(&UnstageRequest::default(), d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        env.mgr.unpublish(&UnpublishRequest::default(), d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        env.mgr
+            .unpublish(
+                &UnpublishRequest {
+                    volume_id: "v1".into(),
+                    target_path: String::new()
+                },
+                d()
+            )
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let stats = |id: &str, path: &str| StatsRequest {
+        volume_id: id.into(),
+        volume_path: path.into(),
+    };
+    assert!(matches!(
+        env.mgr.stats(&stats("", &staging("v1")), d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        env.mgr.stats(&stats("v1", ""), d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        env.mgr.stats(&stats("v1", &staging("v1")), d()).await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(
+        env.calls().is_empty(),
+        "validation happens before any host call"
+    );
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("stage");
+    assert!(matches!(
+        env.mgr.stats(&stats("v1", &target("nope")), d()).await,
+        Err(Error::NotFound(_))
+    ));
+    // Unstage/unpublish of unknown volumes are idempotent successes.
+    env.mgr
+        .unstage(&unstage_req("unknown"), d())
+        .await
+        .expect("unknown unstage");
+    env.mgr
+        .unpublish(&unpublish_req("unknown", "px"), d())
+        .await
+        .expect("unknown unpublish");
+    // Same volume id, other source: AlreadyExists.
+    let err = env
+        .stage(&stage_req("v1", r"\\srv\other", None, "bob"), d())
+        .await
+        .expect_err("conflict");
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn two_volumes_share_one_mapping_with_durable_count() {
+    let mut env = new_env(false);
+    env.stage(&stage_req("v1", r"\\srv\share\base", None, "bob"), d())
+        .await
+        .expect("v1");
+    env.stage(&stage_req("v2", r"\\SRV\Share", None, "bob"), d())
+        .await
+        .expect("v2");
+    assert_eq!(mappings(&env).len(), 1);
+    env.restart();
+    env.clear_calls();
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage v1");
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, Rmdir],
+        "mapping kept for v2"
+    );
+    assert_eq!(mappings(&env).len(), 1);
+    assert!(env.resolves(&staging("v2")));
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .expect("unstage v2");
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, Rmdir, RemoveSmbGlobalMapping]
+    );
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn conflicting_principals_fail_with_1219_advice() {
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("v1");
+    env.clear_calls();
+    // Detected up front from the records: no host call.
+    let err = env
+        .stage(&stage_req("v2", r"\\srv\other", None, "alice"), d())
+        .await
+        .expect_err("1219");
+    match &err {
+        Error::FailedPrecondition(m) => assert!(
+            m.contains("srv") && m.contains(r"CORP\bob") && m.contains("1219"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(env.calls().is_empty());
+    assert!(env.mgr.store().volume("v2").expect("read").is_none());
+    // Reported by the host (a mapping this driver did not make).
+    env.script(|s| {
+        s.new_smb_global_mapping(r"\\nas\other", "", "someone", &sim::Secret::new("pw-9"))
+    })
+    .expect("another workload's mapping");
+    let err = env
+        .stage(&stage_req("v3", r"\\nas\data", None, "bob"), d())
+        .await
+        .expect_err("host 1219");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("1219") && m.contains(r"\\nas\data")),
+        "{err:?}"
+    );
+    assert_eq!(env.take_ops(), vec![PathExists, NewSmbGlobalMapping]);
+    assert!(
+        env.mgr.store().volume("v3").expect("read").is_none(),
+        "fresh record rolled back"
+    );
+    assert!(!env.exists(&staging("v3")));
+}
+
+#[tokio::test]
+async fn definite_failures_roll_back() {
+    let env = new_env(false);
+    // The path does not exist on the share: link made, then found unreachable → link and mapping removed.
+    let err = env
+        .stage(&stage_req("v1", r"\\srv\share\missing", None, "bob"), d())
+        .await
+        .expect_err("x");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("not reachable")),
+        "{err:?}"
+    );
+    assert_eq!(
+        env.take_ops(),
+        vec![
+            PathExists,
+            NewSmbGlobalMapping,
+            IsSymlink,
+            Rmdir,
+            RemoveSmbGlobalMapping
+        ]
+    );
+    env.assert_clean();
+    // Mkdir of the subDir fails: the temporary link and the mapping are rolled back.
+    env.fail_nth(
+        Mkdir,
+        1,
+        "mkdir C:\\var\\lib\\kubelet\\x: Access is denied.",
+    );
+    let err = env
+        .stage(&stage_req("v1", SHARE, Some("new"), "bob"), d())
+        .await
+        .expect_err("mkdir");
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    assert_eq!(
+        env.take_ops(),
+        vec![
+            PathExists,
+            NewSmbGlobalMapping,
+            Mkdir,
+            Rmdir,
+            RemoveSmbGlobalMapping
+        ]
+    );
+    env.assert_clean();
+    // Wrong password.
+    env.script(|s| s.set_smb_password("srv", "bob", sim::Secret::new("right")))
+        .expect("password");
+    let err = env
+        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect_err("logon");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("credentials") && !m.contains("pw-1")),
+        "{err:?}"
+    );
+    env.clear_calls();
+    env.assert_clean();
+    // Unknown share / server.
+    let err = env
+        .stage(&stage_req("v1", r"\\srv\nope", None, "bob"), d())
+        .await
+        .expect_err("67");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("67")),
+        "{err:?}"
+    );
+    let err = env
+        .stage(&stage_req("v1", r"\\ghost\x", None, "bob"), d())
+        .await
+        .expect_err("53");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("53")),
+        "{err:?}"
+    );
+    env.clear_calls();
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn uncertain_failures_keep_the_record_and_converge() {
+    let env = new_env(false);
+    env.unavailable_nth(NewSmbGlobalMapping, 1);
+    let err = env
+        .stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect_err("unavailable");
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("csi-proxy")),
+        "{err:?}"
+    );
+    assert_eq!(
+        env.mgr
+            .store()
+            .volume("v1")
+            .expect("read")
+            .expect("kept")
+            .phase,
+        Phase::Staging
+    );
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("retry");
+    assert_eq!(
+        env.mgr
+            .store()
+            .volume("v1")
+            .expect("read")
+            .expect("kept")
+            .phase,
+        Phase::Staged
+    );
+    // Unstage: RemoveSmbGlobalMapping unavailable → error, record kept; retry converges.
+    env.unavailable_nth(RemoveSmbGlobalMapping, 1);
+    assert!(matches!(
+        env.mgr.unstage(&unstage_req("v1"), d()).await,
+        Err(Error::Unavailable(_))
+    ));
+    assert!(env.mgr.store().volume("v1").expect("read").is_some());
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("retry unstage");
+    env.assert_clean();
+    // An expired deadline is DEADLINE_EXCEEDED, never a hang.
+    let err = env
+        .stage(
+            &stage_req("v2", SHARE, None, "bob"),
+            Deadline::after(Duration::ZERO),
+        )
+        .await;
+    assert!(matches!(err, Err(Error::DeadlineExceeded(_))), "{err:?}");
+}
+
+#[tokio::test]
+async fn reboot_stats_reconcile_and_restage() {
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("stage");
+    env.publish(&publish_req("v1", "p1"), d())
+        .await
+        .expect("publish");
+    let stats = |p: String| StatsRequest {
+        volume_id: "v1".into(),
+        volume_path: p,
+    };
+    env.clear_calls();
+    let ok = env
+        .mgr
+        .stats(&stats(target("p1")), d())
+        .await
+        .expect("stats");
+    assert!(!ok.abnormal, "{ok:?}");
+    assert_eq!(ok.usage, Usage::default());
+    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+    env.sim.reboot().expect("reboot");
+    let bad = env
+        .mgr
+        .stats(&stats(target("p1")), d())
+        .await
+        .expect("stats");
+    assert!(bad.abnormal && bad.message.contains(SHARE), "{bad:?}");
+    env.clear_calls();
+    let report = env.mgr.reconcile(d()).await.expect("reconcile");
+    assert_eq!(report.restage, vec!["v1".to_owned()]);
+    assert_eq!(report.checked, 1);
+    assert!(!env.exists(&staging("v1")), "broken staging link removed");
+    assert_eq!(
+        env.mgr.store().volume("v1").expect("r").expect("r").phase,
+        Phase::NeedsRestage
+    );
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, IsSymlink, Rmdir, PathExists]
+    );
+    // kubelet re-stages: the Disconnected mapping is re-created and the target resolves again.
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("restage");
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, NewSmbGlobalMapping, IsSymlink]
+    );
+    assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
+    assert!(env.resolves(&target("p1")));
+    let report = env.mgr.reconcile(d()).await.expect("reconcile");
+    assert!(report.restage.is_empty());
+}
+
+#[tokio::test]
+async fn disconnected_mapping_that_blocks_create_is_replaced() {
+    let env = new_env(true);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("stage");
+    env.sim.reboot().expect("reboot");
+    env.mgr.reconcile(d()).await.expect("reconcile");
+    env.clear_calls();
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("restage");
+    assert_eq!(
+        env.take_ops(),
+        vec![
+            PathExists,
+            NewSmbGlobalMapping,
+            RemoveSmbGlobalMapping,
+            NewSmbGlobalMapping,
+            IsSymlink
+        ]
+    );
+    assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
+}
+
+/// Count the host calls of a complete stage → publish → unpublish → unstage with subDir.
+async fn full_cycle(env: &Env) -> Result<(), Error> {
+    env.stage(&stage_req("v1", SHARE, Some("sub"), "bob"), d())
+        .await?;
+    env.publish(&publish_req("v1", "p1"), d()).await?;
+    env.mgr.unpublish(&unpublish_req("v1", "p1"), d()).await?;
+    env.mgr.unstage(&unstage_req("v1"), d()).await
+}
+
+/// Retry every step as kubelet would, from a restarted driver.
+async fn kubelet_retries(env: &Env) {
+    env.stage(&stage_req("v1", SHARE, Some("sub"), "bob"), d())
+        .await
+        .expect("retry stage");
+    env.publish(&publish_req("v1", "p1"), d())
+        .await
+        .expect("retry publish");
+    env.mgr
+        .unpublish(&unpublish_req("v1", "p1"), d())
+        .await
+        .expect("retry unpublish");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("retry unstage");
+}
+
+#[tokio::test]
+async fn killed_between_any_two_host_calls_then_retried_converges() {
+    let total = {
+        let env = new_env(false);
+        full_cycle(&env).await.expect("clean run");
+        env.assert_clean();
+        env.calls().len()
+    };
+    assert_eq!(total, 6 + 2 + 2 + 3);
+    for n in 0..total {
+        for kubelet_unstages_instead in [false, true] {
+            let mut env = new_env(false);
+            env.hang_after(n);
+            tokio::select! {
+                r = full_cycle(&env) => panic!("call {n}: cycle finished despite the hang: {r:?}"),
+                () = env.hung() => {}
+            }
+            env.restart();
+            if kubelet_unstages_instead {
+                env.mgr
+                    .unpublish(&unpublish_req("v1", "p1"), d())
+                    .await
+                    .expect("unpublish");
+                env.mgr
+                    .unstage(&unstage_req("v1"), d())
+                    .await
+                    .expect("unstage");
+            } else {
+                kubelet_retries(&env).await;
+            }
+            env.assert_clean();
+            assert!(
+                kubelet_unstages_instead || env.state(|s| s.share_has_dir("srv", "share", "sub")),
+                "call {n}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn same_volume_in_flight_is_aborted() {
+    let env = new_env(false);
+    env.hang_after(0);
+    let req = stage_req("v1", SHARE, None, "bob");
+    let first = env.stage(&req, d());
+    tokio::pin!(first);
+    tokio::select! {
+        r = &mut first => panic!("{r:?}"),
+        () = env.hung() => {}
+    }
+    for err in [
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d()).await,
+        env.mgr.unstage(&unstage_req("v1"), d()).await,
+        env.publish(&publish_req("v1", "p"), d()).await,
+        env.mgr.unpublish(&unpublish_req("v1", "p"), d()).await,
+    ] {
+        assert!(matches!(err, Err(Error::Aborted(_))), "{err:?}");
+    }
+    env.clear_calls();
+    // Another volume is not blocked (no global lock).
+    env.stage(&stage_req("v2", SHARE, None, "bob"), d())
+        .await
+        .expect("other volume");
+}
+
+#[tokio::test]
+async fn fifty_volumes_concurrently() {
+    let env = new_env(false);
+    let mgr = Arc::clone(&env.mgr);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        env.mkdir_parent(&staging(&format!("v{i}")));
+    }
+    for i in 0..50 {
+        let mgr = Arc::clone(&mgr);
+        set.spawn(async move {
+            mgr.stage(
+                &stage_req(&format!("v{i}"), SHARE, Some(&format!("d{i}")), "bob"),
+                d(),
+            )
+            .await
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("join").expect("stage");
+    }
+    assert_eq!(mappings(&env).len(), 1);
+    assert_eq!(share_users(mgr.context(), SHARE).expect("users").len(), 50);
+    for i in 0..50 {
+        let mgr = Arc::clone(&mgr);
+        set.spawn(async move { mgr.unstage(&unstage_req(&format!("v{i}")), d()).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("join").expect("unstage");
+    }
+    let removes = env
+        .ops()
+        .iter()
+        .filter(|o| **o == RemoveSmbGlobalMapping)
+        .count();
+    assert_eq!(removes, 1, "exactly the last unstage removes the mapping");
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    assert!(mgr.store().volumes().expect("list").is_empty());
+    assert!(
+        mgr.object_locks().is_empty(),
+        "mapping lock entries are dropped"
+    );
+}
+
+// Paused time: a probe's timeout can only fire once every task is stuck, so it proves "blocked", not "slow".
+#[tokio::test(start_paused = true)]
+async fn stages_on_one_mapped_share_overlap_and_unstage_waits_for_them() {
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("v1");
+    // Calls are counted since the last clear: hold v2's (the next) NewSmbGlobalMapping.
+    env.clear_calls();
+    env.hold_nth(NewSmbGlobalMapping, 1);
+    let v2_req = stage_req("v2", SHARE, None, "bob");
+    let v2 = env.stage(&v2_req, d());
+    tokio::pin!(v2);
+    tokio::select! {
+        r = &mut v2 => panic!("{r:?}"),
+        () = env.hung() => {}
+    }
+    // v2 is stuck inside NewSmbGlobalMapping with the share's lock held: v3 on the same share still completes.
+    let v3 = tokio::time::timeout(
+        Duration::from_secs(10),
+        env.stage(&stage_req("v3", SHARE, None, "bob"), d()),
+    )
+    .await;
+    assert!(matches!(v3, Ok(Ok(()))), "{v3:?}");
+    // An unstage needs the exclusive side: it waits for the in-flight stage of v2.
+    let unstage_req3 = unstage_req("v3");
+    let unstage3 = env.mgr.unstage(&unstage_req3, d());
+    tokio::pin!(unstage3);
+    let probe = tokio::time::timeout(Duration::from_secs(10), &mut unstage3).await;
+    assert!(
+        probe.is_err(),
+        "unstage ran under an in-flight stage: {probe:?}"
+    );
+    env.release();
+    v2.await.expect("v2");
+    unstage3.await.expect("unstage v3");
+    assert!(
+        !env.take_ops().contains(&RemoveSmbGlobalMapping),
+        "mapping kept for v1 and v2"
+    );
+    assert!(env.resolves(&staging("v1")) && env.resolves(&staging("v2")));
+    for id in ["v1", "v2"] {
+        env.mgr
+            .unstage(&unstage_req(id), d())
+            .await
+            .expect("unstage");
+    }
+    assert_eq!(
+        env.take_ops()
+            .iter()
+            .filter(|o| **o == RemoveSmbGlobalMapping)
+            .count(),
+        1
+    );
+    env.assert_clean();
+    assert!(
+        env.mgr.object_locks().is_empty(),
+        "mapping lock entries are dropped"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_users_queued_together_continue_shared_once_one_has_mapped() {
+    let env = new_env(false);
+    env.hold_nth(NewSmbGlobalMapping, 1);
+    env.hold_nth(NewSmbGlobalMapping, 2);
+    let (r1, r2) = (
+        stage_req("v1", SHARE, None, "bob"),
+        stage_req("v2", SHARE, None, "bob"),
+    );
+    let v1 = env.stage(&r1, d());
+    tokio::pin!(v1);
+    tokio::select! {
+        r = &mut v1 => panic!("{r:?}"),
+        () = env.hung() => {}
+    }
+    // v2 is a first user too: it waits for the exclusive side v1 holds while creating the mapping.
+    let v2 = env.stage(&r2, d());
+    tokio::pin!(v2);
+    let probe = tokio::time::timeout(Duration::from_secs(10), &mut v2).await;
+    assert!(probe.is_err(), "v2 ran beside the creator: {probe:?}");
+    env.release();
+    v1.await.expect("v1");
+    tokio::select! {
+        r = &mut v2 => panic!("{r:?}"),
+        () = env.hung() => {}
+    }
+    // v1 is Staged now, so v2 went on under the shared side: v3 completes while v2 is held.
+    let v3 = tokio::time::timeout(
+        Duration::from_secs(10),
+        env.stage(&stage_req("v3", SHARE, None, "bob"), d()),
+    )
+    .await;
+    assert!(matches!(v3, Ok(Ok(()))), "{v3:?}");
+    env.release();
+    v2.await.expect("v2");
+    for id in ["v1", "v2", "v3"] {
+        env.mgr
+            .unstage(&unstage_req(id), d())
+            .await
+            .expect("unstage");
+    }
+    env.assert_clean();
+    assert!(
+        env.mgr.object_locks().is_empty(),
+        "mapping lock entries are dropped"
+    );
+}
+
+#[tokio::test]
+async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
+    let env = new_env(true);
+    for id in ["v1", "v2"] {
+        env.stage(&stage_req(id, SHARE, None, "bob"), d())
+            .await
+            .expect("stage");
+    }
+    env.sim.reboot().expect("reboot");
+    env.clear_calls();
+    // Other volumes are Staged, so v3 starts under the shared side; the repair runs only after the upgrade.
+    env.stage(&stage_req("v3", SHARE, None, "bob"), d())
+        .await
+        .expect("v3");
+    assert_eq!(
+        env.take_ops(),
+        vec![
+            PathExists,
+            NewSmbGlobalMapping,
+            NewSmbGlobalMapping,
+            RemoveSmbGlobalMapping,
+            NewSmbGlobalMapping,
+            IsSymlink
+        ]
+    );
+    assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
+    assert!(
+        env.mgr.object_locks().is_empty(),
+        "mapping lock entries are dropped"
+    );
+}
+
+#[tokio::test]
+async fn credentials_never_reach_errors_or_records() {
+    let env = new_env(false);
+    env.script(|s| s.set_smb_password("srv", "carol", sim::Secret::new("another")))
+        .expect("password");
+    let mut req = stage_req("v1", SHARE, None, "bob");
+    req.secrets = Secrets::new([("username", "carol"), ("password", "Sup3r-S3cret!")]);
+    let err = env.stage(&req, d()).await.expect_err("logon failure");
+    assert!(!err.chain().contains("Sup3r-S3cret!"));
+    assert!(!format!("{req:?}").contains("Sup3r-S3cret!"));
+    env.script(|s| s.set_smb_password("srv", "carol", sim::Secret::new("Sup3r-S3cret!")))
+        .expect("password");
+    env.stage(&req, d()).await.expect("stage");
+    for entry in std::fs::read_dir(env.dir.path().join("volumes")).expect("ls") {
+        let text = std::fs::read_to_string(entry.expect("e").path()).expect("read");
+        assert!(!text.contains("Sup3r-S3cret!"));
+    }
+}

@@ -1,0 +1,362 @@
+//! The one model of a Windows host in the driver's unit tests: the simulated host (`sim`) served in-process, reached
+//! through the real csi-proxy adapter ([`CsiProxyHost`]) over in-memory connections, so every unit test also runs the
+//! adapter's error classification. The sim's audit log gives the exact host-call sequences the tests assert; its
+//! faults, hangs and scripts give the failure injection.
+//!
+//! [`Env`] is a driver (a [`Manager`] over a fresh state directory) on such a host, with kubelet's habits (it creates
+//! the parent directories of staging and target paths before calling the driver) and the views the tests assert on.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sim::inproc::InProcess;
+use sim::{HostOptions, Scenario, SimHost, State};
+
+use crate::backend::{Manager, manager};
+use crate::error::Error;
+use crate::host::csi_proxy::CsiProxyHost;
+use crate::host::{HostOp, KubeletRoot};
+use crate::lifecycle::{PublishRequest, SecretSource, StageRequest, VolumeConfig};
+use crate::locks::Deadline;
+
+/// One audited host call (paths as the driver sent them; secrets are redacted by the sim).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// `PathExists(path)`.
+    PathExists(String),
+    /// `Mkdir(path)`.
+    Mkdir(String),
+    /// `Rmdir(path, force)`.
+    Rmdir(String, bool),
+    /// `CreateSymlink(link → points_to)`.
+    CreateSymlink { link: String, points_to: String },
+    /// `IsSymlink(path)`.
+    IsSymlink(String),
+    /// `NewSmbGlobalMapping(remote, link, principal)`.
+    NewSmbGlobalMapping {
+        remote: String,
+        link: Option<String>,
+        principal: Option<String>,
+    },
+    /// `RemoveSmbGlobalMapping(remote)`.
+    RemoveSmbGlobalMapping(String),
+    /// Any other call, with its audited arguments.
+    Other(HostOp, serde_json::Value),
+}
+
+/// The host operation of a csi-proxy RPC name.
+fn op_of(rpc: &str) -> HostOp {
+    use HostOp::*;
+    const ALL: &[HostOp] = &[
+        PathExists,
+        Mkdir,
+        Rmdir,
+        CreateSymlink,
+        IsSymlink,
+        NewSmbGlobalMapping,
+        RemoveSmbGlobalMapping,
+        ListDiskLocations,
+        ListDiskIDs,
+        Rescan,
+        PartitionDisk,
+        GetDiskStats,
+        SetDiskState,
+        GetDiskState,
+        ListVolumesOnDisk,
+        MountVolume,
+        UnmountVolume,
+        IsVolumeFormatted,
+        FormatVolume,
+        ResizeVolume,
+        GetVolumeStats,
+        GetVolumeIDFromTargetPath,
+        WriteVolumeCache,
+        AddTargetPortal,
+        ConnectTarget,
+        DisconnectTarget,
+        GetTargetDisks,
+        SetMutualChapSecret,
+    ];
+    ALL.iter()
+        .copied()
+        .find(|op| op.name() == rpc)
+        .unwrap_or_else(|| panic!("the driver has no host operation for RPC {rpc}"))
+}
+
+impl Call {
+    fn from_audit(e: &sim::AuditEntry) -> Self {
+        let s = |k: &str| e.args[k].as_str().unwrap_or_default().to_owned();
+        let opt = |k: &str| Some(s(k)).filter(|v| !v.is_empty());
+        match e.rpc.as_str() {
+            "PathExists" => Self::PathExists(s("path")),
+            "Mkdir" => Self::Mkdir(s("path")),
+            "Rmdir" => Self::Rmdir(s("path"), e.args["force"].as_bool().unwrap_or_default()),
+            "CreateSymlink" => Self::CreateSymlink {
+                link: s("target_path"),
+                points_to: s("source_path"),
+            },
+            "IsSymlink" => Self::IsSymlink(s("path")),
+            "NewSmbGlobalMapping" => Self::NewSmbGlobalMapping {
+                remote: s("remote_path"),
+                link: opt("local_path"),
+                principal: opt("username"),
+            },
+            "RemoveSmbGlobalMapping" => Self::RemoveSmbGlobalMapping(s("remote_path")),
+            rpc => Self::Other(op_of(rpc), e.args.clone()),
+        }
+    }
+
+    /// The operation of this call.
+    pub(crate) fn op(&self) -> HostOp {
+        match self {
+            Self::PathExists(_) => HostOp::PathExists,
+            Self::Mkdir(_) => HostOp::Mkdir,
+            Self::Rmdir(..) => HostOp::Rmdir,
+            Self::CreateSymlink { .. } => HostOp::CreateSymlink,
+            Self::IsSymlink(_) => HostOp::IsSymlink,
+            Self::NewSmbGlobalMapping { .. } => HostOp::NewSmbGlobalMapping,
+            Self::RemoveSmbGlobalMapping(_) => HostOp::RemoveSmbGlobalMapping,
+            Self::Other(op, _) => *op,
+        }
+    }
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Other(op, args) => write!(f, "{op}({args})"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// kubelet's drive-less spelling (`\var\lib\kubelet\…`) on the kubelet root's drive, as the host sees it.
+fn on_drive(path: &str) -> String {
+    if path.starts_with('\\') && !path.starts_with("\\\\") {
+        format!("C:{path}")
+    } else {
+        path.to_owned()
+    }
+}
+
+/// A deadline no test reaches.
+pub(crate) fn d() -> Deadline {
+    Deadline::after(std::time::Duration::from_secs(600))
+}
+
+/// The kubelet root every test uses.
+pub(crate) const KUBELET: &str = r"C:\var\lib\kubelet";
+
+/// A driver on an in-process simulated host.
+pub(crate) struct Env {
+    pub(crate) sim: SimHost,
+    pub(crate) inproc: InProcess,
+    pub(crate) mgr: Arc<Manager<CsiProxyHost>>,
+    /// The state directory.
+    pub(crate) dir: tempfile::TempDir,
+    secrets: Option<Arc<dyn SecretSource>>,
+    _sandbox: tempfile::TempDir,
+}
+
+impl Env {
+    /// The simulated host loaded with `scenario` (JSON, see `sim/README.md`) and a driver over a fresh state dir.
+    pub(crate) fn new(scenario: &serde_json::Value) -> Self {
+        let sandbox = tempfile::tempdir().expect("tmp");
+        let dir = tempfile::tempdir().expect("tmp");
+        let scenario = Scenario::from_json(&scenario.to_string()).expect("scenario");
+        let sim = SimHost::new(&scenario, sandbox.path(), HostOptions::default()).expect("sim");
+        let inproc = InProcess::new(sim.clone());
+        let mgr = Self::manager(&inproc, dir.path(), None);
+        Self {
+            sim,
+            inproc,
+            mgr,
+            dir,
+            secrets: None,
+            _sandbox: sandbox,
+        }
+    }
+
+    fn manager(
+        inproc: &InProcess,
+        dir: &Path,
+        secrets: Option<&Arc<dyn SecretSource>>,
+    ) -> Arc<Manager<CsiProxyHost>> {
+        let cfg = VolumeConfig {
+            kubelet_root: KubeletRoot::new(KUBELET).expect("root"),
+            driver_name: "wincsi.csi.io".into(),
+        };
+        let mgr = manager(CsiProxyHost::new(inproc.client()), cfg, dir).expect("manager");
+        Arc::new(match secrets {
+            Some(s) => mgr.with_secret_source(Arc::clone(s)),
+            None => mgr,
+        })
+    }
+
+    /// Read inline volumes' Secrets from `source` (now and after restarts).
+    pub(crate) fn set_secret_source(&mut self, source: Arc<dyn SecretSource>) {
+        self.secrets = Some(source);
+        self.restart();
+    }
+
+    /// A killed and restarted driver: a fresh manager (and client) over the same state dir and host.
+    pub(crate) fn restart(&mut self) {
+        self.mgr = Self::manager(&self.inproc, self.dir.path(), self.secrets.as_ref());
+    }
+
+    // ---- kubelet ----
+
+    /// Create a directory and its parents on the host, as kubelet (or an administrator) would: not a driver call.
+    pub(crate) fn mkdir(&self, path: &str) {
+        let path = on_drive(path);
+        self.sim
+            .with_state_mut(|s| s.mkdir(&path))
+            .unwrap_or_else(|e| panic!("mkdir {path}: {e}"));
+    }
+
+    /// What kubelet does before NodeStage / NodePublish: create the parent directory of `path` (where the host
+    /// allows it: a path outside the kubelet root is the driver's to refuse).
+    pub(crate) fn mkdir_parent(&self, path: &str) {
+        if let Some((parent, _)) = on_drive(path).rsplit_once('\\') {
+            let _ = self.sim.with_state_mut(|s| s.mkdir(parent));
+        }
+    }
+
+    /// NodeStageVolume as kubelet sends it (the parent of the staging path exists).
+    pub(crate) async fn stage(&self, req: &StageRequest, d: Deadline) -> Result<(), Error> {
+        self.mkdir_parent(&req.staging_target_path);
+        self.mgr.stage(req, d).await
+    }
+
+    /// NodePublishVolume as kubelet sends it (the parent of the target path exists).
+    pub(crate) async fn publish(&self, req: &PublishRequest, d: Deadline) -> Result<(), Error> {
+        self.mkdir_parent(&req.target_path);
+        self.mgr.publish(req, d).await
+    }
+
+    // ---- the audit ----
+
+    /// Every host call since the last [`Env::clear_calls`].
+    pub(crate) fn calls(&self) -> Vec<Call> {
+        self.sim.audit(0).iter().map(Call::from_audit).collect()
+    }
+
+    /// The operations of [`Env::calls`].
+    pub(crate) fn ops(&self) -> Vec<HostOp> {
+        self.calls().iter().map(Call::op).collect()
+    }
+
+    /// The operations so far, then forget them.
+    pub(crate) fn take_ops(&self) -> Vec<HostOp> {
+        let ops = self.ops();
+        self.clear_calls();
+        ops
+    }
+
+    /// Forget the recorded calls (the host's state is kept).
+    pub(crate) fn clear_calls(&self) {
+        self.sim.clear_audit();
+    }
+
+    /// The calls rendered as text (secrets are redacted by the sim).
+    pub(crate) fn calls_text(&self) -> String {
+        self.calls()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    // ---- failure injection ----
+
+    /// From call number `n + 1` on (counted from now over all operations), the host does not answer, as if the
+    /// driver had been killed after `n` host calls; wait for that point with [`Env::hung`].
+    pub(crate) fn hang_after(&self, n: usize) {
+        self.sim.hang_nth("*", n as u64 + 1).expect("hang");
+    }
+
+    /// Hold the `nth` next call of `op` until [`Env::release`].
+    pub(crate) fn hold_nth(&self, op: HostOp, nth: u64) {
+        self.sim.hang_nth(op.name(), nth).expect("hold");
+    }
+
+    /// Let the held call go on.
+    pub(crate) fn release(&self) {
+        self.sim.release_hangs();
+    }
+
+    /// Resolves once a call is held or hung.
+    pub(crate) async fn hung(&self) {
+        self.sim.wait_hung(1).await;
+    }
+
+    /// Fail the `nth` next call of `op` with csi-proxy's error `text`.
+    pub(crate) fn fail_nth(&self, op: HostOp, nth: u64, text: &str) {
+        self.sim.fail_nth(op.name(), nth, text).expect("fault");
+    }
+
+    /// The `nth` next call of `op` finds csi-proxy unreachable.
+    pub(crate) fn unavailable_nth(&self, op: HostOp, nth: u64) {
+        self.inproc
+            .fail_unavailable(op.name(), nth)
+            .expect("outage");
+    }
+
+    // ---- views ----
+
+    /// Run `f` on the host's state (inspection).
+    pub(crate) fn state<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        self.sim.with_state(f)
+    }
+
+    /// Change the host's state outside any call (scripting).
+    pub(crate) fn script<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        self.sim.with_state_mut(f)
+    }
+
+    /// Whether `path` exists on the host (a dangling link exists too).
+    pub(crate) fn exists(&self, path: &str) -> bool {
+        self.state(|s| s.path_exists(&on_drive(path)).unwrap_or(false))
+    }
+
+    /// Whether `path` resolves on the host, following links.
+    pub(crate) fn resolves(&self, path: &str) -> bool {
+        self.state(|s| s.path_resolves(&on_drive(path)))
+    }
+
+    /// Mappings, sessions, mount points and links the host still has under the kubelet root.
+    pub(crate) fn leftovers(&self) -> Vec<String> {
+        self.state(State::leftovers)
+    }
+
+    /// Destructive calls that hit data.
+    pub(crate) fn data_loss(&self) -> Vec<String> {
+        self.sim
+            .data_loss_events()
+            .iter()
+            .map(|e| e.detail.clone())
+            .collect()
+    }
+
+    /// No mapping, session, link or mount point is left on the host, and no record in the driver's store.
+    pub(crate) fn assert_clean(&self) {
+        assert!(
+            self.leftovers().is_empty(),
+            "left on the host: {:?}",
+            self.leftovers()
+        );
+        assert!(
+            self.data_loss().is_empty(),
+            "data loss: {:?}",
+            self.data_loss()
+        );
+        assert!(
+            self.mgr.store().volumes().expect("list").is_empty(),
+            "leaked volume records"
+        );
+        assert!(
+            self.mgr.store().publications().expect("list").is_empty(),
+            "leaked publish records"
+        );
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! The simulated host plays exactly one csi-proxy release at a time ([`CsiProxyVersion`]). Every behaviour that
 //! differs between releases is a field of [`Profile`] (a small policy value), and every error text that differs is
-//! built by [`texts`] from the profile's [`Backend`]. The model in `state/` asks the profile; it never matches on a
+//! built by `texts` from the profile's [`Backend`]. The model in `state/` asks the profile; it never matches on a
 //! version itself. [`ROWS`] is the same knowledge as a table with its sources (`sim/README.md` renders it, and a
 //! test keeps the two identical).
 //!

@@ -792,11 +792,8 @@ fn row_unc_errors() {
         let mut f = host(v);
         let stage = p("s");
         map(&mut f, &format!(r"{SRV}\data"), &stage).unwrap();
-        let shown = if ps(v) {
-            r"\\fs1.corp.example\data\"
-        } else {
-            r"\\fs1.corp.example\data\"
-        };
+        // Readlink gives `\\server\share\` for both link forms (the long one once resolved).
+        let shown = r"\\fs1.corp.example\data\";
         // Bad credentials (the password changed on the server): 1326.
         f.set_smb_password("fs1.corp.example", "alice", secret("new-password-1"))
             .unwrap();
@@ -1280,5 +1277,119 @@ fn a_lun_can_be_replaced_behind_a_connected_target() {
             "arrives per the SAN policy"
         );
         assert_eq!(f.get_disk_stats(disks[0]).unwrap(), 2147483648);
+    }
+}
+
+/// proxy-client classifies every release's text the simulator sends for the failures the driver meets.
+#[test]
+fn every_release_text_is_classified_by_proxy_client() {
+    use proxy_client::ErrorKind as K;
+    let kind = |r: crate::Result<()>| K::from_message(&host_err(r));
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        let gone = r"\\?\Volume{00000000-0000-0000-0000-000000000000}\";
+        assert_eq!(
+            kind(f.remove_smb_global_mapping(&format!(r"{SRV}\data"))),
+            K::NotFound,
+            "{v}"
+        );
+        assert_eq!(kind(f.write_volume_cache(gone)), K::NotFound, "{v}");
+        assert_eq!(
+            kind(f.is_volume_formatted(gone).map(|_| ())),
+            K::NotFound,
+            "{v}"
+        );
+        assert_eq!(
+            kind(f.get_volume_stats(gone).map(|_| ())),
+            K::NotFound,
+            "{v}"
+        );
+        assert_eq!(kind(f.resize_volume(gone, 0)), K::NotFound, "{v}");
+        assert_eq!(kind(f.get_disk_stats(42).map(|_| ())), K::NotFound, "{v}");
+        assert_eq!(
+            kind(f.get_volume_id_from_target_path(&p("nope")).map(|_| ())),
+            K::NotFound,
+            "{v}"
+        );
+        f.mkdir(&p("plain")).unwrap();
+        assert_eq!(
+            kind(f.get_volume_id_from_target_path(&p("plain")).map(|_| ())),
+            K::NotFound,
+            "{v}"
+        );
+        assert_eq!(
+            kind(map(&mut f, r"\\nosuch\x", "")),
+            K::NetworkPathNotFound,
+            "{v}"
+        );
+        assert_eq!(
+            kind(map(&mut f, &format!(r"{SRV}\nosuch"), "")),
+            K::NetworkNameNotFound,
+            "{v}"
+        );
+        assert_eq!(
+            kind(f.new_smb_global_mapping(
+                &format!(r"{SRV}\data"),
+                "",
+                r"CORP\alice",
+                &secret("bad")
+            )),
+            K::LogonFailure,
+            "{v}"
+        );
+        map(&mut f, &format!(r"{SRV}\data"), "").unwrap();
+        assert_eq!(
+            kind(f.new_smb_global_mapping(
+                &format!(r"{SRV}\pub"),
+                "",
+                r"CORP\bob",
+                &secret("bob-password-1")
+            )),
+            K::SmbMultipleConnections,
+            "{v}"
+        );
+        f.reboot().unwrap();
+        assert_eq!(
+            kind(map(&mut f, &format!(r"{SRV}\data"), "")),
+            K::SmbMultipleConnections,
+            "{v}"
+        );
+        // iSCSI.
+        let vol = data_volume(&mut f);
+        let t = p("m");
+        f.mkdir(&t).unwrap();
+        assert_eq!(kind(f.unmount_volume(&vol, &t)), K::NotFound, "{v}");
+        f.mount_volume(&vol, &t).unwrap();
+        if ps(v) {
+            assert_eq!(kind(f.mount_volume(&vol, &t)), K::AccessPathInUse);
+            assert_eq!(kind(login(&mut f, DATA)), K::IscsiAlreadyLoggedIn);
+            assert_eq!(
+                kind(f.get_target_disks(PORTAL, 3260, EMPTY).map(|_| ())),
+                K::NotFound
+            );
+            assert_eq!(kind(f.disconnect_target(PORTAL, 3260, EMPTY)), K::NotFound);
+        }
+        f.mkdir(&p(r"full\x")).unwrap();
+        let full = kind(f.mount_volume(&vol, &p("full")));
+        assert!(
+            matches!(full, K::DirectoryNotEmpty | K::NotFound),
+            "{v}: {full:?}"
+        );
+        assert_eq!(
+            kind(f.get_target_disks("198.51.100.9", 3260, DATA).map(|_| ())),
+            K::NotFound,
+            "{v}"
+        );
+        if v == Master {
+            assert_eq!(kind(login(&mut f, &EMPTY.to_lowercase())), K::NotFound);
+        }
+        // Filesystem (Go texts, same in all releases).
+        assert_eq!(kind(f.rmdir(&p("nope"), false)), K::NotFound);
+        f.mkdir(&p(r"d\e")).unwrap();
+        assert_eq!(kind(f.rmdir(&p("d"), false)), K::DirectoryNotEmpty);
+        assert_eq!(
+            kind(f.create_symlink(&p("d"), &p("plain"))),
+            K::AlreadyExists
+        );
     }
 }

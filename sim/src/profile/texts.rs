@@ -649,9 +649,11 @@ impl LoginFailure {
     }
 }
 
-/// A failed ConnectTarget login. v1.1.3 `pkg/os/iscsi/api.go:90-119` (`:115`); v1.3.0 `pkg/os/iscsi/api.go:126-129`
-/// + `pkg/cim/iscsi.go:333-353`; master `pkg/os/iscsi/api.go:135-138` + `pkg/wmi/iscsi.go:356-382`.
-/// `Ok(())` when a v1.3.0 provider reports through `ReturnValue` (v1.3.0 ignores it: a silent "success").
+/// A failed ConnectTarget login. v1.1.3 `pkg/os/iscsi/api.go:90-119` (`:115`); v1.3.0
+/// `pkg/os/iscsi/api.go:126-129` and `pkg/cim/iscsi.go:333-353`; master `pkg/os/iscsi/api.go:135-138` and
+/// `pkg/wmi/iscsi.go:356-382`.
+///
+/// `None` when a v1.3.0 provider reports through `ReturnValue` (v1.3.0 ignores it: a silent "success").
 pub(crate) fn login_failed(
     p: &Profile,
     report: WmiFailureReport,

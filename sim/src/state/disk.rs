@@ -380,14 +380,14 @@ fn require_volume_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// What ListVolumesOnDisk answers when there is nothing to list.
-enum NoVolumes {
+/// Why ListVolumesOnDisk has nothing to list.
+enum Nothing {
     /// No disk with that number.
-    NoDisk,
+    Disk,
     /// The disk has no (visible) partitions.
-    NoPartitions,
+    Partitions,
     /// Partitions, but no volume behind them (offline disk, reserved partition only).
-    NoVolumes,
+    Volumes,
 }
 
 impl State {
@@ -582,8 +582,8 @@ impl State {
             .disks
             .iter()
             .position(|d| d.number == Some(n) && d.present());
-        let ids: std::result::Result<Vec<String>, NoVolumes> = match di {
-            None => Err(NoVolumes::NoDisk),
+        let ids: std::result::Result<Vec<String>, Nothing> = match di {
+            None => Err(Nothing::Disk),
             Some(di) => {
                 let d = &self.disks[di];
                 let parts: Vec<&Partition> = if d.layout_visible() {
@@ -595,16 +595,16 @@ impl State {
                     Vec::new()
                 };
                 if parts.is_empty() {
-                    Err(NoVolumes::NoPartitions)
+                    Err(Nothing::Partitions)
                 } else if !d.online {
-                    Err(NoVolumes::NoVolumes)
+                    Err(Nothing::Volumes)
                 } else {
                     let v: Vec<String> = parts
                         .iter()
                         .filter_map(|p| p.volume.as_ref().map(Volume::id))
                         .collect();
                     if v.is_empty() {
-                        Err(NoVolumes::NoVolumes)
+                        Err(Nothing::Volumes)
                     } else {
                         Ok(v)
                     }
@@ -613,12 +613,12 @@ impl State {
         };
         match (ids, self.profile.backend) {
             (Ok(v), _) => Ok(v),
-            (Err(NoVolumes::NoDisk), Backend::PowerShell)
+            (Err(Nothing::Disk), Backend::PowerShell)
                 if self.profile.list_volumes_unknown_disk_fails =>
             {
                 Err(texts::ps_list_volumes_failed(n, partition, true))
             }
-            (Err(NoVolumes::NoPartitions), Backend::PowerShell)
+            (Err(Nothing::Partitions), Backend::PowerShell)
                 if self.profile.list_volumes_without_partitions_fails =>
             {
                 Err(texts::ps_list_volumes_failed(n, partition, false))

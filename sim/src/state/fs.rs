@@ -92,7 +92,7 @@ impl State {
     /// mount point as a directory and succeeds without creating anything.
     pub fn mkdir(&self, path: &str) -> Result<()> {
         let real = self.validate(path)?;
-        if self.through_file_link(&real) {
+        if self.through_file_link(path) {
             return Err(Error::host(format!(
                 "mkdir {path}: {}",
                 windows_message(267)
@@ -154,8 +154,9 @@ impl State {
         if !link.parent().is_some_and(Path::is_dir) {
             return Err(fail("The system cannot find the path specified."));
         }
-        let is_dir =
-            !self.through_file_link(&source) && self.layout.links().resolve(&source).is_dir();
+        let is_dir = !self.file_links.contains(&source)
+            && !self.through_file_link(source_path)
+            && self.layout.links().resolve(&source).is_dir();
         self.layout
             .links()
             .create(&source, &link)
@@ -168,12 +169,23 @@ impl State {
         Ok(())
     }
 
-    /// Whether `real` (a sandbox drive path) passes *through* a file link: Windows refuses to use a file link as
-    /// a directory (ERROR_DIRECTORY, "The directory name is invalid.").
-    pub(crate) fn through_file_link(&self, real: &Path) -> bool {
-        self.file_links
-            .iter()
-            .any(|l| real != l.as_path() && real.starts_with(l))
+    /// Whether the Windows path `win` passes *through* a file link (one of its parents is one): Windows refuses
+    /// to use a file link as a directory (ERROR_DIRECTORY, "The directory name is invalid."). Checked on the
+    /// Windows components, so it does not depend on how the sandbox represents links.
+    pub(crate) fn through_file_link(&self, win: &str) -> bool {
+        if self.file_links.is_empty() {
+            return false;
+        }
+        let Some(dp) = paths::DrivePath::parse(win) else {
+            return false;
+        };
+        (1..dp.components.len()).any(|i| {
+            let prefix = paths::DrivePath {
+                drive: dp.drive,
+                components: dp.components[..i].to_vec(),
+            };
+            self.file_links.contains(&self.real_drive_path(&prefix))
+        })
     }
 
     /// `IsSymlink`: no validation; `Lstat` error if missing; for a link (or mount point), `Readlink` and `Lstat`
@@ -461,7 +473,7 @@ impl State {
         let real = self
             .real_path(path)
             .ok_or_else(|| Error::host(format!("unsupported path {path}")))?;
-        if self.through_file_link(&real) {
+        if self.through_file_link(path) {
             return Err(Error::host(format!(
                 "open {path}: {}",
                 windows_message(267)
@@ -481,7 +493,7 @@ impl State {
         let real = self
             .real_path(path)
             .ok_or_else(|| Error::host(format!("unsupported path {path}")))?;
-        if self.through_file_link(&real) {
+        if self.through_file_link(path) {
             return Err(Error::host(format!(
                 "open {path}: {}",
                 windows_message(267)

@@ -33,7 +33,7 @@ pub enum ErrorKind {
     /// Windows error 53: "The network path was not found" (server unreachable / unknown).
     NetworkPathNotFound,
     /// Windows error 1326 ("The user name or password is incorrect") or 86 ("The specified network
-    /// password is not correct").
+    /// password is not correct"), or an iSCSI CHAP "Authentication Failure.".
     LogonFailure,
     /// Windows error 67: "The network name cannot be found" (the share does not exist).
     NetworkNameNotFound,
@@ -93,6 +93,9 @@ impl ErrorKind {
                 return kind;
             }
         }
+        if let Some(kind) = iscsi_status_kind(&text) {
+            return kind;
+        }
         // Most specific first: several texts contain "not found" or "already".
         const TEXTS: &[(&str, ErrorKind)] = &[
             (
@@ -112,6 +115,8 @@ impl ErrorKind {
                 ErrorKind::LogonFailure,
             ),
             ("logon failure", ErrorKind::LogonFailure),
+            // The iSCSI initiator's CHAP failure (ISDSC_AUTH_FAILURE), in every release's wrapping.
+            ("authentication failure", ErrorKind::LogonFailure),
             (
                 "the network name cannot be found",
                 ErrorKind::NetworkNameNotFound,
@@ -170,6 +175,23 @@ fn kind_for_code(code: u32) -> Option<ErrorKind> {
         145 => Some(ErrorKind::DirectoryNotEmpty),
         _ => None,
     }
+}
+
+/// master's `WMI MSFT_iSCSITarget.<Method> failed (…): code=N` carries an iSCSI initiator status
+/// (`ISDSC_*`, not a Windows error number): 0xEFFF0009 is the authentication failure, 0xEFFF003F "already
+/// logged in". (The values follow the initiator's status list; which form the WMI provider uses is
+/// unverified on a real node.)
+fn iscsi_status_kind(text: &str) -> Option<ErrorKind> {
+    if !text.contains("msft_iscsitarget.") {
+        return None;
+    }
+    text.match_indices("code=").find_map(|(at, _)| {
+        match leading_number(&text[at + "code=".len()..])? {
+            0xEFFF_0009 => Some(ErrorKind::LogonFailure),
+            0xEFFF_003F => Some(ErrorKind::IscsiAlreadyLoggedIn),
+            _ => None,
+        }
+    })
 }
 
 /// Lower-cases, turns the Go-quoted `\r` / `\n` / `\t` escapes into spaces and collapses

@@ -60,6 +60,9 @@ const PS_RESIZE_SLACK: &str = "error resizing volume. cmd: Get-Volume -UniqueId 
 /// `pkg/os/smb/api.go:73` (v1.1.3) with `Windows System Error 5`.
 const PS_SMB_ACCESS_DENIED: &str = r#"NewSmbGlobalMapping failed. output: "New-SmbGlobalMapping : Access is denied. \r\n    + CategoryInfo          : PermissionDenied: (MSFT_SmbGlobalMapping:ROOT/Microsoft/...mbGlobalMapping) [New-SmbGlobalMapping], CimException\r\n    + FullyQualifiedErrorId : Windows System Error 5,New-SmbGlobalMapping\r\n \r\n", err: exit status 1"#;
 
+/// `pkg/os/iscsi/api.go:115` (v1.1.3): the initiator's CHAP failure.
+const PS_CHAP_FAILURE: &str = "error connecting to target portal. cmd Connect-IscsiTarget -TargetPortalAddress ${Env:iscsi_tp_address} -TargetPortalPortNumber ${Env:iscsi_tp_port} -NodeAddress ${Env:iscsi_target_iqn} -AuthenticationType ${Env:iscsi_auth_type} -ChapUsername ${Env:iscsi_chap_user} -ChapSecret ${Env:iscsi_chap_secret}, output: Connect-IscsiTarget : Authentication Failure.\r\n    + FullyQualifiedErrorId : HRESULT 0xefff0009,Connect-IscsiTarget\r\n, err: exit status 1";
+
 #[test]
 fn powershell_era_texts() {
     for (text, want) in [
@@ -75,6 +78,7 @@ fn powershell_era_texts() {
         (PS_LINK_EXISTS, ErrorKind::AlreadyExists),
         (PS_RESIZE_SLACK, ErrorKind::Other),
         (PS_SMB_ACCESS_DENIED, ErrorKind::AccessDenied),
+        (PS_CHAP_FAILURE, ErrorKind::LogonFailure),
     ] {
         assert_eq!(kind(text), want, "{text}");
     }
@@ -144,6 +148,11 @@ fn v1_3_0_texts() {
         (
             "NewSmbGlobalMapping failed. result: -1, err: Exception occurred. (Access is denied.)".to_string(),
             ErrorKind::AccessDenied,
+        ),
+        // pkg/os/iscsi/api.go:126-129.
+        (
+            "error connecting to target portal. result: -1, err: Exception occurred. (Authentication Failure.)".to_string(),
+            ErrorKind::LogonFailure,
         ),
         // pkg/os/smb/api.go:63 (CreateSymbolicLink: ERROR_ALREADY_EXISTS).
         (
@@ -253,8 +262,15 @@ fn master_texts() {
             ErrorKind::Other,
             None,
         ),
+        // pkg/wmi/iscsi.go:374-380: an iSCSI initiator status, not a Windows error (0xEFFF0009 = authentication
+        // failure).
         (
             "error connecting to target portal. err: WMI MSFT_iSCSITarget.Connect failed (target=<nil>): code=4026466313".to_string(),
+            ErrorKind::LogonFailure,
+            None,
+        ),
+        (
+            "error connecting to target portal. err: WMI MSFT_iSCSITarget.Connect failed (target=<nil>): code=4026466314".to_string(),
             ErrorKind::Other,
             None,
         ),

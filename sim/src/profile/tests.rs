@@ -1380,6 +1380,28 @@ fn every_release_text_is_classified_by_proxy_client() {
             K::NotFound,
             "{v}"
         );
+        // A wrong CHAP secret (EMPTY has no session here).
+        f.set_target_chap(
+            EMPTY,
+            TargetChap::OneWay {
+                username: "initiator1".into(),
+                secret: secret("chap-secret-12"),
+            },
+        )
+        .unwrap();
+        assert!(f.sessions().iter().all(|s| s.iqn != EMPTY));
+        assert_eq!(
+            kind(f.connect_target(
+                PORTAL,
+                3260,
+                EMPTY,
+                AuthType::OneWayChap,
+                "initiator1",
+                &secret("wrong-secret-12")
+            )),
+            K::LogonFailure,
+            "{v}"
+        );
         if v == Master {
             assert_eq!(kind(login(&mut f, &EMPTY.to_lowercase())), K::NotFound);
         }

@@ -10,9 +10,16 @@
 //! + FullyQualifiedErrorId : Windows System Error 1219,New-SmbGlobalMapping\r\n \r\n", err: exit status 1
 //! ```
 //!
-//! [`ErrorKind`] recognises the handful of Windows failures the driver reacts to, from either the
-//! Windows error number (`Windows System Error 1219`, `error 53`, `0x800704C3`, ...) or the
-//! message text, and keeps the original message in the [`Error`].
+//! The same failure reads differently in each csi-proxy release: PowerShell-era releases (≤ v1.2.1)
+//! embed the cmdlet's output (`No MSFT_Volume objects found with property 'UniqueId' …`), v1.3.0
+//! (`microsoft/wmi`) says `Not Found` or go-ole's `Exception occurred. (<description>)` without a
+//! number, and master (its own `pkg/wmi`) says `not found` or `WMI MSFT_SmbGlobalMapping.Create
+//! failed (target=<nil>): code=1219`.
+//!
+//! [`ErrorKind`] recognises the Windows failures the driver reacts to in every release's form, from
+//! either the Windows error number (`Windows System Error 1219`, `error 53`, `0x800704C3`, master's
+//! `code=1219` for SMB mappings) or the message text, and keeps the original message in the
+//! [`Error`].
 
 use std::time::Duration;
 
@@ -26,10 +33,29 @@ pub enum ErrorKind {
     /// Windows error 53: "The network path was not found" (server unreachable / unknown).
     NetworkPathNotFound,
     /// Windows error 1326 ("The user name or password is incorrect") or 86 ("The specified network
-    /// password is not correct").
+    /// password is not correct"), or an iSCSI CHAP "Authentication Failure.".
     LogonFailure,
     /// Windows error 67: "The network name cannot be found" (the share does not exist).
     NetworkNameNotFound,
+    /// The object the call names does not exist (or, for unmount / volume lookups, nothing is
+    /// mounted there), in any release's wording: PowerShell's `No MSFT_<Class> objects found …`,
+    /// `ObjectNotFound`, `Cannot find path …`; v1.3.0's `Not Found`; master's `not found`;
+    /// Windows errors 2 and 3 ("The system cannot find the file/path specified."); `not a mounted
+    /// folder`; "The access path is not valid."; "The file or directory is not a reparse point.".
+    NotFound,
+    /// Windows error 5: "Access is denied."
+    AccessDenied,
+    /// Windows error 183 or an item that already exists ("Cannot create a file when that file
+    /// already exists.", `New-Item`'s "An item with the specified name … already exists.").
+    AlreadyExists,
+    /// Windows error 145: "The directory is not empty."
+    DirectoryNotEmpty,
+    /// PowerShell-era ConnectTarget to a target that already has a session: "The target has already
+    /// been logged in via an iSCSI session."
+    IscsiAlreadyLoggedIn,
+    /// PowerShell-era MountVolume where the volume is already mounted: "The requested access path is
+    /// already in use."
+    AccessPathInUse,
     /// The named pipe (or Unix socket) of the API group does not exist.
     PipeMissing,
     /// csi-proxy could not be reached or the connection broke (refused, busy, reset, ...).
@@ -67,6 +93,10 @@ impl ErrorKind {
                 return kind;
             }
         }
+        if let Some(kind) = iscsi_status_kind(&text) {
+            return kind;
+        }
+        // Most specific first: several texts contain "not found" or "already".
         const TEXTS: &[(&str, ErrorKind)] = &[
             (
                 "multiple connections to a server or shared resource by the same user",
@@ -85,10 +115,47 @@ impl ErrorKind {
                 ErrorKind::LogonFailure,
             ),
             ("logon failure", ErrorKind::LogonFailure),
+            // The iSCSI initiator's CHAP failure (ISDSC_AUTH_FAILURE), in every release's wrapping.
+            ("authentication failure", ErrorKind::LogonFailure),
             (
                 "the network name cannot be found",
                 ErrorKind::NetworkNameNotFound,
             ),
+            (
+                "has already been logged in via an iscsi session",
+                ErrorKind::IscsiAlreadyLoggedIn,
+            ),
+            (
+                "the requested access path is already in use",
+                ErrorKind::AccessPathInUse,
+            ),
+            ("access is denied", ErrorKind::AccessDenied),
+            (
+                "cannot create a file when that file already exists",
+                ErrorKind::AlreadyExists,
+            ),
+            ("already exists", ErrorKind::AlreadyExists),
+            ("the directory is not empty", ErrorKind::DirectoryNotEmpty),
+            // v1.3.0+ MountVolume on a non-empty directory that is no mount point: SetVolumeMountPoint
+            // failed with ERROR_DIR_NOT_EMPTY and the read-back says "not a mounted folder".
+            ("error get target volume", ErrorKind::DirectoryNotEmpty),
+            // PowerShell cmdletization: "No MSFT_Volume objects found with property …",
+            // "No matching MSFT_iSCSIConnection objects found by CIM query …", category ObjectNotFound.
+            ("objects found with property", ErrorKind::NotFound),
+            ("no matching msft_", ErrorKind::NotFound),
+            ("objectnotfound", ErrorKind::NotFound),
+            ("cannot find path", ErrorKind::NotFound),
+            ("cannot find the file specified", ErrorKind::NotFound),
+            ("cannot find the path specified", ErrorKind::NotFound),
+            ("not a mounted folder", ErrorKind::NotFound),
+            // PowerShell-era GetVolumeIDFromTargetPath of a plain directory: `(Get-Item).Target` printed
+            // nothing and succeeded (v1.1.3 `pkg/os/volume/api.go:284-285`).
+            (".target, output: , error: <nil>", ErrorKind::NotFound),
+            ("the access path is not valid", ErrorKind::NotFound),
+            ("not a reparse point", ErrorKind::NotFound),
+            // v1.3.0 `Not Found` (microsoft/wmi) and master `not found` (pkg/wmi), last: the Windows
+            // texts above that contain "not found" are more specific.
+            ("not found", ErrorKind::NotFound),
         ];
         TEXTS
             .iter()
@@ -103,8 +170,28 @@ fn kind_for_code(code: u32) -> Option<ErrorKind> {
         53 => Some(ErrorKind::NetworkPathNotFound),
         1326 | 86 => Some(ErrorKind::LogonFailure),
         67 => Some(ErrorKind::NetworkNameNotFound),
+        5 => Some(ErrorKind::AccessDenied),
+        183 => Some(ErrorKind::AlreadyExists),
+        145 => Some(ErrorKind::DirectoryNotEmpty),
         _ => None,
     }
+}
+
+/// master's `WMI MSFT_iSCSITarget.<Method> failed (…): code=N` carries an iSCSI initiator status
+/// (`ISDSC_*`, not a Windows error number): 0xEFFF0009 is the authentication failure, 0xEFFF003F "already
+/// logged in". (The values follow the initiator's status list; which form the WMI provider uses is
+/// unverified on a real node.)
+fn iscsi_status_kind(text: &str) -> Option<ErrorKind> {
+    if !text.contains("msft_iscsitarget.") {
+        return None;
+    }
+    text.match_indices("code=").find_map(|(at, _)| {
+        match leading_number(&text[at + "code=".len()..])? {
+            0xEFFF_0009 => Some(ErrorKind::LogonFailure),
+            0xEFFF_003F => Some(ErrorKind::IscsiAlreadyLoggedIn),
+            _ => None,
+        }
+    })
 }
 
 /// Lower-cases, turns the Go-quoted `\r` / `\n` / `\t` escapes into spaces and collapses
@@ -125,9 +212,19 @@ fn normalise(message: &str) -> String {
 }
 
 /// Windows error numbers mentioned in a normalised message: `error 1219`, `error code 1219`,
-/// `error: 1219`, `error (1219)`, `error 0x4c3`, and HRESULTs `0x800704c3`.
+/// `error: 1219`, `error (1219)`, `error 0x4c3`, HRESULTs `0x800704c3`, and master's
+/// `WMI MSFT_SmbGlobalMapping.<Method> failed (…): code=1219`. Master's `code=N` of the storage
+/// classes (`MSFT_Disk`, `MSFT_Partition`, `MSFT_Volume`) and iSCSI are not Windows error numbers
+/// (e.g. 5 is "Invalid Parameter" there), so only the SMB class's code counts.
 fn windows_error_codes(text: &str) -> Vec<u32> {
     let mut codes = Vec::new();
+    if text.contains("msft_smbglobalmapping.") {
+        for (at, _) in text.match_indices("code=") {
+            if let Some(code) = leading_number(&text[at + "code=".len()..]) {
+                codes.push(code);
+            }
+        }
+    }
     for (at, _) in text.match_indices("error") {
         let mut rest = text[at + "error".len()..].trim_start();
         if let Some(r) = rest.strip_prefix("code") {

@@ -330,14 +330,9 @@ fn other_failures_stay_other() {
     // Error 87 (bad parameter) from csi-driver-smb issue #453 must not be mistaken for 86 or 67.
     let text = r#"NewSmbGlobalMapping failed. output: "New-SmbGlobalMapping : The parameter is incorrect. \r\n    + CategoryInfo          : InvalidArgument: (MSFT_SmbGlobalMapping:ROOT/Microsoft/...mbGlobalMapping) [New-SmbGloba \r\n   lMapping], CimException\r\n    + FullyQualifiedErrorId : Windows System Error 87,New-SmbGlobalMapping\r\n \r\n", err: exit status 1"#;
     assert_eq!(kind(text), ErrorKind::Other);
+    // "not a mounted folder" and "No MSFT_… objects found" are ErrorKind::NotFound (tests/release_texts.rs).
     assert_eq!(
-        kind("error mounting volume: not a mounted folder"),
-        ErrorKind::Other
-    );
-    assert_eq!(
-        kind(
-            "Remove-SmbGlobalMapping : No MSFT_SmbGlobalMapping objects found with property 'RemotePath' equal to '\\\\fs1\\share'."
-        ),
+        kind("Initialize-Disk : The disk is offline."),
         ErrorKind::Other
     );
     assert_eq!(

@@ -1,7 +1,8 @@
 //! The six csi-proxy gRPC services, backed by a [`SimHost`].
 //!
-//! Each handler converts its request into a [`crate::state::State`] call through [`SimHost::call`] (which
-//! audits it and applies injected faults) and maps every failure to status `UNKNOWN` with the host's message,
+//! Each handler converts its request into a [`crate::state::State`] call through [`SimHost::call_detached`]
+//! (which audits it, applies injected faults, and — like csi-proxy, which ignores the request context — finishes
+//! the host work even if the client goes away) and maps every failure to status `UNKNOWN` with the host's message,
 //! exactly as csi-proxy does. Audit arguments never contain secrets.
 
 use proxy_client::proto::{
@@ -57,7 +58,7 @@ impl disk_v1::disk_server::Disk for DiskService {
     ) -> Res<disk_v1::ListDiskLocationsResponse> {
         let r = self
             .0
-            .call("ListDiskLocations", json!({}), |s| {
+            .call_detached("ListDiskLocations", json!({}), move |s| {
                 Ok(s.list_disk_locations())
             })
             .await;
@@ -84,7 +85,7 @@ impl disk_v1::disk_server::Disk for DiskService {
         let n = req.into_inner().disk_number;
         let r = self
             .0
-            .call("PartitionDisk", json!({ "disk_number": n }), |s| {
+            .call_detached("PartitionDisk", json!({ "disk_number": n }), move |s| {
                 s.partition_disk(n)
             })
             .await;
@@ -92,7 +93,10 @@ impl disk_v1::disk_server::Disk for DiskService {
     }
 
     async fn rescan(&self, _: Request<disk_v1::RescanRequest>) -> Res<disk_v1::RescanResponse> {
-        let r = self.0.call("Rescan", json!({}), |s| s.rescan()).await;
+        let r = self
+            .0
+            .call_detached("Rescan", json!({}), move |s| s.rescan())
+            .await;
         ok(r.map(|()| disk_v1::RescanResponse {}))
     }
 
@@ -102,7 +106,7 @@ impl disk_v1::disk_server::Disk for DiskService {
     ) -> Res<disk_v1::ListDiskIDsResponse> {
         let r = self
             .0
-            .call("ListDiskIDs", json!({}), |s| s.list_disk_ids())
+            .call_detached("ListDiskIDs", json!({}), move |s| s.list_disk_ids())
             .await;
         ok(r.map(|m| disk_v1::ListDiskIDsResponse {
             disk_i_ds: m
@@ -127,7 +131,7 @@ impl disk_v1::disk_server::Disk for DiskService {
         let n = req.into_inner().disk_number;
         let r = self
             .0
-            .call("GetDiskStats", json!({ "disk_number": n }), |s| {
+            .call_detached("GetDiskStats", json!({ "disk_number": n }), move |s| {
                 s.get_disk_stats(n)
             })
             .await;
@@ -142,7 +146,7 @@ impl disk_v1::disk_server::Disk for DiskService {
         let args = json!({ "disk_number": q.disk_number, "is_online": q.is_online });
         let r = self
             .0
-            .call("SetDiskState", args, |s| {
+            .call_detached("SetDiskState", args, move |s| {
                 s.set_disk_state(q.disk_number, q.is_online)
             })
             .await;
@@ -156,7 +160,7 @@ impl disk_v1::disk_server::Disk for DiskService {
         let n = req.into_inner().disk_number;
         let r = self
             .0
-            .call("GetDiskState", json!({ "disk_number": n }), |s| {
+            .call_detached("GetDiskState", json!({ "disk_number": n }), move |s| {
                 s.get_disk_state(n)
             })
             .await;
@@ -174,7 +178,7 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let args = json!({ "disk_number": q.disk_number, "partition_number": q.partition_number });
         let r = self
             .0
-            .call("ListVolumesOnDisk", args, |s| {
+            .call_detached("ListVolumesOnDisk", args, move |s| {
                 s.list_volumes_on_disk(q.disk_number, q.partition_number)
             })
             .await;
@@ -189,7 +193,7 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let args = json!({ "volume_id": q.volume_id, "target_path": q.target_path });
         let r = self
             .0
-            .call("MountVolume", args, |s| {
+            .call_detached("MountVolume", args, move |s| {
                 s.mount_volume(&q.volume_id, &q.target_path)
             })
             .await;
@@ -204,7 +208,7 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let args = json!({ "volume_id": q.volume_id, "target_path": q.target_path });
         let r = self
             .0
-            .call("UnmountVolume", args, |s| {
+            .call_detached("UnmountVolume", args, move |s| {
                 s.unmount_volume(&q.volume_id, &q.target_path)
             })
             .await;
@@ -218,7 +222,7 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let id = req.into_inner().volume_id;
         let r = self
             .0
-            .call("IsVolumeFormatted", json!({ "volume_id": id }), |s| {
+            .call_detached("IsVolumeFormatted", json!({ "volume_id": id }), move |s| {
                 s.is_volume_formatted(&id)
             })
             .await;
@@ -232,7 +236,7 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let id = req.into_inner().volume_id;
         let r = self
             .0
-            .call("FormatVolume", json!({ "volume_id": id }), |s| {
+            .call_detached("FormatVolume", json!({ "volume_id": id }), move |s| {
                 s.format_volume(&id)
             })
             .await;
@@ -247,7 +251,7 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let args = json!({ "volume_id": q.volume_id, "size_bytes": q.size_bytes });
         let r = self
             .0
-            .call("ResizeVolume", args, |s| {
+            .call_detached("ResizeVolume", args, move |s| {
                 s.resize_volume(&q.volume_id, q.size_bytes)
             })
             .await;
@@ -261,7 +265,7 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let id = req.into_inner().volume_id;
         let r = self
             .0
-            .call("GetVolumeStats", json!({ "volume_id": id }), |s| {
+            .call_detached("GetVolumeStats", json!({ "volume_id": id }), move |s| {
                 s.get_volume_stats(&id)
             })
             .await;
@@ -280,10 +284,10 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let id = req.into_inner().volume_id;
         let r = self
             .0
-            .call(
+            .call_detached(
                 "GetDiskNumberFromVolumeID",
                 json!({ "volume_id": id }),
-                |s| s.get_disk_number_from_volume_id(&id),
+                move |s| s.get_disk_number_from_volume_id(&id),
             )
             .await;
         ok(r.map(|disk_number| volume_v1::GetDiskNumberFromVolumeIdResponse { disk_number }))
@@ -296,10 +300,10 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let p = req.into_inner().target_path;
         let r = self
             .0
-            .call(
+            .call_detached(
                 "GetVolumeIDFromTargetPath",
                 json!({ "target_path": p }),
-                |s| s.get_volume_id_from_target_path(&p),
+                move |s| s.get_volume_id_from_target_path(&p),
             )
             .await;
         ok(r.map(|volume_id| volume_v1::GetVolumeIdFromTargetPathResponse { volume_id }))
@@ -312,7 +316,7 @@ impl volume_v1::volume_server::Volume for VolumeService {
         let id = req.into_inner().volume_id;
         let r = self
             .0
-            .call("WriteVolumeCache", json!({ "volume_id": id }), |s| {
+            .call_detached("WriteVolumeCache", json!({ "volume_id": id }), move |s| {
                 s.write_volume_cache(&id)
             })
             .await;
@@ -329,7 +333,9 @@ impl filesystem_v1::filesystem_server::Filesystem for FilesystemService {
         let p = req.into_inner().path;
         let r = self
             .0
-            .call("PathExists", json!({ "path": p }), |s| s.path_exists(&p))
+            .call_detached("PathExists", json!({ "path": p }), move |s| {
+                s.path_exists(&p)
+            })
             .await;
         ok(r.map(|exists| filesystem_v1::PathExistsResponse { exists }))
     }
@@ -341,7 +347,7 @@ impl filesystem_v1::filesystem_server::Filesystem for FilesystemService {
         let p = req.into_inner().path;
         let r = self
             .0
-            .call("Mkdir", json!({ "path": p }), |s| s.mkdir(&p))
+            .call_detached("Mkdir", json!({ "path": p }), move |s| s.mkdir(&p))
             .await;
         ok(r.map(|()| filesystem_v1::MkdirResponse {}))
     }
@@ -354,7 +360,7 @@ impl filesystem_v1::filesystem_server::Filesystem for FilesystemService {
         let args = json!({ "path": q.path, "force": q.force });
         let r = self
             .0
-            .call("Rmdir", args, |s| s.rmdir(&q.path, q.force))
+            .call_detached("Rmdir", args, move |s| s.rmdir(&q.path, q.force))
             .await;
         ok(r.map(|()| filesystem_v1::RmdirResponse {}))
     }
@@ -367,7 +373,7 @@ impl filesystem_v1::filesystem_server::Filesystem for FilesystemService {
         let args = json!({ "source_path": q.source_path, "target_path": q.target_path });
         let r = self
             .0
-            .call("CreateSymlink", args, |s| {
+            .call_detached("CreateSymlink", args, move |s| {
                 s.create_symlink(&q.source_path, &q.target_path)
             })
             .await;
@@ -381,7 +387,7 @@ impl filesystem_v1::filesystem_server::Filesystem for FilesystemService {
         let p = req.into_inner().path;
         let r = self
             .0
-            .call("IsSymlink", json!({ "path": p }), |s| s.is_symlink(&p))
+            .call_detached("IsSymlink", json!({ "path": p }), move |s| s.is_symlink(&p))
             .await;
         ok(r.map(|is_symlink| filesystem_v1::IsSymlinkResponse { is_symlink }))
     }
@@ -403,7 +409,7 @@ impl smb_v1::smb_server::Smb for SmbService {
         });
         let r = self
             .0
-            .call("NewSmbGlobalMapping", args, |s| {
+            .call_detached("NewSmbGlobalMapping", args, move |s| {
                 s.new_smb_global_mapping(&q.remote_path, &q.local_path, &q.username, &password)
             })
             .await;
@@ -417,19 +423,25 @@ impl smb_v1::smb_server::Smb for SmbService {
         let p = req.into_inner().remote_path;
         let r = self
             .0
-            .call("RemoveSmbGlobalMapping", json!({ "remote_path": p }), |s| {
-                s.remove_smb_global_mapping(&p)
-            })
+            .call_detached(
+                "RemoveSmbGlobalMapping",
+                json!({ "remote_path": p }),
+                move |s| s.remove_smb_global_mapping(&p),
+            )
             .await;
         ok(r.map(|()| smb_v1::RemoveSmbGlobalMappingResponse {}))
     }
 }
 
-/// The real server dereferences `target_portal` without a check; a missing one crashes csi-proxy. The
-/// simulator answers with the Go runtime's panic text instead of dying.
-fn portal(p: Option<iscsi_v1alpha2::TargetPortal>) -> Result<(String, u32), Status> {
+/// The real server dereferences `target_portal` without a check (`pkg/server/iscsi/server.go:46,71-73,94`, every
+/// release) and grpc-go does not recover the panic: a missing one kills csi-proxy, and with it every pipe.
+fn portal(
+    host: &SimHost,
+    p: Option<iscsi_v1alpha2::TargetPortal>,
+) -> Result<(String, u32), Status> {
     p.map(|p| (p.target_address, p.target_port)).ok_or_else(|| {
-        Status::unknown("runtime error: invalid memory address or nil pointer dereference")
+        host.crash_csi_proxy(crate::profile::texts::NIL_DEREF);
+        Status::unknown(crate::profile::texts::NIL_DEREF)
     })
 }
 
@@ -443,11 +455,11 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
         &self,
         req: Request<iscsi_v1alpha2::AddTargetPortalRequest>,
     ) -> Res<iscsi_v1alpha2::AddTargetPortalResponse> {
-        let (a, p) = portal(req.into_inner().target_portal)?;
+        let (a, p) = portal(&self.0, req.into_inner().target_portal)?;
         let args = json!({ "target_portal": portal_json(&a, p) });
         let r = self
             .0
-            .call("AddTargetPortal", args, |s| s.add_target_portal(&a, p))
+            .call_detached("AddTargetPortal", args, move |s| s.add_target_portal(&a, p))
             .await;
         ok(r.map(|()| iscsi_v1alpha2::AddTargetPortalResponse {}))
     }
@@ -456,11 +468,11 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
         &self,
         req: Request<iscsi_v1alpha2::DiscoverTargetPortalRequest>,
     ) -> Res<iscsi_v1alpha2::DiscoverTargetPortalResponse> {
-        let (a, p) = portal(req.into_inner().target_portal)?;
+        let (a, p) = portal(&self.0, req.into_inner().target_portal)?;
         let args = json!({ "target_portal": portal_json(&a, p) });
         let r = self
             .0
-            .call("DiscoverTargetPortal", args, |s| {
+            .call_detached("DiscoverTargetPortal", args, move |s| {
                 s.discover_target_portal(&a, p)
             })
             .await;
@@ -471,11 +483,11 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
         &self,
         req: Request<iscsi_v1alpha2::RemoveTargetPortalRequest>,
     ) -> Res<iscsi_v1alpha2::RemoveTargetPortalResponse> {
-        let (a, p) = portal(req.into_inner().target_portal)?;
+        let (a, p) = portal(&self.0, req.into_inner().target_portal)?;
         let args = json!({ "target_portal": portal_json(&a, p) });
         let r = self
             .0
-            .call("RemoveTargetPortal", args, |s| {
+            .call_detached("RemoveTargetPortal", args, move |s| {
                 s.remove_target_portal(&a, p)
             })
             .await;
@@ -488,7 +500,7 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
     ) -> Res<iscsi_v1alpha2::ListTargetPortalsResponse> {
         let r = self
             .0
-            .call("ListTargetPortals", json!({}), |s| {
+            .call_detached("ListTargetPortals", json!({}), move |s| {
                 Ok(s.list_target_portals())
             })
             .await;
@@ -510,7 +522,7 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
         req: Request<iscsi_v1alpha2::ConnectTargetRequest>,
     ) -> Res<iscsi_v1alpha2::ConnectTargetResponse> {
         let q = req.into_inner();
-        let (a, p) = portal(q.target_portal)?;
+        let (a, p) = portal(&self.0, q.target_portal)?;
         let secret = Secret::new(q.chap_secret);
         let args = json!({
             "target_portal": portal_json(&a, p),
@@ -527,7 +539,7 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
         };
         let r = self
             .0
-            .call("ConnectTarget", args, |s| match auth {
+            .call_detached("ConnectTarget", args, move |s| match auth {
                 Some(auth) => s.connect_target(&a, p, &q.iqn, auth, &q.chap_username, &secret),
                 None => Err(Error::host("error connecting to target portal. result: 87, err: The parameter is incorrect.")),
             })
@@ -540,11 +552,11 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
         req: Request<iscsi_v1alpha2::DisconnectTargetRequest>,
     ) -> Res<iscsi_v1alpha2::DisconnectTargetResponse> {
         let q = req.into_inner();
-        let (a, p) = portal(q.target_portal)?;
+        let (a, p) = portal(&self.0, q.target_portal)?;
         let args = json!({ "target_portal": portal_json(&a, p), "iqn": q.iqn });
         let r = self
             .0
-            .call("DisconnectTarget", args, |s| {
+            .call_detached("DisconnectTarget", args, move |s| {
                 s.disconnect_target(&a, p, &q.iqn)
             })
             .await;
@@ -556,11 +568,11 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
         req: Request<iscsi_v1alpha2::GetTargetDisksRequest>,
     ) -> Res<iscsi_v1alpha2::GetTargetDisksResponse> {
         let q = req.into_inner();
-        let (a, p) = portal(q.target_portal)?;
+        let (a, p) = portal(&self.0, q.target_portal)?;
         let args = json!({ "target_portal": portal_json(&a, p), "iqn": q.iqn });
         let r = self
             .0
-            .call("GetTargetDisks", args, |s| {
+            .call_detached("GetTargetDisks", args, move |s| {
                 s.get_target_disks(&a, p, &q.iqn)
             })
             .await;
@@ -575,7 +587,7 @@ impl iscsi_v1alpha2::iscsi_server::Iscsi for IscsiService {
         let args = json!({ "mutual_chap_secret": redact(secret.expose()) });
         let r = self
             .0
-            .call("SetMutualChapSecret", args, |s| {
+            .call_detached("SetMutualChapSecret", args, move |s| {
                 s.set_mutual_chap_secret(&secret)
             })
             .await;
@@ -614,7 +626,7 @@ impl system_v1alpha1::system_server::System for SystemService {
     ) -> Res<system_v1alpha1::GetBiosSerialNumberResponse> {
         let r = self
             .0
-            .call("GetBIOSSerialNumber", json!({}), |s| {
+            .call_detached("GetBIOSSerialNumber", json!({}), move |s| {
                 Ok(s.bios_serial_number())
             })
             .await;
@@ -628,7 +640,7 @@ impl system_v1alpha1::system_server::System for SystemService {
         let name = req.into_inner().name;
         let r = self
             .0
-            .call("StartService", json!({ "name": name }), |s| {
+            .call_detached("StartService", json!({ "name": name }), move |s| {
                 s.start_service(&name)
             })
             .await;
@@ -643,7 +655,9 @@ impl system_v1alpha1::system_server::System for SystemService {
         let args = json!({ "name": q.name, "force": q.force });
         let r = self
             .0
-            .call("StopService", args, |s| s.stop_service(&q.name, q.force))
+            .call_detached("StopService", args, move |s| {
+                s.stop_service(&q.name, q.force)
+            })
             .await;
         ok(r.map(|()| system_v1alpha1::StopServiceResponse {}))
     }
@@ -655,7 +669,7 @@ impl system_v1alpha1::system_server::System for SystemService {
         let name = req.into_inner().name;
         let r = self
             .0
-            .call("GetService", json!({ "name": name }), |s| {
+            .call_detached("GetService", json!({ "name": name }), move |s| {
                 s.get_service(&name)
             })
             .await;

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
+use crate::profile::CsiProxyVersion;
 use crate::scenario::Scenario;
 use crate::state::{DataLossEvent, HostOptions, State};
 
@@ -141,6 +142,20 @@ impl InvariantReport {
     }
 }
 
+/// The csi-proxy process of the simulated node: a call can kill it (v1.3.0's nil dereference on an IQN miss),
+/// which drops every pipe until it is restarted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyStatus {
+    /// Whether csi-proxy is serving.
+    pub running: bool,
+    /// Incremented at every start; connections accepted under an older generation are dropped.
+    pub generation: u64,
+    /// How many times it died.
+    pub crashes: u64,
+    /// Why it last died.
+    pub last_crash: Option<String>,
+}
+
 const AUDIT_CAP: usize = 100_000;
 
 #[derive(Debug, Default)]
@@ -163,6 +178,10 @@ struct Inner {
     release: watch::Sender<(u64, bool)>,
     /// Number of calls currently hung.
     hung: watch::Sender<u64>,
+    /// The csi-proxy process (serving layers watch it to drop and re-create their endpoints).
+    proxy: watch::Sender<ProxyStatus>,
+    /// Served endpoints: `Some(generation)` while serving for that csi-proxy generation, `None` while gone.
+    endpoints: watch::Sender<BTreeMap<String, Option<u64>>>,
 }
 
 /// The simulated Windows host: cheap to clone (an `Arc` inside), safe to share between the gRPC services, the
@@ -191,6 +210,13 @@ impl SimHost {
         let state = State::new(scenario, root, &opts)?;
         let (release, _) = watch::channel((0, false));
         let (hung, _) = watch::channel(0);
+        let (proxy, _) = watch::channel(ProxyStatus {
+            running: true,
+            generation: 1,
+            crashes: 0,
+            last_crash: None,
+        });
+        let (endpoints, _) = watch::channel(BTreeMap::new());
         Ok(SimHost {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
@@ -202,6 +228,8 @@ impl SimHost {
                 }),
                 release,
                 hung,
+                proxy,
+                endpoints,
             }),
         })
     }
@@ -209,8 +237,13 @@ impl SimHost {
     /// Replaces the whole host with a new scenario (same sandbox root and options). Faults and the audit log
     /// are kept.
     pub fn load_scenario(&self, scenario: &Scenario) -> Result<()> {
-        let mut st = lock(&self.inner.state);
-        *st = State::new(scenario, &self.inner.root, &self.inner.opts)?;
+        {
+            let mut st = lock(&self.inner.state);
+            *st = State::new(scenario, &self.inner.root, &self.inner.opts)?;
+        }
+        if !self.csi_proxy_running() {
+            self.restart_csi_proxy();
+        }
         Ok(())
     }
 
@@ -230,7 +263,12 @@ impl SimHost {
     }
 
     /// Executes one host call: counts it, applies injected latency / hang / fault, runs `f` under the state
-    /// lock, and records an audit entry. `args` is logged and audited as is: callers redact secrets first.
+    /// lock (after letting due disk arrivals happen), and records an audit entry. `args` is logged and audited as
+    /// is: callers redact secrets first. If `f` kills csi-proxy (see [`ProxyStatus`]) the process is marked dead;
+    /// while it is dead every call fails.
+    ///
+    /// The host work is part of this future: dropping it before `f` ran (a cancelled client) cancels the work.
+    /// The gRPC services use [`SimHost::call_detached`] instead, which keeps going like csi-proxy does.
     pub async fn call<T>(
         &self,
         rpc: &'static str,
@@ -292,13 +330,27 @@ impl SimHost {
         }
         let injected = fault.is_some() || aborted;
         let boot = self.with_state(|s| s.boots());
-        let result = if aborted {
+        let mut crash = None;
+        let result = if !self.csi_proxy_running() {
+            Err(Error::host("csi-proxy is not running"))
+        } else if aborted {
             Err(Error::host("The pipe has been ended."))
         } else if let Some(msg) = fault {
             Err(Error::Host(msg))
         } else {
-            f(&mut lock(&self.inner.state))
+            let mut st = lock(&self.inner.state);
+            match st.tick(tokio::time::Instant::now()) {
+                Ok(()) => {
+                    let r = f(&mut st);
+                    crash = st.take_crash();
+                    r
+                }
+                Err(e) => Err(e),
+            }
         };
+        if let Some(reason) = crash {
+            self.crash_csi_proxy(&reason);
+        }
         let error = result.as_ref().err().map(|e| e.to_string());
         match &error {
             Some(e) => tracing::debug!(rpc, %args, error = %e, injected, "host call failed"),
@@ -321,6 +373,108 @@ impl SimHost {
             ctl.audit.pop_front();
         }
         result
+    }
+
+    /// [`SimHost::call`] in a task of its own: like csi-proxy, which ignores its request context, the host work
+    /// runs to completion even when the caller goes away (a cancelled or killed client). Must be called inside a
+    /// tokio runtime.
+    pub async fn call_detached<T, F>(
+        &self,
+        rpc: &'static str,
+        args: serde_json::Value,
+        f: F,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut State) -> Result<T> + Send + 'static,
+    {
+        let host = self.clone();
+        match tokio::spawn(async move { host.call(rpc, args, f).await }).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::host(format!("host call {rpc} failed: {e}"))),
+        }
+    }
+
+    // ---- the csi-proxy process ----
+
+    /// The csi-proxy process's state.
+    pub fn csi_proxy_status(&self) -> ProxyStatus {
+        self.inner.proxy.borrow().clone()
+    }
+
+    /// Whether csi-proxy is serving.
+    pub fn csi_proxy_running(&self) -> bool {
+        self.inner.proxy.borrow().running
+    }
+
+    /// Kills csi-proxy (as a panic in a handler does: grpc-go does not recover it): every connection drops and
+    /// every endpoint disappears until [`SimHost::restart_csi_proxy`].
+    pub fn crash_csi_proxy(&self, reason: &str) {
+        tracing::warn!(%reason, "csi-proxy crashed");
+        self.inner.proxy.send_modify(|p| {
+            p.running = false;
+            p.crashes += 1;
+            p.last_crash = Some(reason.to_string());
+        });
+    }
+
+    /// Starts csi-proxy again (or restarts a running one): a new generation; connections of the old one drop.
+    pub fn restart_csi_proxy(&self) {
+        self.inner.proxy.send_modify(|p| {
+            p.running = true;
+            p.generation += 1;
+        });
+    }
+
+    /// Subscribes to the csi-proxy process state (for the serving layers).
+    pub fn watch_csi_proxy(&self) -> watch::Receiver<ProxyStatus> {
+        self.inner.proxy.subscribe()
+    }
+
+    /// Records whether a served endpoint exists (`Some(generation)`) or is gone (`None`); used by the serving
+    /// layers so that [`SimHost::wait_endpoints`] needs no sleeping.
+    pub fn set_endpoint_state(&self, endpoint: &str, serving: Option<u64>) {
+        self.inner.endpoints.send_modify(|m| {
+            m.insert(endpoint.to_string(), serving);
+        });
+    }
+
+    /// Forgets a served endpoint (its server stopped for good).
+    pub fn forget_endpoint(&self, endpoint: &str) {
+        self.inner.endpoints.send_modify(|m| {
+            m.remove(endpoint);
+        });
+    }
+
+    /// Waits until every served endpoint matches the csi-proxy process: all up for its current generation while
+    /// it runs, all gone while it is dead. Returns at once when nothing is served.
+    pub async fn wait_endpoints(&self) {
+        let mut eps = self.inner.endpoints.subscribe();
+        let mut proxy = self.inner.proxy.subscribe();
+        loop {
+            let p = proxy.borrow_and_update().clone();
+            let settled = eps.borrow_and_update().values().all(|s| match s {
+                Some(g) => p.running && *g == p.generation,
+                None => !p.running,
+            });
+            if settled {
+                return;
+            }
+            tokio::select! {
+                r = eps.changed() => if r.is_err() { return },
+                r = proxy.changed() => if r.is_err() { return },
+            }
+        }
+    }
+
+    /// The csi-proxy release being played.
+    pub fn csi_proxy_version(&self) -> CsiProxyVersion {
+        self.with_state(|s| s.csi_proxy_version())
+    }
+
+    /// Plays another csi-proxy release from the next call on (host state is kept; connections stay).
+    pub fn set_csi_proxy_version(&self, version: CsiProxyVersion) -> Result<()> {
+        self.with_state_mut(|s| s.set_csi_proxy_version(version))
     }
 
     // ---- audit ----
@@ -415,6 +569,12 @@ impl SimHost {
         let _ = rx.wait_for(|c| *c >= n).await;
     }
 
+    /// Waits until no call is hung (e.g. after [`SimHost::release_hangs`], without sleeping).
+    pub async fn wait_unhung(&self) {
+        let mut rx = self.inner.hung.subscribe();
+        let _ = rx.wait_for(|c| *c == 0).await;
+    }
+
     /// Removes all faults, pending hangs and latencies (already hung calls stay hung until released).
     pub fn clear_faults(&self) {
         let mut ctl = lock(&self.inner.ctl);
@@ -464,6 +624,9 @@ impl SimHost {
         self.with_state(|s| {
             serde_json::json!({
                 "boots": s.boots(),
+                "csi_proxy_version": s.csi_proxy_version(),
+                "csi_proxy": self.csi_proxy_status(),
+                "behaviour": s.behaviour(),
                 "root": s.root(),
                 "kubelet_path": s.cfg.kubelet_path,
                 "working_dirs": s.cfg.working_dirs,
@@ -560,7 +723,7 @@ mod tests {
         let all = h.audit(0);
         assert_eq!(
             all[1].error.as_deref(),
-            Some(r"path: C:\outside is not within context path: C:\var\lib\kubelet")
+            Some(r"path: C:\outside is not within the working directories: [C:\var\lib\kubelet]")
         );
         assert_eq!(h.audit(all[0].seq).len(), 1);
         h.clear_audit();

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use sim::admin::{AdminAddr, ReadyLine, serve_admin};
-use sim::{Endpoints, HostOptions, Scenario, SimHost};
+use sim::{CsiProxyVersion, Endpoints, HostOptions, Scenario, SimHost};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,6 +21,10 @@ struct Args {
     /// Scenario file (JSON); an empty host when omitted.
     #[arg(long, value_name = "FILE")]
     scenario: Option<PathBuf>,
+    /// The csi-proxy release to play: v1.1.3, v1.2.1, v1.3.0 or master (default: the scenario's
+    /// `host.csi_proxy_version`, else $WINCSI_SIM_CSI_PROXY_VERSION, else v1.1.3, the chart's default).
+    #[arg(long, value_name = "VERSION")]
+    csi_proxy_version: Option<CsiProxyVersion>,
     /// Serve `<DIR>/csi-proxy-<group>-<version>.sock` (Unix builds).
     #[arg(long, value_name = "DIR")]
     socket_dir: Option<PathBuf>,
@@ -89,6 +93,7 @@ async fn run(args: Args) -> sim::Result<()> {
         (None, None) => std::env::temp_dir().join(format!("wincsi-sim-{}", std::process::id())),
     };
     let opts = HostOptions {
+        csi_proxy_version: args.csi_proxy_version,
         kubelet_path: args.kubelet_path.clone(),
         working_dirs: args.working_dirs.clone(),
         require_privacy: args.require_privacy,
@@ -114,7 +119,7 @@ async fn run(args: Args) -> sim::Result<()> {
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
     }
-    tracing::info!(admin = %admin.addr(), "wincsi-sim ready");
+    tracing::info!(admin = %admin.addr(), csi_proxy = %host.csi_proxy_version(), "wincsi-sim ready");
     shutdown_signal().await;
     tracing::info!("shutting down");
     host.release_hangs();

@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::profile::{CsiProxyVersion, HostBehaviour};
 use crate::secret::Secret;
 
 /// A complete scenario.
@@ -48,6 +49,10 @@ impl Scenario {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HostSpec {
+    /// The csi-proxy release the host plays (`v1.1.3`, `v1.2.1`, `v1.3.0`, `master`). Absent: the host options'
+    /// value, else the `WINCSI_SIM_CSI_PROXY_VERSION` environment variable, else the chart's default (v1.1.3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub csi_proxy_version: Option<CsiProxyVersion>,
     /// csi-proxy's `-kubelet-path` (filesystem path-validation root).
     pub kubelet_path: String,
     /// csi-proxy's `-working-dir` values (extra allowed roots).
@@ -59,8 +64,12 @@ pub struct HostSpec {
     /// The SCSI adapter number of the Microsoft iSCSI initiator (appears in `DiskLocation.Adapter`).
     pub iscsi_adapter: u32,
     /// When true (the default), creating a global mapping over an existing *Disconnected* mapping of the same root
-    /// fails like a real host does after a reboot, until the mapping is removed.
+    /// fails with Windows error 1219, as public reports show after a reboot, until the mapping is removed.
     pub disconnected_mapping_blocks_create: bool,
+    /// The SAN policy new iSCSI disks arrive under (default `offline_shared`: LUNs arrive offline).
+    pub san_policy: SanPolicy,
+    /// Host behaviours no source settles (documented defaults; see `sim/README.md`).
+    pub behaviour: HostBehaviour,
     /// Directories (Windows paths) that exist when the host boots, besides the kubelet path and working dirs.
     pub directories: Vec<String>,
     /// Windows services known to `GetService`/`StartService`/`StopService`.
@@ -74,11 +83,35 @@ impl Default for HostSpec {
             working_dirs: Vec::new(),
             require_privacy: true,
             bios_serial: "SIM-0000-0000-0001".to_string(),
+            csi_proxy_version: None,
             iscsi_adapter: 2,
             disconnected_mapping_blocks_create: true,
+            san_policy: SanPolicy::default(),
+            behaviour: HostBehaviour::default(),
             directories: Vec::new(),
             services: Vec::new(),
         }
+    }
+}
+
+/// Windows' SAN policy (`Set-StorageSetting -NewDiskPolicy`): whether newly discovered disks on a shared bus
+/// (iSCSI) come online.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SanPolicy {
+    /// Disks on a shared bus stay offline (Windows Server's default).
+    #[default]
+    OfflineShared,
+    /// Every new disk comes online.
+    OnlineAll,
+    /// Every new disk stays offline.
+    OfflineAll,
+}
+
+impl SanPolicy {
+    /// Whether a new iSCSI disk arrives online.
+    pub fn shared_disk_online(self) -> bool {
+        self == SanPolicy::OnlineAll
     }
 }
 
@@ -173,7 +206,8 @@ pub struct DiskSpec {
     pub page83: Option<String>,
     /// Serial number (may be blank or space-padded, as on real hosts).
     pub serial: Option<String>,
-    /// Whether the disk is online (for iSCSI LUNs: whether it arrives online when connected).
+    /// Whether the disk is online (for iSCSI LUNs: whether it arrives online when connected; absent = the SAN
+    /// policy decides).
     pub online: Option<bool>,
     /// Whether the disk is read-only.
     pub read_only: bool,
@@ -259,6 +293,10 @@ pub struct SmbServerSpec {
 
 fn yes() -> bool {
     true
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An account on an SMB server.
@@ -379,6 +417,14 @@ pub struct TargetSpec {
 pub struct LunSpec {
     /// LUN number.
     pub lun: u32,
+    /// Milliseconds after a login before the LUN's disk is visible (device arrival and the storage cache);
+    /// `Rescan` makes it visible at once. 0 = at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub arrival_delay_ms: u64,
+    /// Further milliseconds before the disk's partitions and volumes are visible (a stale partition cache);
+    /// `Rescan` refreshes it. 0 = with the disk.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub volume_arrival_delay_ms: u64,
     /// The disk behind the LUN (its `number` is ignored; `online` = whether it arrives online).
     #[serde(flatten)]
     pub disk: DiskSpec,

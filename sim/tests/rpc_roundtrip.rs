@@ -45,7 +45,13 @@ async fn clients(dir: &Path) -> Clients {
     }
 }
 
+/// Starts the binary on the example scenario, playing the chart's default csi-proxy release (pinned, so the
+/// `WINCSI_SIM_CSI_PROXY_VERSION` environment variable does not change these tests).
 async fn start() -> (SimProcess, Clients) {
+    start_version("v1.1.3").await
+}
+
+async fn start_version(version: &str) -> (SimProcess, Clients) {
     let p = SimProcess::start(|dir| {
         let sock = dir.join("sock").display().to_string();
         vec![
@@ -53,6 +59,8 @@ async fn start() -> (SimProcess, Clients) {
             example_scenario(),
             "--socket-dir".into(),
             sock,
+            "--csi-proxy-version".into(),
+            version.into(),
         ]
     })
     .await;
@@ -69,7 +77,7 @@ fn tp() -> Option<iscsi::TargetPortal> {
 
 #[tokio::test]
 async fn every_rpc_round_trips_through_the_binary() {
-    let (p, mut c) = start().await;
+    let (p, mut c) = start_version("v1.3.0").await;
     assert_eq!(p.ready["endpoints"].as_array().unwrap().len(), 6);
 
     // ---- system ----
@@ -416,7 +424,7 @@ async fn failures_are_unknown_with_the_host_message() {
     assert_eq!(e.code(), Code::Unknown);
     assert_eq!(
         e.message(),
-        r"path: C:\Windows\x is not within context path: C:\var\lib\kubelet"
+        r"path: C:\Windows\x is not within the working directories: [C:\var\lib\kubelet]"
     );
     let e = c
         .smb
@@ -549,6 +557,14 @@ async fn data_loss_and_leftovers_are_reported_over_admin() {
         .into_inner()
         .disk_i_ds;
     let n: u32 = disks[0].parse().unwrap();
+    // The default SAN policy leaves the LUN offline.
+    c.disk
+        .set_disk_state(disk_v1::SetDiskStateRequest {
+            disk_number: n,
+            is_online: true,
+        })
+        .await
+        .unwrap();
     let v = c
         .volume
         .list_volumes_on_disk(volume_v1::ListVolumesOnDiskRequest {

@@ -38,6 +38,8 @@ async fn one_rpc_per_group_over_named_pipes() {
             "--pipes".into(),
             "--pipe-prefix".into(),
             prefix.clone(),
+            "--csi-proxy-version".into(),
+            "v1.1.3".into(),
         ]
     })
     .await;
@@ -71,8 +73,9 @@ async fn one_rpc_per_group_over_named_pipes() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unknown);
     assert!(
-        e.message()
-            .starts_with("failed to list partition on disk 7"),
+        e.message().starts_with(
+            "error list volumes on disk. cmd: (Get-Disk -Number 7 | Get-Partition | Get-Volume).UniqueId, output: Get-Disk : No MSFT_Disk objects found"
+        ),
         "{}",
         e.message()
     );
@@ -129,4 +132,19 @@ async fn one_rpc_per_group_over_named_pipes() {
     let counts = admin.call_counts().await.unwrap();
     assert_eq!(counts.values().sum::<u64>(), 8);
     assert!(admin.invariants().await.unwrap().ok());
+
+    // csi-proxy dies: every pipe disappears until it is restarted, then each is created again.
+    admin.crash_csi_proxy("wine test").await.unwrap();
+    for name in &want {
+        let open = tokio::net::windows::named_pipe::ClientOptions::new().open(name);
+        assert!(open.is_err(), "{name} is gone");
+    }
+    admin.restart_csi_proxy().await.unwrap();
+    let mut system = SystemClient::new(ch(ApiGroup::System).await);
+    let serial = system
+        .get_bios_serial_number(system_v1alpha1::GetBiosSerialNumberRequest {})
+        .await
+        .unwrap();
+    assert_eq!(serial.into_inner().serial_number, "WINE-SERIAL-1");
+    assert_eq!(admin.csi_proxy_status().await.unwrap().process.crashes, 1);
 }

@@ -7,12 +7,13 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use super::server::{BoxRead, BoxWrite};
-use super::{AdminAddr, Request, Response};
+use super::{AdminAddr, CsiProxyStatus, Request, Response};
 use crate::error::{Error, Result};
 use crate::host::{AuditEntry, Fault, InvariantReport};
-use crate::scenario::Scenario;
+use crate::profile::{CsiProxyVersion, HostBehaviour};
+use crate::scenario::{DiskSpec, Scenario, TargetChap};
 use crate::secret::Secret;
-use crate::state::DataLossEvent;
+use crate::state::{DataLossEvent, SessionRecovery};
 
 /// Async client for a running `wincsi-sim`'s admin interface. One connection, requests serialised.
 #[derive(Debug)]
@@ -265,6 +266,81 @@ impl AdminClient {
             server: server.into(),
             share: share.into(),
             path: path.into(),
+        })
+        .await
+    }
+
+    /// Plays another csi-proxy release from the next call on.
+    pub async fn set_csi_proxy_version(&self, version: CsiProxyVersion) -> Result<()> {
+        self.unit(&Request::SetCsiProxyVersion { version }).await
+    }
+
+    /// The release played and the csi-proxy process's state.
+    pub async fn csi_proxy_status(&self) -> Result<CsiProxyStatus> {
+        self.typed(&Request::CsiProxyStatus).await
+    }
+
+    /// Kills csi-proxy (every pipe drops until [`AdminClient::restart_csi_proxy`]).
+    pub async fn crash_csi_proxy(&self, reason: &str) -> Result<()> {
+        self.unit(&Request::CrashCsiProxy {
+            reason: Some(reason.into()),
+        })
+        .await
+    }
+
+    /// Starts csi-proxy again (or restarts it).
+    pub async fn restart_csi_proxy(&self) -> Result<()> {
+        self.unit(&Request::RestartCsiProxy).await
+    }
+
+    /// Replaces the configurable host behaviours.
+    pub async fn set_host_behaviour(&self, behaviour: HostBehaviour) -> Result<()> {
+        self.unit(&Request::SetHostBehaviour { behaviour }).await
+    }
+
+    /// Sets a LUN disk's arrival delays.
+    pub async fn set_arrival_delay(
+        &self,
+        disk_id: &str,
+        delay: Duration,
+        volume_delay: Duration,
+    ) -> Result<()> {
+        self.unit(&Request::SetArrivalDelay {
+            disk_id: disk_id.into(),
+            millis: delay.as_millis() as u64,
+            volume_millis: volume_delay.as_millis() as u64,
+        })
+        .await
+    }
+
+    /// Completes every pending disk and volume arrival now.
+    pub async fn complete_arrivals(&self) -> Result<()> {
+        self.unit(&Request::CompleteArrivals).await
+    }
+
+    /// Replaces the disk behind a target's LUN; returns the new disk id.
+    pub async fn replace_lun(&self, iqn: &str, lun: u32, disk: &DiskSpec) -> Result<String> {
+        self.typed(&Request::ReplaceLun {
+            iqn: iqn.into(),
+            lun,
+            disk: Box::new(disk.clone()),
+        })
+        .await
+    }
+
+    /// Changes what a target requires for login.
+    pub async fn set_target_chap(&self, iqn: &str, chap: TargetChap) -> Result<()> {
+        self.unit(&Request::SetTargetChap {
+            iqn: iqn.into(),
+            chap,
+        })
+        .await
+    }
+
+    /// iSCSI session recovery (of `iqn`, or every session).
+    pub async fn recover_iscsi_sessions(&self, iqn: Option<&str>) -> Result<Vec<SessionRecovery>> {
+        self.typed(&Request::RecoverIscsiSessions {
+            iqn: iqn.map(str::to_string),
         })
         .await
     }

@@ -26,7 +26,8 @@ pub use server::{AdminServer, serve_admin};
 
 use crate::error::Error;
 use crate::host::Fault;
-use crate::scenario::Scenario;
+use crate::profile::{CsiProxyVersion, HostBehaviour};
+use crate::scenario::{DiskSpec, Scenario, TargetChap};
 use crate::secret::Secret;
 
 /// Where the admin interface listens.
@@ -218,6 +219,71 @@ pub enum Request {
         /// Relative path on the share.
         path: String,
     },
+    /// Plays another csi-proxy release from the next call on.
+    SetCsiProxyVersion {
+        /// `v1.1.3`, `v1.2.1`, `v1.3.0` or `master`.
+        version: CsiProxyVersion,
+    },
+    /// The release played and the csi-proxy process's state (a [`CsiProxyStatus`]).
+    CsiProxyStatus,
+    /// Kills csi-proxy: every pipe drops until `restart_csi_proxy`.
+    CrashCsiProxy {
+        /// Why (logged and reported by `csi_proxy_status`).
+        #[serde(default)]
+        reason: Option<String>,
+    },
+    /// Starts csi-proxy again (or restarts it: its connections drop).
+    RestartCsiProxy,
+    /// Replaces the configurable host behaviours (a full [`HostBehaviour`]; absent fields take their defaults).
+    SetHostBehaviour {
+        /// The behaviours.
+        behaviour: HostBehaviour,
+    },
+    /// Sets a LUN disk's arrival delays (after a login; `Rescan` ends them).
+    SetArrivalDelay {
+        /// Disk id.
+        disk_id: String,
+        /// Milliseconds until the disk is visible.
+        millis: u64,
+        /// Further milliseconds until its partitions and volumes are visible.
+        #[serde(default)]
+        volume_millis: u64,
+    },
+    /// Makes every pending disk and volume arrival complete now (as a `Rescan` would, without an audit entry).
+    CompleteArrivals,
+    /// Replaces the disk behind a target's LUN; result: the new disk id.
+    ReplaceLun {
+        /// Target IQN.
+        iqn: String,
+        /// LUN number.
+        lun: u32,
+        /// The new disk (its `number` is ignored).
+        disk: Box<DiskSpec>,
+    },
+    /// Changes what a target requires for login (existing sessions notice at their next recovery).
+    SetTargetChap {
+        /// Target IQN.
+        iqn: String,
+        /// The new authentication.
+        chap: TargetChap,
+    },
+    /// iSCSI session recovery: sessions (of `iqn`, or all) log in again with their credentials and the node's
+    /// current mutual CHAP secret; failures drop the session. Result: `[SessionRecovery]`.
+    RecoverIscsiSessions {
+        /// Only this target's sessions.
+        #[serde(default)]
+        iqn: Option<String>,
+    },
+}
+
+/// Result of the `csi_proxy_status` admin op.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CsiProxyStatus {
+    /// The release being played.
+    pub version: CsiProxyVersion,
+    /// The process's state.
+    #[serde(flatten)]
+    pub process: crate::host::ProxyStatus,
 }
 
 fn one() -> u64 {

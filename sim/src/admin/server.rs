@@ -217,5 +217,55 @@ pub(crate) async fn handle(host: &SimHost, req: Request) -> Result<serde_json::V
             let b = host.with_state(|s| s.read_share_file(&server, &share, &path))?;
             String::from_utf8_lossy(&b).into_owned().into()
         }
+        Request::SetCsiProxyVersion { version } => {
+            host.set_csi_proxy_version(version)?;
+            Null
+        }
+        Request::CsiProxyStatus => to_json(super::CsiProxyStatus {
+            version: host.csi_proxy_version(),
+            process: host.csi_proxy_status(),
+        })?,
+        Request::CrashCsiProxy { reason } => {
+            host.crash_csi_proxy(reason.as_deref().unwrap_or("killed by the admin interface"));
+            host.wait_endpoints().await;
+            Null
+        }
+        Request::RestartCsiProxy => {
+            host.restart_csi_proxy();
+            host.wait_endpoints().await;
+            Null
+        }
+        Request::SetHostBehaviour { behaviour } => {
+            host.with_state_mut(|s| s.set_behaviour(behaviour))?;
+            Null
+        }
+        Request::SetArrivalDelay {
+            disk_id,
+            millis,
+            volume_millis,
+        } => {
+            host.with_state_mut(|s| {
+                s.set_lun_arrival_delay(
+                    &disk_id,
+                    Duration::from_millis(millis),
+                    Duration::from_millis(volume_millis),
+                )
+            })?;
+            Null
+        }
+        Request::CompleteArrivals => {
+            host.with_state_mut(|s| s.complete_arrivals())?;
+            Null
+        }
+        Request::ReplaceLun { iqn, lun, disk } => host
+            .with_state_mut(|s| s.replace_lun(&iqn, lun, &disk))?
+            .into(),
+        Request::SetTargetChap { iqn, chap } => {
+            host.with_state_mut(|s| s.set_target_chap(&iqn, chap))?;
+            Null
+        }
+        Request::RecoverIscsiSessions { iqn } => {
+            to_json(host.with_state_mut(|s| s.recover_iscsi_sessions(iqn.as_deref()))?)?
+        }
     })
 }

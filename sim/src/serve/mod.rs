@@ -1,6 +1,9 @@
 //! Serving a [`SimHost`] over the csi-proxy endpoints: one gRPC server per API group, each on its own Unix socket
 //! (`<dir>/csi-proxy-<group>-<version>.sock`, any OS with AF_UNIX) or Windows named pipe
 //! (`<prefix>csi-proxy-<group>-<version>`), registering only that group's service under its exact name.
+//!
+//! The endpoints follow the simulated csi-proxy process ([`crate::ProxyStatus`]): when it dies every connection
+//! drops and every socket or pipe disappears (clients see "not found"), and they come back when it is restarted.
 
 #[cfg(unix)]
 mod unix;
@@ -16,12 +19,16 @@ use windows::serve_endpoints;
 #[cfg(windows)]
 pub use windows::serve_pipes;
 
-use futures::Stream;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
 use proxy_client::ApiGroup;
 use proxy_client::proto::{
     disk_v1, filesystem_v1, iscsi_v1alpha2, smb_v1, system_v1alpha1, volume_v1,
 };
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
@@ -31,7 +38,7 @@ use crate::error::{Error, Result};
 use crate::grpc::{
     DiskService, FilesystemService, IscsiService, SmbService, SystemService, VolumeService,
 };
-use crate::host::SimHost;
+use crate::host::{ProxyStatus, SimHost};
 
 /// Where to serve the six groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,50 +94,213 @@ impl ServeHandle {
     }
 }
 
-/// Builds a handle from already-bound incoming streams, spawning one server per group.
-pub(crate) fn spawn_all<I, IO, IE>(host: &SimHost, bound: Vec<(ApiGroup, String, I)>) -> ServeHandle
+/// Makes an endpoint exist again after csi-proxy restarts.
+pub(crate) type Rebind<I> = Box<dyn FnMut() -> std::io::Result<I> + Send>;
+/// Makes an endpoint disappear when csi-proxy dies (e.g. removes a Unix socket file).
+pub(crate) type Unbind = Box<dyn Fn() + Send>;
+
+/// One group's endpoint: its name, the stream bound at start, and how to re-create and remove it.
+pub(crate) struct Bound<I> {
+    pub(crate) group: ApiGroup,
+    pub(crate) endpoint: String,
+    pub(crate) incoming: I,
+    pub(crate) rebind: Rebind<I>,
+    pub(crate) unbind: Unbind,
+}
+
+/// Builds a handle from already-bound incoming streams, spawning one supervised server per group. While
+/// csi-proxy runs, each group is served; when it dies (or restarts) every connection of the old process drops,
+/// the endpoint is removed, and it is re-created when csi-proxy runs again.
+pub(crate) fn spawn_all<I, IO, IE>(host: &SimHost, bound: Vec<Bound<I>>) -> ServeHandle
 where
-    I: Stream<Item = std::result::Result<IO, IE>> + Send + 'static,
+    I: Stream<Item = std::result::Result<IO, IE>> + Send + Unpin + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     let (stop, _) = watch::channel(false);
     let mut endpoints = Vec::new();
     let mut tasks = Vec::new();
-    for (group, endpoint, incoming) in bound {
-        let mut builder = Server::builder();
-        let h = host.clone();
-        let router = match group {
-            ApiGroup::Disk => {
-                builder.add_service(disk_v1::disk_server::DiskServer::new(DiskService(h)))
-            }
-            ApiGroup::Volume => builder.add_service(volume_v1::volume_server::VolumeServer::new(
-                VolumeService(h),
-            )),
-            ApiGroup::Filesystem => builder.add_service(
-                filesystem_v1::filesystem_server::FilesystemServer::new(FilesystemService(h)),
-            ),
-            ApiGroup::Smb => builder.add_service(smb_v1::smb_server::SmbServer::new(SmbService(h))),
-            ApiGroup::Iscsi => builder.add_service(iscsi_v1alpha2::iscsi_server::IscsiServer::new(
-                IscsiService(h),
-            )),
-            ApiGroup::System => builder.add_service(
-                system_v1alpha1::system_server::SystemServer::new(SystemService(h)),
-            ),
-        };
-        let mut rx = stop.subscribe();
-        let shutdown = async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        tracing::debug!(%endpoint, service = group.service_name(), "serving");
-        endpoints.push(endpoint);
-        tasks.push(tokio::spawn(
-            router.serve_with_incoming_shutdown(incoming, shutdown),
-        ));
+    for b in bound {
+        tracing::debug!(endpoint = %b.endpoint, service = b.group.service_name(), "serving");
+        host.set_endpoint_state(&b.endpoint, Some(host.csi_proxy_status().generation));
+        endpoints.push(b.endpoint.clone());
+        tasks.push(tokio::spawn(supervise(host.clone(), b, stop.subscribe())));
     }
     ServeHandle {
         endpoints,
         stop,
         tasks,
+    }
+}
+
+fn router(group: ApiGroup, h: SimHost) -> tonic::transport::server::Router {
+    let mut builder = Server::builder();
+    match group {
+        ApiGroup::Disk => {
+            builder.add_service(disk_v1::disk_server::DiskServer::new(DiskService(h)))
+        }
+        ApiGroup::Volume => builder.add_service(volume_v1::volume_server::VolumeServer::new(
+            VolumeService(h),
+        )),
+        ApiGroup::Filesystem => builder.add_service(
+            filesystem_v1::filesystem_server::FilesystemServer::new(FilesystemService(h)),
+        ),
+        ApiGroup::Smb => builder.add_service(smb_v1::smb_server::SmbServer::new(SmbService(h))),
+        ApiGroup::Iscsi => builder.add_service(iscsi_v1alpha2::iscsi_server::IscsiServer::new(
+            IscsiService(h),
+        )),
+        ApiGroup::System => builder.add_service(system_v1alpha1::system_server::SystemServer::new(
+            SystemService(h),
+        )),
+    }
+}
+
+/// Serves one group for as long as the handle lives, following the csi-proxy process's life.
+async fn supervise<I, IO, IE>(
+    host: SimHost,
+    mut b: Bound<I>,
+    mut stop: watch::Receiver<bool>,
+) -> std::result::Result<(), tonic::transport::Error>
+where
+    I: Stream<Item = std::result::Result<IO, IE>> + Send + Unpin + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    let mut first = Some(b.incoming);
+    let mut proxy = host.watch_csi_proxy();
+    loop {
+        // Wait for a running csi-proxy (or the end).
+        let generation = tokio::select! {
+            _ = stop.wait_for(|s| *s) => {
+                host.forget_endpoint(&b.endpoint);
+                return Ok(());
+            }
+            p = proxy.wait_for(|p| p.running) => match p {
+                Ok(p) => p.generation,
+                Err(_) => return Ok(()),
+            },
+        };
+        let incoming = match first.take() {
+            Some(i) => i,
+            None => match (b.rebind)() {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::warn!(endpoint = %b.endpoint, error = %e, "cannot re-create the endpoint");
+                    tokio::select! {
+                        _ = stop.wait_for(|s| *s) => {
+                            host.forget_endpoint(&b.endpoint);
+                            return Ok(());
+                        }
+                        _ = proxy.wait_for(|p| p.generation != generation) => continue,
+                    }
+                }
+            },
+        };
+        host.set_endpoint_state(&b.endpoint, Some(generation));
+        let watch = host.watch_csi_proxy();
+        let incoming =
+            incoming.map(move |r| r.map(|io| KillableIo::new(io, watch.clone(), generation)));
+        let mut stop2 = stop.clone();
+        let mut proxy2 = host.watch_csi_proxy();
+        let shutdown = async move {
+            tokio::select! {
+                _ = stop2.wait_for(|s| *s) => {}
+                _ = proxy2.wait_for(|p| !p.running || p.generation != generation) => {}
+            }
+        };
+        let served = router(b.group, host.clone())
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await;
+        if *stop.borrow() || served.is_err() {
+            host.forget_endpoint(&b.endpoint);
+            return served;
+        }
+        (b.unbind)();
+        host.set_endpoint_state(&b.endpoint, None);
+        tracing::info!(endpoint = %b.endpoint, "endpoint gone with csi-proxy");
+    }
+}
+
+/// A connection that dies with the csi-proxy process that accepted it: once that process is dead (crashed or
+/// restarted), every read and write fails as a reset, which drops the connection.
+struct KillableIo<T> {
+    inner: T,
+    dead: Pin<Box<dyn Future<Output = ()> + Send>>,
+    killed: bool,
+}
+
+impl<T> KillableIo<T> {
+    fn new(inner: T, mut watch: watch::Receiver<ProxyStatus>, generation: u64) -> Self {
+        let dead = Box::pin(async move {
+            let _ = watch
+                .wait_for(|p| !p.running || p.generation != generation)
+                .await;
+        });
+        KillableIo {
+            inner,
+            dead,
+            killed: false,
+        }
+    }
+
+    fn check(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
+        if !self.killed && self.dead.as_mut().poll(cx).is_ready() {
+            self.killed = true;
+        }
+        if self.killed {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "csi-proxy exited",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for KillableIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Err(e) = self.check(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for KillableIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if let Err(e) = self.check(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if let Err(e) = self.check(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.killed {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<T: Connected> Connected for KillableIo<T> {
+    type ConnectInfo = T::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
     }
 }

@@ -2,7 +2,7 @@ use std::path::Path;
 
 use proxy_client::{ApiGroup, listen};
 
-use super::{ServeHandle, spawn_all};
+use super::{Bound, ServeHandle, spawn_all};
 use crate::error::{Error, Result};
 use crate::host::SimHost;
 
@@ -17,7 +17,16 @@ pub fn serve_unix(host: SimHost, dir: impl AsRef<Path>) -> Result<ServeHandle> {
             what: path.display().to_string(),
             source,
         })?;
-        bound.push((group, path.display().to_string(), incoming));
+        let (again, gone) = (path.clone(), path.clone());
+        bound.push(Bound {
+            group,
+            endpoint: path.display().to_string(),
+            incoming,
+            rebind: Box::new(move || listen::unix_socket(&again)),
+            unbind: Box::new(move || {
+                let _ = std::fs::remove_file(&gone);
+            }),
+        });
     }
     Ok(spawn_all(&host, bound))
 }

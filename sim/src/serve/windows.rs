@@ -1,6 +1,6 @@
 use proxy_client::{ApiGroup, listen};
 
-use super::{ServeHandle, spawn_all};
+use super::{Bound, ServeHandle, spawn_all};
 use crate::error::{Error, Result};
 use crate::host::SimHost;
 
@@ -15,7 +15,15 @@ pub fn serve_pipes(host: SimHost, prefix: &str) -> Result<ServeHandle> {
             what: name.clone(),
             source,
         })?;
-        bound.push((group, name, incoming));
+        let again = name.clone();
+        bound.push(Bound {
+            group,
+            endpoint: name,
+            incoming,
+            rebind: Box::new(move || listen::named_pipe(&again)),
+            // The pipe disappears with its last instance (the listener is dropped, connections are killed).
+            unbind: Box::new(|| {}),
+        });
     }
     Ok(spawn_all(&host, bound))
 }

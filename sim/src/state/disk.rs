@@ -1,11 +1,15 @@
 //! Disks, partitions and volumes (the Disk and Volume API groups).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
+use tokio::time::Instant;
 
 use super::{DataLossEvent, State, dir_usage, wipe_dir, write_files};
 use crate::error::{Error, Result};
+use crate::profile::texts::{self, DiskOp, PartitionFailure, VolumeOp};
+use crate::profile::{Backend, ResizeSkip};
 use crate::scenario::{DiskSpec, PartitionKind, PartitionSpec, PartitionStyle};
 
 const MIB: u64 = 1024 * 1024;
@@ -13,8 +17,10 @@ const MIB: u64 = 1024 * 1024;
 const TABLE_OVERHEAD: u64 = 2 * MIB;
 /// Size of the Microsoft reserved partition `Initialize-Disk -PartitionStyle GPT` creates.
 const MSR_SIZE: u64 = 16 * MIB;
-/// csi-proxy skips resizes that grow a partition by less than this.
+/// csi-proxy v1.2.0+ skips resizes that grow a partition by less than this.
 const MIN_RESIZE_GROWTH: i64 = 100 * 1024 * 1024;
+/// `Resize-Partition` refuses extents below this ("The size of the extent is less than the minimum of 1MB.").
+const MIN_EXTENT: i64 = 1024 * 1024;
 
 /// Where a disk comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -95,6 +101,16 @@ pub struct Disk {
     pub foreign_data: bool,
     /// `ListDiskIDs` cannot open this disk.
     pub unopenable: bool,
+    /// Delay between a login and the disk becoming visible (iSCSI LUNs).
+    pub arrival_delay_ms: u64,
+    /// Further delay before its partitions and volumes are visible.
+    pub volume_arrival_delay_ms: u64,
+    /// When the disk becomes visible (`None` = it is; `Rescan` clears it).
+    #[serde(skip)]
+    pub arrives_at: Option<Instant>,
+    /// When its partitions and volumes become visible (`None` = they are).
+    #[serde(skip)]
+    pub volumes_arrive_at: Option<Instant>,
 }
 
 impl Disk {
@@ -110,10 +126,50 @@ impl Disk {
             .saturating_sub(used)
     }
 
+    /// Whether the disk is visible to the host (attached and arrived in the storage cache).
+    pub fn present(&self) -> bool {
+        self.number.is_some() && self.arrives_at.is_none()
+    }
+
+    /// Whether its partition table is visible (present and not waiting for the partition cache).
+    pub fn layout_visible(&self) -> bool {
+        self.present() && self.volumes_arrive_at.is_none()
+    }
+
     /// Whether the volumes of this disk are visible to the host.
     pub fn volumes_visible(&self) -> bool {
-        self.number.is_some() && self.online
+        self.layout_visible() && self.online
     }
+
+    /// Whether the disk or its volumes are still arriving.
+    pub fn arriving(&self) -> bool {
+        self.number.is_some() && (self.arrives_at.is_some() || self.volumes_arrive_at.is_some())
+    }
+
+    /// Starts the arrival clock at a login (`now`), per the disk's delays.
+    pub(crate) fn schedule_arrival(&mut self, now: Instant) {
+        let disk = Duration::from_millis(self.arrival_delay_ms);
+        let vols = Duration::from_millis(self.volume_arrival_delay_ms);
+        self.arrives_at = (!disk.is_zero()).then(|| now + disk);
+        self.volumes_arrive_at = (!(disk + vols).is_zero()).then(|| now + disk + vols);
+    }
+}
+
+/// Completes arrivals due by `now` (`None`: all of them). Returns whether anything changed.
+pub(crate) fn complete_arrivals(st: &mut State, now: Option<Instant>) -> bool {
+    let due = |t: &Option<Instant>| t.is_some_and(|t| now.is_none_or(|n| t <= n));
+    let mut changed = false;
+    for d in st.disks.iter_mut() {
+        if due(&d.arrives_at) {
+            d.arrives_at = None;
+            changed = true;
+        }
+        if d.arrives_at.is_none() && due(&d.volumes_arrive_at) {
+            d.volumes_arrive_at = None;
+            changed = true;
+        }
+    }
+    changed
 }
 
 pub(crate) fn build_disk(
@@ -147,6 +203,10 @@ pub(crate) fn build_disk(
         partitions: Vec::new(),
         foreign_data: spec.foreign_data,
         unopenable: spec.unopenable,
+        arrival_delay_ms: 0,
+        volume_arrival_delay_ms: 0,
+        arrives_at: None,
+        volumes_arrive_at: None,
     };
     if spec.partition_style == PartitionStyle::Raw && !spec.partitions.is_empty() {
         return Err(Error::Scenario(format!(
@@ -312,25 +372,30 @@ pub(crate) fn parse_location(loc: &str) -> Option<Location> {
     found.then_some(out)
 }
 
-fn disk_not_found(n: u32) -> Error {
-    Error::host(format!(
-        "No MSFT_Disk objects found with property 'Number' equal to '{n}'.  Verify the value of the property and retry."
-    ))
+/// The server's check for an empty volume id (`pkg/server/volume/server.go`, every volume RPC but MountVolume).
+fn require_volume_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::host("volume id empty"));
+    }
+    Ok(())
 }
 
-/// Error text for a volume id that does not resolve (WMI query on `UniqueId`).
-pub(crate) fn volume_not_found(id: &str) -> String {
-    format!(
-        "No MSFT_Volume objects found with property 'UniqueId' equal to '{id}'.  Verify the value of the property and retry."
-    )
+/// Why ListVolumesOnDisk has nothing to list.
+enum Nothing {
+    /// No disk with that number.
+    Disk,
+    /// The disk has no (visible) partitions.
+    Partitions,
+    /// Partitions, but no volume behind them (offline disk, reserved partition only).
+    Volumes,
 }
 
 impl State {
-    pub(crate) fn disk_by_number(&self, n: u32) -> Result<usize> {
+    pub(crate) fn disk_by_number(&self, n: u32, op: DiskOp) -> Result<usize> {
         self.disks
             .iter()
-            .position(|d| d.number == Some(n))
-            .ok_or_else(|| disk_not_found(n))
+            .position(|d| d.number == Some(n) && d.present())
+            .ok_or_else(|| texts::disk_not_found(&self.profile, op, n))
     }
 
     /// Finds a visible volume by its exact `\\?\Volume{GUID}\` id (case-insensitive, as WQL compares).
@@ -350,6 +415,11 @@ impl State {
         None
     }
 
+    fn volume_or(&self, id: &str, op: VolumeOp) -> Result<(usize, usize)> {
+        self.find_volume(id)
+            .ok_or_else(|| texts::volume_not_found(&self.profile, op, id))
+    }
+
     fn record_loss(&mut self, rpc: &str, di: usize, volume_id: Option<String>, detail: String) {
         let d = &self.disks[di];
         tracing::warn!(rpc, disk = %d.id, %detail, "data-loss event");
@@ -364,11 +434,12 @@ impl State {
 
     // ---- Disk group ----
 
-    /// `ListDiskLocations`.
+    /// `ListDiskLocations`: visible disks only (a disk still arriving is not in the storage cache).
     pub fn list_disk_locations(&self) -> BTreeMap<u32, Location> {
         let mut out = BTreeMap::new();
         for d in &self.disks {
             if let Some(n) = d.number
+                && d.present()
                 && let Some(loc) = parse_location(&d.location)
             {
                 out.insert(n, loc);
@@ -378,9 +449,10 @@ impl State {
     }
 
     /// `PartitionDisk`: initialise GPT if RAW, then create a max-size basic partition if there is no
-    /// non-reserved partition; a no-op on a partitioned disk.
+    /// non-reserved partition; a no-op on a partitioned disk. The new partition ends
+    /// [`crate::profile::HostBehaviour::partition_slack_bytes`] below `SizeMax`, as real ones do (csi-proxy#195).
     pub fn partition_disk(&mut self, n: u32) -> Result<()> {
-        let di = self.disk_by_number(n)?;
+        let di = self.disk_by_number(n, DiskOp::Partition)?;
         let d = &self.disks[di];
         let needs_init = d.partition_style == PartitionStyle::Raw;
         let needs_part = !d
@@ -390,15 +462,12 @@ impl State {
         if !needs_init && !needs_part {
             return Ok(());
         }
+        let fail = |why| texts::partition_failed(&self.profile, n, needs_init, why);
         if !d.online {
-            return Err(Error::host(format!(
-                "failed to initialize disk {n}. error: The disk is offline. Bring the disk online and retry."
-            )));
+            return Err(fail(PartitionFailure::Offline));
         }
         if d.read_only {
-            return Err(Error::host(format!(
-                "failed to initialize disk {n}. error: The media is write protected."
-            )));
+            return Err(fail(PartitionFailure::ReadOnly));
         }
         if needs_init {
             if d.foreign_data {
@@ -421,6 +490,7 @@ impl State {
             });
         }
         let guid = self.new_guid();
+        let slack = self.behaviour.partition_slack_bytes;
         let d = &mut self.disks[di];
         if d.partitions
             .iter()
@@ -428,12 +498,20 @@ impl State {
         {
             return Ok(());
         }
-        let size = d.free_space(None);
-        if size < MIB {
-            return Err(Error::host(format!(
-                "failed to create partition on disk {n}. error: Not enough available capacity."
-            )));
+        let free = d.free_space(None);
+        if free < MIB {
+            return Err(texts::partition_failed(
+                &self.profile,
+                n,
+                false,
+                PartitionFailure::NoSpace,
+            ));
         }
+        let size = if free > slack + MIB {
+            free - slack
+        } else {
+            free
+        };
         let number = d.partitions.iter().map(|p| p.number).max().unwrap_or(0) + 1;
         d.partitions.push(Partition {
             number,
@@ -450,20 +528,21 @@ impl State {
         self.sync_links()
     }
 
-    /// `Rescan`: always succeeds.
+    /// `Rescan` (`Update-HostStorageCache`): the storage cache is refreshed, so every disk, partition and volume
+    /// still arriving becomes visible.
     pub fn rescan(&mut self) -> Result<()> {
-        Ok(())
+        self.complete_arrivals()
     }
 
     /// `ListDiskIDs`: page83 and serial by disk number; one unopenable disk fails the whole call.
     pub fn list_disk_ids(&self) -> Result<BTreeMap<u32, (String, String)>> {
         let mut out = BTreeMap::new();
         for d in &self.disks {
-            if let Some(n) = d.number {
+            if let Some(n) = d.number
+                && d.present()
+            {
                 if d.unopenable {
-                    return Err(Error::host(format!(
-                        "failed to open disk {n} (\\\\?\\PhysicalDrive{n}): Access is denied."
-                    )));
+                    return Err(texts::disk_unopenable());
                 }
                 out.insert(n, (d.page83.clone(), d.serial.clone()));
             }
@@ -473,13 +552,14 @@ impl State {
 
     /// `GetDiskStats`: the disk size (not the volume size).
     pub fn get_disk_stats(&self, n: u32) -> Result<i64> {
-        let di = self.disk_by_number(n)?;
+        let di = self.disk_by_number(n, DiskOp::Stats)?;
         Ok(self.disks[di].size as i64)
     }
 
-    /// `SetDiskState`: Online()/Offline(), a no-op when already in that state.
+    /// `SetDiskState`: `Set-Disk -IsOffline` / `Online()`/`Offline()`; a no-op when already in that state (the
+    /// WMI code checks first; PowerShell's idempotency is unverified and chosen the same).
     pub fn set_disk_state(&mut self, n: u32, online: bool) -> Result<()> {
-        let di = self.disk_by_number(n)?;
+        let di = self.disk_by_number(n, DiskOp::SetState(online))?;
         if self.disks[di].online != online {
             self.disks[di].online = online;
             self.sync_links()?;
@@ -489,36 +569,69 @@ impl State {
 
     /// `GetDiskState`.
     pub fn get_disk_state(&self, n: u32) -> Result<bool> {
-        let di = self.disk_by_number(n)?;
+        let di = self.disk_by_number(n, DiskOp::GetState)?;
         Ok(self.disks[di].online)
     }
 
     // ---- Volume group ----
 
-    /// `ListVolumesOnDisk` (partition 0 = all partitions); a disk without volumes gives an empty list.
+    /// `ListVolumesOnDisk` (partition 0 = all partitions). PowerShell era: an unknown disk or a disk without
+    /// partitions is an error, and partitions without volumes give `[""]` (stdout split on CRLF); WMI era: `[]`.
     pub fn list_volumes_on_disk(&self, n: u32, partition: u32) -> Result<Vec<String>> {
         let di = self
-            .disk_by_number(n)
-            .map_err(|e| Error::host(format!("failed to list partition on disk {n}: {e}")))?;
-        let d = &self.disks[di];
-        if !d.online {
-            return Ok(Vec::new());
-        }
-        Ok(d.partitions
+            .disks
             .iter()
-            .filter(|p| partition == 0 || p.number == partition)
-            .filter_map(|p| p.volume.as_ref().map(Volume::id))
-            .collect())
+            .position(|d| d.number == Some(n) && d.present());
+        let ids: std::result::Result<Vec<String>, Nothing> = match di {
+            None => Err(Nothing::Disk),
+            Some(di) => {
+                let d = &self.disks[di];
+                let parts: Vec<&Partition> = if d.layout_visible() {
+                    d.partitions
+                        .iter()
+                        .filter(|p| partition == 0 || p.number == partition)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                if parts.is_empty() {
+                    Err(Nothing::Partitions)
+                } else if !d.online {
+                    Err(Nothing::Volumes)
+                } else {
+                    let v: Vec<String> = parts
+                        .iter()
+                        .filter_map(|p| p.volume.as_ref().map(Volume::id))
+                        .collect();
+                    if v.is_empty() {
+                        Err(Nothing::Volumes)
+                    } else {
+                        Ok(v)
+                    }
+                }
+            }
+        };
+        match (ids, self.profile.backend) {
+            (Ok(v), _) => Ok(v),
+            (Err(Nothing::Disk), Backend::PowerShell)
+                if self.profile.list_volumes_unknown_disk_fails =>
+            {
+                Err(texts::ps_list_volumes_failed(n, partition, true))
+            }
+            (Err(Nothing::Partitions), Backend::PowerShell)
+                if self.profile.list_volumes_without_partitions_fails =>
+            {
+                Err(texts::ps_list_volumes_failed(n, partition, false))
+            }
+            (Err(_), Backend::PowerShell) => Ok(vec![String::new()]),
+            (Err(_), _) => Ok(Vec::new()),
+        }
     }
 
     /// `IsVolumeFormatted`: FileSystemType != Unknown.
     pub fn is_volume_formatted(&self, id: &str) -> Result<bool> {
-        let (di, pi) = self.find_volume(id).ok_or_else(|| {
-            Error::host(format!(
-                "error checking if volume ({id}) is formatted. error: {}",
-                volume_not_found(id)
-            ))
-        })?;
+        require_volume_id(id)?;
+        let (di, pi) = self.volume_or(id, VolumeOp::IsFormatted)?;
         Ok(self.disks[di].partitions[pi]
             .volume
             .as_ref()
@@ -528,19 +641,13 @@ impl State {
     /// `FormatVolume`: quick NTFS format, unguarded. Formatting a volume that holds data records a data-loss
     /// event (and the data is gone).
     pub fn format_volume(&mut self, id: &str) -> Result<()> {
-        let (di, pi) = self.find_volume(id).ok_or_else(|| {
-            Error::host(format!(
-                "error formatting volume ({id}). error: {}",
-                volume_not_found(id)
-            ))
-        })?;
+        require_volume_id(id)?;
+        let (di, pi) = self.volume_or(id, VolumeOp::Format)?;
         if self.disks[di].read_only {
-            return Err(Error::host(format!(
-                "error formatting volume ({id}). result: 19, error: The media is write protected."
-            )));
+            return Err(texts::format_write_protected(&self.profile, id));
         }
         let Some(v) = self.disks[di].partitions[pi].volume.clone() else {
-            return Err(Error::host(volume_not_found(id)));
+            return Err(texts::volume_not_found(&self.profile, VolumeOp::Format, id));
         };
         let store = self.layout.volume_store(&v.guid);
         let usage = dir_usage(&store);
@@ -567,44 +674,64 @@ impl State {
         Ok(())
     }
 
-    /// `ResizeVolume`: 0 = maximum; skipped (success) when growth < 100 MiB or not a growth.
+    /// `ResizeVolume` (0 = `SizeMax`), with the release's skip rule ([`crate::profile::Profile::resize_skip`]):
+    /// v1.1.3 skips only when the partition is already at least the target, so sub-MiB slack reaches
+    /// `Resize-Partition` and fails; v1.2.0+ skip any growth under 100 MiB. Never shrinks.
     pub fn resize_volume(&mut self, id: &str, size: i64) -> Result<()> {
-        let (di, pi) = self.find_volume(id).ok_or_else(|| {
-            Error::host(format!(
-                "error resizing volume ({id}). error: {}",
-                volume_not_found(id)
-            ))
-        })?;
+        require_volume_id(id)?;
+        let op = if size == 0 {
+            VolumeOp::ResizeToMax
+        } else {
+            VolumeOp::Resize
+        };
+        let (di, pi) = self.volume_or(id, op)?;
+        if self.profile.backend == Backend::GoOleWmi && size < 0 {
+            return Err(Error::host(format!(
+                "invalid negative size {size} for volume ({id})"
+            )));
+        }
         let d = &self.disks[di];
         let part = &d.partitions[pi];
-        let max = d.free_space(Some(part.number)) as i64;
+        let max = (d.free_space(Some(part.number)) as i64).max(part.size as i64);
         let final_size = if size == 0 { max } else { size };
         let current = part.size as i64;
-        if final_size - current < MIN_RESIZE_GROWTH || current >= final_size {
+        let skip = match self.profile.resize_skip {
+            ResizeSkip::CurrentAtLeastFinal => current >= final_size,
+            ResizeSkip::GrowthUnder100MiB => {
+                final_size - current < MIN_RESIZE_GROWTH || current >= final_size
+            }
+        };
+        if skip {
             return Ok(());
         }
-        if final_size > max {
-            return Err(Error::host(format!(
-                "error resizing volume ({id}). size:{size}, finalSize {final_size}, error: Size Not Supported"
-            )));
+        if final_size > max || final_size - current < MIN_EXTENT {
+            return Err(texts::resize_not_supported(
+                &self.profile,
+                id,
+                size,
+                final_size,
+                final_size - current < MIN_EXTENT,
+            ));
         }
         if d.read_only {
-            return Err(Error::host(format!(
-                "error resizing volume ({id}). size:{size}, finalSize {final_size}, error: The media is write protected."
-            )));
+            return Err(texts::format_write_protected(&self.profile, id));
         }
         self.disks[di].partitions[pi].size = final_size as u64;
         Ok(())
     }
 
+    /// The partition size and `SizeMax` of a volume (what `Get-PartitionSupportedSize` answers), for tests.
+    pub fn partition_sizes(&self, id: &str) -> Option<(u64, u64)> {
+        let (di, pi) = self.find_volume(id)?;
+        let d = &self.disks[di];
+        let p = &d.partitions[pi];
+        Some((p.size, d.free_space(Some(p.number)).max(p.size)))
+    }
+
     /// `GetVolumeStats`: (total, used) bytes.
     pub fn get_volume_stats(&self, id: &str) -> Result<(i64, i64)> {
-        let (di, pi) = self.find_volume(id).ok_or_else(|| {
-            Error::host(format!(
-                "error getting capacity and used size of volume ({id}). error: {}",
-                volume_not_found(id)
-            ))
-        })?;
+        require_volume_id(id)?;
+        let (di, pi) = self.volume_or(id, VolumeOp::Stats)?;
         let p = &self.disks[di].partitions[pi];
         let guid = p
             .volume
@@ -617,20 +744,15 @@ impl State {
 
     /// `GetDiskNumberFromVolumeID`.
     pub fn get_disk_number_from_volume_id(&self, id: &str) -> Result<u32> {
-        let (di, _) = self
-            .find_volume(id)
-            .ok_or_else(|| Error::host(volume_not_found(id)))?;
+        require_volume_id(id)?;
+        let (di, _) = self.volume_or(id, VolumeOp::DiskNumber)?;
         Ok(self.disks[di].number.unwrap_or_default())
     }
 
     /// `WriteVolumeCache`.
     pub fn write_volume_cache(&self, id: &str) -> Result<()> {
-        self.find_volume(id).map(|_| ()).ok_or_else(|| {
-            Error::host(format!(
-                "error writing volume ({id}) cache. error: {}",
-                volume_not_found(id)
-            ))
-        })
+        require_volume_id(id)?;
+        self.volume_or(id, VolumeOp::WriteCache).map(|_| ())
     }
 
     /// Changes the size of a disk (e.g. the storage backend expanded a LUN). Partitions are untouched.
@@ -647,6 +769,28 @@ impl State {
             )));
         }
         d.size = size;
+        Ok(())
+    }
+
+    /// Sets how long a disk takes to appear after a login, and its partitions and volumes after that (applies
+    /// from the next login; a disk arriving now is rescheduled from now).
+    pub fn set_arrival_delay(
+        &mut self,
+        disk_id: &str,
+        delay: Duration,
+        volume_delay: Duration,
+        now: Instant,
+    ) -> Result<()> {
+        let d = self
+            .disks
+            .iter_mut()
+            .find(|d| d.id == disk_id)
+            .ok_or_else(|| Error::Scenario(format!("no disk with id {disk_id}")))?;
+        d.arrival_delay_ms = delay.as_millis() as u64;
+        d.volume_arrival_delay_ms = volume_delay.as_millis() as u64;
+        if d.arriving() {
+            d.schedule_arrival(now);
+        }
         Ok(())
     }
 }

@@ -1,13 +1,22 @@
 //! iSCSI portals, targets, sessions and the disks behind LUNs (the Iscsi API group).
+//!
+//! Repeat-call behaviour, IQN matching and error texts follow the release being played
+//! ([`crate::profile::Profile`]): the PowerShell era (v1.1.3, v1.2.1) errors on a ConnectTarget to a connected
+//! target and on GetTargetDisks/DisconnectTarget of an unconnected one and matches IQNs case-insensitively;
+//! v1.3.0 checks the session first but matches IQNs exact-case and dies on a miss; master answers `not found`.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde::Serialize;
+use tokio::time::Instant;
 
 use super::State;
 use super::disk::{DiskSource, build_disk};
 use crate::error::{Error, Result};
-use crate::scenario::{IscsiSpec, TargetChap};
+use crate::profile::texts::{self, LoginFailure, PsTargetFailure, TargetOp};
+use crate::profile::{Backend, IqnMatch, OnRepeat};
+use crate::scenario::{DiskSpec, IscsiSpec, TargetChap};
 use crate::secret::Secret;
 
 /// Login authentication type (csi-proxy's `AuthenticationType`).
@@ -24,7 +33,7 @@ pub enum AuthType {
 /// A target behind a portal.
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
-    /// IQN.
+    /// IQN, spelled as the array reports it (`MSFT_iSCSITarget.NodeAddress`).
     pub iqn: String,
     /// Login authentication (secrets never serialised).
     #[serde(skip)]
@@ -44,23 +53,42 @@ pub struct Portal {
     pub discovery_chap: bool,
     /// Whether the portal is added on the host (`MSFT_iSCSITargetPortal` exists).
     pub added: bool,
-    /// IQNs the host has discovered through this portal.
+    /// IQNs the host has discovered through this portal (lower-cased).
     pub discovered: BTreeSet<String>,
     /// Targets.
     pub targets: Vec<Target>,
 }
 
-/// A connected session.
+/// A connected session. It keeps the credentials it logged in with: session recovery re-authenticates with
+/// them and the node's current mutual CHAP secret.
 #[derive(Debug, Clone, Serialize)]
 pub struct Session {
     /// Portal address.
     pub portal_address: String,
     /// Portal port.
     pub portal_port: u32,
-    /// Target IQN (as declared).
+    /// Target IQN (as the target reports it).
     pub iqn: String,
     /// SCSI target number assigned on the iSCSI adapter.
     pub target_number: u32,
+    /// Authentication used at login.
+    pub auth: AuthType,
+    /// CHAP user name used at login.
+    pub chap_username: String,
+    /// CHAP secret used at login (never serialised).
+    #[serde(skip)]
+    pub chap_secret: Secret,
+}
+
+/// The outcome of one session's recovery ([`State::recover_iscsi_sessions`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SessionRecovery {
+    /// Target IQN.
+    pub iqn: String,
+    /// Whether the session logged back in (false: it is gone and its disks vanished).
+    pub recovered: bool,
+    /// Why not.
+    pub reason: Option<String>,
 }
 
 pub(crate) fn load(st: &mut State, spec: &IscsiSpec) -> Result<()> {
@@ -74,24 +102,15 @@ pub(crate) fn load(st: &mut State, spec: &IscsiSpec) -> Result<()> {
                     .id
                     .clone()
                     .unwrap_or_else(|| format!("{}/lun{}", t.iqn, l.lun));
-                if st.disks.iter().any(|d| d.id == id) {
-                    return Err(Error::Scenario(format!("duplicate disk id {id}")));
-                }
                 if luns.iter().any(|(n, _)| *n == l.lun) {
                     return Err(Error::Scenario(format!(
                         "target {}: duplicate LUN {}",
                         t.iqn, l.lun
                     )));
                 }
-                let disk = build_disk(
-                    st,
-                    &l.disk,
-                    id.clone(),
-                    DiskSource::Iscsi {
-                        iqn: t.iqn.clone(),
-                        lun: l.lun,
-                    },
-                )?;
+                let mut disk = lun_disk(st, &l.disk, id.clone(), &t.iqn, l.lun)?;
+                disk.arrival_delay_ms = l.arrival_delay_ms;
+                disk.volume_arrival_delay_ms = l.volume_arrival_delay_ms;
                 st.disks.push(disk);
                 luns.push((l.lun, id));
             }
@@ -118,6 +137,35 @@ pub(crate) fn load(st: &mut State, spec: &IscsiSpec) -> Result<()> {
     Ok(())
 }
 
+/// Builds the disk behind a LUN: it arrives online only if the LUN says so or the SAN policy brings shared-bus
+/// disks online.
+fn lun_disk(
+    st: &mut State,
+    spec: &DiskSpec,
+    id: String,
+    iqn: &str,
+    lun: u32,
+) -> Result<super::Disk> {
+    if st.disks.iter().any(|d| d.id == id) {
+        return Err(Error::Scenario(format!("duplicate disk id {id}")));
+    }
+    let mut disk = build_disk(
+        st,
+        spec,
+        id,
+        DiskSource::Iscsi {
+            iqn: iqn.to_string(),
+            lun,
+        },
+    )?;
+    let online = spec
+        .online
+        .unwrap_or_else(|| st.cfg.san_policy.shared_disk_online());
+    disk.online = online;
+    disk.online_on_arrival = online;
+    Ok(disk)
+}
+
 /// Removes a session's disks from the host (numbers freed, volumes invisible).
 pub(crate) fn detach_session_disks(st: &mut State, s: &Session) {
     for d in st.disks.iter_mut() {
@@ -125,6 +173,8 @@ pub(crate) fn detach_session_disks(st: &mut State, s: &Session) {
             && iqn.eq_ignore_ascii_case(&s.iqn)
         {
             d.number = None;
+            d.arrives_at = None;
+            d.volumes_arrive_at = None;
         }
     }
 }
@@ -133,17 +183,16 @@ fn port_or_default(port: u32) -> u32 {
     if port == 0 { 3260 } else { port }
 }
 
-fn portal_not_found(address: &str, port: u32) -> Error {
-    Error::host(format!(
-        "No MSFT_iSCSITargetPortal objects found with property 'TargetPortalAddress' equal to '{address}' and 'TargetPortalPortNumber' equal to '{port}'.  Verify the value of the property and retry."
-    ))
-}
-
 fn chap_secret_len_ok(s: &str) -> bool {
     (12..=16).contains(&s.len())
 }
 
-const TEXT_BAD_CHAP_SECRET: &str = "The CHAP secret given is invalid. Maximum size of CHAP secret is 16 bytes. Minimum size is 12 bytes if IPSec is not used.";
+/// How a target lookup ended.
+enum Lookup {
+    Found(usize, usize),
+    PortalMissing,
+    TargetMissing,
+}
 
 impl State {
     fn portal_index(&self, address: &str, port: u32) -> Option<usize> {
@@ -152,13 +201,56 @@ impl State {
             .position(|p| p.address.eq_ignore_ascii_case(address) && p.port == port)
     }
 
-    /// `AddTargetPortal`: no-op if added; otherwise contacts the portal and discovers its targets.
+    fn portal_error(&self, what: &str, address: &str, port: u32) -> Error {
+        match self.profile.backend {
+            Backend::PowerShell => Error::host(format!(
+                "{what}. cmd {}, output: {}, err: exit status 1",
+                "Get-IscsiTargetPortal -TargetPortalAddress ${Env:iscsi_tp_address} -TargetPortalPortNumber ${Env:iscsi_tp_port}",
+                texts::ps_not_found(
+                    "Get-IscsiTargetPortal",
+                    "MSFT_iSCSITargetPortal",
+                    "TargetPortalAddress",
+                    address,
+                    "Get-IscsiTargetPortal -TargetPortalAddress ${Env:iscsi_tp_address} -TargetPortalPortNumber ${Env:iscsi_tp_port}",
+                )
+            )),
+            Backend::MicrosoftWmi => Error::host(format!(
+                "error query target portal at ({address}:{port}). err: {}",
+                texts::WMI_NOT_FOUND
+            )),
+            Backend::GoOleWmi => Error::host(format!(
+                "error query target portal at ({address}:{port}). err: failed to query iSCSI target portal at ({address}:{port}). error: {}",
+                texts::GOOLE_NOT_FOUND
+            )),
+        }
+    }
+
+    /// `AddTargetPortal`: PowerShell `New-IscsiTargetPortal` (idempotent per democratic-csi) / WMI no-op when
+    /// present; otherwise contacts the portal and discovers its targets.
     pub fn add_target_portal(&mut self, address: &str, port: u32) -> Result<()> {
         let port = port_or_default(port);
+        let backend = self.profile.backend;
         let fail = |text: &str| {
-            Error::host(format!(
-                "error adding target portal at ({address}:{port}). err: {text}"
-            ))
+            Error::host(match backend {
+                Backend::PowerShell => format!(
+                    "error adding target portal. cmd New-IscsiTargetPortal -TargetPortalAddress ${{Env:iscsi_tp_address}} -TargetPortalPortNumber ${{Env:iscsi_tp_port}}, output: {}, err: exit status 1",
+                    texts::ps_cim_error(
+                        "New-IscsiTargetPortal",
+                        text,
+                        "New-IscsiTargetPortal -TargetPortalAddress ${Env:iscsi_tp_address} -TargetPortalPortNumber ${Env:iscsi_tp_port}",
+                        "MSFT_iSCSITargetPortal",
+                        "HRESULT 0xefff0003",
+                    )
+                ),
+                Backend::MicrosoftWmi => format!(
+                    "error adding target portal at ({address}:{port}). err: failed to create iSCSI target portal. result: -1, error: {}",
+                    texts::ole_exception(text)
+                ),
+                Backend::GoOleWmi => format!(
+                    "error adding target portal at ({address}:{port}). err: {}",
+                    texts::ole_exception(text)
+                ),
+            })
         };
         let Some(pi) = self.portal_index(address, port) else {
             return Err(fail("Connection Failed."));
@@ -182,7 +274,7 @@ impl State {
             .portal_index(address, port)
             .filter(|&i| self.portals[i].added);
         let Some(pi) = pi else {
-            return Err(portal_not_found(address, port));
+            return Err(self.portal_error("error discovering target portal", address, port));
         };
         let p = &mut self.portals[pi];
         p.discovered = p.targets.iter().map(|t| t.iqn.to_lowercase()).collect();
@@ -196,7 +288,7 @@ impl State {
             .portal_index(address, port)
             .filter(|&i| self.portals[i].added);
         let Some(pi) = pi else {
-            return Err(portal_not_found(address, port));
+            return Err(self.portal_error("error removing target portal", address, port));
         };
         let p = &mut self.portals[pi];
         p.added = false;
@@ -213,26 +305,45 @@ impl State {
             .collect()
     }
 
-    fn find_target(&self, address: &str, port: u32, iqn: &str) -> Result<(usize, usize)> {
-        let not_found = || {
-            Error::host(format!(
-                "No MSFT_iSCSITarget objects found with property 'NodeAddress' equal to '{iqn}' on target portal ({address}:{port}).  Verify the value of the property and retry."
-            ))
-        };
-        let pi = self
+    /// Finds a discovered target through an added portal, matching the IQN as the release does.
+    fn lookup(&self, address: &str, port: u32, iqn: &str) -> Lookup {
+        let Some(pi) = self
             .portal_index(address, port)
             .filter(|&i| self.portals[i].added)
-            .ok_or_else(not_found)?;
+        else {
+            return Lookup::PortalMissing;
+        };
         let p = &self.portals[pi];
-        if !p.discovered.contains(&iqn.to_lowercase()) {
-            return Err(not_found());
+        let exact = self.profile.iqn_match != IqnMatch::CaseInsensitive;
+        let ti = p.targets.iter().position(|t| {
+            p.discovered.contains(&t.iqn.to_lowercase())
+                && if exact {
+                    t.iqn == iqn
+                } else {
+                    t.iqn.eq_ignore_ascii_case(iqn)
+                }
+        });
+        match ti {
+            Some(ti) => Lookup::Found(pi, ti),
+            None => Lookup::TargetMissing,
         }
-        let ti = p
-            .targets
-            .iter()
-            .position(|t| t.iqn.eq_ignore_ascii_case(iqn))
-            .ok_or_else(not_found)?;
-        Ok((pi, ti))
+    }
+
+    /// The WMI-era answer to a lookup that failed: `not found`, or (v1.3.0, target miss) the nil dereference
+    /// that kills csi-proxy.
+    fn wmi_lookup_failed(&mut self, lookup: &Lookup, address: &str, port: u32, iqn: &str) -> Error {
+        match lookup {
+            Lookup::TargetMissing if self.profile.iqn_match == IqnMatch::ExactOrCrash => {
+                self.crash(texts::NIL_DEREF)
+            }
+            _ => texts::wmi_target_not_found(
+                &self.profile,
+                iqn,
+                address,
+                port,
+                matches!(lookup, Lookup::PortalMissing),
+            ),
+        }
     }
 
     fn session_index(&self, iqn: &str) -> Option<usize> {
@@ -241,7 +352,47 @@ impl State {
             .position(|s| s.iqn.eq_ignore_ascii_case(iqn))
     }
 
-    /// `ConnectTarget`: no-op when connected; otherwise logs in (checking CHAP) and the LUNs' disks appear.
+    /// Checks a login's credentials against a target and the node's current mutual CHAP secret.
+    fn check_login(
+        &self,
+        target: &Target,
+        auth: AuthType,
+        chap_username: &str,
+        chap_secret: &Secret,
+    ) -> std::result::Result<(), LoginFailure> {
+        if auth != AuthType::None && !chap_secret_len_ok(chap_secret.expose()) {
+            return Err(LoginFailure::BadChapSecret);
+        }
+        let creds_match =
+            |u: &str, s: &Secret| u == chap_username && s.expose() == chap_secret.expose();
+        match &target.chap {
+            TargetChap::None => Ok(()),
+            TargetChap::OneWay { username, secret } => {
+                if auth == AuthType::None || !creds_match(username, secret) {
+                    return Err(LoginFailure::Authentication);
+                }
+                Ok(())
+            }
+            TargetChap::Mutual {
+                username,
+                secret,
+                target_secret,
+            } => {
+                if auth != AuthType::MutualChap || !creds_match(username, secret) {
+                    return Err(LoginFailure::Authentication);
+                }
+                if self.mutual_chap_secret.as_ref().map(Secret::expose)
+                    != Some(target_secret.expose())
+                {
+                    return Err(LoginFailure::Authentication);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `ConnectTarget`: logs in (checking CHAP) and the LUNs' disks appear (after their arrival delay). A target
+    /// that already has a session: an error in the PowerShell era, a no-op from v1.3.0.
     pub fn connect_target(
         &mut self,
         address: &str,
@@ -252,44 +403,45 @@ impl State {
         chap_secret: &Secret,
     ) -> Result<()> {
         let port = port_or_default(port);
-        let (pi, ti) = self.find_target(address, port, iqn)?;
-        if self.session_index(iqn).is_some() {
-            return Ok(());
-        }
-        let fail = |text: &str| {
-            Error::host(format!(
-                "error connecting to target portal. result: 1, err: {text}"
-            ))
+        let report = texts::wmi_report(&self.profile, self.behaviour.wmi_failures);
+        let login_err = |st: &State, why| {
+            texts::login_failed(
+                &st.profile,
+                report,
+                address,
+                port,
+                !chap_username.is_empty(),
+                !chap_secret.is_empty(),
+                why,
+            )
         };
-        if auth != AuthType::None && !chap_secret_len_ok(chap_secret.expose()) {
-            return Err(fail(TEXT_BAD_CHAP_SECRET));
-        }
-        let auth_failure = || fail("Authentication Failure.");
-        let creds_match =
-            |u: &str, s: &Secret| u == chap_username && s.expose() == chap_secret.expose();
-        match &self.portals[pi].targets[ti].chap {
-            TargetChap::None => {}
-            TargetChap::OneWay { username, secret } => {
-                if auth == AuthType::None || !creds_match(username, secret) {
-                    return Err(auth_failure());
-                }
+        let lookup = self.lookup(address, port, iqn);
+        let (pi, ti) = match lookup {
+            Lookup::Found(pi, ti) => (pi, ti),
+            _ if self.profile.backend == Backend::PowerShell => {
+                // Connect-IscsiTarget does not look the portal up: it fails to find the target.
+                return Err(login_err(self, LoginFailure::TargetNotFound)
+                    .unwrap_or_else(|| Error::host("unreachable")));
             }
-            TargetChap::Mutual {
-                username,
-                secret,
-                target_secret,
-            } => {
-                if auth != AuthType::MutualChap || !creds_match(username, secret) {
-                    return Err(auth_failure());
-                }
-                if self.mutual_chap_secret.as_ref().map(Secret::expose)
-                    != Some(target_secret.expose())
-                {
-                    return Err(auth_failure());
-                }
-            }
+            ref l => return Err(self.wmi_lookup_failed(l, address, port, iqn)),
+        };
+        if self.session_index(iqn).is_some() {
+            return match self.profile.connect_target_when_connected {
+                OnRepeat::NoOp => Ok(()),
+                OnRepeat::Fails => match login_err(self, LoginFailure::AlreadyLoggedIn) {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                },
+            };
         }
-        let adapter = self.cfg.iscsi_adapter;
+        let target = self.portals[pi].targets[ti].clone();
+        if let Err(why) = self.check_login(&target, auth, chap_username, chap_secret) {
+            return match login_err(self, why) {
+                Some(e) => Err(e),
+                // v1.3.0 ignores a non-zero ReturnValue: "success" without a session.
+                None => Ok(()),
+            };
+        }
         let mut target_number = 0;
         while self
             .sessions
@@ -298,47 +450,121 @@ impl State {
         {
             target_number += 1;
         }
-        let target = self.portals[pi].targets[ti].clone();
         self.sessions.push(Session {
             portal_address: self.portals[pi].address.clone(),
             portal_port: port,
             iqn: target.iqn.clone(),
             target_number,
+            auth,
+            chap_username: chap_username.to_string(),
+            chap_secret: chap_secret.clone(),
         });
+        let now = Instant::now();
         for (lun, disk_id) in &target.luns {
-            let mut number = 0;
-            while self.disks.iter().any(|d| d.number == Some(number)) {
-                number += 1;
-            }
-            if let Some(d) = self.disks.iter_mut().find(|d| &d.id == disk_id) {
-                d.number = Some(number);
-                d.online = d.online_on_arrival;
-                d.location = format!(
-                    "Integrated : Adapter {adapter} : Port 0 : Target {target_number} : LUN {lun}"
-                );
-            }
+            self.attach_lun_disk(disk_id, target_number, *lun, now);
         }
         self.sync_links()
     }
 
-    /// `DisconnectTarget`: no-op when not connected; otherwise the LUNs' disks vanish.
-    pub fn disconnect_target(&mut self, address: &str, port: u32, iqn: &str) -> Result<()> {
-        let port = port_or_default(port);
-        self.find_target(address, port, iqn)?;
-        if let Some(si) = self.session_index(iqn) {
-            let s = self.sessions.remove(si);
-            detach_session_disks(self, &s);
-            self.sync_links()?;
+    /// Makes a LUN's disk appear: the lowest free disk number, the session's SCSI address, online per its SAN
+    /// policy, visible after its arrival delay.
+    fn attach_lun_disk(&mut self, disk_id: &str, target_number: u32, lun: u32, now: Instant) {
+        let adapter = self.cfg.iscsi_adapter;
+        let mut number = 0;
+        while self.disks.iter().any(|d| d.number == Some(number)) {
+            number += 1;
         }
-        Ok(())
+        if let Some(d) = self.disks.iter_mut().find(|d| d.id == disk_id) {
+            d.number = Some(number);
+            d.online = d.online_on_arrival;
+            d.location = format!(
+                "Integrated : Adapter {adapter} : Port 0 : Target {target_number} : LUN {lun}"
+            );
+            d.schedule_arrival(now);
+        }
     }
 
-    /// `GetTargetDisks`: disk numbers (decimal strings) when connected, else empty.
-    pub fn get_target_disks(&self, address: &str, port: u32, iqn: &str) -> Result<Vec<String>> {
+    /// `DisconnectTarget`: the LUNs' disks vanish. A target without a session: a no-op from v1.3.0; in the
+    /// PowerShell era `Disconnect-IscsiTarget` fails (configurable: `ps_disconnect_unconnected`).
+    pub fn disconnect_target(&mut self, address: &str, port: u32, iqn: &str) -> Result<()> {
         let port = port_or_default(port);
-        let (pi, ti) = self.find_target(address, port, iqn)?;
+        let lookup = self.lookup(address, port, iqn);
+        let ps = self.profile.backend == Backend::PowerShell;
+        match lookup {
+            Lookup::Found(..) => {}
+            Lookup::PortalMissing if ps => {
+                return Err(texts::ps_target_call_failed(
+                    TargetOp::Disconnect,
+                    address,
+                    PsTargetFailure::PortalMissing,
+                ));
+            }
+            Lookup::TargetMissing if ps => {
+                return Err(texts::ps_target_call_failed(
+                    TargetOp::Disconnect,
+                    address,
+                    PsTargetFailure::TargetMissing,
+                ));
+            }
+            ref l => return Err(self.wmi_lookup_failed(l, address, port, iqn)),
+        }
+        match self.session_index(iqn) {
+            Some(si) => {
+                let s = self.sessions.remove(si);
+                detach_session_disks(self, &s);
+                self.sync_links()
+            }
+            None => {
+                let policy = if ps {
+                    self.behaviour.ps_disconnect_unconnected
+                } else {
+                    self.profile.disconnect_target_when_not_connected
+                };
+                match policy {
+                    OnRepeat::NoOp => Ok(()),
+                    OnRepeat::Fails => Err(texts::ps_target_call_failed(
+                        TargetOp::Disconnect,
+                        address,
+                        PsTargetFailure::NotConnected,
+                    )),
+                }
+            }
+        }
+    }
+
+    /// `GetTargetDisks`: disk numbers (decimal strings) of the session's visible disks. A target without a
+    /// session: an error in the PowerShell era, empty from v1.3.0.
+    pub fn get_target_disks(&mut self, address: &str, port: u32, iqn: &str) -> Result<Vec<String>> {
+        let port = port_or_default(port);
+        let lookup = self.lookup(address, port, iqn);
+        let ps = self.profile.backend == Backend::PowerShell;
+        let (pi, ti) = match lookup {
+            Lookup::Found(pi, ti) => (pi, ti),
+            Lookup::PortalMissing if ps => {
+                return Err(texts::ps_target_call_failed(
+                    TargetOp::GetDisks,
+                    address,
+                    PsTargetFailure::PortalMissing,
+                ));
+            }
+            Lookup::TargetMissing if ps => {
+                return Err(texts::ps_target_call_failed(
+                    TargetOp::GetDisks,
+                    address,
+                    PsTargetFailure::TargetMissing,
+                ));
+            }
+            ref l => return Err(self.wmi_lookup_failed(l, address, port, iqn)),
+        };
         if self.session_index(iqn).is_none() {
-            return Ok(Vec::new());
+            return match self.profile.get_target_disks_when_not_connected {
+                OnRepeat::NoOp => Ok(Vec::new()),
+                OnRepeat::Fails => Err(texts::ps_target_call_failed(
+                    TargetOp::GetDisks,
+                    address,
+                    PsTargetFailure::NotConnected,
+                )),
+            };
         }
         let t = &self.portals[pi].targets[ti];
         Ok(t.luns
@@ -347,6 +573,7 @@ impl State {
                 self.disks
                     .iter()
                     .find(|d| &d.id == id)
+                    .filter(|d| d.present())
                     .and_then(|d| d.number)
             })
             .map(|n| n.to_string())
@@ -356,11 +583,146 @@ impl State {
     /// `SetMutualChapSecret`: node-global.
     pub fn set_mutual_chap_secret(&mut self, secret: &Secret) -> Result<()> {
         if !secret.is_empty() && !chap_secret_len_ok(secret.expose()) {
-            return Err(Error::host(format!(
-                "error setting mutual chap secret. result: 1, err: {TEXT_BAD_CHAP_SECRET}"
-            )));
+            let msg = "The CHAP secret given is invalid. Maximum size of CHAP secret is 16 bytes. Minimum size is 12 bytes if IPSec is not used.";
+            return Err(Error::host(match self.profile.backend {
+                Backend::PowerShell => format!(
+                    "error setting mutual chap secret. cmd Set-IscsiChapSecret -ChapSecret ${{Env:iscsi_mutual_chap_secret}}, output: {}, err: exit status 1",
+                    texts::ps_cim_error(
+                        "Set-IscsiChapSecret",
+                        msg,
+                        "Set-IscsiChapSecret -ChapSecret ${Env:iscsi_mutual_chap_secret}",
+                        "MSFT_iSCSISession",
+                        "HRESULT 0xefff0067",
+                    )
+                ),
+                Backend::MicrosoftWmi => format!(
+                    "error setting mutual chap secret. result: -1, err: {}",
+                    texts::ole_exception(msg)
+                ),
+                Backend::GoOleWmi => format!(
+                    "error setting mutual chap secret. err: {}",
+                    texts::ole_exception(msg)
+                ),
+            }));
         }
         self.mutual_chap_secret = (!secret.is_empty()).then(|| secret.clone());
         Ok(())
+    }
+
+    // ---- control (admin / tests) ----
+
+    /// Changes what a target requires for login (e.g. the array's CHAP secret was rotated). Existing sessions
+    /// stay until they recover ([`State::recover_iscsi_sessions`]).
+    pub fn set_target_chap(&mut self, iqn: &str, chap: TargetChap) -> Result<()> {
+        let t = self
+            .portals
+            .iter_mut()
+            .flat_map(|p| p.targets.iter_mut())
+            .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
+            .ok_or_else(|| Error::Scenario(format!("no target {iqn}")))?;
+        t.chap = chap;
+        Ok(())
+    }
+
+    /// Session recovery (the connection to the target dropped and the initiator logs in again): each session
+    /// (of `iqn`, or all) re-authenticates with the credentials it logged in with and the node's *current* mutual
+    /// CHAP secret. A session that fails is gone: its disks vanish and mount points on them dangle.
+    pub fn recover_iscsi_sessions(&mut self, iqn: Option<&str>) -> Result<Vec<SessionRecovery>> {
+        let mut out = Vec::new();
+        let mut failed = Vec::new();
+        for (si, s) in self.sessions.iter().enumerate() {
+            if iqn.is_some_and(|i| !s.iqn.eq_ignore_ascii_case(i)) {
+                continue;
+            }
+            let target = self
+                .portals
+                .iter()
+                .flat_map(|p| p.targets.iter())
+                .find(|t| t.iqn.eq_ignore_ascii_case(&s.iqn));
+            let outcome = match target {
+                None => Err("the target is gone".to_string()),
+                Some(t) => self
+                    .check_login(t, s.auth, &s.chap_username, &s.chap_secret)
+                    .map_err(|why| format!("{why:?}")),
+            };
+            if let Err(reason) = &outcome {
+                failed.push(si);
+                tracing::info!(iqn = %s.iqn, %reason, "iSCSI session recovery failed");
+            }
+            out.push(SessionRecovery {
+                iqn: s.iqn.clone(),
+                recovered: outcome.is_ok(),
+                reason: outcome.err(),
+            });
+        }
+        for si in failed.into_iter().rev() {
+            let s = self.sessions.remove(si);
+            detach_session_disks(self, &s);
+        }
+        self.sync_links()?;
+        Ok(out)
+    }
+
+    /// Replaces the disk behind a target's LUN (the array now serves another volume there) without resetting
+    /// the host. A connected target sees the old disk vanish and the new one arrive. Returns the new disk id.
+    pub fn replace_lun(&mut self, iqn: &str, lun: u32, spec: &DiskSpec) -> Result<String> {
+        let (pi, ti) = self
+            .portals
+            .iter()
+            .enumerate()
+            .find_map(|(pi, p)| {
+                p.targets
+                    .iter()
+                    .position(|t| t.iqn.eq_ignore_ascii_case(iqn))
+                    .map(|ti| (pi, ti))
+            })
+            .ok_or_else(|| Error::Scenario(format!("no target {iqn}")))?;
+        let target_iqn = self.portals[pi].targets[ti].iqn.clone();
+        let li = self.portals[pi].targets[ti]
+            .luns
+            .iter()
+            .position(|(n, _)| *n == lun)
+            .ok_or_else(|| Error::Scenario(format!("target {iqn} has no LUN {lun}")))?;
+        let old_id = self.portals[pi].targets[ti].luns[li].1.clone();
+        let mut id = spec
+            .id
+            .clone()
+            .unwrap_or_else(|| format!("{target_iqn}/lun{lun}"));
+        let mut k = 2;
+        while id == old_id || self.disks.iter().any(|d| d.id == id) {
+            if spec.id.is_some() {
+                return Err(Error::Scenario(format!("duplicate disk id {id}")));
+            }
+            id = format!("{target_iqn}/lun{lun}#{k}");
+            k += 1;
+        }
+        let (delay, vdelay) = self
+            .disks
+            .iter()
+            .find(|d| d.id == old_id)
+            .map(|d| (d.arrival_delay_ms, d.volume_arrival_delay_ms))
+            .unwrap_or_default();
+        self.disks.retain(|d| d.id != old_id);
+        let mut disk = lun_disk(self, spec, id.clone(), &target_iqn, lun)?;
+        disk.arrival_delay_ms = delay;
+        disk.volume_arrival_delay_ms = vdelay;
+        self.disks.push(disk);
+        self.portals[pi].targets[ti].luns[li].1 = id.clone();
+        if let Some(si) = self.session_index(&target_iqn) {
+            let tn = self.sessions[si].target_number;
+            self.attach_lun_disk(&id, tn, lun, Instant::now());
+        }
+        self.sync_links()?;
+        Ok(id)
+    }
+
+    /// Sets a LUN disk's arrival delays ([`State::set_arrival_delay`] with the current time).
+    pub fn set_lun_arrival_delay(
+        &mut self,
+        disk_id: &str,
+        delay: Duration,
+        volume_delay: Duration,
+    ) -> Result<()> {
+        self.set_arrival_delay(disk_id, delay, volume_delay, Instant::now())
     }
 }

@@ -33,29 +33,33 @@ pub(crate) mod paths;
 pub(crate) mod smb;
 pub(crate) mod system;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::scenario::{HostSpec, Scenario};
+use crate::profile::{CsiProxyVersion, HostBehaviour, Profile};
+use crate::scenario::{HostSpec, SanPolicy, Scenario};
 use crate::secret::Secret;
 use links::LinkMode;
 
 pub use disk::{Disk, DiskSource, Partition, Volume};
-pub use iscsi::{AuthType, Portal, Session, Target};
+pub use iscsi::{AuthType, Portal, Session, SessionRecovery, Target};
 pub use smb::{Mapping, MappingStatus, SmbAccount, SmbServer, SmbShare};
 pub use system::Service;
 
 /// Options that correspond to csi-proxy's command-line flags; they override the scenario's `host` values.
 #[derive(Debug, Clone, Default)]
 pub struct HostOptions {
+    /// The csi-proxy release to play (`wincsi-sim --csi-proxy-version`). `None`: the scenario's
+    /// `host.csi_proxy_version`, else [`CsiProxyVersion::from_env_or_default`].
+    pub csi_proxy_version: Option<CsiProxyVersion>,
     /// `-kubelet-path`.
     pub kubelet_path: Option<String>,
     /// `-working-dir` (replaces the scenario's list when non-empty).
     pub working_dirs: Vec<String>,
-    /// `-require-privacy`.
+    /// `-require-privacy` (given explicitly; csi-proxy v1.1.3 has no such flag and refuses to start with it).
     pub require_privacy: Option<bool>,
     /// Represent links as simulator-interpreted marker files even where the OS can make directory symlinks (the
     /// fallback used automatically where it cannot, e.g. Wine 8); for testing that fallback.
@@ -107,6 +111,16 @@ impl Layout {
         self.unc_dir().join(server).join(share)
     }
 
+    /// `\\?\\\server\share` (the v1.3.0+ SMB link form): present only while that form resolves and the
+    /// share is usable.
+    pub(crate) fn unc_long_dir(&self) -> PathBuf {
+        self.root.join("unc-long")
+    }
+
+    pub(crate) fn unc_long_link(&self, server: &str, share: &str) -> PathBuf {
+        self.unc_long_dir().join(server).join(share)
+    }
+
     pub(crate) fn share_store(&self, server: &str, share: &str) -> PathBuf {
         self.root
             .join("store")
@@ -130,8 +144,9 @@ impl Layout {
                 s.push_str(&parts[2..].join("\\"));
                 Some(s)
             }
-            "unc" => {
-                let mut s = format!(r"\\{}\{}\", parts.get(1)?, parts.get(2)?);
+            "unc" | "unc-long" => {
+                let prefix = if first == "unc" { "" } else { r"\\?\" };
+                let mut s = format!(r"{prefix}\\{}\{}\", parts.get(1)?, parts.get(2)?);
                 if parts.len() > 3 {
                     s.push_str(&parts[3..].join("\\"));
                     s.push('\\');
@@ -171,6 +186,7 @@ pub(crate) struct HostConfig {
     pub(crate) require_privacy: bool,
     pub(crate) iscsi_adapter: u32,
     pub(crate) disconnected_mapping_blocks_create: bool,
+    pub(crate) san_policy: SanPolicy,
 }
 
 /// The whole simulated host.
@@ -189,6 +205,14 @@ pub struct State {
     pub(crate) data_loss: Vec<DataLossEvent>,
     pub(crate) next_guid: u64,
     pub(crate) boots: u64,
+    /// The csi-proxy release being played.
+    pub(crate) profile: Profile,
+    /// Configurable host behaviours no source settles.
+    pub(crate) behaviour: HostBehaviour,
+    /// Links made by CreateSymlink whose source did not `Stat` as a directory (file links; sandbox paths).
+    pub(crate) file_links: BTreeSet<PathBuf>,
+    /// Set by a host call that kills the csi-proxy process (taken by [`crate::SimHost`]).
+    pub(crate) crash: Option<String>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -200,6 +224,17 @@ impl State {
     /// sandbox of this simulator, whose contents are replaced).
     pub fn new(scenario: &Scenario, root: &Path, opts: &HostOptions) -> Result<State> {
         let h: &HostSpec = &scenario.host;
+        let version = match opts.csi_proxy_version.or(h.csi_proxy_version) {
+            Some(v) => v,
+            None => CsiProxyVersion::from_env_or_default()?,
+        };
+        let profile = version.profile();
+        if !profile.require_privacy_flag && opts.require_privacy.is_some() {
+            // csi-proxy v1.1.3's flag set has no -require-privacy: Go's flag package refuses to start.
+            return Err(Error::Scenario(format!(
+                "csi-proxy {version} does not start with -require-privacy: flag provided but not defined: -require-privacy"
+            )));
+        }
         let cfg = HostConfig {
             kubelet_path: opts
                 .kubelet_path
@@ -210,9 +245,12 @@ impl State {
             } else {
                 opts.working_dirs.clone()
             },
-            require_privacy: opts.require_privacy.unwrap_or(h.require_privacy),
+            // v1.1.3 hard-codes -RequirePrivacy $true (`pkg/os/smb/api.go:68`).
+            require_privacy: !profile.require_privacy_flag
+                || opts.require_privacy.unwrap_or(h.require_privacy),
             iscsi_adapter: h.iscsi_adapter,
             disconnected_mapping_blocks_create: h.disconnected_mapping_blocks_create,
+            san_policy: h.san_policy,
         };
         claim_sandbox(root)?;
         let links = if opts.emulate_links {
@@ -222,7 +260,7 @@ impl State {
         };
         log_link_mode(links);
         let layout = Layout::new(root.to_path_buf(), links);
-        for sub in ["volumes", "unc", "store"] {
+        for sub in ["volumes", "unc", "unc-long", "store"] {
             let p = root.join(sub);
             if p.exists() {
                 std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
@@ -237,7 +275,12 @@ impl State {
                 }
             }
         }
-        for p in [layout.volumes_dir(), layout.unc_dir(), layout.drive('c')] {
+        for p in [
+            layout.volumes_dir(),
+            layout.unc_dir(),
+            layout.unc_long_dir(),
+            layout.drive('c'),
+        ] {
             std::fs::create_dir_all(&p).map_err(io_err(&p))?;
         }
         let mut st = State {
@@ -254,6 +297,10 @@ impl State {
             data_loss: Vec::new(),
             next_guid: 1,
             boots: 1,
+            profile,
+            behaviour: h.behaviour,
+            file_links: BTreeSet::new(),
+            crash: None,
         };
         let mut dirs = vec![st.cfg.kubelet_path.clone()];
         dirs.extend(st.cfg.working_dirs.iter().cloned());
@@ -290,6 +337,64 @@ impl State {
     /// Whether new SMB mappings require privacy (csi-proxy `-require-privacy`).
     pub fn require_privacy(&self) -> bool {
         self.cfg.require_privacy
+    }
+
+    /// The csi-proxy release being played.
+    pub fn csi_proxy_version(&self) -> CsiProxyVersion {
+        self.profile.version
+    }
+
+    /// The behaviour of the release being played.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// Plays another csi-proxy release from the next call on (host state is kept, as when csi-proxy is upgraded
+    /// in place).
+    pub fn set_csi_proxy_version(&mut self, version: CsiProxyVersion) -> Result<()> {
+        self.profile = version.profile();
+        if !self.profile.require_privacy_flag {
+            self.cfg.require_privacy = true;
+        }
+        self.sync_links()
+    }
+
+    /// The configurable host behaviours in force.
+    pub fn behaviour(&self) -> &HostBehaviour {
+        &self.behaviour
+    }
+
+    /// Replaces the configurable host behaviours.
+    pub fn set_behaviour(&mut self, behaviour: HostBehaviour) -> Result<()> {
+        self.behaviour = behaviour;
+        self.sync_links()
+    }
+
+    /// Marks the csi-proxy process as killed by the current call (see [`crate::SimHost`]).
+    pub(crate) fn crash(&mut self, reason: &str) -> Error {
+        self.crash = Some(reason.to_string());
+        Error::host(format!("csi-proxy crashed: {reason}"))
+    }
+
+    /// Takes the crash a call caused, if any.
+    pub(crate) fn take_crash(&mut self) -> Option<String> {
+        self.crash.take()
+    }
+
+    /// Applies everything that became due by `now`: disks and volumes whose arrival delay elapsed appear.
+    pub fn tick(&mut self, now: tokio::time::Instant) -> Result<()> {
+        if disk::complete_arrivals(self, Some(now)) {
+            self.sync_links()?;
+        }
+        Ok(())
+    }
+
+    /// Completes every pending disk and volume arrival at once (what `Rescan` does to the storage cache).
+    pub fn complete_arrivals(&mut self) -> Result<()> {
+        if disk::complete_arrivals(self, None) {
+            self.sync_links()?;
+        }
+        Ok(())
     }
 
     /// Maps a parsed drive path to the sandbox (case-insensitive, like NTFS).

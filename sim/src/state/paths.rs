@@ -24,8 +24,10 @@ fn contains_invalid_characters(path: &str) -> bool {
         || rest.contains("..")
 }
 
-/// csi-proxy's `validatePathWindows`, check by check and message by message, extended with `-working-dir` roots
-/// (any root may match).
+/// csi-proxy's `validatePathWindows` (`pkg/server/filesystem/server.go:75-110`, identical in v1.1.3 … master),
+/// check by check and message by message. The allowed roots are the `-working-dir`s followed by `-kubelet-path`
+/// (`cmd/csi-proxy/main.go`: `workingDirs = append(workingDirs, *kubeletPath)`); the refusal prints them as Go's
+/// `%v` of a `[]string`. (Its UNC check is unreachable: a leading `\` is refused first.)
 pub(crate) fn validate_path_windows(
     path: &str,
     kubelet_path: &str,
@@ -47,12 +49,18 @@ pub(crate) fn validate_path_windows(
         return Err(format!("not an absolute Windows path: {path}"));
     }
     let lower = path.to_lowercase();
-    let allowed = std::iter::once(kubelet_path)
-        .chain(working_dirs.iter().map(String::as_str))
-        .any(|root| lower.starts_with(&root.to_lowercase()));
-    if !allowed {
+    let roots: Vec<&str> = working_dirs
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once(kubelet_path))
+        .collect();
+    if !roots
+        .iter()
+        .any(|root| lower.starts_with(&root.to_lowercase()))
+    {
         return Err(format!(
-            "path: {path} is not within context path: {kubelet_path}"
+            "path: {path} is not within the working directories: [{}]",
+            roots.join(" ")
         ));
     }
     Ok(())
@@ -192,7 +200,7 @@ mod tests {
     fn rejects_outside_prefix_with_real_message() {
         assert_eq!(
             v(r"C:\Windows\System32").unwrap_err(),
-            r"path: C:\Windows\System32 is not within context path: C:\var\lib\kubelet"
+            r"path: C:\Windows\System32 is not within the working directories: [C:\var\lib\kubelet]"
         );
     }
 
@@ -200,7 +208,10 @@ mod tests {
     fn working_dirs_are_extra_roots() {
         let wd = vec![r"D:\csi".to_string()];
         assert!(validate_path_windows(r"D:\csi\x", KUBELET, &wd).is_ok());
-        assert!(validate_path_windows(r"D:\other", KUBELET, &wd).is_err());
+        assert_eq!(
+            validate_path_windows(r"D:\other", KUBELET, &wd).unwrap_err(),
+            r"path: D:\other is not within the working directories: [D:\csi C:\var\lib\kubelet]"
+        );
     }
 
     #[test]

@@ -6,6 +6,8 @@ use serde::Serialize;
 
 use super::{State, paths, write_files};
 use crate::error::{Error, Result};
+use crate::profile::SmbLinkForm;
+use crate::profile::texts;
 use crate::scenario::SmbSpec;
 use crate::secret::Secret;
 
@@ -144,9 +146,10 @@ pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
     Ok(())
 }
 
-/// Makes `<root>/unc/<server>/<share>` exist exactly for usable (OK, reachable) mappings.
+/// Makes `<root>/unc/<server>/<share>` exist exactly for usable (OK, reachable) mappings, and
+/// `<root>/unc-long/<server>/<share>` (the v1.3.0+ `\\?\\\server\share` link form) for the same shares while that
+/// form resolves ([`crate::profile::HostBehaviour::long_unc_links_resolve`]).
 pub(crate) fn sync_unc_links(st: &mut State) -> Result<()> {
-    let unc = st.layout.unc_dir();
     let mut want = std::collections::BTreeSet::new();
     for m in st.mappings.values() {
         let usable = m.status == MappingStatus::Ok
@@ -158,26 +161,49 @@ pub(crate) fn sync_unc_links(st: &mut State) -> Result<()> {
             want.insert((m.server.clone(), m.share.clone()));
         }
     }
-    if let Ok(servers) = std::fs::read_dir(&unc) {
-        for s in servers.flatten() {
-            let server = s.file_name().to_string_lossy().into_owned();
-            if let Ok(shares) = std::fs::read_dir(s.path()) {
-                for sh in shares.flatten() {
-                    let share = sh.file_name().to_string_lossy().into_owned();
-                    if !want.contains(&(server.clone(), share)) {
-                        super::fs::remove_link(&sh.path()).map_err(|e| Error::io(sh.path(), e))?;
+    let long = if st.behaviour.long_unc_links_resolve {
+        want.clone()
+    } else {
+        std::collections::BTreeSet::new()
+    };
+    for (dir, want) in [
+        (st.layout.unc_dir(), &want),
+        (st.layout.unc_long_dir(), &long),
+    ] {
+        if let Ok(servers) = std::fs::read_dir(&dir) {
+            for s in servers.flatten() {
+                let server = s.file_name().to_string_lossy().into_owned();
+                if let Ok(shares) = std::fs::read_dir(s.path()) {
+                    for sh in shares.flatten() {
+                        let share = sh.file_name().to_string_lossy().into_owned();
+                        if !want.contains(&(server.clone(), share)) {
+                            super::fs::remove_link(&sh.path())
+                                .map_err(|e| Error::io(sh.path(), e))?;
+                        }
                     }
                 }
             }
         }
     }
-    for (server, share) in want {
-        let link = st.layout.unc_link(&server, &share);
+    for (server, share) in &want {
+        let link = st.layout.unc_link(server, share);
         if link.symlink_metadata().is_err() {
-            let dir = st.layout.unc_dir().join(&server);
+            let dir = st.layout.unc_dir().join(server);
             std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-            let store = st.layout.share_store(&server, &share);
+            let store = st.layout.share_store(server, share);
             std::fs::create_dir_all(&store).map_err(|e| Error::io(&store, e))?;
+            st.layout
+                .links()
+                .create(&store, &link)
+                .map_err(|e| Error::io(&link, e))?;
+        }
+    }
+    for (server, share) in &long {
+        let link = st.layout.unc_long_link(server, share);
+        if link.symlink_metadata().is_err() {
+            let dir = st.layout.unc_long_dir().join(server);
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            let store = st.layout.share_store(server, share);
             st.layout
                 .links()
                 .create(&store, &link)
@@ -198,34 +224,24 @@ fn split_principal(username: &str) -> (Option<String>, String) {
     }
 }
 
-fn go_quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\r' => out.push_str("\\r"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+/// csi-proxy's `getRootMappingPath` (`pkg/server/smb/server.go:28-46`): the first two non-empty `\`-separated
+/// parts, lower-cased, as `\\server\share`; anything shorter is `remote path (P) is invalid`.
+pub(crate) fn root_mapping_path(remote: &str) -> Result<(String, String, String)> {
+    let parts: Vec<&str> = remote
+        .split('\\')
+        .filter(|s| !s.is_empty())
+        .take(2)
+        .collect();
+    if parts.len() != 2 {
+        return Err(Error::host(format!("remote path ({remote}) is invalid")));
     }
-    out.push('"');
-    out
+    let server = parts[0].to_lowercase();
+    let share = parts[1].to_lowercase();
+    Ok((format!(r"\\{server}\{share}"), server, share))
 }
 
-/// A failed `New-SmbGlobalMapping` as csi-proxy reports it.
-fn new_mapping_error(code: u32, text: &str) -> Error {
-    let output = format!(
-        "New-SmbGlobalMapping : {text} \r\n    + CategoryInfo          : NotSpecified: (MSFT_SmbGlobalMapping:ROOT/Microsoft/...mbGlobalMapping) [New-SmbGlobalMapping], CimException\r\n    + FullyQualifiedErrorId : Windows System Error {code},New-SmbGlobalMapping\r\n"
-    );
-    Error::host(format!(
-        "NewSmbGlobalMapping failed. output: {}, err: exit status 1",
-        go_quote(&output)
-    ))
-}
-
-/// Windows error 1219.
-pub(crate) const TEXT_1219: &str = "Multiple connections to a server or shared resource by the same user, using more than one user name, are not allowed. Disconnect all previous connections to the server or shared resource and try again.";
+/// Why a mapping could not be created: a Windows error number.
+type WinCode = u32;
 
 impl State {
     fn authenticate(
@@ -234,15 +250,11 @@ impl State {
         share: &str,
         username: &str,
         password: &str,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), WinCode> {
         let srv = &self.servers[server];
         let sh = &srv.shares[share];
         if username.is_empty() {
-            return if sh.guest {
-                Ok(())
-            } else {
-                Err(new_mapping_error(5, "Access is denied."))
-            };
+            return if sh.guest { Ok(()) } else { Err(5) };
         }
         let (domain, user) = split_principal(username);
         let account = srv.accounts.iter().find(|a| {
@@ -255,10 +267,7 @@ impl State {
                 }
         });
         let Some(account) = account.filter(|a| a.password.expose() == password) else {
-            return Err(new_mapping_error(
-                1326,
-                "The user name or password is incorrect.",
-            ));
+            return Err(1326);
         };
         if !sh.users.is_empty()
             && !sh
@@ -266,24 +275,47 @@ impl State {
                 .iter()
                 .any(|u| u.eq_ignore_ascii_case(&account.user))
         {
-            return Err(new_mapping_error(5, "Access is denied."));
+            return Err(5);
         }
         Ok(())
     }
 
     /// Whether an OK mapping is still usable (csi-proxy's PathValid on the root).
     fn mapping_valid(&self, m: &Mapping) -> bool {
-        let Some(srv) = self.servers.get(&m.server) else {
-            return false;
-        };
-        srv.reachable
-            && srv.shares.contains_key(&m.share)
-            && self
-                .authenticate(&m.server, &m.share, &m.principal, m.password.expose())
-                .is_ok()
+        self.unc_access(&m.server, &m.share).is_ok()
     }
 
-    /// `NewSmbGlobalMapping`.
+    /// Whether the host can reach `\\server\share` right now, else the Windows error a file access gets (by
+    /// cause, [`crate::profile::UncErrors`]).
+    pub(crate) fn unc_access(&self, server: &str, share: &str) -> std::result::Result<(), WinCode> {
+        let errs = &self.behaviour.unc_errors;
+        let Some(srv) = self.servers.get(server).filter(|s| s.reachable) else {
+            return Err(errs.unreachable);
+        };
+        let root = format!(r"\\{server}\{share}");
+        match self.mappings.get(&root) {
+            None => {
+                if srv.shares.get(share).is_some_and(|s| s.guest) {
+                    Ok(())
+                } else {
+                    Err(errs.unmapped)
+                }
+            }
+            Some(m) if m.status != MappingStatus::Ok => Err(errs.disconnected),
+            Some(m) => {
+                if !srv.shares.contains_key(share) {
+                    return Err(errs.share_missing);
+                }
+                self.authenticate(server, share, &m.principal, m.password.expose())
+                    .map_err(|_| errs.bad_credentials)
+            }
+        }
+    }
+
+    /// `NewSmbGlobalMapping`, as csi-proxy's server does it (`pkg/server/smb/server.go:55-122`, the same in every
+    /// release): only an `OK` mapping of the lower-cased root counts as mapped; an OK one that fails PathValid is
+    /// removed and re-created; otherwise a mapping is created (a `Disconnected` one is not removed first). Then
+    /// `local_path` is validated and linked to the full remote path in the release's link form.
     pub fn new_smb_global_mapping(
         &mut self,
         remote_path: &str,
@@ -295,13 +327,7 @@ impl State {
         if remote.is_empty() {
             return Err(Error::host("remote path is empty"));
         }
-        let Some((server, share, _)) = paths::parse_unc(&remote) else {
-            return Err(new_mapping_error(
-                123,
-                "The filename, directory name, or volume label syntax is incorrect.",
-            ));
-        };
-        let root = format!(r"\\{server}\{share}");
+        let (root, server, share) = root_mapping_path(&remote)?;
         let mut mapped = self
             .mappings
             .get(&root)
@@ -321,37 +347,44 @@ impl State {
                 &self.cfg.working_dirs,
             )
             .map_err(Error::Host)?;
-            let mut target = remote.clone();
-            if !target.ends_with('\\') {
-                target.push('\\');
-            }
-            let link_fail = |text: String| {
-                Error::host(format!(
-                    "creating link {local_path} to {remote} failed with error: error linking {target} to {local_path}. output: {text}, err: exit status 1"
-                ))
-            };
             let dp = paths::DrivePath::parse(local_path)
-                .ok_or_else(|| link_fail("invalid path".into()))?;
+                .ok_or_else(|| texts::smb_link_failed(&self.profile, local_path, &remote, false))?;
             let link = self.real_drive_path(&dp);
             if link.symlink_metadata().is_ok() {
-                return Err(link_fail(format!(
-                    "New-Item : An item with the specified name {local_path} already exists."
-                )));
+                return Err(texts::smb_link_failed(
+                    &self.profile,
+                    local_path,
+                    &remote,
+                    true,
+                ));
             }
             if !link.parent().is_some_and(|p| p.is_dir()) {
-                return Err(link_fail(format!(
-                    "New-Item : Could not find a part of the path '{local_path}'."
-                )));
+                return Err(texts::smb_link_failed(
+                    &self.profile,
+                    local_path,
+                    &remote,
+                    false,
+                ));
             }
-            let (_, _, rest) = paths::parse_unc(&remote).unwrap_or_default();
-            let mut real_target = self.layout.unc_link(&server, &share);
+            let rest: Vec<String> = remote
+                .split('\\')
+                .filter(|s| !s.is_empty())
+                .skip(2)
+                .map(str::to_string)
+                .collect();
+            let rest = paths::normalise_components(&rest.join("\\"));
+            let mut real_target = match self.profile.smb_link {
+                SmbLinkForm::NewItemUnc => self.layout.unc_link(&server, &share),
+                SmbLinkForm::LongPathPrefixed => self.layout.unc_long_link(&server, &share),
+            };
             for c in rest {
                 real_target.push(c);
             }
             self.layout
                 .links()
                 .create(&real_target, &link)
-                .map_err(|e| link_fail(super::fs::win_io_text(&e).to_string()))?;
+                .map_err(|_| texts::smb_link_failed(&self.profile, local_path, &remote, false))?;
+            self.file_links.remove(&link);
         }
         Ok(())
     }
@@ -364,14 +397,27 @@ impl State {
         username: &str,
         password: &Secret,
     ) -> Result<()> {
+        if self.profile.smb_needs_credentials && (username.is_empty() || password.is_empty()) {
+            return Err(texts::ps_credential_required(password.is_empty()));
+        }
+        let report = texts::wmi_report(&self.profile, self.behaviour.wmi_failures);
+        let fail = |st: &State, code: WinCode| match texts::new_mapping_failed(
+            &st.profile,
+            report,
+            code,
+        ) {
+            Some(e) => Err(e),
+            // v1.3.0 ignores a non-zero ReturnValue: "success" without a mapping.
+            None => Ok(()),
+        };
         let Some(srv) = self.servers.get(server).filter(|s| s.reachable) else {
-            return Err(new_mapping_error(53, "The network path was not found."));
+            return fail(self, 53);
         };
         if !srv.shares.contains_key(share) {
-            return Err(new_mapping_error(67, "The network name cannot be found."));
+            return fail(self, 67);
         }
         if self.cfg.require_privacy && !srv.encryption {
-            return Err(new_mapping_error(5, "Access is denied."));
+            return fail(self, 5);
         }
         let principal_key = username.to_lowercase();
         if self
@@ -379,18 +425,18 @@ impl State {
             .values()
             .any(|m| m.server == server && m.principal.to_lowercase() != principal_key)
         {
-            return Err(new_mapping_error(1219, TEXT_1219));
+            return fail(self, 1219);
         }
         if self.mappings.contains_key(root) {
+            // A Disconnected mapping of this root (csi-proxy never removes it first): public reports show 1219.
             if self.cfg.disconnected_mapping_blocks_create {
-                return Err(new_mapping_error(
-                    85,
-                    "The local device name is already in use.",
-                ));
+                return fail(self, 1219);
             }
             self.mappings.remove(root);
         }
-        self.authenticate(server, share, username, password.expose())?;
+        if let Err(code) = self.authenticate(server, share, username, password.expose()) {
+            return fail(self, code);
+        }
         self.mappings.insert(
             root.to_string(),
             Mapping {
@@ -412,18 +458,10 @@ impl State {
         if remote.is_empty() {
             return Err(Error::host("remote path is empty"));
         }
-        let root = paths::parse_unc(&remote).map(|(s, sh, _)| format!(r"\\{s}\{sh}"));
-        match root.and_then(|r| self.mappings.remove(&r)) {
+        let (root, _, _) = root_mapping_path(&remote)?;
+        match self.mappings.remove(&root) {
             Some(_) => self.sync_links(),
-            None => {
-                let output = format!(
-                    "Remove-SmbGlobalMapping : No MSFT_SmbGlobalMapping objects found with property 'RemotePath' equal to '{remote}'.  Verify the value of the property and retry.\r\n    + CategoryInfo          : ObjectNotFound: ({remote}:String) [Remove-SmbGlobalMapping], CimJobException\r\n    + FullyQualifiedErrorId : CmdletizationQuery_NotFound_RemotePath,Remove-SmbGlobalMapping\r\n"
-                );
-                Err(Error::host(format!(
-                    "UnmountSmbShare failed. output: {}, err: exit status 1",
-                    go_quote(&output)
-                )))
-            }
+            None => Err(texts::remove_mapping_not_found(&self.profile, &root)),
         }
     }
 

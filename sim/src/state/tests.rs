@@ -2,6 +2,7 @@
 
 use super::iscsi::AuthType;
 use super::*;
+use crate::profile::CsiProxyVersion;
 use crate::scenario::Scenario;
 use crate::secret::Secret;
 
@@ -28,8 +29,11 @@ impl std::ops::DerefMut for Fx {
 /// Set to run this whole suite on emulated links (the fallback used under Wine): CI runs it both ways.
 const EMULATE_ENV: &str = "WINCSI_SIM_TEST_EMULATED_LINKS";
 
+/// A host from `json` with `opts`; the csi-proxy release is pinned (the chart default unless `opts` names one), so
+/// `WINCSI_SIM_CSI_PROXY_VERSION` never changes what these tests see.
 fn fx_with(json: &str, mut opts: HostOptions) -> Fx {
     opts.emulate_links |= std::env::var_os(EMULATE_ENV).is_some();
+    opts.csi_proxy_version = opts.csi_proxy_version.or(Some(CsiProxyVersion::DEFAULT));
     let dir = tempfile::tempdir().unwrap();
     let sc = Scenario::from_json(json).unwrap();
     let st = State::new(&sc, dir.path(), &opts).unwrap();
@@ -38,6 +42,17 @@ fn fx_with(json: &str, mut opts: HostOptions) -> Fx {
 
 fn fx() -> Fx {
     fx_with(EXAMPLE, HostOptions::default())
+}
+
+/// The example host playing `v`.
+fn fx_v(v: CsiProxyVersion) -> Fx {
+    fx_with(
+        EXAMPLE,
+        HostOptions {
+            csi_proxy_version: Some(v),
+            ..HostOptions::default()
+        },
+    )
 }
 
 fn p(rel: &str) -> String {
@@ -75,14 +90,20 @@ fn unknown_scenario_fields_are_rejected() {
 
 #[test]
 fn filesystem_calls_validate_paths() {
-    let f = fx();
+    let mut f = fx();
     let outside = r"C:\Windows\Temp\x";
-    let want = format!("path: {outside} is not within context path: {K}");
+    let want = format!("path: {outside} is not within the working directories: [{K}]");
     assert_eq!(host_err(f.path_exists(outside)), want);
     assert_eq!(host_err(f.mkdir(outside)), want);
     assert_eq!(host_err(f.rmdir(outside, true)), want);
-    assert!(host_err(f.create_symlink(outside, &p("a"))).contains("not within context path"));
-    assert!(host_err(f.create_symlink(&p("a"), outside)).contains("not within context path"));
+    assert!(
+        host_err(f.create_symlink(outside, &p("a")))
+            .contains("is not within the working directories")
+    );
+    assert!(
+        host_err(f.create_symlink(&p("a"), outside))
+            .contains("is not within the working directories")
+    );
     assert!(host_err(f.mkdir(&p(r"a\..\..\b"))).starts_with("path contains invalid characters"));
     assert!(
         host_err(f.mkdir(&format!(r"\\?\{K}\x"))).starts_with(r"invalid character \ at beginning")
@@ -134,7 +155,7 @@ fn mkdir_is_idempotent_and_creates_parents() {
 
 #[test]
 fn mkdir_over_a_file_or_dangling_link_fails() {
-    let f = fx();
+    let mut f = fx();
     f.write_file(&p("file"), b"x").unwrap();
     assert_eq!(
         host_err(f.mkdir(&p("file"))),
@@ -149,7 +170,7 @@ fn mkdir_over_a_file_or_dangling_link_fails() {
 
 #[test]
 fn rmdir_non_force_needs_an_existing_empty_dir() {
-    let f = fx();
+    let mut f = fx();
     let d = p("d");
     assert_eq!(
         host_err(f.rmdir(&d, false)),
@@ -167,7 +188,7 @@ fn rmdir_non_force_needs_an_existing_empty_dir() {
 
 #[test]
 fn rmdir_force_is_idempotent_and_recursive() {
-    let f = fx();
+    let mut f = fx();
     let d = p("tree");
     f.rmdir(&d, true).unwrap();
     f.mkdir(&format!(r"{d}\a\b")).unwrap();
@@ -178,7 +199,7 @@ fn rmdir_force_is_idempotent_and_recursive() {
 
 #[test]
 fn rmdir_on_a_link_removes_the_link_not_the_target() {
-    let f = fx();
+    let mut f = fx();
     f.mkdir(&p("src")).unwrap();
     f.write_file(&p(r"src\keep.txt"), b"keep").unwrap();
     f.create_symlink(&p("src"), &p("l1")).unwrap();
@@ -190,7 +211,7 @@ fn rmdir_on_a_link_removes_the_link_not_the_target() {
 
 #[test]
 fn rmdir_force_on_a_dir_holding_links_keeps_link_targets() {
-    let f = fx();
+    let mut f = fx();
     f.mkdir(&p("src")).unwrap();
     f.write_file(&p(r"src\keep.txt"), b"keep").unwrap();
     f.mkdir(&p(r"pod\volumes")).unwrap();
@@ -202,7 +223,7 @@ fn rmdir_force_on_a_dir_holding_links_keeps_link_targets() {
 
 #[test]
 fn create_symlink_makes_target_path_point_to_source_path() {
-    let f = fx();
+    let mut f = fx();
     let staging = p(r"plugins\x\globalmount");
     let publish = p(r"pods\uid\volumes\mount");
     f.mkdir(&staging).unwrap();
@@ -222,7 +243,7 @@ fn create_symlink_makes_target_path_point_to_source_path() {
 
 #[test]
 fn create_symlink_fails_if_target_exists() {
-    let f = fx();
+    let mut f = fx();
     f.mkdir(&p("src")).unwrap();
     f.mkdir(&p("dst")).unwrap();
     assert_eq!(
@@ -239,7 +260,7 @@ fn create_symlink_fails_if_target_exists() {
 
 #[test]
 fn create_symlink_does_not_need_the_source_to_exist_but_needs_the_parent() {
-    let f = fx();
+    let mut f = fx();
     f.create_symlink(&p("missing"), &p("l")).unwrap();
     assert!(
         host_err(f.create_symlink(&p("missing"), &p(r"no\parent\l")))
@@ -249,7 +270,7 @@ fn create_symlink_does_not_need_the_source_to_exist_but_needs_the_parent() {
 
 #[test]
 fn path_exists_uses_lstat() {
-    let f = fx();
+    let mut f = fx();
     assert!(!f.path_exists(&p("l")).unwrap());
     f.create_symlink(&p("missing"), &p("l")).unwrap();
     assert!(f.path_exists(&p("l")).unwrap());
@@ -257,7 +278,7 @@ fn path_exists_uses_lstat() {
 
 #[test]
 fn is_symlink_quirks() {
-    let f = fx();
+    let mut f = fx();
     // No validation: a path outside the kubelet dir is answered (not rejected).
     assert!(!f.is_symlink(r"C:\").unwrap());
     // Missing path is an error.
@@ -288,11 +309,17 @@ fn connect(f: &mut Fx, iqn: &str) -> Vec<u32> {
     };
     f.connect_target("192.0.2.10", 3260, iqn, auth, user, &secret(sec))
         .unwrap();
-    f.get_target_disks("192.0.2.10", 3260, iqn)
+    let disks: Vec<u32> = f
+        .get_target_disks("192.0.2.10", 3260, iqn)
         .unwrap()
         .iter()
         .map(|s| s.parse().unwrap())
-        .collect()
+        .collect();
+    // The default SAN policy (OfflineShared) leaves iSCSI disks offline: bring them online as the driver does.
+    for n in &disks {
+        f.set_disk_state(*n, true).unwrap();
+    }
+    disks
 }
 
 #[test]
@@ -373,7 +400,8 @@ fn set_disk_state_is_idempotent_and_offline_hides_volumes() {
     f.set_disk_state(n, false).unwrap();
     f.set_disk_state(n, false).unwrap();
     assert!(!f.get_disk_state(n).unwrap());
-    assert!(f.list_volumes_on_disk(n, 0).unwrap().is_empty());
+    // PowerShell era: the partitions are listed but have no volume, and stdout "" splits into [""].
+    assert_eq!(f.list_volumes_on_disk(n, 0).unwrap(), vec![String::new()]);
     assert!(f.is_volume_formatted(&vols[0]).is_err());
     f.set_disk_state(n, true).unwrap();
     assert!(f.is_volume_formatted(&vols[0]).unwrap());
@@ -405,7 +433,8 @@ fn iscsi_disk_can_arrive_offline() {
 fn partition_disk_initialises_raw_disks_and_is_a_noop_when_partitioned() {
     let mut f = fx();
     let n = connect(&mut f, "iqn.2026-01.io.wincsi:pvc-empty")[0];
-    assert!(f.list_volumes_on_disk(n, 0).unwrap().is_empty());
+    // PowerShell era: `Get-Partition` on a RAW disk fails.
+    assert!(host_err(f.list_volumes_on_disk(n, 0)).contains("No MSFT_Partition objects found"));
     f.partition_disk(n).unwrap();
     let d = f.disks().iter().find(|d| d.number == Some(n)).unwrap();
     assert_eq!(d.partition_style, crate::scenario::PartitionStyle::Gpt);
@@ -415,8 +444,9 @@ fn partition_disk_initialises_raw_disks_and_is_a_noop_when_partitioned() {
     );
     let vols = f.list_volumes_on_disk(n, 0).unwrap();
     assert_eq!(vols.len(), 1);
-    assert!(
-        f.list_volumes_on_disk(n, 1).unwrap().is_empty(),
+    assert_eq!(
+        f.list_volumes_on_disk(n, 1).unwrap(),
+        vec![String::new()],
         "the reserved partition has no volume"
     );
     assert_eq!(f.list_volumes_on_disk(n, 2).unwrap(), vols);
@@ -452,6 +482,7 @@ fn partition_disk_on_a_disk_with_foreign_data_is_a_data_loss_event() {
     let n: u32 = f.get_target_disks("192.0.2.10", 3260, iqn).unwrap()[0]
         .parse()
         .unwrap();
+    f.set_disk_state(n, true).unwrap();
     f.partition_disk(n).unwrap();
     let ev = f.data_loss_events();
     assert_eq!(ev.len(), 1);
@@ -464,8 +495,8 @@ fn partition_disk_refuses_read_only_and_offline_disks() {
     let json =
         r#"{"disks":[{"size":1073741824,"read_only":true},{"size":1073741824,"online":false}]}"#;
     let mut f = fx_with(json, HostOptions::default());
-    assert!(host_err(f.partition_disk(0)).contains("write protected"));
-    assert!(host_err(f.partition_disk(1)).contains("offline"));
+    assert!(host_err(f.partition_disk(0)).contains("The disk is read only."));
+    assert!(host_err(f.partition_disk(1)).contains("The disk is offline."));
 }
 
 #[test]
@@ -499,7 +530,8 @@ fn formatting_an_empty_volume_is_not_data_loss() {
 
 #[test]
 fn resize_skips_small_growth_and_shrinks_and_grows_otherwise() {
-    let mut f = fx();
+    // The 100 MiB rule (v1.2.0+); v1.1.3's rule is a profile row.
+    let mut f = fx_v(CsiProxyVersion::V1_3_0);
     let n = connect(&mut f, "iqn.2026-01.io.wincsi:pvc-empty")[0];
     f.partition_disk(n).unwrap();
     let v = f.list_volumes_on_disk(n, 0).unwrap()[0].clone();
@@ -518,7 +550,11 @@ fn resize_skips_small_growth_and_shrinks_and_grows_otherwise() {
     );
     f.set_disk_size("pvc-empty", 2 * 1024 * 1024 * 1024)
         .unwrap();
-    assert!(host_err(f.resize_volume(&v, 4 * 1024 * 1024 * 1024)).contains("Size Not Supported"));
+    // v1.3.0 reports a non-zero ReturnValue with a nil error (`pkg/os/volume/api.go:233-236`).
+    assert!(
+        host_err(f.resize_volume(&v, 4 * 1024 * 1024 * 1024))
+            .ends_with("finalSize 4294967296, error: <nil>")
+    );
     f.resize_volume(&v, 0).unwrap();
     let (after, _) = f.get_volume_stats(&v).unwrap();
     assert_eq!(after as u64, 2 * 1024 * 1024 * 1024 - 18 * 1024 * 1024);
@@ -547,14 +583,15 @@ fn data_volume(f: &mut Fx) -> String {
 
 #[test]
 fn mount_volume_needs_an_existing_empty_dir_and_is_idempotent() {
-    let mut f = fx();
+    // WMI era texts and the idempotent re-mount; the PowerShell era is a profile row.
+    let mut f = fx_v(CsiProxyVersion::V1_3_0);
     let v = data_volume(&mut f);
     let t = p(r"plugins\pv\globalmount");
     assert!(
         host_err(f.mount_volume(&v, &t)).ends_with("The system cannot find the file specified.")
     );
     f.mkdir(&format!(r"{t}\x")).unwrap();
-    assert!(host_err(f.mount_volume(&v, &t)).ends_with("The directory is not empty."));
+    assert!(host_err(f.mount_volume(&v, &t)).ends_with("error: not a mounted folder"));
     f.rmdir(&format!(r"{t}\x"), false).unwrap();
     f.mount_volume(&v, &t).unwrap();
     f.mount_volume(&v, &t).unwrap();
@@ -568,12 +605,19 @@ fn mount_volume_needs_an_existing_empty_dir_and_is_idempotent() {
     );
     assert!(f.path_exists(&t).unwrap());
     assert_eq!(f.get_volume_id_from_target_path(&t).unwrap(), v);
-    assert!(host_err(f.mount_volume(&v, "")).ends_with("The parameter is incorrect."));
+    assert_eq!(
+        host_err(f.mount_volume(&v, "")),
+        "MountVolumeRequest.TargetPath is empty"
+    );
+    assert_eq!(
+        host_err(f.mount_volume("", &t)),
+        "MountVolumeRequest.VolumeId is empty"
+    );
 }
 
 #[test]
 fn mounting_another_volume_on_a_mount_point_fails() {
-    let mut f = fx();
+    let mut f = fx_v(CsiProxyVersion::V1_3_0);
     let v = data_volume(&mut f);
     let n = connect(&mut f, "iqn.2026-01.io.wincsi:pvc-empty")[0];
     f.partition_disk(n).unwrap();
@@ -586,7 +630,7 @@ fn mounting_another_volume_on_a_mount_point_fails() {
 
 #[test]
 fn unmount_of_nothing_fails_and_unmount_keeps_the_directory() {
-    let mut f = fx();
+    let mut f = fx_v(CsiProxyVersion::V1_3_0);
     let v = data_volume(&mut f);
     let t = p("m");
     f.mkdir(&t).unwrap();
@@ -762,7 +806,7 @@ fn smb_errors_53_67_1326_and_access_denied() {
             .contains("Windows System Error 53")
     );
     assert!(
-        host_err(f.new_smb_global_mapping(r"\\offline-nas\x", "", "", &pw))
+        host_err(f.new_smb_global_mapping(r"\\offline-nas\x", "", r"CORP\alice", &pw))
             .contains("The network path was not found.")
     );
     assert!(
@@ -835,16 +879,31 @@ fn smb_username_forms() {
 #[test]
 fn require_privacy_fails_on_servers_without_encryption() {
     let mut f = fx();
+    let guest = secret("guest-password");
     assert!(
-        host_err(f.new_smb_global_mapping(r"\\legacy-nas\public", "", "", &secret("")))
+        host_err(f.new_smb_global_mapping(r"\\legacy-nas\public", "", "guest", &guest))
             .contains("Access is denied.")
+    );
+    // v1.1.3 has no -require-privacy flag (it would not start); v1.2.0+ honour it.
+    let opts = HostOptions {
+        require_privacy: Some(false),
+        csi_proxy_version: Some(CsiProxyVersion::V1_1_3),
+        ..HostOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let e = State::new(&Scenario::from_json(EXAMPLE).unwrap(), dir.path(), &opts).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("flag provided but not defined: -require-privacy"),
+        "{e}"
     );
     let opts = HostOptions {
         require_privacy: Some(false),
+        csi_proxy_version: Some(CsiProxyVersion::V1_2_1),
         ..HostOptions::default()
     };
     let mut g = fx_with(EXAMPLE, opts);
-    g.new_smb_global_mapping(r"\\legacy-nas\public", "", "", &secret(""))
+    g.new_smb_global_mapping(r"\\legacy-nas\public", "", "guest", &guest)
         .unwrap();
     assert!(!g.mappings()[r"\\legacy-nas\public"].require_privacy);
     let _ = &mut f;
@@ -867,7 +926,11 @@ fn remove_smb_mapping_fails_when_absent_and_leaves_the_link() {
     f.remove_smb_global_mapping(&format!(r"{SRV}\DATA\sub\dir"))
         .unwrap();
     assert!(f.path_exists(&l).unwrap(), "the link stays");
-    assert!(!f.is_symlink(&l).unwrap(), "but no longer resolves");
+    // IsSymlink's one-hop Lstat of \\server\share\ without a mapping: access denied (configurable).
+    assert_eq!(
+        host_err(f.is_symlink(&l)),
+        r"CreateFile \\fileserver.corp.example\data\: Access is denied."
+    );
     assert!(f.read_file(&format!(r"{l}\hello.txt")).is_err());
 }
 
@@ -881,7 +944,7 @@ fn smb_local_path_is_validated_and_must_not_exist() {
         r"CORP\alice",
         &pw,
     ));
-    assert!(e.contains("is not within context path"));
+    assert!(e.contains("is not within the working directories"));
     assert_eq!(
         f.mappings().len(),
         1,
@@ -961,7 +1024,7 @@ fn add_target_portal_is_idempotent_and_remove_fails_when_absent() {
     );
     assert!(
         host_err(f.add_target_portal("198.51.100.1", 3260))
-            .starts_with("error adding target portal at (198.51.100.1:3260)")
+            .starts_with("error adding target portal. cmd New-IscsiTargetPortal")
     );
 }
 
@@ -980,7 +1043,8 @@ fn discovery_chap_portals_cannot_be_added_through_csi_proxy() {
 
 #[test]
 fn connect_needs_a_discovered_target_and_is_idempotent() {
-    let mut f = fx();
+    // Idempotent from v1.3.0; the PowerShell era's error is a profile row.
+    let mut f = fx_v(CsiProxyVersion::V1_3_0);
     let iqn = "iqn.2026-01.io.wincsi:pvc-empty";
     assert!(
         f.connect_target("192.0.2.10", 3260, iqn, AuthType::None, "", &secret(""))
@@ -1002,7 +1066,7 @@ fn connect_needs_a_discovered_target_and_is_idempotent() {
 
 #[test]
 fn disks_appear_on_connect_and_vanish_on_disconnect() {
-    let mut f = fx();
+    let mut f = fx_v(CsiProxyVersion::V1_3_0);
     let iqn = "iqn.2026-01.io.wincsi:pvc-data";
     let before = f.list_disk_locations().len();
     let disks = connect(&mut f, iqn);
@@ -1164,25 +1228,30 @@ fn reboot_disconnects_mappings_drops_sessions_and_keeps_links() {
         MappingStatus::Disconnected
     );
     assert!(f.sessions().is_empty());
+    // PowerShell era: GetTargetDisks of a target without a session fails.
     assert!(
-        f.get_target_disks("192.0.2.10", 3260, "iqn.2026-01.io.wincsi:pvc-data")
-            .unwrap()
-            .is_empty()
+        host_err(f.get_target_disks("192.0.2.10", 3260, "iqn.2026-01.io.wincsi:pvc-data"))
+            .contains("No matching MSFT_iSCSIConnection objects found")
     );
     for l in [&g, &m] {
         assert!(f.path_exists(l).unwrap(), "{l} stays on disk");
-        assert!(!f.is_symlink(l).unwrap(), "{l} no longer resolves");
     }
+    // The mount point no longer resolves; the SMB link's one-hop Lstat of the Disconnected share is an error.
+    assert!(!f.is_symlink(&m).unwrap());
+    assert_eq!(
+        host_err(f.is_symlink(&g)),
+        r"CreateFile \\fileserver.corp.example\data\: Access is denied."
+    );
     assert_eq!(
         f.get_service("defragsvc").unwrap().status,
         crate::scenario::ServiceStatus::Stopped
     );
     assert_eq!(f.list_target_portals().len(), 2, "portals are persistent");
-    // The Disconnected mapping blocks re-creation until removed.
+    // The Disconnected mapping blocks re-creation with 1219 (public reports) until removed.
     let pw = secret("alice-password-1");
     assert!(
         host_err(f.new_smb_global_mapping(&format!(r"{SRV}\data"), "", r"CORP\alice", &pw))
-            .contains("Windows System Error 85")
+            .contains("Windows System Error 1219")
     );
     // Another principal hits 1219 because of the stale mapping.
     assert!(
@@ -1305,7 +1374,8 @@ fn debug_output_of_state_holds_no_secrets() {
 
 #[test]
 fn volume_id_from_a_symlink_resolves_the_volume_holding_its_target() {
-    let mut f = fx();
+    // WMI era (the reparse-tag quirk); the PowerShell era follows `.Target` (profile row).
+    let mut f = fx_v(CsiProxyVersion::V1_3_0);
     let v = data_volume(&mut f);
     let staging = p("staging");
     f.mkdir(&staging).unwrap();
@@ -1324,7 +1394,13 @@ fn volume_id_from_a_symlink_resolves_the_volume_holding_its_target() {
     f.create_symlink(&p("gone"), &p("dangling")).unwrap();
     assert!(f.get_volume_id_from_target_path(&p("dangling")).is_err());
     // Without a C: volume in the scenario there is nothing to return.
-    let g = fx_with("{}", HostOptions::default());
+    let mut g = fx_with(
+        "{}",
+        HostOptions {
+            csi_proxy_version: Some(CsiProxyVersion::V1_3_0),
+            ..HostOptions::default()
+        },
+    );
     g.mkdir(&p("plain")).unwrap();
     g.create_symlink(&p("plain"), &p("l")).unwrap();
     assert!(g.get_volume_id_from_target_path(&p("l")).is_err());
@@ -1409,8 +1485,15 @@ fn os_symlinks_under(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 
 #[test]
 fn emulated_links_give_the_same_host_view_without_any_os_symlink() {
+    for v in CsiProxyVersion::ALL {
+        emulated_links_for(v);
+    }
+}
+
+fn emulated_links_for(version: CsiProxyVersion) {
     let opts = HostOptions {
         emulate_links: true,
+        csi_proxy_version: Some(version),
         ..HostOptions::default()
     };
     let mut f = fx_with(EXAMPLE, opts);
@@ -1452,7 +1535,11 @@ fn emulated_links_give_the_same_host_view_without_any_os_symlink() {
     let m = p(r"plugins\blk\globalmount");
     f.mkdir(&m).unwrap();
     f.mount_volume(&v, &m).unwrap();
-    f.mount_volume(&v, &m).unwrap();
+    assert_eq!(
+        f.mount_volume(&v, &m).is_ok(),
+        f.profile().mount_volume_again == crate::profile::OnRepeat::NoOp,
+        "{version}"
+    );
     assert_eq!(f.get_volume_id_from_target_path(&m).unwrap(), v);
     let blk_pub = p(r"pods\uid\volumes\blk");
     f.create_symlink(&m, &blk_pub).unwrap();
@@ -1475,7 +1562,10 @@ fn emulated_links_give_the_same_host_view_without_any_os_symlink() {
         .unwrap();
     f.remove_smb_global_mapping(&format!(r"{SRV}\data"))
         .unwrap();
-    assert!(!f.is_symlink(&stage).unwrap(), "staging link dangles");
+    assert!(
+        host_err(f.is_symlink(&stage)).ends_with("Access is denied."),
+        "staging link dangles: one-hop Lstat of the unmapped share"
+    );
     f.rmdir(&stage, false).unwrap();
     assert!(f.leftovers().is_empty(), "{:#?}", f.leftovers());
     assert!(f.data_loss_events().is_empty());

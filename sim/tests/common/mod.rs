@@ -21,8 +21,23 @@ impl SimProcess {
     /// Starts the binary with the arguments `args(tempdir)` returns and waits for its ready line (no sleeping:
     /// the line is printed once every endpoint is bound). The sandbox lives in the tempdir too.
     pub async fn start(args: impl FnOnce(&std::path::Path) -> Vec<String>) -> SimProcess {
+        Self::start_with_env(&[], args).await
+    }
+
+    /// [`SimProcess::start`] with extra environment variables for the child (`None` removes one).
+    pub async fn start_with_env(
+        env: &[(&str, Option<&str>)],
+        args: impl FnOnce(&std::path::Path) -> Vec<String>,
+    ) -> SimProcess {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(binary())
+        let mut cmd = Command::new(binary());
+        for (k, v) in env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        let mut child = cmd
             .args(args(dir.path()))
             .arg("--root")
             .arg(dir.path().join("sandbox"))

@@ -12,6 +12,7 @@ The schema itself is checked separately (check-jsonschema --schemafile driver/sr
 """
 import json
 import sys
+import time
 
 
 def load(path):
@@ -74,7 +75,9 @@ def table(paths):
             obs = c["observations"][f["observation"]]
             seen = f"error {obs['error']['kind']}: {obs['error']['message']}" if obs["error"] else f"ok {json.dumps(obs['value'])}"
             seen = seen.replace("|", "\\|").replace("\r", " ").replace("\n", " ")[:400]
-            print(f"| {f['ref']['id']} | {release} | {r['node']['transport']} | {r['started_unix_ms']} | {f['verdict']}: {seen} |")
+            day = time.strftime("%Y-%m-%d", time.gmtime(r["started_unix_ms"] / 1000))
+            # The Windows build is not in the report: fill it in (`[Environment]::OSVersion.Version`).
+            print(f"| {f['ref']['id']} | {release} | WINDOWS BUILD | {day} | {f['verdict']}: {seen} |")
 
 
 def main(argv):

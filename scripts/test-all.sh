@@ -17,6 +17,10 @@
 #                    tests/wine_*.rs> --test 'wine_*', run under Wine through .ci/wine-run.sh (time limit
 #                    WINCSI_WINE_TEST_TIMEOUT seconds, default 900; the wineserver it starts is stopped afterwards)
 #   sim with emulated links   the simulated host's state suite in the link mode it uses under Wine
+#   real-node kit    scripts/real-node/selftest.sh: the Windows-runner workflow linted (check-jsonschema, offline),
+#                    check-node against the simulated host (Linux binaries, all csi-proxy releases; Windows binaries
+#                    under Wine over named pipes) with every JSON report schema-validated and self-tested, and the
+#                    e2e kubelet model in external mode
 #   bench smoke      .ci/bench-smoke.sh: the benchmark harness on tiny inputs (correctness only, no timing)
 #   fuzz smoke       .ci/fuzz-smoke.sh: every cargo-fuzz target for a few seconds (dev build, no sanitizer)
 # It ends with a step-timing table and one "total: N passed, N failed" line summed over both cargo test runs.
@@ -56,6 +60,7 @@ preflight() {
     [ -x "$WINCSI_HELM4" ] || missing+=("helm 4 ($WINCSI_HELM4)")
     command -v kubernetes-validate >/dev/null 2>&1 || missing+=("kubernetes-validate")
     command -v yamllint >/dev/null 2>&1 || missing+=("yamllint")
+    command -v check-jsonschema >/dev/null 2>&1 || missing+=("check-jsonschema")
     command -v shellcheck >/dev/null 2>&1 || missing+=("shellcheck")
     if [ "${#missing[@]}" -gt 0 ]; then
         printf '  missing: %s\n' "${missing[@]}" >&2
@@ -173,6 +178,9 @@ step "test (wine, $WINDOWS_TARGET)" test_wine
 # The simulated host's state suite once more with emulated links (what it uses under Wine 8, which makes no
 # directory symlinks), so that mode is proven on Linux too.
 step "sim with emulated links" env WINCSI_SIM_TEST_EMULATED_LINKS=1 cargo test -p wincsi-sim --lib
+# The Windows-runner workflow's logic (scripts/real-node) run here against the simulated host: only the runner wiring
+# is left untested.
+step "real-node kit (check-node, workflow lint, e2e external)" bash scripts/real-node/selftest.sh
 # Harness smoke runs: correctness only (zero errors, leaks, data loss), never timing.
 step "bench smoke" bash .ci/bench-smoke.sh
 # Fuzz smoke: every cargo-fuzz target a few seconds from its seeds. Dev build without a sanitizer keeps the

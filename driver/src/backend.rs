@@ -85,3 +85,45 @@ async fn start<H: Host>(
     }
     Ok(Arc::new(mgr))
 }
+
+/// What a [`HostJob`] learns about the backend it runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendInfo {
+    /// The `--host-backend` value.
+    pub kind: HostBackend,
+    /// How it is reached, for reports (e.g. `csi-proxy over named pipes \\.\pipe\csi-proxy-*`).
+    pub description: String,
+}
+
+/// Work generic over the host port that runs on whichever backend the flags select (`wincsi-node check-node`).
+/// A new backend is one more arm in [`run_job`], as in [`lifecycle`] and [`probe`].
+pub trait HostJob {
+    /// What the job produces.
+    type Output;
+    /// Run on `host`.
+    fn run<H: Host>(self, host: H, backend: BackendInfo) -> impl Future<Output = Self::Output>;
+}
+
+/// Run `job` over the backend `--host-backend` names, reached as the flags say.
+pub async fn run_job<J: HostJob>(config: &Config, job: J) -> J::Output {
+    match config.host_backend {
+        HostBackend::CsiProxy => {
+            let transport = proxy_transport(config);
+            let description = match &transport {
+                Transport::UnixSockets { dir } => format!(
+                    "csi-proxy API over Unix sockets {}/csi-proxy-*.sock",
+                    dir.display()
+                ),
+                Transport::NamedPipes { prefix } => {
+                    format!("csi-proxy over named pipes {prefix}csi-proxy-*")
+                }
+            };
+            let host = CsiProxyHost::new(ProxyClient::new(transport));
+            let info = BackendInfo {
+                kind: HostBackend::CsiProxy,
+                description,
+            };
+            job.run(host, info).await
+        }
+    }
+}

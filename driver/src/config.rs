@@ -60,7 +60,8 @@ const LONG_VERSION: &str = concat!(
     after_help = "Kubernetes API access is needed only by inline ephemeral SMB volumes that name a secretName: \
                   in-cluster config (the pod's service account) is used first, else the kubeconfig named by \
                   KUBECONFIG (never ~/.kube/config). It is resolved on first use, so the driver starts without \
-                  either; such a volume then fails with FAILED_PRECONDITION."
+                  either; such a volume then fails with FAILED_PRECONDITION.\n\n`wincsi-node check-node --help`: \
+                  check a node's host backend on scratch objects (docs/real-node-checks.md)."
 )]
 pub struct Config {
     /// CSI endpoint to serve on: `unix:///path/csi.sock`,

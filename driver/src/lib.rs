@@ -8,9 +8,10 @@
 //! and [`config`]; the host port [`host`] (its vocabulary and backends), the record store [`state`], [`listener`],
 //! [`logging`]; the protocol-independent [`lifecycle`]; the protocols [`smb`] and [`iscsi`] and the Kubernetes
 //! Secret source [`ephemeral`]; the composition root [`backend`]; the service layer ([`rpc`], [`identity`],
-//! [`node`], [`server`]).
+//! [`node`], [`server`]) and, beside it, `wincsi-node check-node` ([`check`]).
 
 pub mod backend;
+pub mod check;
 pub mod config;
 pub mod ephemeral;
 pub mod error;

@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["lifecycle"],
     &["smb", "iscsi", "ephemeral"],
     &["backend"],
-    &["rpc"],
+    &["rpc", "check"],
     &["identity", "node"],
     &["server"],
 ];

@@ -30,6 +30,7 @@ use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
+use crate::host_files::HostFiles;
 
 /// The kubelet root the driver is configured with (`--kubelet-root`, the chart's default).
 pub const KUBELET_ROOT: &str = r"C:\var\lib\kubelet";
@@ -308,7 +309,7 @@ struct KubeletState {
 }
 
 /// kubelet's volume manager for one node, talking CSI to the driver and writing its own files (`vol_data.json`)
-/// on the host through `host` (the simulator's admin interface).
+/// on the host through `host` (the simulator's admin interface, or the node's own filesystem: [`HostFiles`]).
 #[derive(Debug, Clone)]
 pub struct Kubelet {
     conn: CsiConn,
@@ -459,11 +460,7 @@ impl Kubelet {
     }
 
     /// kubelet's own step before NodeStage: the staging path's parent with `vol_data.json` in it.
-    async fn write_stage_data(
-        &self,
-        host: &sim::admin::AdminClient,
-        volume: &Volume,
-    ) -> Result<()> {
+    async fn write_stage_data(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
         let staging = self.staging_path(volume);
         let data = serde_json::json!({"driverName": self.driver, "volumeHandle": volume.handle});
         host.write_file(
@@ -476,7 +473,7 @@ impl Kubelet {
 
     /// One `NodeStageVolume` attempt (after kubelet's `vol_data.json`), no retry: to crash the driver in the
     /// middle of it.
-    pub async fn stage_once(&self, host: &sim::admin::AdminClient, volume: &Volume) -> Result<()> {
+    pub async fn stage_once(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
         self.write_stage_data(host, volume).await?;
         let req = self.stage_request(volume);
         self.call("NodeStageVolume", &volume.handle, 1, |mut c, t| {
@@ -490,11 +487,7 @@ impl Kubelet {
 
     /// kubelet's MountDevice: `NodeGetCapabilities`, then (with `STAGE_UNSTAGE`) creates the staging path's parent
     /// (with `vol_data.json`) and calls `NodeStageVolume` with retries. A no-op when kubelet already staged it.
-    pub async fn mount_device(
-        &self,
-        host: &sim::admin::AdminClient,
-        volume: &Volume,
-    ) -> Result<()> {
+    pub async fn mount_device(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
         if volume.ephemeral || self.lock().staged.contains(&volume.handle) {
             return Ok(());
         }
@@ -521,7 +514,7 @@ impl Kubelet {
     /// `NodePublishVolume` with the pod-info attributes, with retries. Returns the publish path.
     pub async fn set_up(
         &self,
-        host: &sim::admin::AdminClient,
+        host: &impl HostFiles,
         pod: &Pod,
         volume: &Volume,
     ) -> Result<String> {
@@ -567,12 +560,7 @@ impl Kubelet {
     }
 
     /// Starts `pod` with `volume`: [`Kubelet::mount_device`] then [`Kubelet::set_up`]. Returns the publish path.
-    pub async fn mount(
-        &self,
-        host: &sim::admin::AdminClient,
-        pod: &Pod,
-        volume: &Volume,
-    ) -> Result<String> {
+    pub async fn mount(&self, host: &impl HostFiles, pod: &Pod, volume: &Volume) -> Result<String> {
         self.mount_device(host, volume).await?;
         self.set_up(host, pod, volume).await
     }

@@ -15,10 +15,14 @@
 //! * `tests/registration.rs` — what node-driver-registrar needs from the driver.
 //! * `tests/wine_e2e.rs` — the Windows builds under Wine over real named pipes.
 //! * `tests/cluster.rs` — opt-in, against a real cluster (see `e2e/README.md`).
+//! * `tests/external.rs` — opt-in, kubelet's calls against a driver someone else started on a real node (or on a
+//!   simulated host a script started), with no simulator admin: [`external`].
 //! * `src/bin/wincsi-demo.rs` — the README demo.
 
 mod error;
+pub mod external;
 pub mod fixtures;
+pub mod host_files;
 pub mod inproc;
 pub mod kubelet;
 mod node;
@@ -28,6 +32,7 @@ pub mod process;
 pub mod report;
 
 pub use error::{Error, Result};
+pub use host_files::{HostFiles, LocalFiles};
 pub use kubelet::{CsiConn, Kubelet, Pod, Volume};
 pub use node::TestNode;
 pub use output::OutputLog;

@@ -116,7 +116,7 @@ pub fn classify(op: HostOp, err: &proxy_client::Error) -> HostError {
         }
         _ => HostErrorKind::Other,
     };
-    HostError::new(op, kind, message)
+    HostError::new(op, kind, message).with_full_text(err.to_string())
 }
 
 impl Host for CsiProxyHost {

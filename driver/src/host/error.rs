@@ -148,6 +148,9 @@ pub struct HostError {
     pub kind: HostErrorKind,
     /// What the host said, without secrets.
     pub message: String,
+    /// The host's whole text when `message` is a shortened form of it (diagnostics such as `check-node`, which
+    /// must quote the exact text; the driver itself answers and logs `message`). Without secrets, like `message`.
+    pub full_text: Option<String>,
 }
 
 impl HostError {
@@ -157,7 +160,22 @@ impl HostError {
             op,
             kind,
             message: message.into(),
+            full_text: None,
         }
+    }
+
+    /// Keep the host's whole text beside the shortened `message` (when they differ).
+    pub fn with_full_text(mut self, text: impl Into<String>) -> Self {
+        let text = text.into();
+        if text != self.message {
+            self.full_text = Some(text);
+        }
+        self
+    }
+
+    /// The host's whole text (`message` when it was not shortened).
+    pub fn text(&self) -> &str {
+        self.full_text.as_deref().unwrap_or(&self.message)
     }
 }
 

@@ -197,7 +197,9 @@ impl<'a, H: Host> Calls<'a, H> {
 
 /// Turn a host failure into the driver error kubelet and the operator see. `subject` is the path or share involved.
 pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
-    let HostError { op, kind, message } = err;
+    let HostError {
+        op, kind, message, ..
+    } = err;
     match kind {
         HostErrorKind::Unavailable => Error::Unavailable(format!(
             "csi-proxy did not answer {op} ({message}); check that the csi-proxy service is running on the node"

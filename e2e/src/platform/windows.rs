@@ -23,9 +23,29 @@ pub(crate) fn default_csi_endpoint(_workdir: &Path) -> String {
     "tcp://127.0.0.1:0".to_owned()
 }
 
-/// A lazily connecting channel to `tcp://addr`.
+/// A lazily connecting channel to `tcp://addr`, or to `unix://C:\path\csi.sock` as kubelet connects on a real node
+/// (AF_UNIX through socket2, the connected socket handed to tokio as a readiness carrier like the driver's listener;
+/// Wine has no AF_UNIX, so only a real Windows host exercises this).
 pub(crate) fn channel(endpoint: &str) -> Result<Channel> {
+    if let Some(path) = endpoint.strip_prefix("unix://") {
+        let path = std::path::PathBuf::from(path);
+        let ch = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+                let path = path.clone();
+                async move { unix_connect(&path).map(hyper_util::rt::TokioIo::new) }
+            }));
+        return Ok(ch);
+    }
     super::tcp_channel(endpoint)
+}
+
+/// Connect an AF_UNIX stream socket (a local connect answers at once) and register it with tokio.
+fn unix_connect(path: &Path) -> std::io::Result<tokio::net::TcpStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.connect(&SockAddr::unix(path)?)?;
+    socket.set_nonblocking(true)?;
+    tokio::net::TcpStream::from_std(std::net::TcpStream::from(socket))
 }
 
 /// Nothing to prepare for TCP.

@@ -1,0 +1,445 @@
+//! The report of a `check-node` run: what it planned, what the node did per check, which rows it confirms or
+//! contradicts, what it cleaned up. Rendered as text for people or as one JSON document (`--output json`) whose
+//! shape is the versioned schema [`SCHEMA`] (`report-v1.schema.json` beside this file; tests validate every report
+//! against it).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::expect::{Ref, Release};
+use crate::host::HostError;
+
+/// The `schema` value of a version-1 report.
+pub const SCHEMA_ID: &str = "https://wincsi.invalid/schemas/check-node-report-v1.json";
+
+/// The JSON Schema (draft 2020-12) of a version-1 report (`wincsi-node check-node --print-schema`).
+pub const SCHEMA: &str = include_str!("report-v1.schema.json");
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Always [`SCHEMA_ID`].
+    pub schema: &'static str,
+    /// The binary that ran.
+    pub tool: Tool,
+    /// When the run started (milliseconds since the Unix epoch).
+    pub started_unix_ms: u64,
+    /// The run's phase.
+    pub phase: &'static str,
+    /// Whether it only printed its plan.
+    pub dry_run: bool,
+    /// The host backend and the node.
+    pub node: Node,
+    /// Which csi-proxy release the node runs.
+    pub release: ReleaseReport,
+    /// What the run said it would do, before doing it.
+    pub plan: Vec<PlanStep>,
+    /// One entry per check, in the order they ran.
+    pub checks: Vec<CheckReport>,
+    /// What was removed and what was left.
+    pub cleanup: Cleanup,
+    /// Counts of findings by verdict, and of checks by status.
+    pub summary: Summary,
+}
+
+/// The binary.
+#[derive(Clone, Debug, Serialize)]
+pub struct Tool {
+    /// `wincsi-node check-node`.
+    pub name: &'static str,
+    /// Crate version.
+    pub version: &'static str,
+    /// Target triple.
+    pub target: &'static str,
+}
+
+/// The node as the run saw it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Node {
+    /// `--host-backend`.
+    pub backend: String,
+    /// How the backend is reached.
+    pub transport: String,
+    /// `--kubelet-root`.
+    pub kubelet_root: String,
+    /// The scratch folder (host path).
+    pub scratch: String,
+    /// What the backend advertises beyond csi-proxy v1's primitives.
+    pub capabilities: BTreeMap<&'static str, bool>,
+}
+
+/// Which release the node runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReleaseReport {
+    /// `--csi-proxy-release`, if given.
+    pub claimed: Option<Release>,
+    /// The releases consistent with every sourced observation (all four when nothing told them apart; empty on
+    /// another backend or when no release explains them).
+    pub identified: Vec<Release>,
+    /// Whether the claimed release is among the identified ones (`null` without a claim).
+    pub claim_consistent: Option<bool>,
+    /// The releases the findings were judged against (the claim, else the identified ones).
+    pub judged_against: Vec<Release>,
+}
+
+/// One step of the plan.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanStep {
+    /// The check it belongs to.
+    pub check: &'static str,
+    /// What it will do on the host, in order.
+    pub actions: Vec<String>,
+}
+
+/// A check's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// It ran and recorded its observations.
+    Ran,
+    /// It did not run (see `note`).
+    Skipped,
+    /// It could not be carried out (a step it needed failed; see `note`).
+    Failed,
+}
+
+/// One check.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// Stable identifier.
+    pub id: &'static str,
+    /// What it looks at.
+    pub title: &'static str,
+    /// `release`, `filesystem`, `smb` or `iscsi`.
+    pub group: &'static str,
+    /// Whether it ran.
+    pub status: Status,
+    /// Why it was skipped or failed, or what to know about its result.
+    pub note: Option<String>,
+    /// What the node did, by observation name.
+    pub observations: BTreeMap<&'static str, Outcome>,
+    /// What the observations say about rows and real-node checks.
+    pub findings: Vec<Finding>,
+}
+
+/// What one host call (or a measured wait) did.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// The host operation (`MountVolume`, …) or the measurement.
+    pub op: String,
+    /// The value it returned (`null` for none).
+    pub value: Option<serde_json::Value>,
+    /// Its error, if it failed.
+    pub error: Option<ErrorReport>,
+    /// How long it took.
+    pub millis: u64,
+}
+
+impl Outcome {
+    /// A call that answered.
+    pub fn from_result<T: Serialize>(op: &str, result: &Result<T, HostError>, millis: u64) -> Self {
+        match result {
+            Ok(v) => Outcome {
+                op: op.to_owned(),
+                value: serde_json::to_value(v).ok().filter(|v| !v.is_null()),
+                error: None,
+                millis,
+            },
+            Err(e) => Outcome {
+                op: op.to_owned(),
+                value: None,
+                error: Some(ErrorReport {
+                    op: e.op.name().to_owned(),
+                    kind: format!("{:?}", e.kind),
+                    message: e.text().to_owned(),
+                }),
+                millis,
+            },
+        }
+    }
+
+    /// Whether it produced an answer the findings can be judged on (a deadline or an unreachable backend is none).
+    pub fn ran(&self) -> bool {
+        self.error
+            .as_ref()
+            .is_none_or(|e| e.kind != "DeadlineExceeded" && e.kind != "Unavailable")
+    }
+
+    #[cfg(test)]
+    pub(crate) fn test_ok(value: Option<serde_json::Value>) -> Self {
+        Outcome {
+            op: "X".into(),
+            value,
+            error: None,
+            millis: 0,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn test_err(error: ErrorReport) -> Self {
+        Outcome {
+            op: "X".into(),
+            value: None,
+            error: Some(error),
+            millis: 0,
+        }
+    }
+}
+
+/// A failed call as the driver saw it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorReport {
+    /// The host operation.
+    pub op: String,
+    /// The driver's classification (`HostErrorKind`).
+    pub kind: String,
+    /// The host's whole message (csi-proxy: the gRPC status message, exactly).
+    pub message: String,
+}
+
+/// A verdict on one claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The node did what the row (or the simulator's choice) says for the judged release(s).
+    Confirms,
+    /// It did not.
+    Contradicts,
+    /// The judged releases disagree and the node's release is not known, or the call gave no usable answer.
+    Inconclusive,
+    /// No prediction: the observation is recorded for the results table.
+    Recorded,
+    /// The reference does not apply to this backend.
+    NotApplicable,
+}
+
+/// What one release was expected to do.
+#[derive(Clone, Debug, Serialize)]
+pub struct Expected {
+    /// The release.
+    pub release: Release,
+    /// What it was expected to answer.
+    pub expect: String,
+}
+
+impl Expected {
+    /// Build one.
+    pub fn new(release: Release, expect: String) -> Self {
+        Self { release, expect }
+    }
+}
+
+/// One claim judged.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// The row, real-node check or native item.
+    #[serde(rename = "ref")]
+    pub reference: Ref,
+    /// The observation it is about.
+    pub observation: String,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Whether the expectation is the simulator's unverified choice (a real node settles it).
+    pub unverified: bool,
+    /// What the judged releases were expected to answer.
+    pub expected: Vec<Expected>,
+    /// Every release whose expectation the observation meets.
+    pub matching_releases: Vec<Release>,
+}
+
+/// What was cleaned up.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Cleanup {
+    /// Whether everything the run created (and did not mean to keep) is gone.
+    pub complete: bool,
+    /// Objects removed.
+    pub removed: Vec<String>,
+    /// Objects left on the node, with the reason.
+    pub left: Vec<LeftObject>,
+    /// Where the ledger of created objects is kept (local path).
+    pub ledger: String,
+}
+
+/// An object left on the node.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeftObject {
+    /// What it is.
+    pub object: String,
+    /// Why it is left (kept for the after-reboot phase, cannot be undone, removal failed).
+    pub reason: String,
+}
+
+/// Counts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    /// Findings by verdict.
+    pub findings: BTreeMap<&'static str, usize>,
+    /// Checks by status.
+    pub checks: BTreeMap<&'static str, usize>,
+}
+
+impl Summary {
+    /// Count a report's checks and findings.
+    pub fn of(checks: &[CheckReport]) -> Summary {
+        let mut s = Summary::default();
+        for v in [
+            "confirms",
+            "contradicts",
+            "inconclusive",
+            "recorded",
+            "not_applicable",
+        ] {
+            s.findings.insert(v, 0);
+        }
+        for st in ["ran", "skipped", "failed"] {
+            s.checks.insert(st, 0);
+        }
+        for c in checks {
+            *s.checks.entry(status_name(c.status)).or_default() += 1;
+            for f in &c.findings {
+                *s.findings.entry(verdict_name(f.verdict)).or_default() += 1;
+            }
+        }
+        s
+    }
+}
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Ran => "ran",
+        Status::Skipped => "skipped",
+        Status::Failed => "failed",
+    }
+}
+
+fn verdict_name(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Confirms => "confirms",
+        Verdict::Contradicts => "contradicts",
+        Verdict::Inconclusive => "inconclusive",
+        Verdict::Recorded => "recorded",
+        Verdict::NotApplicable => "not_applicable",
+    }
+}
+
+fn reference_text(r: &Ref) -> String {
+    match r {
+        Ref::Row(id) => format!("row `{id}`"),
+        Ref::NodeCheck(n) => format!("real-node check #{n}"),
+        Ref::Native(n) => format!("native item §5.{n}"),
+    }
+}
+
+fn releases_text(rs: &[Release]) -> String {
+    if rs.is_empty() {
+        return "none".to_owned();
+    }
+    rs.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// The first line of a host message, at most 240 characters (terminal output; the JSON keeps it whole).
+pub fn first_line(text: &str) -> String {
+    let line = text
+        .split(['\r', '\n'])
+        .next()
+        .unwrap_or_default()
+        .split("\\r\\n")
+        .next()
+        .unwrap_or_default();
+    if line.chars().count() > 240 {
+        format!("{}…", line.chars().take(240).collect::<String>())
+    } else {
+        line.to_owned()
+    }
+}
+
+/// The plan as text.
+pub fn render_plan(plan: &[PlanStep]) -> String {
+    let mut out = String::new();
+    for step in plan {
+        let _ = writeln!(out, "  [{}]", step.check);
+        for a in &step.actions {
+            let _ = writeln!(out, "    - {a}");
+        }
+    }
+    out
+}
+
+impl Report {
+    /// The report as text for a terminal.
+    pub fn render_text(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "wincsi check-node {} ({}), phase {}{}",
+            self.tool.version,
+            self.tool.target,
+            self.phase,
+            if self.dry_run { ", dry run" } else { "" }
+        );
+        let _ = writeln!(
+            o,
+            "backend: {} ({}); kubelet root {}; scratch {}",
+            self.node.backend, self.node.transport, self.node.kubelet_root, self.node.scratch
+        );
+        let _ = writeln!(
+            o,
+            "csi-proxy release: claimed {}, identified {}, judged against {}",
+            self.release.claimed.map_or("-", Release::as_str),
+            releases_text(&self.release.identified),
+            releases_text(&self.release.judged_against)
+        );
+        for c in &self.checks {
+            let _ = writeln!(o, "\n[{}] {} ({})", c.id, c.title, status_name(c.status));
+            if let Some(n) = &c.note {
+                let _ = writeln!(o, "  note: {n}");
+            }
+            for (name, out) in &c.observations {
+                let what = match (&out.error, &out.value) {
+                    (Some(e), _) => format!("error {}: {}", e.kind, first_line(&e.message)),
+                    (None, Some(v)) => format!("ok: {v}"),
+                    (None, None) => "ok".to_owned(),
+                };
+                let _ = writeln!(o, "  {name}: {} -> {what} ({} ms)", out.op, out.millis);
+            }
+            for f in &c.findings {
+                let _ = writeln!(
+                    o,
+                    "  {} {}{} [{}] (matches: {})",
+                    verdict_name(f.verdict),
+                    reference_text(&f.reference),
+                    if f.unverified {
+                        " (the simulator's unverified choice)"
+                    } else {
+                        ""
+                    },
+                    f.observation,
+                    releases_text(&f.matching_releases)
+                );
+            }
+        }
+        let _ = writeln!(
+            o,
+            "\ncleanup: {}",
+            if self.cleanup.complete {
+                "complete"
+            } else {
+                "INCOMPLETE"
+            }
+        );
+        for r in &self.cleanup.removed {
+            let _ = writeln!(o, "  removed {r}");
+        }
+        for l in &self.cleanup.left {
+            let _ = writeln!(o, "  left {}: {}", l.object, l.reason);
+        }
+        let _ = writeln!(
+            o,
+            "summary: findings {:?}; checks {:?}",
+            self.summary.findings, self.summary.checks
+        );
+        o
+    }
+}

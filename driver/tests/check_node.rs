@@ -1,0 +1,515 @@
+//! `check-node` against the simulated host, once per csi-proxy release it plays: every check runs, the answers
+//! identify exactly the release played, every finding on a profile row confirms it (the self-test of the check
+//! logic: a wrong expectation or a sim that drifted from its table fails here), the report validates against its
+//! JSON Schema, and the host is left with nothing the run created (except the LUN's formatting, reported).
+//! Also: the before-reboot / after-reboot phases across a simulated reboot, the refusals (a share already mapped,
+//! a target already connected, a disk that is not empty, a scratch folder not ours), the dry run, and the cleanup
+//! of an interrupted run from its ledger.
+
+#![cfg(unix)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use proxy_client::{ProxyClient, Transport};
+use serde_json::{Value, json};
+use sim::{CsiProxyVersion, HostOptions, Scenario, SimHost};
+use wincsi::backend::BackendInfo;
+use wincsi::check::cli;
+use wincsi::check::expect::Release;
+use wincsi::check::options::CheckOptions;
+use wincsi::config::HostBackend;
+use wincsi::host::csi_proxy::CsiProxyHost;
+
+const SMB_PASSWORD: &str = "Bob-Ch3ck-S3cret!";
+const CHAP_SECRET: &str = "chap-secret-12";
+
+fn scenario() -> Scenario {
+    Scenario::from_json(
+        &json!({
+            "smb": {"servers": [{
+                "name": "fs1",
+                "accounts": [{"user": "bob", "password": SMB_PASSWORD, "domain": "CORP"}],
+                "shares": [{"name": "scratch", "files": {"dir/readme.txt": "the scratch share"}}]
+            }]},
+            "iscsi": {"portals": [{
+                "address": "192.0.2.10", "port": 3260,
+                "targets": [
+                    {"iqn": "iqn.2026-01.io.wincsi:scratch",
+                     "chap": {"mode": "one_way", "username": "initiator1", "secret": CHAP_SECRET},
+                     "luns": [{"lun": 3, "id": "scratch", "size": 2147483648u64, "partition_style": "raw"}]},
+                    {"iqn": "iqn.2026-01.io.wincsi:used",
+                     "luns": [{"lun": 0, "id": "used", "size": 1073741824u64, "partition_style": "gpt",
+                               "partitions": [{"kind": "basic", "volume": {"filesystem": "NTFS",
+                                               "files": {"keep.txt": "data"}}}]}]}
+                ]
+            }]}
+        })
+        .to_string(),
+    )
+    .expect("scenario")
+}
+
+fn releases() -> [(CsiProxyVersion, Release); 4] {
+    [
+        (CsiProxyVersion::V1_1_3, Release::V1_1_3),
+        (CsiProxyVersion::V1_2_1, Release::V1_2_1),
+        (CsiProxyVersion::V1_3_0, Release::V1_3_0),
+        (CsiProxyVersion::Master, Release::Master),
+    ]
+}
+
+/// A simulated node served on Unix sockets.
+struct Node {
+    sim: SimHost,
+    _serve: sim::ServeHandle,
+    socks: tempfile::TempDir,
+    _sandbox: tempfile::TempDir,
+    work: tempfile::TempDir,
+}
+
+impl Node {
+    fn start(version: CsiProxyVersion) -> Node {
+        let sandbox = tempfile::tempdir().expect("tmp");
+        let socks = tempfile::tempdir().expect("tmp");
+        let opts = HostOptions {
+            csi_proxy_version: Some(version),
+            ..HostOptions::default()
+        };
+        let sim = SimHost::new(&scenario(), sandbox.path(), opts).expect("sim");
+        let serve = sim::serve_unix(sim.clone(), socks.path()).expect("serve");
+        Node {
+            sim,
+            _serve: serve,
+            socks,
+            _sandbox: sandbox,
+            work: tempfile::tempdir().expect("tmp"),
+        }
+    }
+
+    fn options(&self, extra: &[&str]) -> CheckOptions {
+        let socks = self.socks.path().display().to_string();
+        let check_dir = self.work.path().display().to_string();
+        let mut argv = vec![
+            "wincsi-node",
+            "check-node",
+            "--csi-proxy-socket-dir",
+            &socks,
+            "--check-dir",
+            &check_dir,
+            "--call-timeout-secs",
+            "30",
+        ];
+        argv.extend_from_slice(extra);
+        let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+        let chap = extra.contains(&"--iscsi-chap-username");
+        let (config, args) = cli::parse(&argv).expect("parse");
+        CheckOptions::resolve(&config, &args, &|k| match k {
+            cli::SMB_PASSWORD_ENV => Some(SMB_PASSWORD.to_owned()),
+            cli::CHAP_SECRET_ENV if chap => Some(CHAP_SECRET.to_owned()),
+            _ => None,
+        })
+        .expect("options")
+    }
+
+    async fn run(&self, extra: &[&str]) -> Result<Value, String> {
+        let opts = self.options(extra);
+        let host = CsiProxyHost::new(ProxyClient::new(Transport::UnixSockets {
+            dir: self.socks.path().to_path_buf(),
+        }));
+        let info = BackendInfo {
+            kind: HostBackend::CsiProxy,
+            description: "the simulated host".to_owned(),
+        };
+        let report = wincsi::check::run(host, info, &opts).await?;
+        let value = serde_json::to_value(&report).expect("json");
+        if let Ok(dir) = std::env::var("WINCSI_CHECK_TEST_DUMP") {
+            let name = format!("{dir}/{}-{}.json", report.phase, report.started_unix_ms);
+            std::fs::write(name, serde_json::to_string_pretty(&value).expect("text"))
+                .expect("dump");
+        }
+        assert_valid(&value);
+        Ok(value)
+    }
+
+    fn ledger(&self) -> &Path {
+        self.work.path()
+    }
+}
+
+const SMB: &[&str] = &[
+    "--smb-share",
+    r"\\fs1\scratch\dir",
+    "--smb-username",
+    r"CORP\bob",
+];
+const ISCSI: &[&str] = &[
+    "--iscsi-portal",
+    "192.0.2.10:3260",
+    "--iscsi-iqn",
+    "iqn.2026-01.io.wincsi:scratch",
+    "--iscsi-lun",
+    "3",
+    "--iscsi-chap-username",
+    "initiator1",
+];
+
+fn all_targets() -> Vec<&'static str> {
+    [SMB, ISCSI].concat()
+}
+
+/// The report validates against the schema the binary prints.
+fn assert_valid(report: &Value) {
+    let schema: Value =
+        serde_json::from_str(wincsi::check::report::SCHEMA).expect("the schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let errors: Vec<String> = validator
+        .iter_errors(report)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "schema violations:\n{}",
+        errors.join("\n")
+    );
+}
+
+fn checks(report: &Value) -> &Vec<Value> {
+    report["checks"].as_array().expect("checks")
+}
+
+fn check<'a>(report: &'a Value, id: &str) -> &'a Value {
+    checks(report)
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no check {id}"))
+}
+
+fn findings(report: &Value) -> Vec<&Value> {
+    checks(report)
+        .iter()
+        .flat_map(|c| c["findings"].as_array().expect("findings"))
+        .collect()
+}
+
+fn row_ids(report: &Value) -> BTreeSet<String> {
+    findings(report)
+        .iter()
+        .filter(|f| f["ref"]["kind"] == "row")
+        .map(|f| f["ref"]["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+/// Every check ran, nothing contradicts, the release played is the one identified, cleanup is complete.
+fn assert_self_test(report: &Value, release: Release) {
+    let name = serde_json::to_value(release).expect("release");
+    let text = serde_json::to_string_pretty(report).expect("text");
+    for c in checks(report) {
+        assert_eq!(c["status"], "ran", "{} did not run:\n{text}", c["id"]);
+    }
+    let contradicting: Vec<String> = findings(report)
+        .iter()
+        .filter(|f| f["verdict"] == "contradicts" || f["verdict"] == "inconclusive")
+        .map(|f| format!("{} ({})", f["ref"], f["observation"]))
+        .collect();
+    assert!(
+        contradicting.is_empty(),
+        "{release:?}: {contradicting:?}\n{text}"
+    );
+    assert_eq!(report["release"]["identified"], json!([name]), "{text}");
+    assert_eq!(report["cleanup"]["complete"], true, "{text}");
+    assert_eq!(report["summary"]["findings"]["contradicts"], 0);
+    assert!(
+        report["summary"]["findings"]["confirms"]
+            .as_u64()
+            .expect("n")
+            >= 20,
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_profile_is_identified_and_confirms_its_rows() {
+    for (version, release) in releases() {
+        let node = Node::start(version);
+        let report = node.run(&all_targets()).await.expect("run");
+        assert_self_test(&report, release);
+        // Judged against the release the answers identify (no claim given).
+        assert_eq!(report["release"]["claimed"], Value::Null);
+        assert_eq!(
+            report["release"]["judged_against"],
+            report["release"]["identified"]
+        );
+        // Nothing of the run is left on the host but the LUN's formatting (and the portal, never removed).
+        let inv = node.sim.invariants();
+        assert!(inv.ok(), "{release:?}: {inv:?}");
+        let left: Vec<&str> = report["cleanup"]["left"]
+            .as_array()
+            .expect("left")
+            .iter()
+            .map(|l| l["object"].as_str().expect("object"))
+            .collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(
+            left.iter().any(|l| l.starts_with("NTFS volume")),
+            "{left:?}"
+        );
+        assert!(
+            left.iter().any(|l| l.starts_with("iSCSI target portal")),
+            "{left:?}"
+        );
+        assert!(
+            !node.ledger().join("ledger.json").exists(),
+            "the ledger goes with the objects"
+        );
+        // The rows the run speaks to exist in the simulator's table.
+        let known: BTreeSet<&str> = sim::profile::ROWS.iter().map(|r| r.id).collect();
+        for id in row_ids(&report) {
+            assert!(known.contains(id.as_str()), "unknown row {id}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_release_is_judged_and_a_wrong_claim_shows() {
+    let node = Node::start(CsiProxyVersion::V1_3_0);
+    let report = node
+        .run(&[&all_targets()[..], &["--csi-proxy-release", "v1.3.0"]].concat())
+        .await
+        .expect("run");
+    assert_eq!(report["release"]["claim_consistent"], true);
+    assert_self_test(&report, Release::V1_3_0);
+
+    let node = Node::start(CsiProxyVersion::V1_3_0);
+    let report = node
+        .run(&[&all_targets()[..], &["--csi-proxy-release", "v1.1.3"]].concat())
+        .await
+        .expect("run");
+    assert_eq!(report["release"]["claim_consistent"], false);
+    assert_eq!(report["release"]["judged_against"], json!(["v1.1.3"]));
+    let contradicted: BTreeSet<&str> = findings(&report)
+        .iter()
+        .filter(|f| f["verdict"] == "contradicts" && f["ref"]["kind"] == "row")
+        .map(|f| f["ref"]["id"].as_str().expect("id"))
+        .collect();
+    for row in [
+        "connect_target_connected",
+        "mount_volume_again",
+        "not_found_texts",
+        "resize_skip",
+    ] {
+        assert!(
+            contradicted.contains(row),
+            "{row} not contradicted: {contradicted:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filesystem_checks_alone_need_no_share_or_target() {
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    let report = node.run(&[]).await.expect("run");
+    assert_eq!(check(&report, "smb")["status"], "skipped");
+    assert_eq!(check(&report, "iscsi")["status"], "skipped");
+    assert_eq!(check(&report, "is_symlink_one_hop")["status"], "ran");
+    assert_eq!(
+        report["release"]["identified"],
+        json!(["v1.1.3", "v1.2.1"]),
+        "without a LUN the two PowerShell releases look alike"
+    );
+    assert_eq!(report["cleanup"]["complete"], true);
+    assert!(node.sim.invariants().ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboot_phases_keep_fixtures_then_check_and_remove_them() {
+    for (version, release) in releases() {
+        let node = Node::start(version);
+        let before = node
+            .run(&[&all_targets()[..], &["--phase", "before-reboot"]].concat())
+            .await
+            .expect("before");
+        assert_self_test(&before, release);
+        let kept: Vec<&str> = before["cleanup"]["left"]
+            .as_array()
+            .expect("left")
+            .iter()
+            .filter(|l| {
+                l["reason"]
+                    .as_str()
+                    .expect("reason")
+                    .contains("after-reboot")
+            })
+            .map(|l| l["object"].as_str().expect("o"))
+            .collect();
+        assert_eq!(kept.len(), 4, "mapping, link, login, mount: {kept:?}");
+        assert!(node.ledger().join("ledger.json").exists());
+        // A full run now is refused: the fixtures are not cleaned up by accident.
+        let refused = node.run(&all_targets()).await.expect_err("refused");
+        assert!(refused.contains("after-reboot"), "{refused}");
+
+        node.sim.reboot().expect("reboot");
+        let after = node
+            .run(&[&all_targets()[..], &["--phase", "after-reboot"]].concat())
+            .await
+            .expect("after");
+        let text = serde_json::to_string_pretty(&after).expect("text");
+        for id in ["smb_after_reboot", "iscsi_after_reboot"] {
+            assert_eq!(check(&after, id)["status"], "ran", "{text}");
+        }
+        let bad: Vec<String> = findings(&after)
+            .iter()
+            .filter(|f| f["verdict"] == "contradicts" || f["verdict"] == "inconclusive")
+            .map(|f| format!("{} ({})", f["ref"], f["observation"]))
+            .collect();
+        assert!(bad.is_empty(), "{release:?}: {bad:?}\n{text}");
+        let rows = row_ids(&after);
+        for row in [
+            "smb_disconnected_recreate",
+            "unc_errors",
+            "dangling_mount_point_volume_id",
+            "mkdir_dangling_mount_point",
+        ] {
+            assert!(rows.contains(row), "{row} missing: {rows:?}");
+        }
+        assert_eq!(after["cleanup"]["complete"], true, "{text}");
+        assert!(node.sim.invariants().ok(), "{:?}", node.sim.invariants());
+        assert!(!node.ledger().join("ledger.json").exists());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_what_it_did_not_create() {
+    // A share that is already mapped: the probe with a wrong password succeeds (csi-proxy reuses the mapping), so
+    // the SMB checks stop and the mapping stays.
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    let client = ProxyClient::new(Transport::UnixSockets {
+        dir: node.socks.path().to_path_buf(),
+    });
+    client
+        .smb()
+        .new_global_mapping(
+            r"\\fs1\scratch",
+            None,
+            &proxy_client::SmbCredentials::new(r"CORP\bob", SMB_PASSWORD),
+        )
+        .await
+        .expect("someone else's mapping");
+    let report = node.run(SMB).await.expect("run");
+    assert_eq!(check(&report, "smb_unmapped_probe")["status"], "failed");
+    assert!(checks(&report).iter().all(|c| c["id"] != "smb_link_form"));
+    let mappings = node.sim.with_state(|s| s.mappings().len());
+    assert_eq!(mappings, 1, "the existing mapping is untouched");
+
+    // A target that already has a session on the node: the iSCSI checks stop before logging in.
+    let node = Node::start(CsiProxyVersion::V1_3_0);
+    let client = ProxyClient::new(Transport::UnixSockets {
+        dir: node.socks.path().to_path_buf(),
+    });
+    let portal = proxy_client::Portal::new("192.0.2.10".to_owned(), 3260);
+    client
+        .iscsi()
+        .add_target_portal(&portal)
+        .await
+        .expect("portal");
+    client
+        .iscsi()
+        .connect_target(
+            &portal,
+            "iqn.2026-01.io.wincsi:scratch",
+            &proxy_client::ChapAuth::OneWay {
+                username: "initiator1".to_owned(),
+                secret: proxy_client::Secret::new(CHAP_SECRET),
+            },
+        )
+        .await
+        .expect("someone else's session");
+    let report = node.run(ISCSI).await.expect("run");
+    assert_eq!(check(&report, "iscsi_unconnected")["status"], "failed");
+    assert_eq!(
+        node.sim.with_state(|s| s.sessions().len()),
+        1,
+        "the session stays"
+    );
+
+    // A LUN whose disk has a volume: refused before anything destructive, the login undone.
+    let node = Node::start(CsiProxyVersion::V1_2_1);
+    let used = [
+        "--iscsi-portal",
+        "192.0.2.10",
+        "--iscsi-iqn",
+        "iqn.2026-01.io.wincsi:used",
+        "--iscsi-lun",
+        "0",
+    ];
+    let report = node.run(&used).await.expect("run");
+    assert_eq!(check(&report, "iscsi_scratch_disk")["status"], "failed");
+    assert!(checks(&report).iter().all(|c| c["id"] != "iscsi_partition"));
+    assert_eq!(report["cleanup"]["complete"], true);
+    assert!(node.sim.invariants().ok(), "{:?}", node.sim.invariants());
+    assert!(node.sim.data_loss_events().is_empty());
+
+    // A scratch folder that is not this tool's.
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    node.sim
+        .with_state(|s| {
+            s.write_file(
+                r"C:\var\lib\kubelet\plugins\wincsi.csi.io\check-node\scratch\mine.txt",
+                b"x",
+            )
+        })
+        .expect("write");
+    let report = node.run(&[]).await.expect("run");
+    assert_eq!(check(&report, "scratch_tree")["status"], "failed");
+    assert_eq!(check(&report, "stopped")["status"], "failed");
+    assert!(
+        report["cleanup"]["removed"]
+            .as_array()
+            .expect("removed")
+            .is_empty()
+    );
+    assert!(node.sim.with_state(|s| {
+        s.read_file(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\check-node\scratch\mine.txt")
+            .is_ok()
+    }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_touches_nothing_and_cleanup_phase_removes_leftovers() {
+    let node = Node::start(CsiProxyVersion::Master);
+    node.sim.clear_audit();
+    let report = node
+        .run(&[&all_targets()[..], &["--dry-run"]].concat())
+        .await
+        .expect("dry run");
+    assert_eq!(report["dry_run"], true);
+    assert!(checks(&report).is_empty());
+    let plan = serde_json::to_string(&report["plan"]).expect("plan");
+    for needle in [
+        "NewSmbGlobalMapping",
+        "PartitionDisk",
+        "WRONG password",
+        "cannot be undone",
+    ] {
+        assert!(
+            plan.contains(needle),
+            "{needle} missing from the plan: {plan}"
+        );
+    }
+    assert!(node.sim.audit(0).is_empty(), "a dry run makes no host call");
+
+    // An interrupted before-reboot run's fixtures are removed by --phase cleanup.
+    let before = node
+        .run(&[&all_targets()[..], &["--phase", "before-reboot"]].concat())
+        .await
+        .expect("before");
+    assert_eq!(before["cleanup"]["complete"], true);
+    assert!(!node.sim.invariants().ok(), "fixtures are on the host");
+    let cleaned = node
+        .run(&[&all_targets()[..], &["--phase", "cleanup"]].concat())
+        .await
+        .expect("cleanup");
+    assert_eq!(cleaned["cleanup"]["complete"], true, "{cleaned}");
+    assert!(node.sim.invariants().ok(), "{:?}", node.sim.invariants());
+    assert!(!node.ledger().join("ledger.json").exists());
+}

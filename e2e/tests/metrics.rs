@@ -3,93 +3,13 @@
 //! comes and goes (a node without csi-proxy is not ready but stays live; the CSI `Probe` stays ready).
 #![cfg(unix)]
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::time::Duration;
+mod metrics_support;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use metrics_support::{
+    get, host_calls_by_operation, http_listeners, reachable, sample, until_status,
+};
 use wincsi_e2e::fixtures::{self, SECRETS};
 use wincsi_e2e::{DriverOptions, DriverProcess, Pod, ProxyWiring, SimProcess, TestNode, binaries};
-
-/// The HTTP listeners the driver logged (`serving HTTP`): address → the paths it serves.
-fn http_listeners(log: &str) -> BTreeMap<String, SocketAddr> {
-    let mut out = BTreeMap::new();
-    for line in log.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let field = |k: &str| {
-            v.get(k)
-                .or_else(|| v.get("fields").and_then(|f| f.get(k)))
-                .and_then(|x| x.as_str())
-                .map(str::to_owned)
-        };
-        if field("message").as_deref() == Some("serving HTTP") {
-            let addr = field("address")
-                .expect("address")
-                .parse()
-                .expect("socket address");
-            out.insert(field("paths").expect("paths"), addr);
-        }
-    }
-    out
-}
-
-/// `GET path` over a fresh connection: the status and the body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: wincsi\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).await.expect("read");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
-    (head[9..12].parse().expect("status"), body.to_owned())
-}
-
-/// Asks `path` until it answers `status` (the readiness result is cached for a second), at most 30 s.
-async fn until_status(addr: SocketAddr, path: &str, status: u16) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (got, body) = get(addr, path).await;
-        if got == status {
-            return body;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{path} still answers {got} {body:?}, not {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The value of the sample `name{labels}` (labels exactly as exposed), if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map(|v| v.parse().expect("a number"))
-}
-
-/// Sum of `wincsi_host_calls_total` by operation, over every outcome.
-fn host_calls_by_operation(text: &str) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) =
-            line.strip_prefix("wincsi_host_calls_total{backend=\"csi-proxy\",operation=\"")
-        else {
-            continue;
-        };
-        let (op, rest) = rest.split_once('"').expect("operation");
-        let n: u64 = rest
-            .rsplit(' ')
-            .next()
-            .expect("value")
-            .parse()
-            .expect("count");
-        *out.entry(op.to_owned()).or_default() += n;
-    }
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_kubelets_rpcs_and_every_host_call() {
@@ -216,20 +136,14 @@ async fn a_node_without_csi_proxy_is_not_ready_but_live() {
     let wiring = ProxyWiring::UnixSockets(sockets.clone());
     let mut opts = DriverOptions::new(dir.path(), wiring.clone());
     // One address for both: one listener serves /readyz, /livez and /metrics.
-    opts.extra_args.extend(
-        [
-            "--health-address",
-            "127.0.0.1:0",
-            "--metrics-address",
-            "127.0.0.1:0",
-        ]
-        .map(String::from),
-    );
+    // `:PORT` as the chart passes it: every interface, reached here over IPv4 loopback.
+    opts.extra_args
+        .extend(["--health-address", ":0", "--metrics-address", ":0"].map(String::from));
     let driver = DriverProcess::start(&binaries!().node, &opts)
         .await
         .expect("driver starts");
     let listeners = http_listeners(&driver.log().text());
-    let addr = listeners["/metrics /readyz /livez"];
+    let addr = reachable(listeners["/metrics /readyz /livez"]);
     assert_eq!(listeners.len(), 1, "{listeners:?}");
 
     // No csi-proxy: not ready, with the reason naming the endpoint; live; the CSI Probe still ready.

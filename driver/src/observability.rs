@@ -264,8 +264,21 @@ impl Telemetry {
     /// measured), and serves. The readiness check uses the configured backend's probe
     /// (`backend::probe_within`). Must be called inside a tokio runtime.
     pub fn start(config: &Config) -> Result<Self> {
+        if config.health_address.is_none() && config.metrics_address.is_none() {
+            return Ok(Self::idle());
+        }
         let probe = crate::backend::probe_within(config, READINESS_TIMEOUT);
         Self::start_with(config, probe)
+    }
+
+    /// No listener: both flags unset.
+    fn idle() -> Self {
+        Self {
+            state: ServerState::default(),
+            stop: watch::channel(false).0,
+            tasks: Vec::new(),
+            addresses: Vec::new(),
+        }
     }
 
     /// [`Telemetry::start`] with the backend check `probe`.
@@ -360,7 +373,8 @@ impl Telemetry {
         }
     }
 
-    /// Stops every listener: no new connections, in-flight requests get up to two seconds.
+    /// Stops every listener: no new connections, in-flight requests get up to two seconds. (Dropping the
+    /// telemetry stops them too, without waiting: the servers see their stop channel close.)
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         for task in self.tasks {
@@ -721,9 +735,29 @@ mod tests {
 
     #[tokio::test]
     async fn nothing_is_bound_without_the_flags() {
-        let t = Telemetry::start_with(&config(&[]), Scripted::new(Some(Ok(())))).expect("start");
-        assert!(t.addresses().is_empty());
+        let t = Telemetry::start(&config(&[])).expect("start");
+        assert!(t.addresses().is_empty() && t.tasks.is_empty());
         t.stop().await;
+    }
+
+    #[tokio::test]
+    async fn dropping_the_telemetry_closes_its_listeners() {
+        let cfg = config(&["--health-address", "127.0.0.1:0"]);
+        let t = Telemetry::start_with(&cfg, Scripted::new(Some(Ok(())))).expect("start");
+        let addr = t.addresses()[0];
+        let tasks: Vec<_> = t.tasks.iter().map(|h| h.abort_handle()).collect();
+        assert_eq!(get(addr, "/livez").await.0, 503);
+        drop(t);
+        // The accept loops end on their own (not aborted) once the stop channel closes.
+        for task in tasks {
+            while !task.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "the listener is closed"
+        );
     }
 
     #[tokio::test]

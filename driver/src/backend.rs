@@ -1,13 +1,18 @@
 //! The composition root: the one place that names a concrete host backend (`--host-backend`) and builds what
 //! the CSI services run on — the volume lifecycle over that backend and the backend's liveness probe.
 //!
+//! Every backend is wrapped in [`Metered`] (host-call metrics with `--metrics-address`, one branch per call
+//! without), and the metrics' state gauges read the lifecycle's record store ([`state_snapshot`]).
+//!
 //! Everything below this module is generic over [`Host`] (monomorphised per backend, no dynamic
 //! dispatch inside the lifecycle); the services above see only `Arc<dyn Lifecycle>` and `Arc<dyn HostProbe>`. A
 //! new backend (the native HostProcess one) is a new `HostBackend` value and one more arm in [`lifecycle`] and
 //! [`probe`].
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use proxy_client::{ProxyClient, Transport};
 use tracing::{info, warn};
@@ -15,11 +20,13 @@ use tracing::{info, warn};
 use crate::config::{Config, HostBackend};
 use crate::error::Error;
 use crate::host::csi_proxy::{CsiProxyHost, CsiProxyProbe};
-use crate::host::{Host, HostProbe, KubeletRoot, PROBE_TIMEOUT};
+use crate::host::{Host, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
 use crate::iscsi::Iscsi;
 use crate::lifecycle::{Lifecycle, VolumeConfig, VolumeManager};
 use crate::locks::Deadline;
+use crate::metrics::StateSnapshot;
 use crate::smb::Smb;
+use crate::state::{Phase, StateStore};
 
 /// How to reach csi-proxy: Unix sockets under `--csi-proxy-socket-dir` if set, else named pipes with
 /// `--csi-proxy-pipe-prefix`.
@@ -32,11 +39,16 @@ pub fn proxy_transport(config: &Config) -> Transport {
     }
 }
 
-/// The probe for the configured host backend (`--host-backend`).
+/// The probe for the configured host backend (`--host-backend`), as the CSI `Probe` runs it.
 pub fn probe(config: &Config) -> Arc<dyn HostProbe> {
+    probe_within(config, PROBE_TIMEOUT)
+}
+
+/// The configured backend's probe with `timeout` per check (readiness: `observability::READINESS_TIMEOUT`).
+pub fn probe_within(config: &Config, timeout: Duration) -> Arc<dyn HostProbe> {
     match config.host_backend {
         HostBackend::CsiProxy => Arc::new(CsiProxyProbe::new(
-            ProxyClient::new(proxy_transport(config)).with_timeout(PROBE_TIMEOUT),
+            ProxyClient::new(proxy_transport(config)).with_timeout(timeout),
         )),
     }
 }
@@ -62,10 +74,17 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
         kubelet_root: KubeletRoot::new(&config.kubelet_root.to_string_lossy())?,
         driver_name: config.driver_name.clone(),
     };
+    let metrics = crate::metrics::installed().cloned();
+    let backend = config.host_backend.name();
     match config.host_backend {
         HostBackend::CsiProxy => {
             let host = CsiProxyHost::new(ProxyClient::new(proxy_transport(config)));
-            start(host, cfg, &config.state_dir()).await
+            start(
+                Metered::new(host, backend, metrics),
+                cfg,
+                &config.state_dir(),
+            )
+            .await
         }
     }
 }
@@ -77,13 +96,53 @@ async fn start<H: Host>(
     cfg: VolumeConfig,
     state_dir: &Path,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
-    let mgr = manager(host, cfg, state_dir)?
-        .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster()));
+    let mgr = Arc::new(
+        manager(host, cfg, state_dir)?
+            .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
+    );
+    if let Some(metrics) = crate::metrics::installed() {
+        let m = Arc::clone(&mgr);
+        metrics.set_state_source(Arc::new(move || state_snapshot(m.store())));
+    }
     info!(state_dir = %state_dir.display(), "volume lifecycle ready; reconciling with the host");
     if let Err(e) = mgr.reconcile(Deadline::after(RECONCILE_BUDGET)).await {
         warn!(error = %e, "startup reconciliation failed; the next stage of each volume repairs it instead");
     }
-    Ok(Arc::new(mgr))
+    Ok(mgr)
+}
+
+/// The metrics' view of the record store: staged volumes and publish targets by protocol, and records with a
+/// problem (`needs_restage`: reconciliation found the staging object broken; `unreadable`: 1 when the store could
+/// not be listed, e.g. a corrupt record, whose count is then unknown). Blocking: it reads every record.
+pub fn state_snapshot(store: &StateStore) -> StateSnapshot {
+    let mut snap = StateSnapshot::default();
+    snap.problems.insert("needs_restage".into(), 0);
+    snap.problems.insert("unreadable".into(), 0);
+    let (volumes, publications) = match (store.volumes(), store.publications()) {
+        (Ok(v), Ok(p)) => (v, p),
+        (Err(e), _) | (_, Err(e)) => {
+            warn!(error = %e, "metrics: cannot list the state records");
+            snap.problems.insert("unreadable".into(), 1);
+            return snap;
+        }
+    };
+    let mut protocol_of = BTreeMap::new();
+    for rec in &volumes {
+        protocol_of.insert(rec.volume_id.as_str(), rec.protocol.as_str());
+        match rec.phase {
+            Phase::Staged => *snap.staged.entry(rec.protocol.clone()).or_default() += 1,
+            Phase::NeedsRestage => *snap.problems.entry("needs_restage".into()).or_default() += 1,
+            Phase::Staging => {}
+        }
+    }
+    for p in &publications {
+        let protocol = protocol_of
+            .get(p.volume_id.as_str())
+            .copied()
+            .unwrap_or("unknown");
+        *snap.published.entry(protocol.to_owned()).or_default() += 1;
+    }
+    snap
 }
 
 /// What a [`HostJob`] learns about the backend it runs on.

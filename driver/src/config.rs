@@ -131,6 +131,16 @@ pub struct Config {
     /// Log level.
     #[arg(long, env = "LOG_LEVEL", value_enum, default_value_t = LogLevel::Info)]
     pub log_level: LogLevel,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics: `:PORT` (every interface) or `IP:PORT`. Off when unset.
+    #[arg(long, value_name = "ADDR", value_parser = parse_http_address)]
+    pub metrics_address: Option<HttpAddress>,
+
+    /// Serve /readyz (200 while the host backend answers, else 503 with the reason) and /livez (200 while the CSI
+    /// server runs) at http://ADDR: `:PORT` or `IP:PORT`; may equal --metrics-address (one listener). Off when
+    /// unset.
+    #[arg(long, value_name = "ADDR", value_parser = parse_http_address)]
+    pub health_address: Option<HttpAddress>,
 }
 
 impl Config {
@@ -267,6 +277,36 @@ fn is_absolute_any_os(path: &str) -> bool {
     (path.starts_with('/') && path.len() > 1) || (drive && b.len() > 3)
 }
 
+/// Where an HTTP endpoint (`--metrics-address`, `--health-address`) listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpAddress {
+    /// `:PORT`: every interface (IPv6 and IPv4 where the host has both), as Go's `net.Listen(":PORT")`.
+    AnyInterface(u16),
+    /// `IP:PORT` or `[IPv6]:PORT`.
+    Ip(SocketAddr),
+}
+
+impl fmt::Display for HttpAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::AnyInterface(port) => write!(f, ":{port}"),
+            Self::Ip(addr) => write!(f, "{addr}"),
+        }
+    }
+}
+
+/// Parses `:PORT`, `IP:PORT` or `[IPv6]:PORT` (port 0: one the OS picks, for tests).
+pub fn parse_http_address(s: &str) -> Result<HttpAddress, String> {
+    const RULE: &str = "expected :PORT (every interface), IP:PORT or [IPv6]:PORT";
+    if let Some(port) = s.strip_prefix(':') {
+        return port
+            .parse()
+            .map(HttpAddress::AnyInterface)
+            .map_err(|_| format!("{RULE} (bad port)"));
+    }
+    s.parse().map(HttpAddress::Ip).map_err(|_| RULE.to_owned())
+}
+
 /// Validates a CSI driver name: at most 63 characters, starting and ending with a letter, with
 /// only letters, digits, `-`, `.` and `_` in between.
 pub fn parse_driver_name(s: &str) -> Result<String, String> {
@@ -352,6 +392,15 @@ pub enum HostBackend {
     CsiProxy,
 }
 
+impl HostBackend {
+    /// The flag value, also the `backend` label of the host-call metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CsiProxy => "csi-proxy",
+        }
+    }
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -416,6 +465,7 @@ mod tests {
         assert_eq!(c.log_level, LogLevel::Info);
         assert_eq!(c.host_backend, HostBackend::CsiProxy);
         assert!(c.csi_proxy_socket_dir.is_none());
+        assert!(c.metrics_address.is_none() && c.health_address.is_none());
         assert_eq!(
             c.state_dir(),
             PathBuf::from(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\state")
@@ -469,6 +519,43 @@ mod tests {
         ] {
             assert!(parse_endpoint(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn http_addresses() {
+        let c = parse(&[
+            "--metrics-address",
+            ":9808",
+            "--health-address",
+            "127.0.0.1:29667",
+        ])
+        .expect("parse");
+        assert_eq!(c.metrics_address, Some(HttpAddress::AnyInterface(9808)));
+        assert_eq!(
+            c.health_address,
+            Some(HttpAddress::Ip("127.0.0.1:29667".parse().expect("addr")))
+        );
+        for s in [":29667", "0.0.0.0:1", "[::1]:0", "[::]:9808", ":0"] {
+            assert_eq!(parse_http_address(s).expect(s).to_string(), s);
+        }
+        for bad in [
+            "",
+            ":",
+            "9808",
+            ":http",
+            ":70000",
+            "localhost:1",
+            "http://:1",
+            "1.2.3.4",
+        ] {
+            assert!(parse_http_address(bad).is_err(), "{bad:?} accepted");
+        }
+        let err = parse(&["--health-address", "29667"]).expect_err("no colon");
+        let line = one_line_error(&err);
+        assert!(
+            line.contains("--health-address") && line.contains(":PORT"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -5,10 +5,11 @@
 //! the CSI [`identity`] and [`node`] services on the kubelet's socket through the platform [`listener`].
 //!
 //! The layers, bottom up (ARCHITECTURE.md has the table; `tests/architecture.rs` checks it): [`error`]; [`locks`]
-//! and [`config`]; the host port [`host`] (its vocabulary and backends), the record store [`state`], [`listener`],
+//! and [`config`]; [`metrics`]; the host port [`host`] (its vocabulary and backends), the record store [`state`], [`listener`],
 //! [`logging`]; the protocol-independent [`lifecycle`]; the protocols [`smb`] and [`iscsi`] and the Kubernetes
 //! Secret source [`ephemeral`]; the composition root [`backend`]; the service layer ([`rpc`], [`identity`],
-//! [`node`], [`server`]) and, beside it, `wincsi-node check-node` ([`check`]).
+//! [`node`], the HTTP health and metrics endpoints [`observability`], [`server`]) and, beside it, `wincsi-node
+//! check-node` ([`check`]).
 
 pub mod backend;
 pub mod check;
@@ -22,7 +23,9 @@ pub mod lifecycle;
 pub mod listener;
 pub mod locks;
 pub mod logging;
+pub mod metrics;
 pub mod node;
+pub mod observability;
 pub mod rpc;
 pub mod server;
 pub mod smb;

@@ -5,6 +5,9 @@
 //! until SIGTERM/Ctrl-C (Unix) or Ctrl-C/Ctrl-Break/close/shutdown (Windows). On a signal the
 //! listener is closed at once and in-flight RPCs get up to [`DRAIN_TIMEOUT`] to finish.
 //!
+//! The HTTP health and metrics endpoints ([`crate::observability`]) start before the lifecycle and stop with the
+//! server.
+//!
 //! Every RPC runs inside [`crate::rpc::rpc`] (one span per RPC). The lifecycle and the backend probe are built by
 //! [`crate::backend`]; this module only wires services to the listener.
 
@@ -79,6 +82,8 @@ where
 /// Runs the node plugin: signals, bind, ready line, serve until a shutdown signal.
 pub async fn run(config: Config, probe: Arc<dyn HostProbe>) -> Result<()> {
     let shutdown = imp::shutdown_signal()?;
+    // `--health-address` / `--metrics-address`: bound (and metrics installed) before the lifecycle exists.
+    let telemetry = crate::observability::Telemetry::start(&config)?;
     let volumes = crate::backend::lifecycle(&config).await?;
     let listener = Listener::bind(&config.endpoint)?;
     tracing::info!(
@@ -91,7 +96,10 @@ pub async fn run(config: Config, probe: Arc<dyn HostProbe>) -> Result<()> {
     let mut services = Services::from_config(&config, probe);
     services.node =
         NodeService::new(NodeCore::new(NodeInfo::from_config(&config)).with_volumes(volumes));
+    telemetry.set_serving();
+    let shutdown = telemetry.draining_on(shutdown);
     serve(listener, services, shutdown).await?;
+    telemetry.stop().await;
     tracing::info!("stopped");
     Ok(())
 }

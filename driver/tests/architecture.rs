@@ -16,12 +16,13 @@ const MAX_LINES: usize = 800;
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["locks", "config"],
+    &["metrics"],
     &["logging", "listener", "host", "state"],
     &["lifecycle"],
     &["smb", "iscsi", "ephemeral"],
     &["backend"],
     &["rpc", "check"],
-    &["identity", "node"],
+    &["identity", "node", "observability"],
     &["server"],
 ];
 

@@ -173,6 +173,8 @@ fn version_and_help() {
         "--topology",
         "--log-format",
         "--log-level",
+        "--metrics-address",
+        "--health-address",
         "--version",
     ] {
         assert!(stdout.contains(flag), "{flag} missing from --help");

@@ -42,7 +42,7 @@ const PIPES: [&str; 6] = [
 
 /// Flags the driver binary accepts (the cross-team contract); anything else would make it
 /// exit with status 2 at start-up.
-const DRIVER_FLAGS: [&str; 12] = [
+const DRIVER_FLAGS: [&str; 14] = [
     "endpoint",
     "node-id",
     "driver-name",
@@ -55,6 +55,8 @@ const DRIVER_FLAGS: [&str; 12] = [
     "topology",
     "log-format",
     "log-level",
+    "health-address",
+    "metrics-address",
 ];
 
 /// Keys that only mean something on Linux nodes; none may appear in a Windows pod spec.
@@ -122,6 +124,8 @@ struct Expect {
     registrar_port: i64,
     probe_port: i64,
     health: Option<i64>,
+    metrics: Option<i64>,
+    metrics_annotations: bool,
     image_registry: String,
 }
 
@@ -176,6 +180,9 @@ impl Expect {
             probe_port: values["livenessProbe"]["healthPort"].as_i64().expect("int"),
             health: b("/driver/health/enabled")
                 .then(|| values["driver"]["health"]["port"].as_i64().expect("int")),
+            metrics: b("/metrics/enabled")
+                .then(|| values["metrics"]["port"].as_i64().expect("int")),
+            metrics_annotations: b("/metrics/podAnnotations"),
             image_registry: s("/imageRegistry"),
         }
     }
@@ -563,6 +570,42 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
         }
     }
 
+    // Metrics: --metrics-address and a port of its own (the health port when both are equal).
+    let annotations = ds
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    match exp.metrics {
+        Some(port) => {
+            assert_eq!(flag(driver, "metrics-address"), format!(":{port}"));
+            if exp.health == Some(port) {
+                assert!(
+                    driver
+                        .ports
+                        .iter()
+                        .flatten()
+                        .all(|p| p.name.as_deref() != Some("metrics"))
+                );
+            } else {
+                assert_eq!(i64::from(named_port(driver, "metrics")), port);
+            }
+            let scrape = annotations.get("prometheus.io/scrape").map(String::as_str);
+            if exp.metrics_annotations {
+                assert_eq!(scrape, Some("true"));
+                assert_eq!(annotations["prometheus.io/port"], port.to_string());
+                assert_eq!(annotations["prometheus.io/path"], "/metrics");
+            } else {
+                assert_eq!(scrape, None);
+            }
+        }
+        None => {
+            assert!(!df.contains_key("metrics-address"));
+            assert!(!annotations.contains_key("prometheus.io/scrape"));
+        }
+    }
+
     // The registrar: same socket, registration paths from the same kubelet root.
     let reg = container(spec, "node-driver-registrar");
     assert!(image(reg).starts_with("registry.k8s.io/sig-storage/csi-node-driver-registrar:v2."));
@@ -592,6 +635,7 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
     // The pod's containers share one network (the node's, in hostProcess mode).
     let mut ports: Vec<i64> = vec![exp.probe_port, exp.registrar_port];
     ports.extend(exp.health);
+    ports.extend(exp.metrics.filter(|m| exp.health != Some(*m)));
     let distinct: BTreeSet<i64> = ports.iter().copied().collect();
     assert_eq!(
         distinct.len(),
@@ -1417,18 +1461,12 @@ fn priority_class_choices_that_work_on_managed_platforms() {
 }
 
 #[test]
-fn readiness_follows_the_driver_health_endpoint_when_enabled() {
-    // Off by default: the driver of this release has no --health-address yet.
+fn readiness_follows_the_driver_health_endpoint_by_default() {
+    // On by default: a node without csi-proxy shows its driver pod not ready.
     let helm = chart_support::helm4();
     for mode in ["csiProxy", "hostProcess"] {
         let set_mode = format!("mode={mode}");
-        let r = Rendered::load(
-            helm_template(
-                &helm,
-                &["--set", &set_mode, "--set", "driver.health.enabled=true"],
-            )
-            .unwrap(),
-        );
+        let r = Rendered::load(helm_template(&helm, &["--set", &set_mode]).unwrap());
         let spec = pod_spec(r.daemonset("node").unwrap());
         let driver = container(spec, "wincsi-node");
         assert_eq!(flag(driver, "health-address"), ":29667");
@@ -1451,13 +1489,7 @@ fn readiness_follows_the_driver_health_endpoint_when_enabled() {
             "install",
             RELEASE,
             NAMESPACE,
-            &[
-                "--dry-run=client",
-                "--set",
-                &set_mode,
-                "--set",
-                "driver.health.enabled=true",
-            ],
+            &["--dry-run=client", "--set", &set_mode],
         )
         .unwrap();
         assert!(
@@ -1465,12 +1497,100 @@ fn readiness_follows_the_driver_health_endpoint_when_enabled() {
             "{notes}"
         );
     }
-    let notes = helm_run(&helm, "install", RELEASE, NAMESPACE, &["--dry-run=client"]).unwrap();
+    // Off only for a driver image older than --health-address: 3/3, and NOTES say where to look instead.
+    let off =
+        Rendered::load(helm_template(&helm, &["--set", "driver.health.enabled=false"]).unwrap());
+    let driver = container(pod_spec(off.daemonset("node").unwrap()), "wincsi-node");
+    assert!(driver.readiness_probe.is_none() && !flags(driver).contains_key("health-address"));
+    let notes = helm_run(
+        &helm,
+        "install",
+        RELEASE,
+        NAMESPACE,
+        &["--dry-run=client", "--set", "driver.health.enabled=false"],
+    )
+    .unwrap();
     assert!(
         notes.contains("READY 3/3 but every volume fails")
             && notes.contains("host backend unreachable"),
         "{notes}"
     );
+}
+
+#[test]
+fn metrics_are_off_by_default_and_share_the_health_listener_on_an_equal_port() {
+    let helm = chart_support::helm4();
+    let r = Rendered::load(helm_template(&helm, &[]).unwrap());
+    let driver = container(pod_spec(r.daemonset("node").unwrap()), "wincsi-node");
+    assert!(!flags(driver).contains_key("metrics-address"));
+    for mode in ["csiProxy", "hostProcess"] {
+        let set_mode = format!("mode={mode}");
+        let r = Rendered::load(
+            helm_template(
+                &helm,
+                &["--set", &set_mode, "--set", "metrics.enabled=true"],
+            )
+            .unwrap(),
+        );
+        let driver = container(pod_spec(r.daemonset("node").unwrap()), "wincsi-node");
+        assert_eq!(flag(driver, "metrics-address"), ":29668");
+        assert_eq!(named_port(driver, "metrics"), 29668);
+    }
+    // One port for both: one listener in the driver, one container port.
+    let r = Rendered::load(
+        helm_template(
+            &helm,
+            &[
+                "--set",
+                "metrics.enabled=true",
+                "--set",
+                "metrics.port=29667",
+            ],
+        )
+        .unwrap(),
+    );
+    let driver = container(pod_spec(r.daemonset("node").unwrap()), "wincsi-node");
+    assert_eq!(
+        flag(driver, "metrics-address"),
+        flag(driver, "health-address")
+    );
+    let ports: Vec<i32> = driver
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.container_port)
+        .collect();
+    assert_eq!(
+        ports.iter().filter(|p| **p == 29667).count(),
+        1,
+        "{ports:?}"
+    );
+    let notes = helm_run(
+        &helm,
+        "install",
+        RELEASE,
+        NAMESPACE,
+        &["--dry-run=client", "--set", "metrics.enabled=true"],
+    )
+    .unwrap();
+    assert!(notes.contains(":29668/metrics"), "{notes}");
+}
+
+/// The contract's flags are the driver's: each one is in the real binary's `--help`.
+#[test]
+fn driver_flags_of_the_contract_exist_in_the_binary() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wincsi-node-e2e"))
+        .arg("--help")
+        .output()
+        .expect("run wincsi-node --help");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for f in DRIVER_FLAGS {
+        assert!(
+            help.contains(&format!("--{f} ")) || help.contains(&format!("--{f}\n")),
+            "--{f} is not in --help:\n{help}"
+        );
+    }
 }
 
 #[test]
@@ -1888,7 +2008,9 @@ fn readme_and_notes_commands_are_copy_paste_safe_in_bash_and_zsh() {
             "--set",
             "csiProxy.install=true",
             "--set",
-            "driver.health.enabled=true",
+            "driver.health.enabled=false",
+            "--set",
+            "metrics.enabled=true",
         ][..],
     ] {
         let notes = helm_run(&helm, "install", RELEASE, NAMESPACE, args).unwrap();

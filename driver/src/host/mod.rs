@@ -9,7 +9,8 @@
 //!   target portals and login authentication ([`Portal`], [`IscsiAuth`]) and the redacting [`Secret`].
 //! * The backends: [`csi_proxy::CsiProxyHost`] (csi-proxy over named pipes, or the simulated host over Unix sockets
 //!   or in-process). A native HostProcess backend (Win32 + WMI) is another implementation of the same trait, in
-//!   `host/native/`. Only this module and the composition root (`crate::backend`) name a backend.
+//!   `host/native/`. Only this module and the composition root (`crate::backend`) name a backend. [`Metered`] wraps
+//!   any of them to count and time every call (`--metrics-address`).
 //!
 //! Every test double of the host is the simulated host (`sim`), reached through the csi-proxy backend: there is one
 //! model of a Windows host.
@@ -33,12 +34,14 @@ use crate::locks::Deadline;
 mod block;
 pub mod csi_proxy;
 mod error;
+mod metered;
 mod path;
 mod probe;
 mod unc;
 
 pub use block::{DEFAULT_PORT, DiskIds, DiskLocation, IscsiAuth, Portal};
 pub use error::{HostError, HostErrorKind, HostOp, HostResult};
+pub use metered::Metered;
 pub use path::{HostPath, KubeletRoot, MAX_PATH_BYTES};
 pub use probe::{HostProbe, NoHostProbe, PROBE_TIMEOUT};
 /// A secret string (a password, a CHAP secret): proxy-client's type, whose `Debug`/`Display` never show the value,

@@ -60,6 +60,15 @@ pub trait Lifecycle: Send + Sync + std::fmt::Debug {
     }
     /// The Node capabilities this lifecycle implements.
     fn capabilities(&self) -> Vec<csi::v1::NodeServiceCapability>;
+    /// The quarantined state records (`crate::state`: kept but ignored), one `file: reason` line each; empty when
+    /// there are none. Probe reports them.
+    fn quarantined(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// How many state records are quarantined (a gauge for metrics).
+    fn quarantined_count(&self) -> usize {
+        self.quarantined().len()
+    }
 }
 
 /// Convert a CSI capability; a capability without an access type is invalid.
@@ -231,6 +240,18 @@ impl<H: Host, P: Protocol<H>> Lifecycle for VolumeManager<H, P> {
 
     fn capabilities(&self) -> Vec<csi::v1::NodeServiceCapability> {
         node_capabilities()
+    }
+
+    fn quarantined(&self) -> Vec<String> {
+        self.store()
+            .quarantined()
+            .into_iter()
+            .map(|q| format!("{}: {}", q.file.display(), q.reason))
+            .collect()
+    }
+
+    fn quarantined_count(&self) -> usize {
+        self.store().quarantined_count()
     }
 }
 

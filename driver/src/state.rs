@@ -359,7 +359,7 @@ impl StateStore {
         };
         for entry in entries.into_iter().flatten() {
             let path = entry.map_err(|e| io_err("list", dir, e))?.path();
-            if !path.extension().is_some_and(|e| e == "json") {
+            if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
             match Self::read_raw(&path) {

@@ -761,6 +761,9 @@ fn hpack_string(text: &[u8], huffman: bool) -> Vec<u8> {
     out
 }
 
+/// One response as a raw client sees it: decoded headers (response and trailers), DATA bytes, RST_STREAM code.
+type RawResponse = (Vec<(String, String)>, Vec<u8>, Option<u32>);
+
 fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len();
     let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
@@ -806,8 +809,7 @@ async fn c_core_calls(
         out.extend(h2_frame(0x0, 0x1, stream, &[0, 0, 0, 0, 0]));
     }
     conn.write_all(&out).await.expect("send");
-    let mut results: Vec<(Vec<(String, String)>, Vec<u8>, Option<u32>)> =
-        vec![(Vec::new(), Vec::new(), None); paths.len()];
+    let mut results: Vec<RawResponse> = vec![(Vec::new(), Vec::new(), None); paths.len()];
     let mut decoder = loona_hpack::Decoder::new();
     let mut done = 0;
     let mut buf = Vec::new();

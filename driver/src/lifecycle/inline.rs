@@ -11,7 +11,7 @@
 //! removes the target link and then undoes the private stage (the mapping is removed when no other volume uses it).
 
 use super::{
-    Protocol, PublishRequest, Secrets, StageAt, StageRequest, VolumeManager, context_get,
+    Owner, Protocol, PublishRequest, Secrets, StageAt, StageRequest, VolumeManager, context_get,
     host_error,
 };
 use crate::error::Error;
@@ -93,6 +93,7 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         .volume_locks()
         .try_lock(&req.volume_id, "NodePublishVolume")?;
     let staging = staging_path(mgr, &req.volume_id)?;
+    mgr.refuse_foreign_path(&req.volume_id, target, Owner::Target)?;
     let access = req
         .capability
         .as_ref()

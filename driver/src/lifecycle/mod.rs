@@ -35,6 +35,9 @@
 //!   retry converges. A recorded target that no longer exists is a stale record (kubelet removed the pod directory)
 //!   and is dropped.
 //! * **NodeUnpublishVolume** of a path recorded for another volume, or of a staging path, is FAILED_PRECONDITION.
+//! * **NodeStageVolume / NodePublishVolume** at a path recorded in the other role (a staging path as a target, a
+//!   target as a staging path) or at another volume's staging path is FAILED_PRECONDITION: both would first remove
+//!   what is there (another volume's publish target at publish stays ALREADY_EXISTS).
 //! * **NodeGetVolumeStats / NodeExpandVolume** look the volume up first (NOT_FOUND when it is not staged here) and
 //!   then the path: it must be the volume's staging path or one of its publish targets, else NOT_FOUND (also for a
 //!   path that is not even a valid kubelet path: it is certainly not one of the volume's).
@@ -131,7 +134,7 @@ impl<H, P> std::fmt::Debug for VolumeManager<H, P> {
 }
 
 /// Who a host path belongs to, by the records.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Owner {
     /// The staging path of this volume.
     Staging,
@@ -214,6 +217,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
+        self.refuse_foreign_path(&req.volume_id, &staging, Owner::Staging)?;
         let access = cap.access();
         // A volume already staged here with another capability: ALREADY_EXISTS, before the capability itself is
         // judged (a block request for a volume staged as a mount is "incompatible", not "invalid").
@@ -327,6 +331,32 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         info!(staging = %staging, protocol = %rec.protocol, "a staging object without a record was adopted from \
               what the host shows");
         Ok(Some(rec))
+    }
+
+    /// FAILED_PRECONDITION when the records name `path` in another role than `role` (a staging path used as a
+    /// publish target or the other way round, whichever volume's), or as another volume's staging path: a stage or
+    /// publish there would first remove what is at the path. (Another volume's publish target at publish is
+    /// ALREADY_EXISTS, see `publish.rs`.)
+    fn refuse_foreign_path(
+        &self,
+        volume_id: &str,
+        path: &HostPath,
+        role: Owner,
+    ) -> Result<(), Error> {
+        match self.owner_of(path)? {
+            Some((owner, found))
+                if found != role || (role == Owner::Staging && owner != volume_id) =>
+            {
+                Err(Error::FailedPrecondition(format!(
+                    "{path} is the {} of volume {owner:?}; refusing to use it for volume {volume_id:?}",
+                    match found {
+                        Owner::Staging => "staging path",
+                        Owner::Target => "publish target",
+                    }
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// FAILED_PRECONDITION while a recorded publish target of `rec`'s volume still exists on the host (unstaging

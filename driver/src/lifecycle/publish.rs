@@ -46,6 +46,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodePublishVolume")?;
+        self.refuse_foreign_path(&req.volume_id, &target, Owner::Target)?;
         let access = cap.access();
         // A repeated publish at this target with another capability is ALREADY_EXISTS, before the capability itself
         // is judged.

@@ -415,6 +415,50 @@ async fn unstage_and_unpublish_never_touch_another_volumes_paths() {
 }
 
 #[tokio::test]
+async fn stage_and_publish_at_another_volumes_paths_are_refused_even_when_its_link_is_broken() {
+    let env = env();
+    staged(&env, "a", SHARE, SINGLE_NODE_MULTI_WRITER).await;
+    staged(&env, "b", SHARE, SINGLE_NODE_MULTI_WRITER).await;
+    env.publish(
+        &publish_req("b", "pb", mount(SINGLE_NODE_MULTI_WRITER)),
+        d(),
+    )
+    .await
+    .expect("publish b");
+    // B's share goes away: its links stay but no longer resolve (the case where a publish used to remove what it
+    // found at the target path).
+    env.script(|s| s.set_smb_reachable("srv", false))
+        .expect("outage");
+    let mut publish_at_b = publish_req("a", "x", mount(SINGLE_NODE_MULTI_WRITER));
+    publish_at_b.target_path = staging("b");
+    let mut publish_at_own_staging = publish_req("a", "x", mount(SINGLE_NODE_MULTI_WRITER));
+    publish_at_own_staging.target_path = staging("a");
+    for req in [publish_at_b, publish_at_own_staging] {
+        let err = env.publish(&req, d()).await.expect_err(&req.target_path);
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("staging path")),
+            "{err:?}"
+        );
+    }
+    let mut stage_at_b = stage_req("c", SHARE, mount(SINGLE_NODE_MULTI_WRITER));
+    stage_at_b.staging_target_path = staging("b");
+    let mut stage_at_target = stage_req("c", SHARE, mount(SINGLE_NODE_MULTI_WRITER));
+    stage_at_target.staging_target_path = target("pb");
+    for req in [stage_at_b, stage_at_target] {
+        let err = env
+            .stage(&req, d())
+            .await
+            .expect_err(&req.staging_target_path);
+        assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    }
+    assert!(
+        env.exists(&staging("b")) && env.exists(&target("pb")),
+        "b's links were not touched"
+    );
+    assert!(env.mgr.store().volume("c").expect("read").is_none());
+}
+
+#[tokio::test]
 async fn unstage_with_another_path_than_recorded_keeps_the_recorded_link_and_record() {
     let env = env();
     staged(&env, "a", SHARE, SINGLE_NODE_MULTI_WRITER).await;

@@ -217,7 +217,6 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
-        self.refuse_foreign_path(&req.volume_id, &staging, Owner::Staging)?;
         let access = cap.access();
         // A volume already staged here with another capability: ALREADY_EXISTS, before the capability itself is
         // judged (a block request for a volume staged as a mount is "incompatible", not "invalid").
@@ -238,6 +237,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         if !ignored.is_empty() {
             debug!(options = ?ignored, "mount options are ignored on Windows");
         }
+        self.refuse_foreign_path(&req.volume_id, &staging, Owner::Staging)?;
         let vol = self.protocol.parse(req)?;
         let at = StageAt {
             volume_id: &req.volume_id,

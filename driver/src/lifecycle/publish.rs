@@ -46,13 +46,13 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodePublishVolume")?;
-        self.refuse_foreign_path(&req.volume_id, &target, Owner::Target)?;
         let access = cap.access();
         // A repeated publish at this target with another capability is ALREADY_EXISTS, before the capability itself
         // is judged.
         let existing =
             self.check_target(&req.volume_id, &target, &staging, &access, req.readonly)?;
         check_mount_flags(mount_capability(Some(cap))?)?;
+        self.refuse_foreign_path(&req.volume_id, &target, Owner::Target)?;
         let rec = match self.store.volume(&req.volume_id)? {
             Some(rec) if rec.phase == Phase::Staged && staging.is(&rec.staging_path) => rec,
             Some(rec) if rec.phase == Phase::Staged => {

@@ -112,8 +112,9 @@ async fn start<H: Host>(
 }
 
 /// The metrics' view of the record store: staged volumes and publish targets by protocol, and records with a
-/// problem (`needs_restage`: reconciliation found the staging object broken; `unreadable`: 1 when the store could
-/// not be listed, e.g. a corrupt record, whose count is then unknown). Blocking: it reads every record.
+/// problem (`needs_restage`: reconciliation found the staging object broken; `quarantined`: record files that cannot
+/// be read or decoded, kept and skipped by listings; `unreadable`: 1 when the store itself could not be listed).
+/// Blocking: it reads every record.
 pub fn state_snapshot(store: &StateStore) -> StateSnapshot {
     let mut snap = StateSnapshot::default();
     snap.problems.insert("needs_restage".into(), 0);
@@ -126,6 +127,9 @@ pub fn state_snapshot(store: &StateStore) -> StateSnapshot {
             return snap;
         }
     };
+    // After listing: the listing is what (re)discovers corrupt files.
+    snap.problems
+        .insert("quarantined".into(), store.quarantined_count() as u64);
     let mut protocol_of = BTreeMap::new();
     for rec in &volumes {
         protocol_of.insert(rec.volume_id.as_str(), rec.protocol.as_str());

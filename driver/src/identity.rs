@@ -14,9 +14,15 @@
 //!   default 1 s probe timeout, so a hung backend cannot make the sidecar restart the driver.
 //!
 //! So `Probe` fails only when the driver cannot answer at all — exactly when a restart helps.
+//!
+//! Quarantined state records (a corrupt or unreadable record file, see `crate::state`) are reported the same way:
+//! `Probe` stays ready — a restart cannot repair a file, and a crash loop would stop every volume of the node — and
+//! logs a warning naming the files whenever the set of quarantined records changes (and once more when it is
+//! empty again). The count is `Lifecycle::quarantined_count` for metrics.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use csi::v1::identity_server::Identity;
 use csi::v1::{
@@ -27,6 +33,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::build_info;
 use crate::host::{HostProbe, PROBE_TIMEOUT};
+use crate::lifecycle::Lifecycle;
 use crate::rpc::{RpcFields, rpc};
 
 /// The Identity service.
@@ -35,6 +42,9 @@ pub struct IdentityService {
     name: String,
     manifest: HashMap<String, String>,
     probe: Arc<dyn HostProbe>,
+    volumes: Option<Arc<dyn Lifecycle>>,
+    /// How many quarantined records the last Probe reported.
+    reported: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for IdentityService {
@@ -53,9 +63,38 @@ impl IdentityService {
             name: name.into(),
             manifest: manifest(),
             probe,
+            volumes: None,
+            reported: Arc::default(),
         }
     }
 
+    /// Report the quarantined state records of `volumes` in `Probe`.
+    pub fn with_volumes(mut self, volumes: Arc<dyn Lifecycle>) -> Self {
+        self.volumes = Some(volumes);
+        self
+    }
+
+    /// Log the quarantined state records when their set changed since the last Probe.
+    fn report_quarantine(&self) {
+        let Some(volumes) = &self.volumes else {
+            return;
+        };
+        let records = volumes.quarantined();
+        let before = self.reported.swap(records.len(), Ordering::Relaxed);
+        if records.is_empty() {
+            if before > 0 {
+                tracing::info!("no state record is quarantined any more");
+            }
+        } else if records.len() != before {
+            tracing::warn!(
+                count = records.len(),
+                records = ?records,
+                "state records are quarantined: they are kept but ignored, their volumes fail, and shared SMB \
+                 mappings and iSCSI sessions are not removed until each file is fixed or removed (README, \
+                 \"State directory\"); still reporting ready, a restart cannot repair them"
+            );
+        }
+    }
     /// Runs the backend check bounded by [`PROBE_TIMEOUT`] and logs a warning if it fails.
     async fn probe_backend(&self) {
         match tokio::time::timeout(PROBE_TIMEOUT, self.probe.check()).await {
@@ -119,6 +158,7 @@ impl Identity for IdentityService {
     ) -> Result<Response<ProbeResponse>, Status> {
         rpc("Probe", RpcFields::default(), async {
             self.probe_backend().await;
+            self.report_quarantine();
             Ok(ProbeResponse { ready: Some(true) })
         })
         .await
@@ -164,6 +204,67 @@ mod tests {
             .await
             .expect("probe");
         assert_eq!(resp.into_inner().ready, Some(true));
+    }
+
+    /// A writer into a shared buffer, for a thread-local subscriber.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn probe_reports_quarantined_records_once_and_stays_ready() {
+        let env = crate::testing::Env::new(&serde_json::json!({}));
+        let file = env.dir.path().join("volumes").join("torn.json");
+        std::fs::create_dir_all(file.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&file, b"{\"version\":").expect("write");
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let sub = crate::logging::subscriber(
+            crate::config::LogFormat::Plain,
+            crate::config::LogLevel::Info,
+            move || writer.clone(),
+        )
+        .expect("subscriber");
+        let _default = tracing::subscriber::set_default(sub);
+        let svc = IdentityService::new("wincsi.csi.io", Arc::new(NoHostProbe))
+            .with_volumes(env.mgr.clone());
+        for _ in 0..3 {
+            let resp = svc
+                .probe(Request::new(ProbeRequest {}))
+                .await
+                .expect("probe");
+            assert_eq!(resp.into_inner().ready, Some(true));
+        }
+        let text = |b: &Buf| String::from_utf8_lossy(&b.0.lock().expect("lock")).into_owned();
+        let log = text(&buf);
+        assert_eq!(
+            log.matches("state records are quarantined").count(),
+            1,
+            "{log}"
+        );
+        assert!(
+            log.contains("torn.json") && log.contains("count=1"),
+            "{log}"
+        );
+        assert_eq!(env.mgr.quarantined_count(), 1);
+        std::fs::remove_file(&file).expect("rm");
+        svc.probe(Request::new(ProbeRequest {}))
+            .await
+            .expect("probe");
+        assert!(text(&buf).contains("no state record is quarantined any more"));
+        assert_eq!(env.mgr.quarantined_count(), 0);
     }
 
     #[tokio::test]

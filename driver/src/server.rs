@@ -94,6 +94,7 @@ pub async fn run(config: Config, probe: Arc<dyn HostProbe>) -> Result<()> {
         "serving CSI"
     );
     let mut services = Services::from_config(&config, probe);
+    services.identity = services.identity.with_volumes(Arc::clone(&volumes));
     services.node =
         NodeService::new(NodeCore::new(NodeInfo::from_config(&config)).with_volumes(volumes));
     telemetry.set_serving();

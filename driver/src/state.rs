@@ -21,11 +21,21 @@
 //! The API is deliberately narrow (get, put, remove and list of each record kind) so a faster implementation (a
 //! cache in front of the files) can replace it without touching the lifecycle. Secrets are never written: an SMB
 //! record keeps the principal *name* only.
+//!
+//! **Quarantine.** A record file that cannot be read or decoded (a torn disk, a hand edit, a record of a newer
+//! format) must not stop the node: listings skip it, and it is *quarantined* — the file stays where it is, an error
+//! names it once in the log, and [`StateStore::quarantined`] reports it (Probe logs it; the count is for metrics).
+//! Only the volume whose record it is fails (reading it is an error naming the file). Because a quarantined record
+//! may describe a user of a shared host object, the protocols count it conservatively: while any volume record is
+//! quarantined no shared SMB mapping or iSCSI session is removed (`Context::may_remove_shared`). Fixing or deleting
+//! the file lifts the quarantine at the next listing.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -55,6 +65,19 @@ pub trait Details: Serialize + DeserializeOwned {
     const PROTOCOL: &'static str;
 }
 
+/// How a volume was staged or published: the parts of its CSI capability the lifecycle compares on a repeated call
+/// (a repeated stage or publish with another capability is ALREADY_EXISTS; see `crate::lifecycle`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessRecord {
+    /// `VolumeCapability.AccessMode.Mode` as its wire value (e.g. 6 = `SINGLE_NODE_SINGLE_WRITER`).
+    pub access_mode: i32,
+    /// The access type: `"mount"` or `"block"`.
+    pub access_type: String,
+    /// `MountVolume.fs_type` as the CO sent it (empty when not given).
+    #[serde(default)]
+    pub fs_type: String,
+}
+
 /// One staged (or being-staged) volume.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeRecord {
@@ -71,6 +94,14 @@ pub struct VolumeRecord {
     pub ephemeral: bool,
     /// Which protocol staged the volume ([`Details::PROTOCOL`]).
     pub protocol: String,
+    /// The capability the volume was staged with (written by the lifecycle once a stage succeeded; absent in
+    /// records of earlier versions and of a stage still in progress: then any capability is accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessRecord>,
+    /// Whether the record was rebuilt from what the host shows (no record survived): its facts are what the protocol
+    /// could prove, and the protocol is conservative with shared host objects it names.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
     /// The protocol's facts ([`Details`]), flattened into the record.
     #[serde(flatten)]
     pub details: serde_json::Map<String, serde_json::Value>,
@@ -92,6 +123,8 @@ impl VolumeRecord {
             staging_path: staging_path.to_owned(),
             ephemeral,
             protocol: T::PROTOCOL.to_owned(),
+            access: None,
+            adopted: false,
             details: encode(details)?,
         })
     }
@@ -160,6 +193,20 @@ pub struct PublishRecord {
     pub staging_path: String,
     /// Whether the publish was read-only.
     pub readonly: bool,
+    /// The capability of the publish (absent in records of earlier versions: then any capability is accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessRecord>,
+}
+
+/// A record file that cannot be used (see "Quarantine" in the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The record file (kept in place).
+    pub file: PathBuf,
+    /// Whether it is a volume record (else a publish record).
+    pub volume: bool,
+    /// Why it cannot be used.
+    pub reason: String,
 }
 
 /// The record store in `--state-dir`.
@@ -168,6 +215,10 @@ pub struct StateStore {
     volumes: PathBuf,
     publish: PathBuf,
     tmp_counter: AtomicU64,
+    /// Files a listing could not read or decode, by path.
+    unreadable: Mutex<BTreeMap<PathBuf, String>>,
+    /// Volume records that read but whose protocol facts do not decode, by path.
+    undecodable: Mutex<BTreeMap<PathBuf, String>>,
 }
 
 /// Hex SHA-256 of `text`: a file name safe for any volume id.
@@ -193,6 +244,8 @@ impl StateStore {
             volumes: dir.join("volumes"),
             publish: dir.join("publish"),
             tmp_counter: AtomicU64::new(0),
+            unreadable: Mutex::default(),
+            undecodable: Mutex::default(),
         };
         for d in [&store.volumes, &store.publish] {
             let entries = match fs::read_dir(d) {
@@ -245,16 +298,41 @@ impl StateStore {
         Ok(())
     }
 
-    fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, Error> {
+    /// Read one record: `Ok(None)` when absent, `Err(reason)` when it cannot be read or decoded.
+    fn read_raw<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
         match fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                Error::Internal(format!(
-                    "state store: corrupt record {}: {e}",
-                    path.display()
-                ))
-            }),
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| format!("corrupt record: {e}")),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("read", path, e)),
+            Err(e) => Err(format!("cannot read it: {e}")),
+        }
+    }
+
+    /// Read one record; one that cannot be used is quarantined and is an error naming the file.
+    fn read<T: for<'de> Deserialize<'de>>(&self, path: &Path) -> Result<Option<T>, Error> {
+        Self::read_raw(path).map_err(|reason| {
+            self.quarantine(path, &reason);
+            Error::Internal(format!(
+                "state store: record {} is quarantined ({reason}); fix or remove the file (see the README, \"State \
+                 directory\")",
+                path.display()
+            ))
+        })
+    }
+
+    fn quarantine(&self, path: &Path, reason: &str) {
+        let mut bad = self
+            .unreadable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if bad.insert(path.to_path_buf(), reason.to_owned()).is_none() {
+            tracing::error!(
+                file = %path.display(),
+                reason,
+                "state record quarantined: it is kept but ignored; volumes that do not use it are unaffected, shared \
+                 SMB mappings and iSCSI sessions are not removed while it is quarantined"
+            );
         }
     }
 
@@ -269,55 +347,137 @@ impl StateStore {
         }
     }
 
-    fn list<T: for<'de> Deserialize<'de>>(dir: &Path) -> Result<Vec<T>, Error> {
+    /// Every usable record in `dir`; the others are quarantined (and a file that became usable again, or is gone,
+    /// leaves the quarantine).
+    fn list<T: for<'de> Deserialize<'de>>(&self, dir: &Path) -> Result<Vec<T>, Error> {
         let mut out = Vec::new();
+        let mut bad = Vec::new();
         let entries = match fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Ok(entries) => Some(entries),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err("list", dir, e)),
         };
-        for entry in entries {
+        for entry in entries.into_iter().flatten() {
             let path = entry.map_err(|e| io_err("list", dir, e))?.path();
-            if path.extension().is_some_and(|e| e == "json")
-                && let Some(record) = Self::read(&path)?
-            {
-                out.push(record);
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
             }
+            match Self::read_raw(&path) {
+                Ok(Some(record)) => out.push(record),
+                Ok(None) => {}
+                Err(reason) => bad.push((path, reason)),
+            }
+        }
+        self.unreadable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|p, _| p.parent() != Some(dir) || bad.iter().any(|(b, _)| b == p));
+        for (path, reason) in bad {
+            self.quarantine(&path, &reason);
         }
         Ok(out)
     }
 
-    /// The record of `volume_id`, if any.
+    /// Quarantine the record of `volume_id` whose protocol facts do not decode (see [`VolumeRecord::details`]); it
+    /// leaves the quarantine when the record is rewritten or removed.
+    pub fn quarantine_details(&self, volume_id: &str, reason: &str) {
+        let path = self.volume_file(volume_id);
+        let fresh = self
+            .undecodable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.clone(), reason.to_owned())
+            .is_none();
+        if fresh {
+            tracing::error!(
+                file = %path.display(),
+                volume_id,
+                reason,
+                "state record quarantined: its protocol facts do not decode; it is kept but ignored"
+            );
+        }
+    }
+
+    /// Every quarantined record file, volume records first.
+    pub fn quarantined(&self) -> Vec<Quarantined> {
+        let unreadable = self
+            .unreadable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let undecodable = self
+            .undecodable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut out: Vec<Quarantined> = unreadable
+            .into_iter()
+            .chain(undecodable)
+            .map(|(file, reason)| Quarantined {
+                volume: file.parent() == Some(self.volumes.as_path()),
+                file,
+                reason,
+            })
+            .collect();
+        out.sort_by_key(|q| (!q.volume, q.file.clone()));
+        out.dedup_by(|a, b| a.file == b.file);
+        out
+    }
+
+    /// How many record files are quarantined (for metrics).
+    pub fn quarantined_count(&self) -> usize {
+        self.quarantined().len()
+    }
+
+    /// How many *volume* records are quarantined: each may be a user of any shared host object.
+    pub fn quarantined_volumes(&self) -> usize {
+        self.quarantined().iter().filter(|q| q.volume).count()
+    }
+
+    fn lift_details_quarantine(&self, volume_id: &str) {
+        let path = self.volume_file(volume_id);
+        self.undecodable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&path);
+        self.unreadable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&path);
+    }
+
+    /// The record of `volume_id`, if any (an error naming the file when it is quarantined).
     pub fn volume(&self, volume_id: &str) -> Result<Option<VolumeRecord>, Error> {
-        Self::read(&self.volume_file(volume_id))
+        self.read(&self.volume_file(volume_id))
     }
 
     /// Write (create or replace) a volume record atomically.
     pub fn put_volume(&self, record: &VolumeRecord) -> Result<(), Error> {
-        self.write_atomic(&self.volume_file(&record.volume_id), record)
+        self.write_atomic(&self.volume_file(&record.volume_id), record)?;
+        self.lift_details_quarantine(&record.volume_id);
+        Ok(())
     }
 
     /// Delete a volume record (OK if absent).
     pub fn remove_volume(&self, volume_id: &str) -> Result<(), Error> {
-        Self::remove(&self.volume_file(volume_id))
+        Self::remove(&self.volume_file(volume_id))?;
+        self.lift_details_quarantine(volume_id);
+        Ok(())
     }
 
-    /// Every volume record.
+    /// Every usable volume record (see "Quarantine" for the others).
     pub fn volumes(&self) -> Result<Vec<VolumeRecord>, Error> {
-        Self::list(&self.volumes)
+        self.list(&self.volumes)
     }
 
-    /// The publish record of a target (by its lower-cased normalised path).
+    /// The publish record of a target, by the target's key (`HostPath::key`).
     pub fn publication(&self, target_key: &str) -> Result<Option<PublishRecord>, Error> {
-        Self::read(&self.publish_file(target_key))
+        self.read(&self.publish_file(target_key))
     }
 
-    /// Write a publish record atomically.
-    pub fn put_publication(&self, record: &PublishRecord) -> Result<(), Error> {
-        self.write_atomic(
-            &self.publish_file(&record.target_path.to_ascii_lowercase()),
-            record,
-        )
+    /// Write a publish record atomically under the target's key (`HostPath::key`).
+    pub fn put_publication(&self, target_key: &str, record: &PublishRecord) -> Result<(), Error> {
+        self.write_atomic(&self.publish_file(target_key), record)
     }
 
     /// Delete a publish record (OK if absent).
@@ -325,9 +485,9 @@ impl StateStore {
         Self::remove(&self.publish_file(target_key))
     }
 
-    /// Every publish record.
+    /// Every usable publish record (see "Quarantine" for the others).
     pub fn publications(&self) -> Result<Vec<PublishRecord>, Error> {
-        Self::list(&self.publish)
+        self.list(&self.publish)
     }
 }
 
@@ -447,8 +607,11 @@ mod tests {
             target_path: r"C:\var\lib\kubelet\pods\U\mount".into(),
             staging_path: r.staging_path.clone(),
             readonly: true,
+            access: None,
         };
-        store.put_publication(&p).expect("put");
+        store
+            .put_publication(&p.target_path.to_ascii_lowercase(), &p)
+            .expect("put");
         assert_eq!(
             store
                 .publication(&p.target_path.to_ascii_lowercase())
@@ -463,13 +626,95 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_record_is_an_error_not_a_silent_skip() {
+    fn a_corrupt_record_is_quarantined_not_a_node_wide_failure() {
         let dir = tempfile::tempdir().expect("tmp");
         let store = StateStore::open(dir.path()).expect("open");
         assert!(store.volumes().expect("no directory yet").is_empty());
-        fs::create_dir_all(dir.path().join("volumes")).expect("mkdir");
-        fs::write(dir.path().join("volumes").join("bad.json"), b"not json").expect("write");
-        assert!(matches!(store.volumes(), Err(Error::Internal(m)) if m.contains("corrupt")));
+        store
+            .put_volume(&record("good", r"\\srv\share"))
+            .expect("put");
+        // The record of volume "bad", torn by something outside the driver.
+        let bad = dir
+            .path()
+            .join("volumes")
+            .join(format!("{}.json", file_key("bad")));
+        fs::write(&bad, b"{\"version\": 1, \"volume_id\": \"ba").expect("write");
+        // Listings go on without it; it is reported, and kept.
+        let ids: Vec<_> = store
+            .volumes()
+            .expect("list")
+            .into_iter()
+            .map(|r| r.volume_id)
+            .collect();
+        assert_eq!(ids, ["good"]);
+        let q = store.quarantined();
+        assert_eq!(q.len(), 1, "{q:?}");
+        assert!(
+            q[0].volume && q[0].file == bad && q[0].reason.contains("corrupt"),
+            "{q:?}"
+        );
+        assert_eq!(
+            (store.quarantined_count(), store.quarantined_volumes()),
+            (1, 1)
+        );
+        assert!(bad.exists());
+        // Only the volume whose record it is fails, with an error that names the file.
+        let err = store.volume("bad").expect_err("its own record");
+        assert!(
+            matches!(&err, Error::Internal(m) if m.contains("quarantined") && m.contains(&*bad.to_string_lossy())),
+            "{err:?}"
+        );
+        assert!(store.volume("good").expect("read").is_some());
+        // A corrupt publish record is quarantined the same way.
+        fs::create_dir_all(dir.path().join("publish")).expect("mkdir");
+        fs::write(dir.path().join("publish").join("x.json"), b"[]").expect("write");
+        assert!(store.publications().expect("list").is_empty());
+        assert_eq!(
+            (store.quarantined_count(), store.quarantined_volumes()),
+            (2, 1)
+        );
+        // Fixing (or removing) the file lifts the quarantine at the next listing.
+        fs::remove_file(&bad).expect("rm");
+        store
+            .put_volume(&record("bad", r"\\srv\share"))
+            .expect("rewrite");
+        assert_eq!(store.volumes().expect("list").len(), 2);
+        fs::remove_file(dir.path().join("publish").join("x.json")).expect("rm");
+        store.publications().expect("list");
+        assert!(store.quarantined().is_empty());
+        // A record whose protocol facts do not decode is quarantined by whoever decodes it, and lifted on rewrite.
+        store.quarantine_details("good", "missing field root");
+        assert_eq!(store.quarantined_volumes(), 1);
+        store
+            .put_volume(&record("good", r"\\srv\share"))
+            .expect("rewrite");
+        assert_eq!(store.quarantined_volumes(), 0);
+    }
+
+    #[test]
+    fn access_and_adoption_round_trip_and_stay_out_of_old_layouts() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = StateStore::open(dir.path()).expect("open");
+        let mut r = record("v", r"\\srv\share");
+        let plain = serde_json::to_value(&r).expect("json");
+        assert!(
+            plain.get("access").is_none() && plain.get("adopted").is_none(),
+            "{plain}"
+        );
+        r.access = Some(AccessRecord {
+            access_mode: 6,
+            access_type: "mount".into(),
+            fs_type: "ntfs".into(),
+        });
+        r.adopted = true;
+        store.put_volume(&r).expect("put");
+        let back = store.volume("v").expect("read").expect("some");
+        assert_eq!(back, r);
+        assert_eq!(
+            back.details::<Share>().expect("details").expect("smb").root,
+            r"\\srv\share"
+        );
+        assert_eq!(back.with_phase(Phase::Staged).access, r.access);
     }
 
     #[test]

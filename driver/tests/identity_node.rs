@@ -19,6 +19,8 @@ use hyper_util::rt::TokioIo;
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
+mod raw_h2;
+
 const BIN: &str = env!("CARGO_BIN_EXE_wincsi-node");
 /// Upper bound for the binary to become ready or exit (a hang fails the test, never a sleep).
 const BOUND: Duration = Duration::from_secs(60);
@@ -621,4 +623,139 @@ async fn probe_with_a_reachable_simulated_host() {
     assert!(!log.contains("host backend unreachable"), "{log}");
     assert!(!log.contains("did not answer in time"), "{log}");
     serving.shutdown().await.expect("sim shutdown");
+}
+
+/// A volume id that tries to forge a line in either log format and to recolour a terminal.
+const EVIL_ID: &str = "vol\n2026-01-01T00:00:00.000000Z  INFO wincsi: forged\n{\"level\":\"INFO\",\"message\":\"forged\"}\u{1b}[31mred";
+
+/// Issue 15 item 12: user strings (here a volume id, in a state record read by startup reconciliation and in an
+/// RPC) never forge log lines, in either format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_id_never_forges_log_lines() {
+    for format in ["plain", "json"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (socket, endpoint) = socket_in(&dir);
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(state.join("volumes")).expect("mkdir");
+        // A staged volume whose record names a staging path outside the kubelet root: reconciliation warns about it,
+        // naming the volume id.
+        let record = serde_json::json!({
+            "version": 1, "volume_id": EVIL_ID, "phase": "staged",
+            "staging_path": r"C:\outside\globalmount", "ephemeral": false, "protocol": "smb",
+            "root": r"\\srv\share", "remote_path": r"\\srv\share", "principal": null
+        });
+        std::fs::write(
+            state
+                .join("volumes")
+                .join(format!("{}.json", wincsi::state::file_key(EVIL_ID))),
+            record.to_string(),
+        )
+        .expect("write record");
+        let proxy_dir = tempfile::tempdir().expect("tempdir");
+        let mut driver = Driver::spawn(&[
+            "--endpoint",
+            &endpoint,
+            "--node-id",
+            "n1",
+            "--log-format",
+            format,
+            "--log-level",
+            "debug",
+            "--state-dir",
+            state.to_str().expect("utf-8"),
+            "--csi-proxy-socket-dir",
+            proxy_dir.path().to_str().expect("utf-8"),
+        ]);
+        driver.wait_for("serving CSI");
+        let mut node = NodeClient::new(channel(&socket).await);
+        let _ = node
+            .node_unstage_volume(bounded(v1::NodeUnstageVolumeRequest {
+                volume_id: EVIL_ID.into(),
+                staging_target_path: r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\x\globalmount"
+                    .into(),
+            }))
+            .await;
+        driver.sigterm();
+        driver.wait_exit();
+        let log = driver.log.join("\n");
+        assert!(
+            !log.contains('\u{1b}'),
+            "{format}: a raw escape sequence: {log}"
+        );
+        let mut named = 0;
+        for line in log.lines() {
+            if format == "json" {
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("{format}: not a JSON line ({e}): {line}"));
+                named += usize::from(v.to_string().contains(r"vol\n2026-01-01"));
+            } else {
+                assert!(
+                    line.starts_with(|c: char| c.is_ascii_digit()),
+                    "{format}: a line that is not a log record: {line:?}\n{log}"
+                );
+                assert!(
+                    !line.contains("forged\"}") || line.contains(r"\n"),
+                    "{line}"
+                );
+                named += usize::from(line.contains(r"vol\n2026-01-01"));
+            }
+        }
+        assert!(
+            log.contains("invalid staging path"),
+            "{format}: reconciliation warned: {log}"
+        );
+        assert!(named >= 2, "{format}: the id is logged, escaped: {log}");
+    }
+}
+
+// ---- issue 15 item 13: gRPC clients other than Go's ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_c_core_clients_are_served_despite_their_authority() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (socket, endpoint) = socket_in(&dir);
+    let proxy_dir = tempfile::tempdir().expect("tempdir");
+    let mut driver = Driver::spawn(&[
+        "--endpoint",
+        &endpoint,
+        "--node-id",
+        "n1",
+        "--driver-name",
+        "authority.example.com",
+        "--csi-proxy-socket-dir",
+        proxy_dir.path().to_str().expect("utf-8"),
+    ]);
+    driver.wait_for("serving CSI");
+    let conn = tokio::net::UnixStream::connect(&socket)
+        .await
+        .expect("connect");
+    let results = raw_h2::c_core_calls(
+        conn,
+        &[
+            "/csi.v1.Identity/GetPluginInfo",
+            "/csi.v1.Identity/GetPluginCapabilities",
+        ],
+    )
+    .await;
+    for (i, (headers, data, reset)) in results.iter().enumerate() {
+        assert_eq!(*reset, None, "request {i}: RST_STREAM (PROTOCOL_ERROR = 1)");
+        assert!(
+            headers.contains(&(":status".into(), "200".into())),
+            "{i}: {headers:?}"
+        );
+        assert!(
+            headers.contains(&("grpc-status".into(), "0".into())),
+            "{i}: {headers:?}"
+        );
+        if i == 0 {
+            let name = b"authority.example.com";
+            assert!(
+                data.windows(name.len()).any(|w| w == name),
+                "GetPluginInfo answered: {data:?}"
+            );
+        }
+    }
+    // The Go client (tonic here sends a valid authority) is served on the same endpoint as before.
+    let mut identity = IdentityClient::new(channel(&socket).await);
+    identity.probe(v1::ProbeRequest {}).await.expect("Probe");
 }

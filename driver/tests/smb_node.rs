@@ -234,8 +234,10 @@ async fn smb_volume_through_the_binary_survives_a_driver_kill() {
         .await
         .expect("repeat stage");
 
-    // Block access → INVALID_ARGUMENT; stats of an unknown volume → NOT_FOUND.
+    // Block access → INVALID_ARGUMENT (for a volume not staged yet: a staged one answers ALREADY_EXISTS, the
+    // capability being incompatible with its stage); stats of an unknown volume → NOT_FOUND.
     let mut block = stage.clone();
+    block.volume_id = "vol-block".into();
     block.volume_capability = Some(v1::VolumeCapability {
         access_type: Some(volume_capability::AccessType::Block(
             volume_capability::BlockVolume {},

@@ -273,7 +273,8 @@ mod tests {
         assert!(fs.path_exists(P).await.unwrap());
         let err = fs.mkdir(r"C:\outside").await.unwrap_err();
         assert!(
-            err.to_string().contains("is not within the working directories"),
+            err.to_string()
+                .contains("is not within the working directories"),
             "{err}"
         );
         let rpcs: Vec<_> = h.audit(0).into_iter().map(|e| e.rpc).collect();

@@ -6,7 +6,8 @@
 //!   layers above decide on kinds, never on a backend's error texts. [`HostProbe`] is the backend's liveness check.
 //! * The vocabulary: validated host paths inside the kubelet root ([`HostPath`], [`KubeletRoot`]), UNC paths and SMB
 //!   credentials ([`UncPath`], [`SmbCredential`]), disk locations and identifiers ([`DiskLocation`], [`DiskIds`]),
-//!   target portals and login authentication ([`Portal`], [`IscsiAuth`]) and the redacting [`Secret`].
+//!   target portals and login authentication ([`Portal`], [`IscsiAuth`]) and the redacting [`Secret`]; how Windows
+//!   compares names ([`name`]: case-insensitively through its upcase table, for every character).
 //! * The backends: [`csi_proxy::CsiProxyHost`] (csi-proxy over named pipes, or the simulated host over Unix sockets
 //!   or in-process). A native HostProcess backend (Win32 + WMI) is another implementation of the same trait, in
 //!   `host/native/`. Only this module and the composition root (`crate::backend`) name a backend. [`Metered`] wraps
@@ -35,6 +36,7 @@ mod block;
 pub mod csi_proxy;
 mod error;
 mod metered;
+pub mod name;
 mod path;
 mod probe;
 mod unc;
@@ -42,6 +44,7 @@ mod unc;
 pub use block::{DEFAULT_PORT, DiskIds, DiskLocation, IscsiAuth, Portal};
 pub use error::{HostError, HostErrorKind, HostOp, HostResult};
 pub use metered::Metered;
+pub use name::{name_key, names_equal};
 pub use path::{HostPath, KubeletRoot, MAX_PATH_BYTES};
 pub use probe::{HostProbe, NoHostProbe, PROBE_TIMEOUT};
 /// A secret string (a password, a CHAP secret): proxy-client's type, whose `Debug`/`Display` never show the value,

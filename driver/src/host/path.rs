@@ -9,14 +9,16 @@
 //! * it must then be an absolute drive path (`X:\…`): UNC (`\\server\…`) and device (`\\?\…`) paths are refused;
 //! * no `.` or `..` segment, no `"` `:` `?` `*` `|` `<` `>` or control character after the drive prefix;
 //! * at most [`MAX_PATH_BYTES`] bytes (csi-proxy's `MaxPathLengthWindows`);
-//! * it must lie strictly *inside* `--kubelet-root`, compared component by component and case-insensitively. This is
-//!   stricter than csi-proxy's plain string prefix check, which also accepts `C:\var\lib\kubeletX\…`.
+//! * it must lie strictly *inside* `--kubelet-root`, compared component by component and case-insensitively the way
+//!   Windows compares names (every character, [`super::name`]). This is stricter than csi-proxy's plain string prefix
+//!   check, which also accepts `C:\var\lib\kubeletX\…`.
 //!
 //! A violation is [`Error::InvalidArgument`] naming the rule and the offending path (paths are not secret).
 //! [`HostPath`] can only be built through these rules, so the type proves a path was checked.
 
 use std::fmt;
 
+use super::name::{name_key, names_equal};
 use crate::error::Error;
 
 /// csi-proxy's `MaxPathLengthWindows`: the longest path (in bytes) the filesystem group accepts.
@@ -40,9 +42,21 @@ impl HostPath {
         &self.text
     }
 
-    /// The lower-cased form, for keys and comparisons.
+    /// The canonical key ([`name_key`]): equal for two paths exactly when Windows sees one path. For ASCII paths it
+    /// is the lower-cased text.
     pub fn key(&self) -> String {
+        name_key(&self.text)
+    }
+
+    /// The key earlier versions used (ASCII letters lower-cased only), to find records they wrote; equal to
+    /// [`Self::key`] for ASCII paths.
+    pub fn legacy_key(&self) -> String {
         self.text.to_ascii_lowercase()
+    }
+
+    /// Whether `text` names this path (Windows comparison; `text` is not re-validated).
+    pub fn is(&self, text: &str) -> bool {
+        names_equal(&self.text, text)
     }
 
     /// Append one or more relative components (separated by `\` or `/`), re-applying every rule.
@@ -53,7 +67,7 @@ impl HostPath {
 
 impl PartialEq for HostPath {
     fn eq(&self, other: &Self) -> bool {
-        self.text.eq_ignore_ascii_case(&other.text)
+        names_equal(&self.text, &other.text)
     }
 }
 
@@ -76,7 +90,7 @@ impl fmt::Display for HostPath {
 pub struct KubeletRoot {
     /// Normalised text, e.g. `C:\var\lib\kubelet`.
     text: String,
-    /// Lower-cased components after the drive, for the boundary check.
+    /// Components after the drive as [`name_key`]s, for the boundary check.
     components: Vec<String>,
 }
 
@@ -90,7 +104,7 @@ impl KubeletRoot {
                  C:\\var\\lib\\kubelet"
             )));
         }
-        let components = components.iter().map(|c| c.to_ascii_lowercase()).collect();
+        let components = components.iter().map(|c| name_key(c)).collect();
         Ok(Self { text, components })
     }
 
@@ -121,7 +135,7 @@ impl KubeletRoot {
                 .components
                 .iter()
                 .zip(&components)
-                .all(|(root, c)| c.eq_ignore_ascii_case(root));
+                .all(|(root, c)| name_key(c) == *root);
         if !inside {
             return Err(Error::InvalidArgument(format!(
                 "{what} {raw:?} is outside the kubelet root {}; rule: host paths must lie inside --kubelet-root",

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::Secret;
+use super::name::name_key;
 use crate::error::Error;
 
 /// A validated UNC path `\\server\share[\component…]`.
@@ -86,14 +87,15 @@ impl UncPath {
         }
     }
 
-    /// The mapping key: `\\server\share`, lower-cased (csi-proxy keys global mappings the same way).
+    /// The mapping key: `\\server\share` as a Windows name key ([`name_key`]: case-insensitive for every
+    /// character, the way the SMB client and server compare share names; lower-cased text for ASCII names).
     pub fn root_key(&self) -> String {
-        format!("\\\\{}\\{}", self.server, self.share).to_ascii_lowercase()
+        name_key(&format!("\\\\{}\\{}", self.server, self.share))
     }
 
-    /// The server, lower-cased (Windows error 1219 is per server).
+    /// The server as a Windows name key (Windows error 1219 is per server).
     pub fn server_key(&self) -> String {
-        self.server.to_ascii_lowercase()
+        name_key(&self.server)
     }
 
     /// The components after the share.

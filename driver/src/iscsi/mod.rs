@@ -436,7 +436,7 @@ async fn unstage<H: Host>(
     }
     let _target = cx.object_locks().lock(&rec.target_key()).await;
     let others = target_users(cx, volume_id, &rec.iqn)?;
-    if others == 0 {
+    if cx.may_remove_shared(others, &rec.iqn) {
         if let Some(p) = rec.logout_portal() {
             match h
                 .raw(

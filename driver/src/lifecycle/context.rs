@@ -57,16 +57,37 @@ impl<'a, H: Host> Context<'a, H> {
         &self.config.kubelet_root
     }
 
-    /// Every record of protocol `T` with its facts (the durable reference counts of shared host objects are
-    /// counted over these).
+    /// Every usable record of protocol `T` with its facts (the durable reference counts of shared host objects are
+    /// counted over these). A record whose facts do not decode is quarantined, not an error: one bad record must not
+    /// stop every volume of the protocol. Counts over these are exact only while [`Self::may_remove_shared`] says so.
     pub fn records<T: Details>(&self) -> Result<Vec<(VolumeRecord, T)>, Error> {
         let mut out = Vec::new();
         for rec in self.store.volumes()? {
-            if let Some(details) = rec.details::<T>()? {
-                out.push((rec, details));
+            match rec.details::<T>() {
+                Ok(Some(details)) => out.push((rec, details)),
+                Ok(None) => {}
+                Err(e) => self
+                    .store
+                    .quarantine_details(&rec.volume_id, &e.to_string()),
             }
         }
         Ok(out)
+    }
+
+    /// Whether a shared host object (an SMB mapping, an iSCSI session) that `others` other records use may be removed:
+    /// only when no other record uses it and no volume record is quarantined (a quarantined record may describe a
+    /// user of any shared object, so it is counted as one). Logs why an object is kept.
+    pub fn may_remove_shared(&self, others: usize, object: &(dyn Display + Sync)) -> bool {
+        if others > 0 {
+            return false;
+        }
+        let unknown = self.store.quarantined_volumes();
+        if unknown > 0 {
+            tracing::warn!(object = %object, quarantined = unknown, "kept: quarantined state records may describe \
+                           other users of it (fix or remove them; see the README, \"State directory\")");
+            return false;
+        }
+        true
     }
 
     /// Mark a staged volume whose staging object no longer works for re-stage (startup reconciliation).
@@ -77,10 +98,14 @@ impl<'a, H: Host> Context<'a, H> {
     /// The staging path behind `path` for `rec`'s volume: the staging path itself or a target it is published at
     /// (NotFound otherwise).
     pub fn staging_behind(&self, rec: &VolumeRecord, path: &HostPath) -> Result<HostPath, Error> {
-        if rec.staging_path.eq_ignore_ascii_case(path.as_str()) {
+        if path.is(&rec.staging_path) {
             return self.kubelet_root().host_path(&rec.staging_path);
         }
-        match self.store.publication(&path.key())? {
+        let publication = match self.store.publication(&path.key())? {
+            Some(p) => Some(p),
+            None => self.store.publication(&path.legacy_key())?,
+        };
+        match publication {
             Some(p) if p.volume_id == rec.volume_id => {
                 self.kubelet_root().host_path(&p.staging_path)
             }

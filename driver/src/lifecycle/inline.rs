@@ -1,6 +1,7 @@
 //! Inline ephemeral volumes (`csi.storage.k8s.io/ephemeral: "true"`): NodePublishVolume does the stage work itself.
 //!
-//! The protocol parses the volume ([`Protocol::parse_inline`]; SMB only today) and stages it privately.
+//! The protocol that serves the volume parses it ([`Protocol::parse_inline`]; SMB only today: an inline volume with
+//! iSCSI attributes is refused as such, never parsed as a share) and stages it privately.
 //!
 //! There is no staging path, so the driver stages into a private directory link under its plugin directory,
 //! `<kubelet-root>\plugins\<driver-name>\ephemeral\<sha256(volume_id)>`, and links the target to it. The credentials
@@ -10,7 +11,7 @@
 //! removes the target link and then undoes the private stage (the mapping is removed when no other volume uses it).
 
 use super::{
-    Protocol, PublishRequest, Secrets, StageAt, StageRequest, VolumeManager, context_get,
+    Owner, Protocol, PublishRequest, Secrets, StageAt, StageRequest, VolumeManager, context_get,
     host_error,
 };
 use crate::error::Error;
@@ -83,18 +84,29 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
     };
     let vol = mgr.protocol.parse_inline(&stage).ok_or_else(|| {
         Error::InvalidArgument(
-            "inline ephemeral volumes are not supported for this kind of volume; use a PersistentVolume".to_owned(),
+            "inline ephemeral volumes are not supported by the protocol these volume attributes select (an iSCSI \
+             target has none); use a PersistentVolume"
+                .to_owned(),
         )
     })??;
     let _guard = mgr
         .volume_locks()
         .try_lock(&req.volume_id, "NodePublishVolume")?;
     let staging = staging_path(mgr, &req.volume_id)?;
-    let staged = mgr
-        .store()
-        .volume(&req.volume_id)?
-        .is_some_and(|r| r.phase == Phase::Staged);
-    if !staged {
+    mgr.refuse_foreign_path(&req.volume_id, target, Owner::Target)?;
+    let access = req
+        .capability
+        .as_ref()
+        .ok_or_else(|| Error::InvalidArgument("volume_capability is required".to_owned()))?
+        .access();
+    let existing = mgr.check_target(&req.volume_id, target, &staging, &access, req.readonly)?;
+    let record = mgr.store().volume(&req.volume_id)?;
+    if existing.is_none()
+        && let Some(rec) = &record
+    {
+        mgr.check_second_target(rec, target, &access)?;
+    }
+    if !record.is_some_and(|r| r.phase == Phase::Staged) {
         let parent = mgr
             .config()
             .kubelet_root
@@ -112,6 +124,7 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         ephemeral: true,
     };
     mgr.protocol.stage(mgr.context(), at, &vol, d).await?;
-    mgr.link_target(&req.volume_id, target, &staging, req.readonly, d)
+    mgr.remember_access(&req.volume_id, access.clone())?;
+    mgr.link_target(&req.volume_id, target, &staging, access, req.readonly, d)
         .await
 }

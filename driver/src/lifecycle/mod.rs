@@ -12,12 +12,45 @@
 //! | publish | `PathExists(target)` → `CreateSymlink(target → staging)` (`IsSymlink` + `Rmdir` of kubelet's empty directory in between when present) |
 //! | repeated publish | `PathExists(target)` → `IsSymlink(target)` |
 //! | unpublish | `PathExists(target)` → `Rmdir(target)`; when already gone only `PathExists` |
-//! | unstage without a record | `PathExists(staging)` → `Rmdir(staging)` when something is there |
+//! | unstage | `PathExists(target)` of each recorded publish target of the volume, then the protocol's unstage |
+//! | unstage without a record | the protocols' [`Protocol::adopt`]; when none adopts: `PathExists(staging)` → `Rmdir(staging)` when something is there |
 //! | reconcile, per publish record | `PathExists(target)` (the record is dropped when the target is gone) |
 //!
 //! Publish writes its record before the link and unpublish deletes it after the link, so a crash between the two
 //! converges on kubelet's retry. The staging side of the same argument is each protocol's (see `crate::smb` and
 //! `crate::iscsi`).
+//!
+//! # The records decide what a request may touch
+//!
+//! A request names a volume and a path; the records say which paths are that volume's. A path that is not the named
+//! volume's is never touched (an adversarial or confused caller cannot reach another volume through it):
+//!
+//! * **NodeUnstageVolume** of a volume staged at another path than the request's answers OK and changes nothing (the
+//!   spec: "not staged to the staging_target_path → OK"); without any record, a path that is another volume's
+//!   staging path or publish target is left alone (OK), else the protocols may [adopt](Protocol::adopt) what is there
+//!   and unstage it, or the link is removed.
+//! * **NodeUnstageVolume while the volume is still published** (a recorded publish target still exists on the host)
+//!   is FAILED_PRECONDITION naming the targets: unstaging would cut the pods' paths. The spec makes the CO unpublish
+//!   first; kubelet does, and its orphaned-pod cleanup unpublishes (NodeUnpublishVolume) before it unstages, so the
+//!   retry converges. A recorded target that no longer exists is a stale record (kubelet removed the pod directory)
+//!   and is dropped.
+//! * **NodeUnpublishVolume** of a path recorded for another volume, or of a staging path, is FAILED_PRECONDITION.
+//! * **NodeStageVolume / NodePublishVolume** at a path recorded in the other role (a staging path as a target, a
+//!   target as a staging path) or at another volume's staging path is FAILED_PRECONDITION: both would first remove
+//!   what is there (another volume's publish target at publish stays ALREADY_EXISTS).
+//! * **NodeGetVolumeStats / NodeExpandVolume** look the volume up first (NOT_FOUND when it is not staged here) and
+//!   then the path: it must be the volume's staging path or one of its publish targets, else NOT_FOUND (also for a
+//!   path that is not even a valid kubelet path: it is certainly not one of the volume's).
+//!
+//! # Access modes and repeated calls
+//!
+//! The stage and publish records remember the capability (access mode, access type, fs type: [`AccessRecord`]). A
+//! repeated NodeStageVolume or NodePublishVolume at the same path with another capability (or, for publish, another
+//! `readonly`) is ALREADY_EXISTS. A publish at a *second* target path is FAILED_PRECONDITION when the volume is
+//! `SINGLE_NODE_SINGLE_WRITER` (in the request, the stage or an existing publish) or when it asks for another
+//! capability than the existing publishes — the spec's table for plugins with `SINGLE_NODE_MULTI_WRITER`.
+//! `SINGLE_NODE_WRITER` stays publishable at several targets: kubelets without the ReadWriteOncePod feature send it
+//! for ReadWriteOnce volumes shared by the pods of one node, and the spec requires plugins to keep accepting it.
 //!
 //! # Read-only
 //!
@@ -38,17 +71,21 @@ use tracing::{debug, info, warn};
 use crate::error::Error;
 use crate::host::{Host, HostPath, KubeletRoot};
 use crate::locks::{Deadline, KeyedLocks, VolumeLocks};
-use crate::state::{Phase, PublishRecord, RECORD_VERSION, StateStore};
+use crate::state::{AccessRecord, PublishRecord, StateStore, VolumeRecord};
 
 mod context;
 mod csi;
 pub mod inline;
 mod protocol;
+mod publish;
+mod reconcile;
 mod request;
+#[cfg(test)]
+mod tests;
 
 pub use context::{Calls, Context, host_error};
 pub use csi::{Lifecycle, LifecycleFuture, node_capabilities};
-pub use protocol::{Either, Health, Protocol, StageAt};
+pub use protocol::{Either, Found, Health, Protocol, StageAt};
 pub(crate) use request::is_credential_key;
 pub use request::{
     AccessType, Capability, EPHEMERAL_KEY, ExpandRequest, PublishRequest, ReconcileReport, Secrets,
@@ -94,6 +131,15 @@ impl<H, P> std::fmt::Debug for VolumeManager<H, P> {
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
+}
+
+/// Who a host path belongs to, by the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// The staging path of this volume.
+    Staging,
+    /// A publish target of this volume.
+    Target,
 }
 
 impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
@@ -161,23 +207,56 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     pub async fn stage(&self, req: &StageRequest, d: Deadline) -> Result<(), Error> {
         required(&req.volume_id, "volume_id")?;
         required(&req.staging_target_path, "staging_target_path")?;
-        let flags = mount_capability(req.capability.as_ref())?;
+        let Some(cap) = req.capability.as_ref() else {
+            return Err(Error::InvalidArgument(
+                "volume_capability is required".to_owned(),
+            ));
+        };
         let staging = self
             .cfg
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
+        let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
+        let access = cap.access();
+        // A volume already staged here with another capability: ALREADY_EXISTS, before the capability itself is
+        // judged (a block request for a volume staged as a mount is "incompatible", not "invalid").
+        if let Some(rec) = self.store.volume(&req.volume_id)?
+            && staging.is(&rec.staging_path)
+            && let Some(recorded) = &rec.access
+            && !recorded.same_as(&access)
+        {
+            return Err(Error::AlreadyExists(format!(
+                "volume {:?} is already staged at {staging} with {}; the request asks for {}; unstage it first",
+                req.volume_id,
+                recorded.describe(),
+                access.describe()
+            )));
+        }
+        let flags = mount_capability(Some(cap))?;
         let ignored = check_mount_flags(flags)?;
         if !ignored.is_empty() {
             debug!(options = ?ignored, "mount options are ignored on Windows");
         }
+        self.refuse_foreign_path(&req.volume_id, &staging, Owner::Staging)?;
         let vol = self.protocol.parse(req)?;
-        let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
         let at = StageAt {
             volume_id: &req.volume_id,
             staging: &staging,
             ephemeral: false,
         };
-        self.protocol.stage(self.context(), at, &vol, d).await
+        self.protocol.stage(self.context(), at, &vol, d).await?;
+        self.remember_access(&req.volume_id, access)
+    }
+
+    /// Record the capability a stage succeeded with (the volume guard is held).
+    fn remember_access(&self, volume_id: &str, access: AccessRecord) -> Result<(), Error> {
+        if let Some(mut rec) = self.store.volume(volume_id)?
+            && rec.access.as_ref() != Some(&access)
+        {
+            rec.access = Some(access);
+            self.store.put_volume(&rec)?;
+        }
+        Ok(())
     }
 
     /// NodeUnstageVolume.
@@ -190,182 +269,125 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeUnstageVolume")?;
-        let record = self.store.volume(&req.volume_id)?;
-        if let Some(rec) = &record
-            && !rec.staging_path.eq_ignore_ascii_case(staging.as_str())
-        {
-            warn!(recorded = %rec.staging_path, requested = %staging, "unstage path differs from the staged path");
-        }
-        self.unstage_record(&staging, record.as_ref(), d).await
-    }
-
-    /// Undo a stage (the caller holds the volume guard): without a record only what is at the staging path goes.
-    async fn unstage_record(
-        &self,
-        staging: &HostPath,
-        record: Option<&crate::state::VolumeRecord>,
-        d: Deadline,
-    ) -> Result<(), Error> {
-        match record {
-            Some(rec) => self.protocol.unstage(self.context(), staging, rec, d).await,
-            None => {
-                self.context().remove_staging_link(staging, d).await?;
-                debug!("no record: nothing else to undo");
+        match self.store.volume(&req.volume_id)? {
+            Some(rec) if !staging.is(&rec.staging_path) => {
+                // Not staged to this path: the spec's answer is OK, and neither the recorded staging nor whatever is
+                // at the requested path (possibly another volume's) may be touched.
+                warn!(recorded = %rec.staging_path, requested = %staging, "NodeUnstageVolume names another path than \
+                      the volume is staged at: nothing done (the volume stays staged at its recorded path)");
                 Ok(())
             }
+            Some(rec) => {
+                self.refuse_while_published(&rec, d).await?;
+                self.protocol
+                    .unstage(self.context(), &staging, &rec, d)
+                    .await
+            }
+            None => self.unstage_unrecorded(&req.volume_id, &staging, d).await,
         }
     }
 
-    /// NodePublishVolume.
-    #[tracing::instrument(level = "debug", name = "publish", skip_all, fields(volume_id = %req.volume_id))]
-    pub async fn publish(&self, req: &PublishRequest, d: Deadline) -> Result<(), Error> {
-        required(&req.volume_id, "volume_id")?;
-        required(&req.target_path, "target_path")?;
-        let flags = mount_capability(req.capability.as_ref())?;
-        let target = self
-            .cfg
-            .kubelet_root
-            .check(&req.target_path, "target_path")?;
-        check_mount_flags(flags)?;
-        if context_get(&req.volume_context, EPHEMERAL_KEY)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-        {
-            return inline::publish(self, req, &target, d).await;
-        }
-        if req.staging_target_path.trim().is_empty() {
-            return Err(Error::FailedPrecondition(
-                "staging_target_path is required: this driver stages volumes (STAGE_UNSTAGE_VOLUME)".to_owned(),
-            ));
-        }
-        let staging = self
-            .cfg
-            .kubelet_root
-            .check(&req.staging_target_path, "staging_target_path")?;
-        let _guard = self.volumes.try_lock(&req.volume_id, "NodePublishVolume")?;
-        let rec = self.store.volume(&req.volume_id)?;
-        match rec {
-            Some(rec)
-                if rec.phase == Phase::Staged
-                    && rec.staging_path.eq_ignore_ascii_case(staging.as_str()) => {}
-            Some(rec) if rec.phase == Phase::Staged => {
-                return Err(Error::FailedPrecondition(format!(
-                    "volume {:?} is staged at {}, not at {staging}",
-                    req.volume_id, rec.staging_path
-                )));
-            }
-            _ => {
-                return Err(Error::FailedPrecondition(format!(
-                    "volume {:?} is not staged on this node (NodeStageVolume has not completed)",
-                    req.volume_id
-                )));
-            }
-        }
-        self.link_target(&req.volume_id, &target, &staging, req.readonly, d)
-            .await
-    }
-
-    /// Make `target` a link to `staging` (idempotent; refuses another source and non-empty directories).
-    async fn link_target(
+    /// NodeUnstageVolume without a record (the caller holds the guard): never touch another volume's path; let the
+    /// protocols adopt what they can prove is this volume's; else remove the link (or empty directory) there.
+    async fn unstage_unrecorded(
         &self,
         volume_id: &str,
-        target: &HostPath,
         staging: &HostPath,
-        readonly: bool,
         d: Deadline,
     ) -> Result<(), Error> {
-        let h = self.context().calls(d);
-        let existing = self.store.publication(&target.key())?;
-        let ours = existing.as_ref().is_some_and(|p| {
-            p.volume_id == volume_id && p.staging_path.eq_ignore_ascii_case(staging.as_str())
-        });
-        if h.path_exists(target)
-            .await
-            .map_err(|e| host_error(e, target))?
-        {
-            let resolves = h
-                .is_symlink(target)
-                .await
-                .map_err(|e| host_error(e, target))?;
-            match &existing {
-                Some(p) if ours && resolves => {
-                    if p.readonly != readonly {
-                        return Err(Error::AlreadyExists(format!(
-                            "{target} is already published with readonly={}; the request asks for readonly={readonly}",
-                            p.readonly
-                        )));
-                    }
-                    debug!(target = %target, "already published: nothing to do");
-                    return Ok(());
-                }
-                Some(p) if !ours => {
-                    return Err(Error::AlreadyExists(format!(
-                        "{target} is already published from another source (volume {:?}); unpublish it first",
-                        p.volume_id
-                    )));
-                }
-                None if resolves => {
-                    return Err(Error::AlreadyExists(format!(
-                        "{target} is already a link this driver did not make; refusing to replace it"
-                    )));
-                }
-                _ => {}
-            }
-            debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
-            h.rmdir(target).await.map_err(|e| host_error(e, target))?;
+        if let Some((other, owner)) = self.owner_of(staging)? {
+            warn!(requested = %staging, other_volume = %other, role = ?owner, "NodeUnstageVolume of a volume without \
+                  a record names a path recorded for another volume: nothing done");
+            return Ok(());
         }
-        self.store.put_publication(&PublishRecord {
-            version: RECORD_VERSION,
-            volume_id: volume_id.to_owned(),
-            target_path: target.to_string(),
-            staging_path: staging.to_string(),
-            readonly,
-        })?;
-        h.create_symlink(target, staging)
-            .await
-            .map_err(|e| host_error(e, target))?;
-        info!(target = %target, readonly, "volume published");
+        if let Some(rec) = self.adopt(volume_id, staging, d).await? {
+            return self
+                .protocol
+                .unstage(self.context(), staging, &rec, d)
+                .await;
+        }
+        self.context().remove_staging_link(staging, d).await?;
+        debug!("no record: nothing else to undo");
         Ok(())
     }
 
-    /// NodeUnpublishVolume.
-    #[tracing::instrument(level = "debug", name = "unpublish", skip_all, fields(volume_id = %req.volume_id))]
-    pub async fn unpublish(&self, req: &UnpublishRequest, d: Deadline) -> Result<(), Error> {
-        required(&req.volume_id, "volume_id")?;
-        required(&req.target_path, "target_path")?;
-        let target = self
-            .cfg
-            .kubelet_root
-            .check(&req.target_path, "target_path")?;
-        let _guard = self
-            .volumes
-            .try_lock(&req.volume_id, "NodeUnpublishVolume")?;
-        if let Some(p) = self.store.publication(&target.key())?
-            && p.volume_id != req.volume_id
-        {
-            return Err(Error::FailedPrecondition(format!(
-                "{target} is published for volume {:?}, not {:?}; refusing to unpublish it",
-                p.volume_id, req.volume_id
-            )));
+    /// Ask the protocols to adopt a staging object of `volume_id` at `staging` that no record describes; an adopted
+    /// record is written (before anything is removed, like every record) and returned.
+    async fn adopt(
+        &self,
+        volume_id: &str,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<Option<VolumeRecord>, Error> {
+        let found = Found { volume_id, staging };
+        let Some(mut rec) = self.protocol.adopt(self.context(), found, d).await? else {
+            return Ok(None);
+        };
+        rec.volume_id = volume_id.to_owned();
+        rec.staging_path = staging.to_string();
+        rec.adopted = true;
+        rec.ephemeral = false;
+        self.store.put_volume(&rec)?;
+        info!(staging = %staging, protocol = %rec.protocol, "a staging object without a record was adopted from \
+              what the host shows");
+        Ok(Some(rec))
+    }
+
+    /// FAILED_PRECONDITION when the records name `path` in another role than `role` (a staging path used as a
+    /// publish target or the other way round, whichever volume's), or as another volume's staging path: a stage or
+    /// publish there would first remove what is at the path. (Another volume's publish target at publish is
+    /// ALREADY_EXISTS, see `publish.rs`.)
+    fn refuse_foreign_path(
+        &self,
+        volume_id: &str,
+        path: &HostPath,
+        role: Owner,
+    ) -> Result<(), Error> {
+        match self.owner_of(path)? {
+            Some((owner, found))
+                if found != role || (role == Owner::Staging && owner != volume_id) =>
+            {
+                Err(Error::FailedPrecondition(format!(
+                    "{path} is the {} of volume {owner:?}; refusing to use it for volume {volume_id:?}",
+                    match found {
+                        Owner::Staging => "staging path",
+                        Owner::Target => "publish target",
+                    }
+                )))
+            }
+            _ => Ok(()),
         }
+    }
+
+    /// FAILED_PRECONDITION while a recorded publish target of `rec`'s volume still exists on the host (unstaging
+    /// would cut the pod's path); records of targets that are gone are dropped.
+    async fn refuse_while_published(&self, rec: &VolumeRecord, d: Deadline) -> Result<(), Error> {
         let h = self.context().calls(d);
-        if h.path_exists(&target)
-            .await
-            .map_err(|e| host_error(e, &target))?
-        {
-            h.rmdir(&target).await.map_err(|e| host_error(e, &target))?;
-            info!(target = %target, "volume unpublished");
-        } else {
-            debug!(target = %target, "target already gone");
+        let mut live = Vec::new();
+        for p in self.publications_of(&rec.volume_id)? {
+            let Ok(target) = self.cfg.kubelet_root.host_path(&p.target_path) else {
+                continue;
+            };
+            if h.path_exists(&target)
+                .await
+                .map_err(|e| host_error(e, &target))?
+            {
+                live.push(target.to_string());
+            } else {
+                debug!(target = %target, "publish record of a target that is gone: dropped");
+                self.remove_publication(&target)?;
+            }
         }
-        self.store.remove_publication(&target.key())?;
-        if let Some(rec) = self.store.volume(&req.volume_id)?
-            && rec.ephemeral
-        {
-            let staging = self.cfg.kubelet_root.host_path(&rec.staging_path)?;
-            debug!(staging = %staging, "inline ephemeral volume: undoing its private stage");
-            self.unstage_record(&staging, Some(&rec), d).await?;
+        if live.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        Err(Error::FailedPrecondition(format!(
+            "volume {:?} is still published at {}; unstaging it would cut the pods' paths. Rule: NodeUnpublishVolume \
+             every target first (kubelet does; if the pod is gone, remove the target path or let kubelet's cleanup \
+             unpublish it)",
+            rec.volume_id,
+            live.join(", ")
+        )))
     }
 
     /// NodeGetVolumeStats.
@@ -373,101 +395,96 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     pub async fn stats(&self, req: &StatsRequest, d: Deadline) -> Result<VolumeStats, Error> {
         required(&req.volume_id, "volume_id")?;
         required(&req.volume_path, "volume_path")?;
-        let path = self
-            .cfg
-            .kubelet_root
-            .check(&req.volume_path, "volume_path")?;
-        let Some(rec) = self.store.volume(&req.volume_id)? else {
-            return Err(Error::NotFound(format!(
-                "volume {:?} is not staged on this node",
-                req.volume_id
-            )));
-        };
+        let rec = self.staged_record(&req.volume_id)?;
+        let path = self.locate(&rec, &req.volume_path)?;
         self.protocol.stats(self.context(), &rec, &path, d).await
     }
 
     /// NodeExpandVolume: grow the volume and return its capacity (0 when there is nothing to grow on the node).
     #[tracing::instrument(level = "debug", name = "expand", skip_all, fields(volume_id = %req.volume_id))]
     pub async fn expand(&self, req: &ExpandRequest, d: Deadline) -> Result<i64, Error> {
-        for (v, n) in [
-            (&req.volume_id, "volume_id"),
-            (&req.volume_path, "volume_path"),
-        ] {
-            if v.trim().is_empty() {
-                return Err(Error::InvalidArgument(format!("{n} is required")));
-            }
-        }
-        let path = self
-            .cfg
-            .kubelet_root
-            .check(&req.volume_path, "volume_path")?;
+        required(&req.volume_id, "volume_id")?;
+        required(&req.volume_path, "volume_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeExpandVolume")?;
-        let Some(rec) = self.store.volume(&req.volume_id)? else {
-            return Err(Error::NotFound(format!(
-                "volume {:?} is not staged on this node",
-                req.volume_id
-            )));
-        };
+        let rec = self.staged_record(&req.volume_id)?;
+        let path = self.locate(&rec, &req.volume_path)?;
         self.protocol
             .expand(self.context(), &rec, &path, req, d)
             .await
     }
 
-    /// Startup reconciliation: ask each staged volume's protocol whether its staging object still works (a broken
-    /// one is cleaned up and the volume marked for re-stage: after a reboot it would make kubelet's re-stage fail);
-    /// drop publish records whose target is gone. Logs and returns what was repaired.
-    #[tracing::instrument(level = "info", name = "reconcile", skip_all)]
-    pub async fn reconcile(&self, d: Deadline) -> Result<ReconcileReport, Error> {
-        let mut report = ReconcileReport::default();
-        for rec in self.store.volumes()? {
-            report.checked += 1;
-            let Ok(_guard) = self.volumes.try_lock(&rec.volume_id, "reconcile") else {
-                continue;
-            };
-            let staging = match self.cfg.kubelet_root.host_path(&rec.staging_path) {
-                Ok(p) => p,
-                Err(e) => {
-                    warn!(volume_id = %rec.volume_id, error = %e, "record has an invalid staging path; skipped");
-                    continue;
-                }
-            };
-            match rec.phase {
-                Phase::Staged => {
-                    let health = self
-                        .protocol
-                        .check(self.context(), &rec, &staging, d)
-                        .await?;
-                    if health == Health::NeedsRestage {
-                        report.restage.push(rec.volume_id.clone());
-                    }
-                }
-                Phase::Staging => report.incomplete.push(rec.volume_id.clone()),
-                Phase::NeedsRestage => {}
-            }
+    /// The record of a volume the request names (NOT_FOUND without one).
+    fn staged_record(&self, volume_id: &str) -> Result<VolumeRecord, Error> {
+        self.store.volume(volume_id)?.ok_or_else(|| {
+            Error::NotFound(format!("volume {volume_id:?} is not staged on this node"))
+        })
+    }
+
+    /// The volume's staging path or publish target that `raw` names (NOT_FOUND for any other path, valid or not).
+    fn locate(&self, rec: &VolumeRecord, raw: &str) -> Result<HostPath, Error> {
+        let not_found = |why: &str| {
+            Error::NotFound(format!(
+                "{raw:?} is not a staging or publish path of volume {:?} on this node{why}",
+                rec.volume_id
+            ))
+        };
+        let path = self
+            .cfg
+            .kubelet_root
+            .check(raw, "volume_path")
+            .map_err(|e| not_found(&format!(" ({e})")))?;
+        if path.is(&rec.staging_path) {
+            return Ok(path);
         }
-        let h = self.context().calls(d);
-        for p in self.store.publications()? {
-            let target = match self.cfg.kubelet_root.host_path(&p.target_path) {
-                Ok(t) => t,
-                Err(_) => continue,
-            };
-            if !h
-                .path_exists(&target)
-                .await
-                .map_err(|e| host_error(e, &target))?
-            {
-                self.store.remove_publication(&target.key())?;
-                report.stale_publications.push(p.target_path.clone());
-            }
+        match self.publication(&path)? {
+            Some(p) if p.volume_id == rec.volume_id => Ok(path),
+            _ => Err(not_found("")),
         }
-        info!(
-            checked = report.checked,
-            restage = ?report.restage,
-            incomplete = ?report.incomplete,
-            stale_publications = report.stale_publications.len(),
-            "startup reconciliation finished"
-        );
-        Ok(report)
+    }
+
+    /// The publish record of `target` (also under the key earlier versions used).
+    fn publication(&self, target: &HostPath) -> Result<Option<PublishRecord>, Error> {
+        if let Some(p) = self.store.publication(&target.key())? {
+            return Ok(Some(p));
+        }
+        let legacy = target.legacy_key();
+        if legacy != target.key() {
+            return self.store.publication(&legacy);
+        }
+        Ok(None)
+    }
+
+    /// Delete the publish record of `target` (under either key).
+    fn remove_publication(&self, target: &HostPath) -> Result<(), Error> {
+        self.store.remove_publication(&target.key())?;
+        let legacy = target.legacy_key();
+        if legacy != target.key() {
+            self.store.remove_publication(&legacy)?;
+        }
+        Ok(())
+    }
+
+    /// The publish records of a volume.
+    fn publications_of(&self, volume_id: &str) -> Result<Vec<PublishRecord>, Error> {
+        Ok(self
+            .store
+            .publications()?
+            .into_iter()
+            .filter(|p| p.volume_id == volume_id)
+            .collect())
+    }
+
+    /// Which volume's records name `path` (as a staging path or a publish target), if any.
+    fn owner_of(&self, path: &HostPath) -> Result<Option<(String, Owner)>, Error> {
+        if let Some(p) = self.publication(path)? {
+            return Ok(Some((p.volume_id, Owner::Target)));
+        }
+        Ok(self
+            .store
+            .volumes()?
+            .into_iter()
+            .find(|r| path.is(&r.staging_path))
+            .map(|r| (r.volume_id, Owner::Staging)))
     }
 
     pub(crate) fn secret_source(&self) -> Option<&Arc<dyn SecretSource>> {

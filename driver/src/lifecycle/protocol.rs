@@ -32,6 +32,16 @@ pub struct StageAt<'a> {
     pub ephemeral: bool,
 }
 
+/// A staging object the host shows for a volume that no record describes (the state directory was lost or wiped):
+/// the volume kubelet names and the staging path kubelet gave for it. See [`Protocol::adopt`].
+#[derive(Clone, Copy, Debug)]
+pub struct Found<'a> {
+    /// The CSI volume id (from kubelet's request, or from a surviving publish record).
+    pub volume_id: &'a str,
+    /// The validated staging path; nothing the records name for another volume.
+    pub staging: &'a HostPath,
+}
+
 /// What a protocol found when it checked a staged volume's staging object (startup reconciliation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Health {
@@ -106,6 +116,25 @@ pub trait Protocol<H: Host>: Send + Sync + 'static {
         d: Deadline,
     ) -> impl Future<Output = Result<Health, Error>> + Send;
 
+    /// A staging object without a record ([`Found`]): when the host proves it is this protocol's (an iSCSI volume
+    /// mounted at the staging path and the target session serving its disk; an SMB link whose target is a share),
+    /// return a record describing it — phase `Staged`, the facts the host proved and nothing else — so the lifecycle
+    /// can unstage it like any other (it writes the record, marked `adopted`, before anything is removed). `None`
+    /// when nothing there is provably this protocol's: the lifecycle then only removes the link.
+    ///
+    /// A protocol must be conservative with an adopted record: other volumes whose records were lost too may use
+    /// the same shared host object, so it removes one only when the host proves no other user. The default adopts
+    /// nothing (csi-proxy v1 can neither read a link's target nor list iSCSI sessions by volume).
+    fn adopt(
+        &self,
+        cx: Context<'_, H>,
+        found: Found<'_>,
+        d: Deadline,
+    ) -> impl Future<Output = Result<Option<VolumeRecord>, Error>> + Send {
+        let _ = (cx, found, d);
+        async { Ok(None) }
+    }
+
     /// NodeExpandVolume at `path`: grow the volume and return its capacity in bytes (0 = nothing to grow on the
     /// node, e.g. a share whose size is the server's business).
     fn expand(
@@ -163,10 +192,10 @@ where
     }
 
     fn parse_inline(&self, req: &StageRequest) -> Option<Result<Self::Volume, Error>> {
-        if self.0.serves(&req.volume_context)
-            && let Some(r) = self.0.parse_inline(req)
-        {
-            return Some(r.map(Either::First));
+        // The protocol that serves the volume decides, also when it has no inline volumes: the fallback must never
+        // parse another protocol's attributes as its own.
+        if self.0.serves(&req.volume_context) {
+            return self.0.parse_inline(req).map(|r| r.map(Either::First));
         }
         self.1.parse_inline(req).map(|r| r.map(Either::Second))
     }
@@ -230,6 +259,18 @@ where
         } else {
             Err(unowned(record))
         }
+    }
+
+    async fn adopt(
+        &self,
+        cx: Context<'_, H>,
+        found: Found<'_>,
+        d: Deadline,
+    ) -> Result<Option<VolumeRecord>, Error> {
+        if let Some(rec) = self.0.adopt(cx, found, d).await? {
+            return Ok(Some(rec));
+        }
+        self.1.adopt(cx, found, d).await
     }
 
     async fn expand(

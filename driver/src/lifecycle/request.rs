@@ -7,6 +7,7 @@ use std::fmt;
 
 use crate::error::Error;
 use crate::host::Secret;
+use crate::state::AccessRecord;
 
 /// The context key that marks an inline ephemeral volume.
 pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
@@ -32,6 +33,58 @@ pub struct Capability {
     pub access_type: AccessType,
     /// `VolumeCapability.AccessMode.Mode` as its wire value.
     pub access_mode: i32,
+}
+
+impl Capability {
+    /// What the records keep of this capability.
+    pub fn access(&self) -> AccessRecord {
+        let (access_type, fs_type) = match &self.access_type {
+            AccessType::Mount { fs_type, .. } => ("mount", fs_type.clone()),
+            AccessType::Block => ("block", String::new()),
+        };
+        AccessRecord {
+            access_mode: self.access_mode,
+            access_type: access_type.to_owned(),
+            fs_type,
+        }
+    }
+}
+
+/// The CSI name of an access mode's wire value.
+pub(crate) fn access_mode_name(mode: i32) -> &'static str {
+    match mode {
+        1 => "SINGLE_NODE_WRITER",
+        2 => "SINGLE_NODE_READER_ONLY",
+        3 => "MULTI_NODE_READER_ONLY",
+        4 => "MULTI_NODE_SINGLE_WRITER",
+        5 => "MULTI_NODE_MULTI_WRITER",
+        6 => "SINGLE_NODE_SINGLE_WRITER",
+        7 => "SINGLE_NODE_MULTI_WRITER",
+        _ => "UNKNOWN",
+    }
+}
+
+impl AccessRecord {
+    /// Whether a repeated call with `other` asks for the same thing (fs type names compare case-insensitively).
+    pub fn same_as(&self, other: &AccessRecord) -> bool {
+        self.access_mode == other.access_mode
+            && self.access_type == other.access_type
+            && self.fs_type.eq_ignore_ascii_case(&other.fs_type)
+    }
+
+    /// For messages: `access mode SINGLE_NODE_SINGLE_WRITER, mount (fs_type "ntfs")`.
+    pub fn describe(&self) -> String {
+        let fs = if self.fs_type.is_empty() {
+            String::new()
+        } else {
+            format!(" (fs_type {:?})", self.fs_type)
+        };
+        format!(
+            "access mode {}, {}{fs}",
+            access_mode_name(self.access_mode),
+            self.access_type
+        )
+    }
 }
 
 /// NodeStageVolume's inputs.
@@ -128,6 +181,12 @@ pub struct ReconcileReport {
     pub incomplete: Vec<String>,
     /// Publish records whose target no longer exists (deleted).
     pub stale_publications: Vec<String>,
+    /// Volumes without a record whose staging object a protocol adopted from what the host shows (found through a
+    /// surviving publish record).
+    pub adopted: Vec<String>,
+    /// Volumes (or publish targets) whose check failed, with the error: each is left as it was and retried by the
+    /// next stage; the others were checked regardless.
+    pub failed: Vec<(String, String)>,
 }
 
 /// NodeExpandVolume's inputs.

@@ -13,6 +13,10 @@
 //! stale socket file before binding (a socket that still accepts connections is left alone, so
 //! a second instance cannot steal a live endpoint). The socket file is removed again when the
 //! listener is dropped.
+//!
+//! Every accepted connection of either twin is read through `authority.rs`, which repairs the HTTP/2 `:authority`
+//! that gRPC clients other than Go's send for `unix:` targets (a socket path the HTTP/2 server would reset the
+//! stream for), so every conforming gRPC client is served.
 
 use std::io;
 use std::pin::Pin;
@@ -24,6 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::config::Endpoint;
 use crate::error::Result;
 
+mod authority;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
@@ -58,7 +63,10 @@ impl Listener {
 
     /// Waits for the next connection.
     pub async fn accept(&self) -> io::Result<Connection> {
-        self.inner.accept().await.map(Connection)
+        self.inner
+            .accept()
+            .await
+            .map(|s| Connection(authority::AuthorityFix::new(s)))
     }
 
     /// The stream of accepted connections, for `serve_with_incoming_shutdown`.
@@ -87,7 +95,7 @@ impl Listener {
 
 /// An accepted CSI connection.
 #[derive(Debug)]
-pub struct Connection(imp::Stream);
+pub struct Connection(authority::AuthorityFix<imp::Stream>);
 
 /// Connection info exposed to tonic (none: peers are local by construction).
 #[derive(Debug, Clone, Copy, Default)]
@@ -139,6 +147,6 @@ impl AsyncWrite for Connection {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
+        self.0.get_ref().is_write_vectored()
     }
 }

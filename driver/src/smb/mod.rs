@@ -66,7 +66,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostPath, UncPath};
+use crate::host::{Host, HostErrorKind, HostPath, UncPath, name_key, names_equal};
 use crate::lifecycle::{
     Context, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
 };
@@ -310,6 +310,7 @@ async fn stage<H: Host>(
                 && share_users(cx, &root)?
                     .iter()
                     .all(|r| r.volume_id == volume_id)
+                && cx.may_remove_shared(0, &root)
             {
                 match remove_mapping(&h, &vol.source.root()).await {
                     Ok(()) => {}
@@ -332,7 +333,7 @@ fn share_users<H: Host>(cx: Context<'_, H>, root: &str) -> Result<Vec<VolumeReco
     Ok(cx
         .records::<SmbRecord>()?
         .into_iter()
-        .filter(|(_, r)| r.root == root)
+        .filter(|(_, r)| names_equal(&r.root, root))
         .map(|(rec, _)| rec)
         .collect())
 }
@@ -349,13 +350,15 @@ async fn unstage<H: Host>(
     let SmbRecord {
         root, remote_path, ..
     } = details(record)?;
+    // The lock key of the share as stage computes it (a record of an earlier version keys non-ASCII names otherwise).
+    let root = name_key(&root);
     let h = cx.calls(d);
     let _mapping = cx.object_locks().lock(&root).await;
     let others = share_users(cx, &root)?
         .into_iter()
         .filter(|r| &r.volume_id != volume_id)
         .count();
-    if others == 0 {
+    if cx.may_remove_shared(others, &root) {
         let remote = UncPath::parse(&remote_path, "recorded remote path")?.root();
         match remove_mapping(&h, &remote).await {
             Ok(()) => info!(root = %root, "last user gone: SMB mapping removed"),

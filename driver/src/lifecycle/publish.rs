@@ -1,0 +1,275 @@
+//! NodePublishVolume and NodeUnpublishVolume: a directory link from the pod's target path to the staging path, and
+//! the rules of repeated and second publishes (see "Access modes and repeated calls" in the module docs).
+
+use tracing::{debug, info};
+
+use super::{
+    EPHEMERAL_KEY, Owner, Protocol, PublishRequest, UnpublishRequest, VolumeManager,
+    check_mount_flags, context_get, host_error, inline, mount_capability, required,
+};
+use crate::error::Error;
+use crate::host::{Host, HostPath};
+use crate::locks::Deadline;
+use crate::state::{AccessRecord, Phase, PublishRecord, RECORD_VERSION, VolumeRecord};
+
+/// `VolumeCapability.AccessMode.Mode.SINGLE_NODE_SINGLE_WRITER`.
+const SINGLE_NODE_SINGLE_WRITER: i32 = 6;
+
+impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
+    /// NodePublishVolume.
+    #[tracing::instrument(level = "debug", name = "publish", skip_all, fields(volume_id = %req.volume_id))]
+    pub async fn publish(&self, req: &PublishRequest, d: Deadline) -> Result<(), Error> {
+        required(&req.volume_id, "volume_id")?;
+        required(&req.target_path, "target_path")?;
+        let Some(cap) = req.capability.as_ref() else {
+            return Err(Error::InvalidArgument(
+                "volume_capability is required".to_owned(),
+            ));
+        };
+        let target = self
+            .cfg
+            .kubelet_root
+            .check(&req.target_path, "target_path")?;
+        if context_get(&req.volume_context, EPHEMERAL_KEY)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            check_mount_flags(mount_capability(Some(cap))?)?;
+            return inline::publish(self, req, &target, d).await;
+        }
+        if req.staging_target_path.trim().is_empty() {
+            return Err(Error::FailedPrecondition(
+                "staging_target_path is required: this driver stages volumes (STAGE_UNSTAGE_VOLUME)".to_owned(),
+            ));
+        }
+        let staging = self
+            .cfg
+            .kubelet_root
+            .check(&req.staging_target_path, "staging_target_path")?;
+        let _guard = self.volumes.try_lock(&req.volume_id, "NodePublishVolume")?;
+        let access = cap.access();
+        // A repeated publish at this target with another capability is ALREADY_EXISTS, before the capability itself
+        // is judged.
+        let existing =
+            self.check_target(&req.volume_id, &target, &staging, &access, req.readonly)?;
+        check_mount_flags(mount_capability(Some(cap))?)?;
+        self.refuse_foreign_path(&req.volume_id, &target, Owner::Target)?;
+        let rec = match self.store.volume(&req.volume_id)? {
+            Some(rec) if rec.phase == Phase::Staged && staging.is(&rec.staging_path) => rec,
+            Some(rec) if rec.phase == Phase::Staged => {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {:?} is staged at {}, not at {staging}",
+                    req.volume_id, rec.staging_path
+                )));
+            }
+            _ => {
+                return Err(Error::FailedPrecondition(format!(
+                    "volume {:?} is not staged on this node (NodeStageVolume has not completed)",
+                    req.volume_id
+                )));
+            }
+        };
+        if existing.is_none() {
+            self.check_second_target(&rec, &target, &access)?;
+        }
+        self.link_target(&rec.volume_id, &target, &staging, access, req.readonly, d)
+            .await
+    }
+
+    /// What the records say about `target` for a publish of `volume_id`: `Some` when it is already published for it
+    /// from `staging` with this capability and `readonly` (idempotent), ALREADY_EXISTS when it is published with
+    /// other arguments or for another volume.
+    pub(super) fn check_target(
+        &self,
+        volume_id: &str,
+        target: &HostPath,
+        staging: &HostPath,
+        access: &AccessRecord,
+        readonly: bool,
+    ) -> Result<Option<PublishRecord>, Error> {
+        let Some(p) = self.publication(target)? else {
+            return Ok(None);
+        };
+        if p.volume_id != volume_id || !staging.is(&p.staging_path) {
+            return Err(Error::AlreadyExists(format!(
+                "{target} is already published from another source (volume {:?}); unpublish it first",
+                p.volume_id
+            )));
+        }
+        if p.readonly != readonly {
+            return Err(Error::AlreadyExists(format!(
+                "{target} is already published with readonly={}; the request asks for readonly={readonly}",
+                p.readonly
+            )));
+        }
+        if let Some(recorded) = &p.access
+            && !recorded.same_as(access)
+        {
+            return Err(Error::AlreadyExists(format!(
+                "{target} is already published with {}; the request asks for {}",
+                recorded.describe(),
+                access.describe()
+            )));
+        }
+        Ok(Some(p))
+    }
+
+    /// A publish of `rec`'s volume at a target it is not published at yet: FAILED_PRECONDITION when another target
+    /// exists and the volume is single-writer, or the request's capability differs from the other publishes'.
+    pub(super) fn check_second_target(
+        &self,
+        rec: &VolumeRecord,
+        target: &HostPath,
+        access: &AccessRecord,
+    ) -> Result<(), Error> {
+        let others: Vec<PublishRecord> = self
+            .publications_of(&rec.volume_id)?
+            .into_iter()
+            .filter(|p| !target.is(&p.target_path))
+            .collect();
+        let Some(first) = others.first() else {
+            return Ok(());
+        };
+        let single = |a: Option<&AccessRecord>| {
+            a.is_some_and(|a| a.access_mode == SINGLE_NODE_SINGLE_WRITER)
+        };
+        if single(Some(access))
+            || single(rec.access.as_ref())
+            || others.iter().any(|p| single(p.access.as_ref()))
+        {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {:?} is SINGLE_NODE_SINGLE_WRITER and already published at {}; it can be published at one \
+                 target path at a time (unpublish it there first, or use SINGLE_NODE_MULTI_WRITER)",
+                rec.volume_id, first.target_path
+            )));
+        }
+        if let Some(p) = others
+            .iter()
+            .find(|p| p.access.as_ref().is_some_and(|a| !a.same_as(access)))
+        {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {:?} is published at {} with {}; a second publish must ask for the same capability, not {}",
+                rec.volume_id,
+                p.target_path,
+                p.access
+                    .as_ref()
+                    .map_or_else(String::new, AccessRecord::describe),
+                access.describe()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Make `target` a link to `staging` (idempotent; refuses another source and non-empty directories). The
+    /// caller checked the records ([`Self::check_target`], [`Self::check_second_target`]).
+    pub(super) async fn link_target(
+        &self,
+        volume_id: &str,
+        target: &HostPath,
+        staging: &HostPath,
+        access: AccessRecord,
+        readonly: bool,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        let h = self.context().calls(d);
+        let existing = self.publication(target)?;
+        let ours = existing
+            .as_ref()
+            .is_some_and(|p| p.volume_id == volume_id && staging.is(&p.staging_path));
+        if h.path_exists(target)
+            .await
+            .map_err(|e| host_error(e, target))?
+        {
+            let resolves = h
+                .is_symlink(target)
+                .await
+                .map_err(|e| host_error(e, target))?;
+            match &existing {
+                Some(_) if ours && resolves => {
+                    debug!(target = %target, "already published: nothing to do");
+                    return Ok(());
+                }
+                Some(p) if !ours => {
+                    return Err(Error::AlreadyExists(format!(
+                        "{target} is already published from another source (volume {:?}); unpublish it first",
+                        p.volume_id
+                    )));
+                }
+                None if resolves => {
+                    return Err(Error::AlreadyExists(format!(
+                        "{target} is already a link this driver did not make; refusing to replace it"
+                    )));
+                }
+                _ => {}
+            }
+            debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
+            h.rmdir(target).await.map_err(|e| host_error(e, target))?;
+        }
+        self.store.put_publication(
+            &target.key(),
+            &PublishRecord {
+                version: RECORD_VERSION,
+                volume_id: volume_id.to_owned(),
+                target_path: target.to_string(),
+                staging_path: staging.to_string(),
+                readonly,
+                access: Some(access),
+            },
+        )?;
+        h.create_symlink(target, staging)
+            .await
+            .map_err(|e| host_error(e, target))?;
+        info!(target = %target, readonly, "volume published");
+        Ok(())
+    }
+
+    /// NodeUnpublishVolume.
+    #[tracing::instrument(level = "debug", name = "unpublish", skip_all, fields(volume_id = %req.volume_id))]
+    pub async fn unpublish(&self, req: &UnpublishRequest, d: Deadline) -> Result<(), Error> {
+        required(&req.volume_id, "volume_id")?;
+        required(&req.target_path, "target_path")?;
+        let target = self
+            .cfg
+            .kubelet_root
+            .check(&req.target_path, "target_path")?;
+        let _guard = self
+            .volumes
+            .try_lock(&req.volume_id, "NodeUnpublishVolume")?;
+        match self.owner_of(&target)? {
+            Some((owner, Owner::Target)) if owner != req.volume_id => {
+                return Err(Error::FailedPrecondition(format!(
+                    "{target} is published for volume {owner:?}, not {:?}; refusing to unpublish it",
+                    req.volume_id
+                )));
+            }
+            Some((owner, Owner::Staging)) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "{target} is the staging path of volume {owner:?}, not a publish target; refusing to remove it \
+                     (NodeUnstageVolume undoes a stage)"
+                )));
+            }
+            _ => {}
+        }
+        let h = self.context().calls(d);
+        if h.path_exists(&target)
+            .await
+            .map_err(|e| host_error(e, &target))?
+        {
+            h.rmdir(&target).await.map_err(|e| host_error(e, &target))?;
+            info!(target = %target, "volume unpublished");
+        } else {
+            debug!(target = %target, "target already gone");
+        }
+        self.remove_publication(&target)?;
+        if let Some(rec) = self.store.volume(&req.volume_id)?
+            && rec.ephemeral
+            && self.publications_of(&req.volume_id)?.is_empty()
+        {
+            let staging = self.cfg.kubelet_root.host_path(&rec.staging_path)?;
+            debug!(staging = %staging, "inline ephemeral volume: undoing its private stage");
+            self.protocol
+                .unstage(self.context(), &staging, &rec, d)
+                .await?;
+        }
+        Ok(())
+    }
+}

@@ -347,20 +347,22 @@ fn same_id(a: &str, b: &str) -> bool {
 }
 
 /// Write the volume's record with `rec` as its iSCSI facts.
-fn put_iscsi<H: Host>(
+async fn put_iscsi<H: Host>(
     cx: Context<'_, H>,
     volume_id: &str,
     staging: &HostPath,
     phase: Phase,
     rec: &IscsiRecord,
 ) -> Result<(), Error> {
-    cx.store().put_volume(&VolumeRecord::new(
-        volume_id,
-        phase,
-        staging.as_str(),
-        false,
-        rec,
-    )?)
+    cx.store()
+        .put_volume(&VolumeRecord::new(
+            volume_id,
+            phase,
+            staging.as_str(),
+            false,
+            rec,
+        )?)
+        .await
 }
 
 /// Other volume records naming the same target (its durable reference count).
@@ -454,7 +456,7 @@ async fn unstage<H: Host>(
     } else {
         debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
     }
-    cx.store().remove_volume(volume_id)?;
+    cx.store().remove_volume(volume_id).await?;
     info!(staging = %staging, "iSCSI volume unstaged");
     Ok(())
 }
@@ -481,7 +483,7 @@ async fn check<H: Host>(
         Ok(v) if r.volume.as_deref().is_none_or(|w| same_id(w, &v)) => Ok(Health::Healthy),
         Err(e) if uncertain(e.kind) => Err(block_error(e, staging)),
         _ => {
-            cx.mark_needs_restage(rec)?;
+            cx.mark_needs_restage(rec).await?;
             info!(volume_id = %rec.volume_id, staging = %staging, iqn = %r.iqn, "iSCSI volume no longer mounted: \
                   marked for re-stage");
             Ok(Health::NeedsRestage)

@@ -71,12 +71,12 @@ pub(super) async fn stage<H: Host>(
         .unwrap_or_else(|| IscsiRecord::new(vol));
     rec.portals = vol.portals.clone();
     // Intent first: from here on the record counts as a user of the target's session.
-    put_iscsi(cx, volume_id, staging, Phase::Staging, &rec)?;
+    put_iscsi(cx, volume_id, staging, Phase::Staging, &rec).await?;
     let _target = cx.object_locks().lock(&rec.target_key()).await;
     let result = stage_steps(cx, h, volume_id, staging, vol, &mut rec, mounted, fresh).await;
     match result {
         Ok(()) => {
-            put_iscsi(cx, volume_id, staging, Phase::Staged, &rec)?;
+            put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
             info!(staging = %staging, iqn = %vol.iqn, lun = vol.lun, volume = ?rec.volume, "iSCSI volume staged");
             Ok(())
         }
@@ -104,9 +104,9 @@ pub(super) async fn stage<H: Host>(
             if rec.partitioned {
                 // Keep the fact that the unformatted volume is ours, so a retry can finish formatting it.
                 rec.session_portal = None;
-                put_iscsi(cx, volume_id, staging, Phase::Staging, &rec)?;
+                put_iscsi(cx, volume_id, staging, Phase::Staging, &rec).await?;
             } else {
-                cx.store().remove_volume(volume_id)?;
+                cx.store().remove_volume(volume_id).await?;
             }
             Err(err)
         }
@@ -191,7 +191,7 @@ async fn stage_steps<H: Host>(
         rec.serial = Some(ids.serial.trim().to_owned()).filter(|s| !s.is_empty());
     }
     // Identity recorded before anything changes on the disk.
-    put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+    put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     let disk = format!("disk {number} ({target})");
     run(
         h,
@@ -204,7 +204,7 @@ async fn stage_steps<H: Host>(
     let mut vols = volumes_on(h, number, &disk).await?;
     if vols.is_empty() {
         rec.partitioned = true;
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
         run(
             h,
             HostOp::PartitionDisk,
@@ -215,7 +215,7 @@ async fn stage_steps<H: Host>(
         vols = volumes_on(h, number, &disk).await?;
         if vols.is_empty() {
             rec.partitioned = false;
-            put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
             return Err(Error::FailedPrecondition(format!(
                 "{disk} has partitions but no volume Windows can use (an unknown or foreign partition layout, \
                  e.g. written by another operating system); refusing to touch it. Clean the LUN on the storage \
@@ -246,7 +246,7 @@ async fn stage_steps<H: Host>(
             )));
         }
         rec.volume = Some(vid.clone());
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
         info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");
         run(
             h,
@@ -257,7 +257,7 @@ async fn stage_steps<H: Host>(
         .await?;
     }
     rec.volume = Some(vid.clone());
-    put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+    put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     // 5. Mount at the staging path.
     match mounted {
         Some(v) if same_id(&v, &vid) => {

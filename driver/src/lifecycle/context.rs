@@ -62,7 +62,7 @@ impl<'a, H: Host> Context<'a, H> {
     /// stop every volume of the protocol. Counts over these are exact only while [`Self::may_remove_shared`] says so.
     pub fn records<T: Details>(&self) -> Result<Vec<(VolumeRecord, T)>, Error> {
         let mut out = Vec::new();
-        for rec in self.store.volumes()? {
+        for rec in self.store.select_volumes(VolumeRecord::is::<T>)? {
             match rec.details::<T>() {
                 Ok(Some(details)) => out.push((rec, details)),
                 Ok(None) => {}
@@ -91,8 +91,10 @@ impl<'a, H: Host> Context<'a, H> {
     }
 
     /// Mark a staged volume whose staging object no longer works for re-stage (startup reconciliation).
-    pub fn mark_needs_restage(&self, rec: &VolumeRecord) -> Result<(), Error> {
-        self.store.put_volume(&rec.with_phase(Phase::NeedsRestage))
+    pub async fn mark_needs_restage(&self, rec: &VolumeRecord) -> Result<(), Error> {
+        self.store
+            .put_volume(&rec.with_phase(Phase::NeedsRestage))
+            .await
     }
 
     /// The staging path behind `path` for `rec`'s volume: the staging path itself or a target it is published at

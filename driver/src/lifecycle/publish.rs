@@ -204,17 +204,19 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
             h.rmdir(target).await.map_err(|e| host_error(e, target))?;
         }
-        self.store.put_publication(
-            &target.key(),
-            &PublishRecord {
-                version: RECORD_VERSION,
-                volume_id: volume_id.to_owned(),
-                target_path: target.to_string(),
-                staging_path: staging.to_string(),
-                readonly,
-                access: Some(access),
-            },
-        )?;
+        self.store
+            .put_publication(
+                &target.key(),
+                &PublishRecord {
+                    version: RECORD_VERSION,
+                    volume_id: volume_id.to_owned(),
+                    target_path: target.to_string(),
+                    staging_path: staging.to_string(),
+                    readonly,
+                    access: Some(access),
+                },
+            )
+            .await?;
         h.create_symlink(target, staging)
             .await
             .map_err(|e| host_error(e, target))?;
@@ -259,7 +261,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         } else {
             debug!(target = %target, "target already gone");
         }
-        self.remove_publication(&target)?;
+        self.remove_publication(&target).await?;
         if let Some(rec) = self.store.volume(&req.volume_id)?
             && rec.ephemeral
             && self.publications_of(&req.volume_id)?.is_empty()

@@ -230,7 +230,7 @@ async fn stage<H: Host>(
             debug!(staging = %staging, "already staged and reachable: nothing to do");
             if rec.details::<SmbRecord>()?.as_ref() != Some(&wanted) {
                 // Same share, new principal name (rotated credentials): keep the record truthful.
-                cx.store().put_volume(&rec.with_details(&wanted)?)?;
+                cx.store().put_volume(&rec.with_details(&wanted)?).await?;
             }
             return Ok(());
         }
@@ -246,7 +246,7 @@ async fn stage<H: Host>(
         ephemeral,
         &wanted,
     )?;
-    cx.store().put_volume(&record)?;
+    cx.store().put_volume(&record).await?;
     debug!(root = %vol.source.root(), fresh, "stage record written");
 
     let root = vol.source.root_key();
@@ -289,7 +289,9 @@ async fn stage<H: Host>(
 
     match result {
         Ok(()) => {
-            cx.store().put_volume(&record.with_phase(Phase::Staged))?;
+            cx.store()
+                .put_volume(&record.with_phase(Phase::Staged))
+                .await?;
             info!(staging = %staging, remote = %vol.full_path(), "volume staged");
             Ok(())
         }
@@ -321,7 +323,7 @@ async fn stage<H: Host>(
                     }
                 }
             }
-            cx.store().remove_volume(volume_id)?;
+            cx.store().remove_volume(volume_id).await?;
             Err(err)
         }
         Err(err) => Err(err),
@@ -370,7 +372,7 @@ async fn unstage<H: Host>(
     } else {
         debug!(root = %root, others, "SMB mapping kept: other staged volumes use it");
     }
-    cx.store().remove_volume(volume_id)?;
+    cx.store().remove_volume(volume_id).await?;
     info!(staging = %staging, "volume unstaged");
     Ok(())
 }
@@ -434,7 +436,7 @@ async fn check<H: Host>(
     if exists {
         h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
     }
-    cx.mark_needs_restage(rec)?;
+    cx.mark_needs_restage(rec).await?;
     info!(volume_id = %rec.volume_id, staging = %staging, "staging link broken: removed, volume \
           marked for re-stage");
     Ok(Health::NeedsRestage)

@@ -183,13 +183,17 @@ fn unstage_req(id: &str) -> UnstageRequest {
     }
 }
 
+/// A RAW LUN: no volume, even after a Rescan and a re-list, so one is created (and the evidence recorded).
 const FIRST_STAGE_RAW: &[HostOp] = &[
     AddTargetPortal,
+    DiscoverTargetPortal,
     ConnectTarget,
     GetTargetDisks,
     ListDiskLocations,
     ListDiskIDs,
     SetDiskState,
+    ListVolumesOnDisk,
+    Rescan,
     ListVolumesOnDisk,
     PartitionDisk,
     ListVolumesOnDisk,
@@ -234,7 +238,8 @@ async fn first_repeated_stage_and_unstage_sequences() {
         .stage(&stage_req("v1", 0, &[], &[]), d())
         .await
         .expect("repeat");
-    assert_eq!(env.ops(), [GetVolumeIDFromTargetPath]);
+    // "Already staged" needs proof that the volume is there, not only its name in the mount point.
+    assert_eq!(env.ops(), [GetVolumeIDFromTargetPath, GetVolumeStats]);
 
     env.mgr
         .unstage(&unstage_req("v1"), d())
@@ -272,6 +277,7 @@ async fn existing_ntfs_volume_is_mounted_not_formatted() {
         env.ops(),
         [
             AddTargetPortal,
+            DiscoverTargetPortal,
             ConnectTarget,
             GetTargetDisks,
             ListDiskLocations,
@@ -333,13 +339,18 @@ async fn foreign_layout_is_refused_untouched() {
         ops,
         [
             AddTargetPortal,
+            DiscoverTargetPortal,
             ConnectTarget,
             GetTargetDisks,
             ListDiskLocations,
             ListDiskIDs,
             SetDiskState,
             ListVolumesOnDisk,
+            Rescan,
+            ListVolumesOnDisk,
             PartitionDisk,
+            ListVolumesOnDisk,
+            Rescan,
             ListVolumesOnDisk,
             DisconnectTarget
         ]
@@ -438,6 +449,7 @@ async fn missing_lun_is_unavailable_within_the_deadline() {
         env.ops(),
         [
             AddTargetPortal,
+            DiscoverTargetPortal,
             ConnectTarget,
             GetTargetDisks,
             ListDiskLocations,
@@ -485,9 +497,10 @@ async fn rescan_only_when_the_disk_is_not_visible() {
         .expect("stage");
     let ops = env.ops();
     assert_eq!(
-        &ops[..5],
+        &ops[..6],
         [
             AddTargetPortal,
+            DiscoverTargetPortal,
             ConnectTarget,
             GetTargetDisks,
             Rescan,
@@ -552,8 +565,13 @@ async fn one_way_and_mutual_chap_and_wrong_secrets() {
     );
     let ops = env.ops();
     assert_eq!(
-        &ops[..3],
-        [AddTargetPortal, SetMutualChapSecret, ConnectTarget]
+        &ops[..4],
+        [
+            AddTargetPortal,
+            DiscoverTargetPortal,
+            SetMutualChapSecret,
+            ConnectTarget
+        ]
     );
     let rec = std::fs::read_dir(env.dir.path().join("volumes"))
         .expect("ls")
@@ -666,7 +684,12 @@ async fn stats_condition_and_publish_path() {
         .expect("stats");
     assert_eq!(env.ops(), [GetVolumeIDFromTargetPath, GetVolumeStats]);
     assert!(!s.abnormal);
-    assert_eq!(s.usage.total, (10 * GIB - 18 * (1 << 20)) as i64);
+    // The partition's size: the LUN less the partition table and the reserved partition, and a few KiB of slack
+    // below its maximum (as real partitions have, csi-proxy#195).
+    let vid = env.record("v1").volume.expect("volume");
+    let (size, max) = env.state(|st| st.partition_sizes(&vid)).expect("sizes");
+    assert_eq!(s.usage.total, size as i64);
+    assert!(max > size && max - size < 1 << 20, "{size} {max}");
     assert_eq!(s.usage.available, s.usage.total - s.usage.used);
     let err = env
         .mgr
@@ -784,17 +807,47 @@ async fn expand_grows_to_the_lun_and_honours_the_skip_rule() {
         volume_path: staging("v1"),
         required_bytes: bytes as i64,
     };
-    let start = 10 * GIB - 18 * (1 << 20);
-    // LUN grown by 50 MiB: below csi-proxy's 100 MiB minimum, the capacity is reported as it is.
+    let vid = env.record("v1").volume.expect("volume");
+    let (start, _) = env.state(|s| s.partition_sizes(&vid)).expect("sizes");
+    const NO_RESIZE: [HostOp; 4] = [
+        GetVolumeIDFromTargetPath,
+        Rescan,
+        GetDiskStats,
+        GetVolumeStats,
+    ];
+    env.ops();
+    // The LUN did not grow: the partition's sub-MiB slack is never sent to ResizeVolume (csi-proxy v1.1.x has no skip
+    // rule and fails on it: "Size Not Supported … less than the minimum of 1MB").
+    let cap = env
+        .mgr
+        .expand(&req(10 * GIB), d())
+        .await
+        .expect("expand, LUN not grown");
+    assert_eq!(cap, start as i64);
+    assert_eq!(env.ops(), NO_RESIZE);
+    // LUN grown by 50 MiB: less than 100 MiB beyond the volume, the capacity is reported as it is (the same rule
+    // on every release: v1.2+ skip such growth themselves).
     env.script(|s| s.set_disk_size("lun0", 10 * GIB + (50 << 20)))
         .expect("grow");
-    env.ops();
     let cap = env
         .mgr
         .expand(&req(10 * GIB), d())
         .await
         .expect("expand small");
     assert_eq!(cap, start as i64);
+    assert_eq!(env.ops(), NO_RESIZE);
+    // LUN not grown enough for the request: a clear error.
+    let err = env
+        .mgr
+        .expand(&req(20 * GIB), d())
+        .await
+        .expect_err("too small");
+    assert!(err.to_string().contains("grow the LUN"), "{err}");
+    env.script(|s| s.set_disk_size("lun0", 20 * GIB))
+        .expect("grow");
+    env.ops();
+    let cap = env.mgr.expand(&req(20 * GIB), d()).await.expect("expand");
+    assert_eq!(cap, (20 * GIB - 18 * (1 << 20)) as i64);
     assert_eq!(
         env.ops(),
         [
@@ -806,17 +859,6 @@ async fn expand_grows_to_the_lun_and_honours_the_skip_rule() {
             GetVolumeStats
         ]
     );
-    // LUN not grown enough for the request: a clear error.
-    let err = env
-        .mgr
-        .expand(&req(20 * GIB), d())
-        .await
-        .expect_err("too small");
-    assert!(err.to_string().contains("grow the LUN"), "{err}");
-    env.script(|s| s.set_disk_size("lun0", 20 * GIB))
-        .expect("grow");
-    let cap = env.mgr.expand(&req(20 * GIB), d()).await.expect("expand");
-    assert_eq!(cap, (20 * GIB - 18 * (1 << 20)) as i64);
 }
 
 #[tokio::test]
@@ -998,7 +1040,7 @@ async fn dispatch_refuses_other_file_systems_and_block() {
 
 #[test]
 fn csi_proxy_texts_are_classified() {
-    use crate::host::csi_proxy::classify_block;
+    use crate::host::csi_proxy::classify;
     let proxy = |m: &str| proxy_client::Error::Proxy {
         method: "X",
         code: 2,
@@ -1031,11 +1073,7 @@ fn csi_proxy_texts_are_classified() {
             HostErrorKind::Other,
         ),
     ] {
-        assert_eq!(
-            classify_block(ConnectTarget, &proxy(text)).kind,
-            kind,
-            "{text}"
-        );
+        assert_eq!(classify(ConnectTarget, &proxy(text)).kind, kind, "{text}");
     }
 }
 

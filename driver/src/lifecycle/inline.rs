@@ -112,6 +112,6 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         ephemeral: true,
     };
     mgr.protocol.stage(mgr.context(), at, &vol, d).await?;
-    mgr.link_target(&req.volume_id, target, &staging, req.readonly, d)
+    mgr.link_target(&req.volume_id, target, &staging, req.readonly, None, d)
         .await
 }

@@ -9,7 +9,7 @@
 //!
 //! | Operation | Host calls |
 //! | --- | --- |
-//! | publish | `PathExists(target)` → `CreateSymlink(target → staging)` (`IsSymlink` + `Rmdir` of kubelet's empty directory in between when present) |
+//! | publish | `PathExists(target)` → the protocol's readiness check of the staging path (SMB: `IsSymlink(staging)`; iSCSI: `GetVolumeStats`) → `CreateSymlink(target → staging)` (`IsSymlink` + `Rmdir` of kubelet's empty directory after `PathExists` when present) |
 //! | repeated publish | `PathExists(target)` → `IsSymlink(target)` |
 //! | unpublish | `PathExists(target)` → `Rmdir(target)`; when already gone only `PathExists` |
 //! | unstage without a record | `PathExists(staging)` → `Rmdir(staging)` when something is there |
@@ -243,10 +243,13 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodePublishVolume")?;
         let rec = self.store.volume(&req.volume_id)?;
-        match rec {
+        let rec = match rec {
             Some(rec)
                 if rec.phase == Phase::Staged
-                    && rec.staging_path.eq_ignore_ascii_case(staging.as_str()) => {}
+                    && rec.staging_path.eq_ignore_ascii_case(staging.as_str()) =>
+            {
+                rec
+            }
             Some(rec) if rec.phase == Phase::Staged => {
                 return Err(Error::FailedPrecondition(format!(
                     "volume {:?} is staged at {}, not at {staging}",
@@ -259,18 +262,27 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
                     req.volume_id
                 )));
             }
-        }
-        self.link_target(&req.volume_id, &target, &staging, req.readonly, d)
-            .await
+        };
+        self.link_target(
+            &req.volume_id,
+            &target,
+            &staging,
+            req.readonly,
+            Some(&rec),
+            d,
+        )
+        .await
     }
 
-    /// Make `target` a link to `staging` (idempotent; refuses another source and non-empty directories).
+    /// Make `target` a link to `staging` (idempotent; refuses another source and non-empty directories). With the
+    /// volume's record, the protocol first checks that the staging object resolves ([`Protocol::ready`]).
     async fn link_target(
         &self,
         volume_id: &str,
         target: &HostPath,
         staging: &HostPath,
         readonly: bool,
+        record: Option<&crate::state::VolumeRecord>,
         d: Deadline,
     ) -> Result<(), Error> {
         let h = self.context().calls(d);
@@ -310,8 +322,13 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
                 }
                 _ => {}
             }
+            if let Some(rec) = record {
+                self.protocol.ready(self.context(), rec, staging, d).await?;
+            }
             debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
             h.rmdir(target).await.map_err(|e| host_error(e, target))?;
+        } else if let Some(rec) = record {
+            self.protocol.ready(self.context(), rec, staging, d).await?;
         }
         self.store.put_publication(&PublishRecord {
             version: RECORD_VERSION,

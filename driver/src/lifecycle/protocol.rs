@@ -106,6 +106,20 @@ pub trait Protocol<H: Host>: Send + Sync + 'static {
         d: Deadline,
     ) -> impl Future<Output = Result<Health, Error>> + Send;
 
+    /// NodePublishVolume's check before it links a new target to `staging`: the staging object still resolves
+    /// (FailedPrecondition otherwise). On Windows a link to a source that does not resolve is made as a *file* link,
+    /// useless to the pod and answered "already published" afterwards. Default: no check.
+    fn ready(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let _ = (cx, record, staging, d);
+        async { Ok(()) }
+    }
+
     /// NodeExpandVolume at `path`: grow the volume and return its capacity in bytes (0 = nothing to grow on the
     /// node, e.g. a share whose size is the server's business).
     fn expand(
@@ -227,6 +241,22 @@ where
             self.0.check(cx, record, staging, d).await
         } else if self.1.owns(record) {
             self.1.check(cx, record, staging, d).await
+        } else {
+            Err(unowned(record))
+        }
+    }
+
+    async fn ready(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        if self.0.owns(record) {
+            self.0.ready(cx, record, staging, d).await
+        } else if self.1.owns(record) {
+            self.1.ready(cx, record, staging, d).await
         } else {
             Err(unowned(record))
         }

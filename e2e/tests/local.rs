@@ -391,6 +391,13 @@ async fn driver_killed_while_mounting_the_lun_converges_on_retry() {
     .await;
 }
 
+/// Whether the simulated node plays a PowerShell-era csi-proxy (≤ v1.2.1), which cannot map a share without
+/// credentials.
+async fn powershell_csi_proxy(node: &TestNode) -> bool {
+    let status = step!(node, node.host().csi_proxy_status());
+    status.version.is_powershell()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_ephemeral_smb_volume_is_published_and_torn_down_by_publish_alone() {
     let node = node().await;
@@ -399,6 +406,30 @@ async fn inline_ephemeral_smb_volume_is_published_and_torn_down_by_publish_alone
     let vol = Volume::inline(&pod, "scratch")
         .attr("source", &format!(r"\\{SMB_SERVER}\{SMB_GUEST_SHARE}"))
         .attr("subDir", "jobs");
+    if powershell_csi_proxy(&node).await {
+        // A credential-less volume cannot work on csi-proxy ≤ v1.2.1: a clear refusal naming the limit, nothing left.
+        let k1 = k.clone().with_retry(wincsi_e2e::kubelet::Retry {
+            attempts: 1,
+            ..Default::default()
+        });
+        let err = k1
+            .mount(host, &pod, &vol)
+            .await
+            .expect_err("no credentials");
+        assert_eq!(
+            err.csi_code(),
+            Some(tonic::Code::FailedPrecondition),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("without credentials") && text.contains("v1.3.0"),
+            "{text}"
+        );
+        step!(node, k.tear_down(&pod, &vol));
+        finish(node).await;
+        return;
+    }
     let t = step!(node, k.mount(host, &pod, &vol));
     step!(node, host.write_file(&format!(r"{t}\out.txt"), "inline"));
     assert_eq!(

@@ -462,6 +462,157 @@ mod tests {
         assert!(!host.capabilities().discovery_chap && !host.capabilities().list_smb_mappings);
     }
 
+    /// Every failure the driver reacts to, produced by the simulated host playing each csi-proxy release (so each in
+    /// that release's exact wording), classified the same way.
+    #[test]
+    fn every_release_s_texts_are_classified_alike() {
+        use sim::state::AuthType;
+        use sim::{CsiProxyVersion, HostOptions, Scenario, Secret, SimHost};
+        let scenario = Scenario::from_json(
+            &serde_json::json!({
+                "smb": {"servers": [{"name": "srv",
+                    "accounts": [{"user": "bob", "password": "pw-1", "domain": "CORP"},
+                                 {"user": "alice", "password": "pw-2", "domain": "CORP"}],
+                    "shares": [{"name": "share"}, {"name": "other"}]}]},
+                "iscsi": {"portals": [{"address": "10.0.0.5", "targets": [
+                    {"iqn": "iqn.2024-01.io.example:t", "luns": [{"lun": 0, "size": 1u64 << 30}]}]}]}
+            })
+            .to_string(),
+        )
+        .expect("scenario");
+        let kind = |op: HostOp, r: Result<(), sim::Error>| -> Option<HostErrorKind> {
+            r.err().map(|e| {
+                let err = proxy_client::Error::Proxy {
+                    method: "X",
+                    code: 2,
+                    message: e.to_string(),
+                };
+                classify(op, &err).kind
+            })
+        };
+        for v in CsiProxyVersion::ALL {
+            let dir = tempfile::tempdir().expect("tmp");
+            let opts = HostOptions {
+                csi_proxy_version: Some(v),
+                ..HostOptions::default()
+            };
+            let host = SimHost::new(&scenario, dir.path(), opts).expect("sim");
+            let ps = v.is_powershell();
+            let staging = r"C:\var\lib\kubelet\plugins\x\globalmount";
+            host.with_state_mut(|s| {
+                let bob = Secret::new("pw-1");
+                let smb = |s: &mut sim::State, share: &str, user: &str, pw: &str| {
+                    s.new_smb_global_mapping(share, "", user, &Secret::new(pw))
+                };
+                assert_eq!(
+                    kind(
+                        HostOp::RemoveSmbGlobalMapping,
+                        s.remove_smb_global_mapping(r"\\srv\share")
+                    ),
+                    Some(HostErrorKind::NotFound),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\srv\share", r"CORP\bob", "nope")
+                    ),
+                    Some(HostErrorKind::LogonFailure),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\srv\gone", r"CORP\bob", "pw-1")
+                    ),
+                    Some(HostErrorKind::NetworkNameNotFound),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\ghost\x", r"CORP\bob", "pw-1")
+                    ),
+                    Some(HostErrorKind::NetworkPathNotFound),
+                    "{v}"
+                );
+                s.mkdir(r"C:\var\lib\kubelet\plugins\x").expect("mkdir");
+                s.new_smb_global_mapping(r"\\srv\share", staging, r"CORP\bob", &bob)
+                    .expect("map");
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\srv\other", r"CORP\alice", "pw-2")
+                    ),
+                    Some(HostErrorKind::MultipleConnections),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(HostOp::Rmdir, s.rmdir(r"C:\var\lib\kubelet\plugins", false)),
+                    Some(HostErrorKind::NotEmpty),
+                    "{v}"
+                );
+                s.reboot().expect("reboot");
+                assert_eq!(
+                    kind(HostOp::IsSymlink, s.is_symlink(staging).map(|_| ())),
+                    Some(HostErrorKind::AccessDenied),
+                    "{v}: a Disconnected mapping"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\srv\share", r"CORP\bob", "pw-1")
+                    ),
+                    Some(HostErrorKind::MultipleConnections),
+                    "{v}: after a reboot"
+                );
+                // iSCSI.
+                let (p, iqn) = ("10.0.0.5", "iqn.2024-01.io.example:t");
+                s.add_target_portal(p, 3260).expect("portal");
+                let unconnected = ps.then_some(HostErrorKind::NotFound);
+                assert_eq!(
+                    kind(
+                        HostOp::GetTargetDisks,
+                        s.get_target_disks(p, 3260, iqn).map(|_| ())
+                    ),
+                    unconnected,
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(HostOp::DisconnectTarget, s.disconnect_target(p, 3260, iqn)),
+                    unconnected,
+                    "{v}"
+                );
+                let login = |s: &mut sim::State| {
+                    s.connect_target(p, 3260, iqn, AuthType::None, "", &Secret::new(""))
+                };
+                login(s).expect("login");
+                assert_eq!(
+                    kind(HostOp::ConnectTarget, login(s)),
+                    ps.then_some(HostErrorKind::AlreadyLoggedIn),
+                    "{v}"
+                );
+                let missing = r"\\?\Volume{00000000-0000-0000-0000-000000000000}\";
+                assert_eq!(
+                    kind(
+                        HostOp::GetVolumeStats,
+                        s.get_volume_stats(missing).map(|_| ())
+                    ),
+                    Some(HostErrorKind::NotFound),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::UnmountVolume,
+                        s.unmount_volume(missing, r"C:\var\lib\kubelet\plugins\x")
+                    ),
+                    Some(HostErrorKind::NotFound),
+                    "{v}"
+                );
+            });
+        }
+    }
+
     #[test]
     fn classification_and_trimming() {
         let ps = "NewSmbGlobalMapping failed. output: \"New-SmbGlobalMapping : Multiple connections to a server or \

@@ -108,7 +108,9 @@ pub(super) async fn find_disk<H: Host>(
         .await
     {
         Ok(ids) => Some(ids),
-        Err(e) if need_ids || uncertain(e.kind) => {
+        // An uncertain answer stays uncertain (kubelet retries; the session is kept for that retry).
+        Err(e) if uncertain(e.kind) => return Err(block_error(e, &target)),
+        Err(e) if need_ids => {
             return Err(Error::FailedPrecondition(format!(
                 "cannot read disk identifiers to verify {target} ({}); refusing to touch a disk whose identity \
                  cannot be checked",

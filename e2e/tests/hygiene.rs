@@ -74,8 +74,8 @@ async fn no_secret_value_in_any_log_status_message_or_audit_entry() {
             .await
             .expect_err("second principal refused");
 
-        k.unmount(&pod, &smb).await.expect("smb unmount");
-        k.unmount(&pod, &lun).await.expect("iscsi unmount");
+        k.unmount(host, &pod, &smb).await.expect("smb unmount");
+        k.unmount(host, &pod, &lun).await.expect("iscsi unmount");
         // Inline ephemeral (guest share: no other principal may be mapped on the server meanwhile).
         let inline = Volume::inline(&pod, "scratch")
             .attr("source", &format!(r"\\{SMB_SERVER}\{SMB_GUEST_SHARE}"));
@@ -90,10 +90,14 @@ async fn no_secret_value_in_any_log_status_message_or_audit_entry() {
             k.mount(host, &pod, &inline)
                 .await
                 .expect_err("no credentials on a PowerShell-era csi-proxy");
-            k.tear_down(&pod, &inline).await.expect("inline tear-down");
+            k.tear_down(host, &pod, &inline)
+                .await
+                .expect("inline tear-down");
         } else {
             k.mount(host, &pod, &inline).await.expect("inline mount");
-            k.unmount(&pod, &inline).await.expect("inline unmount");
+            k.unmount(host, &pod, &inline)
+                .await
+                .expect("inline unmount");
         }
 
         // Wrong SMB password (no mapping on the server now: the host answers logon failure).
@@ -110,7 +114,7 @@ async fn no_secret_value_in_any_log_status_message_or_audit_entry() {
         k.stage_once(host, &wrong)
             .await
             .expect_err("wrong password");
-        k.unmount_device(&wrong)
+        k.unmount_device(host, &wrong)
             .await
             .expect("unstage after a failed stage");
 
@@ -125,7 +129,7 @@ async fn no_secret_value_in_any_log_status_message_or_audit_entry() {
         k.stage_once(host, &bad_chap)
             .await
             .expect_err("wrong CHAP secret");
-        k.unmount_device(&bad_chap)
+        k.unmount_device(host, &bad_chap)
             .await
             .expect("unstage after a failed stage");
 

@@ -23,7 +23,8 @@
 //! Credentials anywhere else (a `*.password`/`secret`-like volume attribute) are InvalidArgument naming the key.
 //! `username_in` is accepted for compatibility but unused: Windows authenticates the target with the initiator's
 //! node-wide mutual secret only, and csi-proxy cannot set a per-target name. The mutual secret is node-global, so
-//! every mutual-CHAP volume on a node must use the same `password_in` (the last stage sets it).
+//! every mutual-CHAP volume on a node must use the same `password_in`: a stage with another one while a staged volume
+//! relies on the current secret is refused (FailedPrecondition), never silently replaces it (`chap.rs`).
 //!
 //! A worked example (a statically provisioned PV; the Secret holds `node.session.auth.username` / `.password`):
 //!
@@ -52,22 +53,34 @@
 //!
 //! No discovery CHAP, no persistent logins, no MPIO (multipath sessions, load-balance policy, initiator portal
 //! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. One session per target:
-//! further portals are added (a later stage may log in through any of them) but a second `ConnectTarget` to a
-//! connected target is a no-op in csi-proxy.
+//! further portals are added (a later stage may log in through any of them). A second `ConnectTarget` to a connected
+//! target is a no-op from csi-proxy v1.3.0 and an error ("already logged in") before: both are a login. The IQN is
+//! sent as `DiscoverTargetPortal` reports it: v1.3.0 looks targets up exact-case and a miss dereferences nil (the
+//! csi-proxy process dies), master answers "not found"; a target no portal reports is refused before any call names
+//! it.
+//!
+//! # Reboots, and what each csi-proxy release says about a volume that is gone
+//!
+//! Logins are not persistent, so a reboot takes every session away and the mount points at the staging paths
+//! dangle. PowerShell-era csi-proxy (≤ v1.2.1) still answers `GetVolumeIDFromTargetPath` with the old volume (it
+//! reads the reparse data); v1.3.0+ fail. So "already staged", startup health and publish readiness all need
+//! `GetVolumeStats` of the recorded volume to answer, the re-stage logs in again (the mount point resolves once the
+//! volume is back), and an unstage of a volume that is gone skips the unmount and removes the dangling mount point.
 //!
 //! # Host-call sequences (asserted by the unit tests in `iscsi/tests.rs`)
 //!
 //! | Operation | Host calls |
 //! | --- | --- |
-//! | first stage, RAW LUN | `AddTargetPortal` (each portal) → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
-//! | first stage, LUN with an NTFS volume | as above without `PartitionDisk`, the second `ListVolumesOnDisk` and `FormatVolume` |
+//! | first stage, RAW LUN | `AddTargetPortal` (each portal) → `DiscoverTargetPortal` → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `Rescan` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
+//! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
-//! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (equals the recorded volume: done) |
+//! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
 //! | unstage | `GetVolumeIDFromTargetPath` → `WriteVolumeCache` → `UnmountVolume` → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
-//! | unstage, staging path gone | `GetVolumeIDFromTargetPath` (fails) → `PathExists` → `DisconnectTarget` (as above) |
+//! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `WriteVolumeCache` (not found) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `PathExists` → `Rmdir` → `DisconnectTarget` |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |
-//! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath`; not the recorded volume → record marked `needs_restage`, nothing removed |
-//! | expand | `GetVolumeIDFromTargetPath` → `Rescan` → `GetDiskStats` → `GetVolumeStats` → `ResizeVolume(0)` → `GetVolumeStats` |
+//! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; not the recorded volume, or not there → record marked `needs_restage`, nothing removed |
+//! | publish readiness | `GetVolumeStats` of the recorded volume |
+//! | expand | `GetVolumeIDFromTargetPath` → `Rescan` → `GetDiskStats` → `GetVolumeStats` → `ResizeVolume(0)` → `GetVolumeStats`; no `ResizeVolume` when the disk has less than 100 MiB beyond the volume |
 //!
 //! # Which disk is this volume? (never the wrong one)
 //!
@@ -92,12 +105,21 @@
 //! a partition only when there is no non-reserved partition (a no-op otherwise). The rules:
 //!
 //! * the disk has a volume → never `PartitionDisk`; exactly one volume is required (several: FailedPrecondition);
-//! * the disk has no volume → record the intent, `PartitionDisk`, list again: a volume now is ours; still none means
-//!   the disk holds partitions Windows has no volume for (a foreign layout, e.g. Linux LVM): FailedPrecondition,
-//!   and `PartitionDisk` was a no-op, so the disk is untouched;
-//! * `FormatVolume` runs only on an unformatted volume **this driver created** (recorded in the state record before
-//!   `PartitionDisk`); an unformatted volume it did not create (e.g. ext4 written by a Linux node, which Windows
-//!   shows as a RAW volume) is refused, never formatted.
+//! * the disk is judged to have no volume only after a `Rescan` and a second list: Windows' storage cache may not
+//!   show partitions that are still arriving, and a stale empty list followed by a fresh one would otherwise make a
+//!   foreign volume look like ours. PowerShell-era answers for "none" (`[""]`, "No MSFT_Partition objects found")
+//!   count as none;
+//! * no volume → record the intent (`partitioning`), `PartitionDisk`, list again (again with a `Rescan` if needed): a
+//!   volume that appeared is the evidence that this driver created it (`partitioned`); still none means the disk
+//!   holds partitions Windows has no volume for (a foreign layout, e.g. Linux LVM): FailedPrecondition, and
+//!   `PartitionDisk` was a no-op, so the disk is untouched;
+//! * `FormatVolume` runs only on an unformatted volume **this driver created** (the evidence above, or — after a
+//!   crash right after `PartitionDisk` — the intent recorded after a fresh empty list); an unformatted volume it
+//!   did not create (e.g. ext4 written by a Linux node, which Windows shows as a RAW volume) is refused, never
+//!   formatted;
+//! * a write-protected disk (a read-only LUN, or the SAN policy) makes `PartitionDisk` / `FormatVolume` fail:
+//!   reported as such (csi-proxy cannot clear the flag), nothing is formatted. LUNs arriving offline under the
+//!   default SAN policy (OfflineShared) are brought online (`SetDiskState`).
 //!
 //! Limit (documented, not detectable through csi-proxy v1): a disk with *no partition table at all* whose contents
 //! another OS wrote directly (a whole-disk file system) looks exactly like a new RAW disk; identity hints are the
@@ -108,7 +130,9 @@
 //! Logins are not persistent (csi-proxy never sets IsPersistent): after a reboot the session is gone and the next
 //! stage logs in again. The session is logged out on unstage only when no other state record names the same target
 //! (per-target lock; records are written before the login and deleted after the logout, so a crash over-counts and
-//! never logs out a session in use). Portals are never removed: on Windows `RemoveTargetPortal` forgets every target
+//! never logs out a session in use). A definite failure of a first stage logs out (when no other record names the
+//! target) and keeps no record that counts as a user: at most a *released* record remembering that this driver
+//! partitioned the disk, so kubelet's retry can finish formatting it. Portals are never removed: on Windows `RemoveTargetPortal` forgets every target
 //! discovered through it (other volumes, administrator-configured discovery CHAP), and `AddTargetPortal` is
 //! idempotent, so a leftover portal costs nothing.
 

@@ -11,11 +11,15 @@
 //! | first stage | `PathExists(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink(staging)` (plus `Rmdir(staging)` first when kubelet left a directory there) |
 //! | first stage with subDir | `PathExists` → `NewSmbGlobalMapping(root+source, link=staging)` → `Mkdir(staging\subDir)` (creates it on the share, through the link) → `Rmdir(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink` |
 //! | repeated stage | `PathExists(staging)` → `IsSymlink(staging)` |
+//! | re-stage after a reboot (Disconnected mapping) | `PathExists` → `IsSymlink` (false or an error) → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
 //! | unstage | `PathExists(staging)` → `Rmdir(staging)` → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
-//! | stats | `PathExists(path)` → `IsSymlink(path)` |
-//! | startup reconcile (staged record) | `PathExists(staging)` → `IsSymlink(staging)` (→ `Rmdir(staging)` when it no longer resolves) |
+//! | stats | `PathExists(path)` → `IsSymlink(staging)` |
+//! | startup reconcile (staged record) | `PathExists(staging)` → `IsSymlink(staging)` (→ `Rmdir(staging)` when it does not reach the share) |
+//! | publish readiness | `IsSymlink(staging)` |
 //!
-//! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`).
+//! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`);
+//! before it makes a link, publish asks [`Protocol::ready`], which checks that the staging link reaches the share
+//! (Windows makes a link to a source that does not resolve a *file* link, useless to the pod).
 //!
 //! Why the subDir dance: csi-proxy's `Mkdir` only accepts paths under the kubelet root and `CreateSymlink` cannot
 //! point at a UNC path, so the only way to create a directory on the share is through a link that
@@ -25,16 +29,23 @@
 //! # Mapping health
 //!
 //! csi-proxy v1 cannot list or query SMB global mappings. The driver therefore learns a mapping's health from path
-//! reachability: `IsSymlink` is true only when a link *and its target* exist, so a staging link whose UNC target
-//! does not resolve means the mapping is down (Disconnected after a reboot, credentials rotated, server gone).
+//! reachability, always at the staging link: `IsSymlink` looks one hop (every release: `Lstat` of the link's
+//! immediate target), and the staging link's immediate target is the UNC path. True means the share answers; false
+//! (Windows errors 2, 3, 53) *or an error* (access denied on a Disconnected mapping, logon failure after a password
+//! change, a deleted share) means the mapping is down, and the stage, reconciliation and stats treat both alike. A
+//! pod's link is never asked: it points at the staging link, so one hop says true even when the share is gone.
+//!
 //! Repairing relies on `NewSmbGlobalMapping`'s own reuse-or-recreate logic: it keeps an OK, reachable mapping and
-//! removes and re-creates a broken one; when a stale mapping blocks the create (Windows error 85) it is removed
-//! first, under the share's exclusive lock.
+//! creates over a broken one without removing it first. After a reboot Windows refuses that with error 1219 (public
+//! reports; the same code as "another user"): when this node's records show a staged volume of the share under the
+//! same principal, the driver removes the mapping and creates it once more, under the share's exclusive lock
+//! (`mapping.rs`); a 1219 without that evidence is reported, never repaired. Error 85, should Windows answer it, is
+//! repaired the same way.
 //!
 //! # Crash safety
 //!
-//! Stage writes the volume record (phase `staging`) **before** it touches the host and flips it to `staged` only at
-//! the end; unstage removes the link, then the mapping if no *other* record names its root, and deletes the record
+//! Stage writes the volume record (phase `staging`) **before** it touches the host — under the server's lock, where
+//! it also claims the volume's principal (see "Concurrency") — and flips it to `staged` only at the end; unstage removes the link, then the mapping if no *other* record names its root, and deletes the record
 //! **last**. Walking every crash point:
 //!
 //! * stage, before the record: nothing exists; the retry starts afresh.
@@ -52,13 +63,17 @@
 //! # Concurrency
 //!
 //! Stages of volumes on one already-mapped share take the share's lock shared and overlap; creating, repairing or
-//! removing the mapping takes it exclusively (`mapping.rs`).
+//! removing the mapping takes it exclusively (`mapping.rs`). Windows allows one principal per server per node
+//! (error 1219), and a second principal on an OK mapping would silently ride on the first one's rights: so the
+//! check that every other volume of the server uses this volume's principal and the record that claims it are one
+//! step under the server's lock (`smb-server:<server>`); of two stages with different accounts exactly one passes.
 //!
 //! # Stats
 //!
 //! csi-proxy v1 has no free-space query for a UNC path, so SMB usage is reported as one `BYTES` entry with zeros
-//! (kubelet requires a usage entry). The volume condition is what can be known: abnormal when the volume path no
-//! longer resolves through the mapping.
+//! (kubelet requires a usage entry). The volume condition is what can be known: abnormal when the staging link does
+//! not reach the share. A credential-less volume needs csi-proxy v1.3.0+: v1.1.x and v1.2.x always build a
+//! PowerShell credential, and such a stage fails with FailedPrecondition naming that limit.
 
 use std::collections::BTreeMap;
 

@@ -72,6 +72,7 @@ fn op_of(rpc: &str) -> HostOp {
         GetVolumeIDFromTargetPath,
         WriteVolumeCache,
         AddTargetPortal,
+        DiscoverTargetPortal,
         ConnectTarget,
         DisconnectTarget,
         GetTargetDisks,

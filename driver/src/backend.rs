@@ -2,9 +2,9 @@
 //! the CSI services run on — the volume lifecycle over that backend and the backend's liveness probe.
 //!
 //! Everything below this module is generic over [`Host`] (monomorphised per backend, no dynamic
-//! dispatch inside the lifecycle); the services above see only `Arc<dyn Lifecycle>` and `Arc<dyn HostProbe>`. A
-//! new backend (the native HostProcess one) is a new `HostBackend` value and one more arm in [`lifecycle`] and
-//! [`probe`].
+//! dispatch inside the lifecycle); the services above see only `Arc<dyn Lifecycle>` and `Arc<dyn HostProbe>`. The
+//! backends: csi-proxy (`--host-backend csi-proxy`) and native (`--host-backend native`: Win32 + WMI in-process,
+//! Windows only; its start-up check refuses a host without the Storage and SMB WMI providers).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use crate::config::{Config, HostBackend};
 use crate::error::Error;
 use crate::host::csi_proxy::{CsiProxyHost, CsiProxyProbe};
+use crate::host::native::{FailedProbe, NativeHost, NativeProbe, windows_host};
 use crate::host::{Host, HostProbe, KubeletRoot, PROBE_TIMEOUT};
 use crate::iscsi::Iscsi;
 use crate::lifecycle::{Lifecycle, VolumeConfig, VolumeManager};
@@ -38,6 +39,13 @@ pub fn probe(config: &Config) -> Arc<dyn HostProbe> {
         HostBackend::CsiProxy => Arc::new(CsiProxyProbe::new(
             ProxyClient::new(proxy_transport(config)).with_timeout(PROBE_TIMEOUT),
         )),
+        HostBackend::Native => match windows_host() {
+            Ok(host) => Arc::new(NativeProbe::new(
+                NativeHost::new(host, None),
+                &config.kubelet_root.to_string_lossy(),
+            )),
+            Err(why) => Arc::new(FailedProbe(why)),
+        },
     }
 }
 
@@ -49,7 +57,8 @@ pub type Manager<H> = VolumeManager<H, Protocols>;
 
 /// A lifecycle over `host` with every protocol, keeping records in `state_dir`.
 pub fn manager<H: Host>(host: H, cfg: VolumeConfig, state_dir: &Path) -> Result<Manager<H>, Error> {
-    VolumeManager::new(host, Protocols::default(), cfg, state_dir)
+    let protocols = (Iscsi::new(host.capabilities()), Smb);
+    VolumeManager::new(host, protocols, cfg, state_dir)
 }
 
 /// How long startup reconciliation may take before the driver serves anyway.
@@ -66,6 +75,13 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
         HostBackend::CsiProxy => {
             let host = CsiProxyHost::new(ProxyClient::new(proxy_transport(config)));
             start(host, cfg, &config.state_dir()).await
+        }
+        HostBackend::Native => {
+            let windows = windows_host().map_err(Error::FailedPrecondition)?;
+            let state_dir = config.state_dir();
+            std::fs::create_dir_all(&state_dir)
+                .map_err(|e| Error::io("creating the state directory", e))?;
+            start(NativeHost::new(windows, Some(&state_dir)), cfg, &state_dir).await
         }
     }
 }

@@ -119,7 +119,7 @@ use std::future::Future;
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
-use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, Portal};
+use crate::host::{Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath, Portal};
 use crate::lifecycle::{
     Calls, Context, ExpandRequest, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats,
     host_error,
@@ -136,6 +136,7 @@ mod tests;
 pub use crate::lifecycle::Secrets;
 pub use params::{
     CHAP_SECRET_LEN, IscsiVolume, MAX_LUN, check_fs_type, check_iqn, is_iscsi, parse_volume,
+    parse_volume_for,
 };
 
 /// csi-proxy's ResizeVolume skips growth below this.
@@ -208,9 +209,18 @@ fn target_key(iqn: &str) -> String {
     format!("iscsi-target:{}", iqn.to_ascii_lowercase())
 }
 
-/// The iSCSI protocol.
+/// The iSCSI protocol, for a host backend with the given capabilities (discovery CHAP, persistent logins).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Iscsi;
+pub struct Iscsi {
+    caps: HostCapabilities,
+}
+
+impl Iscsi {
+    /// The protocol over a backend that can do what `caps` says.
+    pub fn new(caps: HostCapabilities) -> Self {
+        Self { caps }
+    }
+}
 
 impl<H: Host> Protocol<H> for Iscsi {
     type Volume = IscsiVolume;
@@ -232,7 +242,13 @@ impl<H: Host> Protocol<H> for Iscsi {
         {
             check_fs_type(fs_type)?;
         }
-        parse_volume(&req.volume_context, &req.secrets)
+        let mut vol = parse_volume_for(&req.volume_context, &req.secrets, self.caps)?;
+        // SINGLE_NODE_READER_ONLY (2) and MULTI_NODE_READER_ONLY (3): keep the disk's read-only flag.
+        vol.read_only = req
+            .capability
+            .as_ref()
+            .is_some_and(|c| matches!(c.access_mode, 2 | 3));
+        Ok(vol)
     }
 
     async fn stage(

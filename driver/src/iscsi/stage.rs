@@ -8,7 +8,7 @@ use super::{
     IscsiRecord, IscsiVolume, block_error, put_iscsi, run, same_id, target_users, uncertain,
 };
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostOp, HostPath};
+use crate::host::{Host, HostErrorKind, HostOp, HostPath, IscsiAuth};
 use crate::lifecycle::{Calls, Context};
 use crate::locks::Deadline;
 use crate::state::Phase;
@@ -131,10 +131,21 @@ async fn stage_steps<H: Host>(
     let mut added = Vec::new();
     let mut last = None;
     for p in &vol.portals {
-        match h
-            .raw(HostOp::AddTargetPortal, p, h.host().add_target_portal(p, d))
-            .await
-        {
+        let added_portal = match &vol.discovery {
+            IscsiAuth::None => {
+                h.raw(HostOp::AddTargetPortal, p, h.host().add_target_portal(p, d))
+                    .await
+            }
+            chap => {
+                h.raw(
+                    HostOp::AddTargetPortal,
+                    p,
+                    h.host().add_target_portal_with_chap(p, chap, d),
+                )
+                .await
+            }
+        };
+        match added_portal {
             Ok(()) => added.push(p.clone()),
             Err(e) if uncertain(e.kind) => return Err(block_error(e, p)),
             Err(e) => {
@@ -158,14 +169,23 @@ async fn stage_steps<H: Host>(
     }
     let mut session = None;
     for p in &added {
-        match h
-            .raw(
+        let login = if vol.persistent {
+            h.raw(
+                HostOp::ConnectTarget,
+                &vol.iqn,
+                h.host()
+                    .connect_target_persistent(p, &vol.iqn, &vol.auth, d),
+            )
+            .await
+        } else {
+            h.raw(
                 HostOp::ConnectTarget,
                 &vol.iqn,
                 h.host().connect_target(p, &vol.iqn, &vol.auth, d),
             )
             .await
-        {
+        };
+        match login {
             Ok(()) => {
                 session = Some(p.clone());
                 break;
@@ -193,13 +213,24 @@ async fn stage_steps<H: Host>(
     // Identity recorded before anything changes on the disk.
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
     let disk = format!("disk {number} ({target})");
-    run(
-        h,
-        HostOp::SetDiskState,
-        &disk,
-        h.host().set_disk_online(number, true, d),
-    )
-    .await?;
+    if vol.read_only {
+        run(
+            h,
+            HostOp::SetDiskState,
+            &disk,
+            h.host().set_disk_online(number, true, d),
+        )
+        .await?;
+    } else {
+        // A backend with `clear_disk_read_only` also clears a read-only flag left by the SAN policy.
+        run(
+            h,
+            HostOp::SetDiskState,
+            &disk,
+            h.host().set_disk_online_writable(number, d),
+        )
+        .await?;
+    }
     // 4. Volume: create only on a disk without volumes; never touch a foreign layout.
     let mut vols = volumes_on(h, number, &disk).await?;
     if vols.is_empty() {

@@ -1,0 +1,1 @@
+//! Native backend sequence tests.

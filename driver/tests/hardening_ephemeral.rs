@@ -9,7 +9,6 @@ use sim::inproc::InProcess;
 use sim::{HostOptions, Scenario, SimHost};
 use wincsi::Error;
 use wincsi::host::KubeletRoot;
-use wincsi::host::csi_proxy::CsiProxyHost;
 use wincsi::lifecycle::{
     AccessType, Capability, EPHEMERAL_KEY, PublishRequest, SecretSource, VolumeConfig,
 };
@@ -82,7 +81,7 @@ async fn inline_volumes_only_read_secrets_of_their_pods_namespace() {
     // kubelet's directory of the target.
     sim.with_state_mut(|s| s.mkdir(r"C:\var\lib\kubelet\pods\p1\volumes\kubernetes.io~csi\v"))
         .expect("mkdir");
-    let host = CsiProxyHost::new(InProcess::new(sim.clone()).client());
+    let host = common::backend::host_for(&sim, InProcess::new(sim.clone()).client(), dir.path());
     let recorder = Arc::new(Recorder::default());
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),

@@ -10,11 +10,12 @@
 //!
 //! # Threading and deadlines
 //!
-//! Facade calls block. Each host operation runs its facade calls on the blocking pool (`spawn_blocking`), at most
+//! Facade calls block. Each host operation runs its facade calls on tokio's blocking pool, at most
 //! [`DEFAULT_POOL_SIZE`] at a time per backend (a semaphore, not a lock: operations on different volumes run
 //! concurrently), with the RPC's deadline as the facade's `CallContext`. The async side stops waiting at the
-//! deadline (DeadlineExceeded); a call that had started keeps its thread until the host answers, and the next
-//! facade call of that operation is refused unstarted (the facade never starts work after its deadline), so a stuck
+//! deadline (DeadlineExceeded) or when the RPC goes away; a call that had started keeps its thread until the host
+//! answers, and the next facade call of that operation is refused unstarted (its `CallContext` is past its deadline
+//! or cancelled: the facade never starts work then), so a stuck
 //! provider holds at most the pool's threads and the next RPC re-checks state (every operation is idempotent or
 //! checks before acting). `winhost::win32::WinHost` adds its own bounded COM threads underneath.
 //!
@@ -86,7 +87,7 @@ use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
 use winhost::method::{MethodOutcome, ReturnCode};
 use winhost::probe::Capability;
-use winhost::{CallContext, CallError, ErrorKind, WindowsHost};
+use winhost::{CallContext, CallError, CancelToken, ErrorKind, WindowsHost};
 
 use super::{
     DiskIds, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath,
@@ -184,8 +185,14 @@ impl NativeHost {
             }
             Err(_) => return Err(late(false)),
         };
-        let ctx = CallContext::after(d.remaining());
+        // Dropping this operation (the RPC cancelled, its deadline passed, the driver stopping) stops its facade calls:
+        // the one running finishes on its thread, the next is never started.
+        let token = CancelToken::new();
+        let _stop = CancelOnDrop(token.clone());
+        let ctx = CallContext::after(d.remaining()).with_cancel(token);
         let inner = Arc::clone(&self.inner);
+        // A task of tokio's blocking pool: the permit bounds how many run for this backend. (While it runs, tokio's
+        // paused test clock does not auto-advance, exactly as while csi-proxy's in-runtime calls run.)
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             f(&Ops {
@@ -200,10 +207,20 @@ impl NativeHost {
             Ok(Err(e)) => Err(HostError::new(
                 op,
                 HostErrorKind::Other,
-                format!("host call failed: {e}"),
+                format!("the host call's thread failed before answering: {e}"),
             )),
+            // The caller stops waiting; the call keeps its thread until the host answers, its result is dropped.
             Err(_) => Err(late(true)),
         }
+    }
+}
+
+/// Cancels its token when dropped.
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 

@@ -117,8 +117,10 @@ pub(super) fn new_mapping(
                 m.status.is_ok() && o.w.file_attributes(o.c, &format!(r"{root}\")).is_ok();
             if !working {
                 if !ours {
+                    // StaleMapping: the protocol's repair asks to remove it (which leaves it in place, not ours)
+                    // and retries once, then reports this message as FailedPrecondition.
                     return Err(o.fail(
-                        HostErrorKind::Other,
+                        HostErrorKind::StaleMapping,
                         format!(
                             "the SMB global mapping of {root} is {} and was not created by wincsi, which never removes \
                              a mapping it did not create; remove or repair it on the node (Remove-SmbGlobalMapping \

@@ -4,6 +4,8 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use winhost::probe::Capability;
 use winhost::win32::{WinHost, WinHostConfig};
-use winhost::{CallContext, WindowsHost};
+use winhost::{CallContext, Capabilities, WindowsHost};
 
 /// How long the start-up probe may take (it connects to WMI and reads class definitions; nothing is executed).
 const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -40,10 +40,7 @@ pub fn probe(config: &Config) -> Arc<dyn HostProbe> {
             ProxyClient::new(proxy_transport(config)).with_timeout(PROBE_TIMEOUT),
         )),
         HostBackend::Native => match windows_host() {
-            Ok(host) => Arc::new(NativeProbe::new(
-                NativeHost::new(host, None),
-                &config.kubelet_root.to_string_lossy(),
-            )),
+            Ok(host) => native_probe(config, host),
             Err(why) => Arc::new(FailedProbe(why)),
         },
     }
@@ -78,12 +75,33 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
         }
         HostBackend::Native => {
             let windows = windows_host().map_err(Error::FailedPrecondition)?;
-            let state_dir = config.state_dir();
-            std::fs::create_dir_all(&state_dir)
-                .map_err(|e| Error::io("creating the state directory", e))?;
-            start(NativeHost::new(windows, Some(&state_dir)), cfg, &state_dir).await
+            native_lifecycle(config, windows).await
         }
     }
+}
+
+/// The lifecycle over the native backend on `windows` (on Windows the process's `WinHost`; the in-process e2e node
+/// passes the simulated host's Windows view).
+pub async fn native_lifecycle(
+    config: &Config,
+    windows: Arc<dyn winhost::WindowsHost>,
+) -> Result<Arc<dyn Lifecycle>, Error> {
+    let cfg = VolumeConfig {
+        kubelet_root: KubeletRoot::new(&config.kubelet_root.to_string_lossy())?,
+        driver_name: config.driver_name.clone(),
+    };
+    let state_dir = config.state_dir();
+    std::fs::create_dir_all(&state_dir)
+        .map_err(|e| Error::io("creating the state directory", e))?;
+    start(NativeHost::new(windows, Some(&state_dir)), cfg, &state_dir).await
+}
+
+/// The probe of the native backend on `windows`.
+pub fn native_probe(config: &Config, windows: Arc<dyn winhost::WindowsHost>) -> Arc<dyn HostProbe> {
+    Arc::new(NativeProbe::new(
+        NativeHost::new(windows, None),
+        &config.kubelet_root.to_string_lossy(),
+    ))
 }
 
 /// A lifecycle over `host` (one monomorphised instance per backend), reconciled with the host. A reconciliation

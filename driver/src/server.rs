@@ -80,6 +80,26 @@ where
 pub async fn run(config: Config, probe: Arc<dyn HostProbe>) -> Result<()> {
     let shutdown = imp::shutdown_signal()?;
     let volumes = crate::backend::lifecycle(&config).await?;
+    serve_volumes(config, probe, volumes, shutdown).await
+}
+
+/// [`run`] over a lifecycle built by the caller (the in-process e2e node gives the native backend a simulated
+/// Windows host this way).
+pub async fn run_with(
+    config: Config,
+    probe: Arc<dyn HostProbe>,
+    volumes: Arc<dyn crate::lifecycle::Lifecycle>,
+) -> Result<()> {
+    let shutdown = imp::shutdown_signal()?;
+    serve_volumes(config, probe, volumes, shutdown).await
+}
+
+async fn serve_volumes(
+    config: Config,
+    probe: Arc<dyn HostProbe>,
+    volumes: Arc<dyn crate::lifecycle::Lifecycle>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let listener = Listener::bind(&config.endpoint)?;
     tracing::info!(
         endpoint = %listener.local_endpoint(),

@@ -116,7 +116,7 @@ pub const TEST_HOST_BACKEND_ENV: &str = "WINCSI_TEST_HOST_BACKEND";
 
 /// Which host backend a driver test suite runs over the simulated host: csi-proxy (the gRPC services) or native
 /// (the Windows view through the `winhost` facade).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TestBackend {
     /// The csi-proxy backend over the simulated csi-proxy.
     #[default]

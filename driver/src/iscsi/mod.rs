@@ -13,12 +13,13 @@
 //! | volume_context | `iqn` | target name: `iqn.yyyy-mm.domain[:x]`, `eui.` + 16 hex or `naa.` + 16/32 hex |
 //! | volume_context | `lun` | 0–255 (Windows addresses LUNs with one byte, `SCSI_ADDRESS.Lun`) |
 //! | volume_context | `sessionCHAPAuth` | `true`: log in with CHAP (default: CHAP when the secret has a user name/password) |
-//! | volume_context | `discoveryCHAPAuth` | `true` is refused (FailedPrecondition): csi-proxy cannot send discovery credentials |
+//! | volume_context | `discoveryCHAPAuth` | `true`: discovery CHAP with `node.sendtargets.auth.*` on a backend with `HostCapabilities::discovery_chap` (native); refused (FailedPrecondition) on csi-proxy, which cannot send discovery credentials |
+//! | volume_context | `persistentLogin` | `true`: a persistent login on a backend with `HostCapabilities::persistent_logins` (native), removed on logout; refused on csi-proxy |
 //! | volume_context | `page83`, `serial` | identity hints: the disk must match them before anything touches it |
 //! | volume_context / capability | `fsType` | `ntfs` (default) only; others are InvalidArgument naming the backend that would support them |
 //! | secrets | `node.session.auth.username`, `.password` | one-way CHAP (secret: 12–16 characters, a Windows rule) |
 //! | secrets | `node.session.auth.password_in` (`.username_in`) | mutual CHAP: the initiator's node-wide secret, set with `SetMutualChapSecret` before the login |
-//! | secrets | `node.sendtargets.auth.*` | discovery CHAP: refused (FailedPrecondition) |
+//! | secrets | `node.sendtargets.auth.*` | discovery CHAP (`username`, `password`; native only; mutual discovery CHAP is refused) |
 //!
 //! Credentials anywhere else (a `*.password`/`secret`-like volume attribute) are InvalidArgument naming the key.
 //! `username_in` is accepted for compatibility but unused: Windows authenticates the target with the initiator's
@@ -51,7 +52,10 @@
 //! # Limits of csi-proxy's iSCSI API (v1alpha2)
 //!
 //! No discovery CHAP, no persistent logins, no MPIO (multipath sessions, load-balance policy, initiator portal
-//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. One session per target:
+//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. The native backend lifts
+//! discovery CHAP, persistent logins and the read-only flag (cleared for writable volumes, `set_disk_online_writable`;
+//! a reader-only access mode keeps it); the protocol asks `Host::capabilities` (parse) and the host-call sequence below
+//! is the same on both backends. One session per target:
 //! further portals are added (a later stage may log in through any of them) but a second `ConnectTarget` to a
 //! connected target is a no-op in csi-proxy.
 //!

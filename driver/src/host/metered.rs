@@ -165,6 +165,9 @@ impl<H: Host> Host for Metered<H> {
         disconnect_target(portal: &Portal, iqn: &str) -> () => DisconnectTarget;
         get_target_disks(portal: &Portal, iqn: &str) -> Vec<u32> => GetTargetDisks;
         set_mutual_chap_secret(secret: &Secret) -> () => SetMutualChapSecret;
+        set_disk_online_writable(disk: u32) -> () => SetDiskState;
+        add_target_portal_with_chap(portal: &Portal, discovery: &IscsiAuth) -> () => AddTargetPortal;
+        connect_target_persistent(portal: &Portal, iqn: &str, auth: &IscsiAuth) -> () => ConnectTarget;
     }
 }
 

@@ -38,6 +38,7 @@ pub mod csi_proxy;
 mod error;
 mod metered;
 pub mod name;
+pub mod native;
 mod path;
 mod probe;
 mod unc;
@@ -297,4 +298,51 @@ pub trait Host: Send + Sync + 'static {
         secret: &Secret,
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
+
+    // ---- Beyond csi-proxy v1 (see `HostCapabilities`); the defaults say "not supported" ----
+
+    /// `SetDiskState(online)` of a disk a writable volume is staged from: a backend with
+    /// [`HostCapabilities::clear_disk_read_only`] also clears a read-only flag left by the SAN policy or a re-attach.
+    /// Default: [`Host::set_disk_online`].
+    fn set_disk_online_writable(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        self.set_disk_online(disk, true, deadline)
+    }
+
+    /// `AddTargetPortal` with discovery CHAP ([`HostCapabilities::discovery_chap`]). Default: not supported.
+    fn add_target_portal_with_chap(
+        &self,
+        portal: &Portal,
+        discovery: &IscsiAuth,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (portal, discovery, deadline);
+        async { Err(not_supported(HostOp::AddTargetPortal, "discovery CHAP")) }
+    }
+
+    /// `ConnectTarget` with a persistent login ([`HostCapabilities::persistent_logins`]): the initiator logs in
+    /// again at boot until the session is disconnected by [`Host::disconnect_target`], which also removes the
+    /// persistent record. Default: not supported.
+    fn connect_target_persistent(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (portal, iqn, auth, deadline);
+        async { Err(not_supported(HostOp::ConnectTarget, "persistent logins")) }
+    }
+}
+
+/// The error of a capability a backend lacks.
+fn not_supported(op: HostOp, what: &str) -> HostError {
+    HostError::new(
+        op,
+        HostErrorKind::Other,
+        format!("{what}: not supported by this host backend"),
+    )
 }

@@ -13,12 +13,13 @@
 //! | volume_context | `iqn` | target name: `iqn.yyyy-mm.domain[:x]`, `eui.` + 16 hex or `naa.` + 16/32 hex |
 //! | volume_context | `lun` | 0–255 (Windows addresses LUNs with one byte, `SCSI_ADDRESS.Lun`) |
 //! | volume_context | `sessionCHAPAuth` | `true`: log in with CHAP (default: CHAP when the secret has a user name/password) |
-//! | volume_context | `discoveryCHAPAuth` | `true` is refused (FailedPrecondition): csi-proxy cannot send discovery credentials |
+//! | volume_context | `discoveryCHAPAuth` | `true`: discovery CHAP with `node.sendtargets.auth.*` on a backend with `HostCapabilities::discovery_chap` (native); refused (FailedPrecondition) on csi-proxy, which cannot send discovery credentials |
+//! | volume_context | `persistentLogin` | `true`: a persistent login on a backend with `HostCapabilities::persistent_logins` (native), removed on logout; refused on csi-proxy |
 //! | volume_context | `page83`, `serial` | identity hints: the disk must match them before anything touches it |
 //! | volume_context / capability | `fsType` | `ntfs` (default) only; others are InvalidArgument naming the backend that would support them |
 //! | secrets | `node.session.auth.username`, `.password` | one-way CHAP (secret: 12–16 characters, a Windows rule) |
 //! | secrets | `node.session.auth.password_in` (`.username_in`) | mutual CHAP: the initiator's node-wide secret, set with `SetMutualChapSecret` before the login |
-//! | secrets | `node.sendtargets.auth.*` | discovery CHAP: refused (FailedPrecondition) |
+//! | secrets | `node.sendtargets.auth.*` | discovery CHAP (`username`, `password`; native only; mutual discovery CHAP is refused) |
 //!
 //! Credentials anywhere else (a `*.password`/`secret`-like volume attribute) are InvalidArgument naming the key.
 //! `username_in` is accepted for compatibility but unused: Windows authenticates the target with the initiator's
@@ -52,7 +53,10 @@
 //! # Limits of csi-proxy's iSCSI API (v1alpha2)
 //!
 //! No discovery CHAP, no persistent logins, no MPIO (multipath sessions, load-balance policy, initiator portal
-//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. One session per target:
+//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. The native backend lifts
+//! discovery CHAP, persistent logins and the read-only flag (cleared for writable volumes, `set_disk_online_writable`;
+//! a reader-only access mode keeps it); the protocol asks `Host::capabilities` (parse) and the host-call sequence below
+//! is the same on both backends. One session per target:
 //! further portals are added (a later stage may log in through any of them). A second `ConnectTarget` to a connected
 //! target is a no-op from csi-proxy v1.3.0 and an error ("already logged in") before: both are a login. The IQN is
 //! sent as `DiscoverTargetPortal` reports it: v1.3.0 looks targets up exact-case and a miss dereferences nil (the
@@ -141,7 +145,7 @@ use std::fmt::Display;
 use std::future::Future;
 
 use crate::error::Error;
-use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, Portal};
+use crate::host::{Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath, Portal};
 use crate::lifecycle::{
     Calls, Context, ExpandRequest, Health, Protocol, StageAt, StageRequest, VolumeStats, host_error,
 };
@@ -159,6 +163,7 @@ mod volume;
 pub use crate::lifecycle::Secrets;
 pub use params::{
     CHAP_SECRET_LEN, IscsiVolume, MAX_LUN, check_fs_type, check_iqn, is_iscsi, parse_volume,
+    parse_volume_for,
 };
 
 /// csi-proxy's ResizeVolume skips growth below this.
@@ -272,9 +277,18 @@ fn target_key(iqn: &str) -> String {
     format!("iscsi-target:{}", iqn.to_ascii_lowercase())
 }
 
-/// The iSCSI protocol.
+/// The iSCSI protocol, for a host backend with the given capabilities (discovery CHAP, persistent logins).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Iscsi;
+pub struct Iscsi {
+    caps: HostCapabilities,
+}
+
+impl Iscsi {
+    /// The protocol over a backend that can do what `caps` says.
+    pub fn new(caps: HostCapabilities) -> Self {
+        Self { caps }
+    }
+}
 
 impl<H: Host> Protocol<H> for Iscsi {
     type Volume = IscsiVolume;
@@ -296,7 +310,13 @@ impl<H: Host> Protocol<H> for Iscsi {
         {
             check_fs_type(fs_type)?;
         }
-        parse_volume(&req.volume_context, &req.secrets)
+        let mut vol = parse_volume_for(&req.volume_context, &req.secrets, self.caps)?;
+        // SINGLE_NODE_READER_ONLY (2) and MULTI_NODE_READER_ONLY (3): keep the disk's read-only flag.
+        vol.read_only = req
+            .capability
+            .as_ref()
+            .is_some_and(|c| matches!(c.access_mode, 2 | 3));
+        Ok(vol)
     }
 
     async fn stage(

@@ -10,7 +10,7 @@ use super::{
     uncertain,
 };
 use crate::error::Error;
-use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath};
+use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, IscsiAuth};
 use crate::lifecycle::{Calls, Context};
 use crate::locks::Deadline;
 use crate::state::Phase;
@@ -146,10 +146,21 @@ async fn stage_steps<H: Host>(
     let mut added = Vec::new();
     let mut last = None;
     for p in &vol.portals {
-        match h
-            .raw(HostOp::AddTargetPortal, p, h.host().add_target_portal(p, d))
-            .await
-        {
+        let added_portal = match &vol.discovery {
+            IscsiAuth::None => {
+                h.raw(HostOp::AddTargetPortal, p, h.host().add_target_portal(p, d))
+                    .await
+            }
+            chap => {
+                h.raw(
+                    HostOp::AddTargetPortal,
+                    p,
+                    h.host().add_target_portal_with_chap(p, chap, d),
+                )
+                .await
+            }
+        };
+        match added_portal {
             Ok(()) => added.push(p.clone()),
             Err(e) if uncertain(e.kind) => return Err(block_error(e, p)),
             Err(e) => {
@@ -188,14 +199,23 @@ async fn stage_steps<H: Host>(
     //    v1.3.0+ answer OK, the PowerShell era "already logged in".
     let mut session = None;
     for p in &added {
-        match h
-            .raw(
+        let login = if vol.persistent {
+            h.raw(
+                HostOp::ConnectTarget,
+                &iqn,
+                h.host()
+                    .connect_target_persistent(p, &iqn, &vol.auth, d),
+            )
+            .await
+        } else {
+            h.raw(
                 HostOp::ConnectTarget,
                 &iqn,
                 h.host().connect_target(p, &iqn, &vol.auth, d),
             )
             .await
-        {
+        };
+        match login {
             Ok(()) => {
                 session = Some(p.clone());
                 break;
@@ -229,13 +249,24 @@ async fn stage_steps<H: Host>(
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
     let disk = format!("disk {number} ({target})");
     // LUNs arrive offline under Windows Server's default SAN policy (OfflineShared).
-    run(
-        h,
-        HostOp::SetDiskState,
-        &disk,
-        h.host().set_disk_online(number, true, d),
-    )
-    .await?;
+    if vol.read_only {
+        run(
+            h,
+            HostOp::SetDiskState,
+            &disk,
+            h.host().set_disk_online(number, true, d),
+        )
+        .await?;
+    } else {
+        // A backend with `clear_disk_read_only` also clears a read-only flag left by the SAN policy.
+        run(
+            h,
+            HostOp::SetDiskState,
+            &disk,
+            h.host().set_disk_online_writable(number, d),
+        )
+        .await?;
+    }
     // 6. The volume: created only on a disk proven empty; a foreign layout is never touched.
     let vid = volume_of(cx, h, volume_id, staging, rec, number, &disk).await?;
     // 7. File system: only a volume this driver created may be formatted.

@@ -471,6 +471,9 @@ impl HostJob for CheckJob {
     }
 
     fn unavailable(self, kind: HostBackend, why: String) -> Self::Output {
-        Err(format!("the {} host backend cannot start: {why}", kind.name()))
+        Err(format!(
+            "the {} host backend cannot start: {why}",
+            kind.name()
+        ))
     }
 }

@@ -203,8 +203,7 @@ async fn stage_steps<H: Host>(
             h.raw(
                 HostOp::ConnectTarget,
                 &iqn,
-                h.host()
-                    .connect_target_persistent(p, &iqn, &vol.auth, d),
+                h.host().connect_target_persistent(p, &iqn, &vol.auth, d),
             )
             .await
         } else {

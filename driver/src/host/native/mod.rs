@@ -466,7 +466,11 @@ impl Host for NativeHost {
         .await
     }
 
-    async fn discover_target_portal(&self, portal: &Portal, d: Deadline) -> HostResult<Vec<String>> {
+    async fn discover_target_portal(
+        &self,
+        portal: &Portal,
+        d: Deadline,
+    ) -> HostResult<Vec<String>> {
         let p = portal.clone();
         self.run(HostOp::DiscoverTargetPortal, d, move |o| {
             iscsi::discover(o, &p)

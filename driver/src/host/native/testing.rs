@@ -394,7 +394,9 @@ impl Host for Tapped {
             HostOp::DiscoverTargetPortal,
             json!({ "target_portal": portal_json(p) }),
         );
-        self.tap.around(c, self.host.discover_target_portal(p, d)).await
+        self.tap
+            .around(c, self.host.discover_target_portal(p, d))
+            .await
     }
 
     async fn add_target_portal_with_chap(

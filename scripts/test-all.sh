@@ -12,7 +12,10 @@
 #   clippy (linux)   cargo clippy --workspace --all-targets --all-features -- -D warnings
 #   clippy (windows) the same with --target x86_64-pc-windows-gnu (lints the #[cfg(windows)] code)
 #   doc              RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
-#   test (linux)     cargo test --workspace --all-features
+#   test (linux)     cargo test --workspace --all-features (the simulated host plays csi-proxy v1.1.3, the default)
+#   csi-proxy releases   the driver's SMB/iSCSI/hardening suites and the e2e scenarios once more per other release
+#                    the simulated host plays (v1.2.1, v1.3.0, master): the test binaries just built, run again
+#                    with WINCSI_SIM_CSI_PROXY_VERSION set (nothing is rebuilt)
 #   test (wine)      cargo test --target x86_64-pc-windows-gnu --all-features -p <every package with
 #                    tests/wine_*.rs> --test 'wine_*', run under Wine through .ci/wine-run.sh (time limit
 #                    WINCSI_WINE_TEST_TIMEOUT seconds, default 900; the wineserver it starts is stopped afterwards)
@@ -154,6 +157,53 @@ test_linux() {
     cargo test --workspace --all-features 2>&1 | tee -a "$test_log"
 }
 
+# The csi-proxy releases the suites run against besides the default (v1.1.3, what the chart deploys and what
+# `test (linux)` used), and the test targets ("<package dir>:lib" or "<package dir>:<test>") that run the driver
+# against the simulated host.
+CSI_PROXY_RELEASES=(v1.2.1 v1.3.0 master)
+PROFILE_TARGETS="driver:lib driver:smb_node driver:smb_sim driver:iscsi_node driver:iscsi_sim \
+driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood e2e:local e2e:ephemeral e2e:hygiene"
+
+# Prints "<package dir> <test executable>" for each of PROFILE_TARGETS, from the build `test (linux)` made (the
+# same command and features, so cargo only lists the executables). Fails when a listed target is missing.
+profile_test_binaries() {
+    cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null |
+        PROFILE_TARGETS="$PROFILE_TARGETS" python3 -c '
+import json, os, sys
+
+wanted = set(os.environ["PROFILE_TARGETS"].split())
+found = {}
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+        continue
+    pkg_dir = os.path.dirname(msg["manifest_path"])
+    target = msg["target"]
+    kind = "lib" if "lib" in target["kind"] else target["name"]
+    key = os.path.basename(pkg_dir) + ":" + kind
+    if key in wanted and "bin" not in target["kind"]:
+        found[key] = (pkg_dir, msg["executable"])
+missing = sorted(wanted - set(found))
+if missing:
+    sys.exit("test targets not found in the build: " + ", ".join(missing))
+for key in sorted(found):
+    print(*found[key])
+'
+}
+
+test_csi_proxy_releases() {
+    local binaries
+    binaries=$(profile_test_binaries)
+    local release dir bin
+    for release in "${CSI_PROXY_RELEASES[@]}"; do
+        echo "--- csi-proxy $release"
+        while read -r dir bin; do
+            echo "--- csi-proxy $release: $(basename "$bin")"
+            (cd "$dir" && WINCSI_SIM_CSI_PROXY_VERSION="$release" "$bin") 2>&1 | tee -a "$test_log"
+        done <<<"$binaries"
+    done
+}
+
 # Sums cargo test's "test result:" lines into the plain closing line CI reads.
 test_totals() {
     awk '/^test result:/ {
@@ -174,6 +224,7 @@ step "clippy ($WINDOWS_TARGET)" \
     cargo clippy --workspace --all-targets --all-features --target "$WINDOWS_TARGET" -- -D warnings
 step "doc" env RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --all-features
 step "test (linux)" test_linux
+step "csi-proxy releases (${CSI_PROXY_RELEASES[*]})" test_csi_proxy_releases
 step "test (wine, $WINDOWS_TARGET)" test_wine
 # The simulated host's state suite once more with emulated links (what it uses under Wine 8, which makes no
 # directory symlinks), so that mode is proven on Linux too.

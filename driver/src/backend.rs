@@ -5,9 +5,9 @@
 //! without), and the metrics' state gauges read the lifecycle's record store ([`state_snapshot`]).
 //!
 //! Everything below this module is generic over [`Host`] (monomorphised per backend, no dynamic
-//! dispatch inside the lifecycle); the services above see only `Arc<dyn Lifecycle>` and `Arc<dyn HostProbe>`. A
-//! new backend (the native HostProcess one) is a new `HostBackend` value and one more arm in [`lifecycle`] and
-//! [`probe`].
+//! dispatch inside the lifecycle); the services above see only `Arc<dyn Lifecycle>` and `Arc<dyn HostProbe>`. The
+//! backends: csi-proxy (`--host-backend csi-proxy`) and native (`--host-backend native`: Win32 + WMI in-process,
+//! Windows only; its start-up check refuses a host without the Storage and SMB WMI providers).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use crate::config::{Config, HostBackend};
 use crate::error::Error;
 use crate::host::csi_proxy::{CsiProxyHost, CsiProxyProbe};
+use crate::host::native::{FailedProbe, NativeHost, NativeProbe, windows_host};
 use crate::host::{Host, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
 use crate::iscsi::Iscsi;
 use crate::lifecycle::{Lifecycle, VolumeConfig, VolumeManager};
@@ -50,6 +51,10 @@ pub fn probe_within(config: &Config, timeout: Duration) -> Arc<dyn HostProbe> {
         HostBackend::CsiProxy => Arc::new(CsiProxyProbe::new(
             ProxyClient::new(proxy_transport(config)).with_timeout(timeout),
         )),
+        HostBackend::Native => match windows_host() {
+            Ok(host) => native_probe_within(config, host, timeout),
+            Err(why) => Arc::new(FailedProbe(why)),
+        },
     }
 }
 
@@ -61,7 +66,8 @@ pub type Manager<H> = VolumeManager<H, Protocols>;
 
 /// A lifecycle over `host` with every protocol, keeping records in `state_dir`.
 pub fn manager<H: Host>(host: H, cfg: VolumeConfig, state_dir: &Path) -> Result<Manager<H>, Error> {
-    VolumeManager::new(host, Protocols::default(), cfg, state_dir)
+    let protocols = (Iscsi::new(host.capabilities()), Smb);
+    VolumeManager::new(host, protocols, cfg, state_dir)
 }
 
 /// How long startup reconciliation may take before the driver serves anyway.
@@ -86,7 +92,52 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
             )
             .await
         }
+        HostBackend::Native => {
+            let windows = windows_host().map_err(Error::FailedPrecondition)?;
+            native_lifecycle(config, windows).await
+        }
     }
+}
+
+/// The lifecycle over the native backend on `windows` (on Windows the process's `WinHost`; the in-process e2e node
+/// passes the simulated host's Windows view).
+pub async fn native_lifecycle(
+    config: &Config,
+    windows: Arc<dyn winhost::WindowsHost>,
+) -> Result<Arc<dyn Lifecycle>, Error> {
+    let cfg = VolumeConfig {
+        kubelet_root: KubeletRoot::new(&config.kubelet_root.to_string_lossy())?,
+        driver_name: config.driver_name.clone(),
+    };
+    let state_dir = config.state_dir();
+    std::fs::create_dir_all(&state_dir)
+        .map_err(|e| Error::io("creating the state directory", e))?;
+    let host = NativeHost::new(windows, Some(&state_dir));
+    let metrics = crate::metrics::installed().cloned();
+    start(
+        Metered::new(host, HostBackend::Native.name(), metrics),
+        cfg,
+        &state_dir,
+    )
+    .await
+}
+
+/// The probe of the native backend on `windows`.
+pub fn native_probe(config: &Config, windows: Arc<dyn winhost::WindowsHost>) -> Arc<dyn HostProbe> {
+    native_probe_within(config, windows, PROBE_TIMEOUT)
+}
+
+/// The probe of the native backend on `windows` with `timeout` per check.
+pub fn native_probe_within(
+    config: &Config,
+    windows: Arc<dyn winhost::WindowsHost>,
+    timeout: Duration,
+) -> Arc<dyn HostProbe> {
+    Arc::new(NativeProbe::within(
+        NativeHost::new(windows, None),
+        &config.kubelet_root.to_string_lossy(),
+        timeout,
+    ))
 }
 
 /// A lifecycle over `host` (one monomorphised instance per backend), reconciled with the host. A reconciliation
@@ -165,6 +216,8 @@ pub trait HostJob {
     type Output;
     /// Run on `host`.
     fn run<H: Host>(self, host: H, backend: BackendInfo) -> impl Future<Output = Self::Output>;
+    /// The answer when backend `kind` cannot start on this machine (`why`: its own explanation).
+    fn unavailable(self, kind: HostBackend, why: String) -> Self::Output;
 }
 
 /// Run `job` over the backend `--host-backend` names, reached as the flags say.
@@ -188,5 +241,17 @@ pub async fn run_job<J: HostJob>(config: &Config, job: J) -> J::Output {
             };
             job.run(host, info).await
         }
+        HostBackend::Native => match windows_host() {
+            Ok(windows) => {
+                let state_dir = config.state_dir();
+                let host = NativeHost::new(windows, Some(&state_dir));
+                let info = BackendInfo {
+                    kind: HostBackend::Native,
+                    description: "native: Win32 and WMI in this process (no csi-proxy)".to_owned(),
+                };
+                job.run(host, info).await
+            }
+            Err(why) => job.unavailable(HostBackend::Native, why),
+        },
     }
 }

@@ -390,6 +390,8 @@ pub fn parse_topology(s: &str) -> Result<TopologySegment, String> {
 pub enum HostBackend {
     /// The Windows csi-proxy (named pipes, or Unix sockets with `--csi-proxy-socket-dir`).
     CsiProxy,
+    /// Win32 and WMI in-process (Windows only: a HostProcess container; no csi-proxy).
+    Native,
 }
 
 impl HostBackend {
@@ -397,6 +399,7 @@ impl HostBackend {
     pub fn name(self) -> &'static str {
         match self {
             Self::CsiProxy => "csi-proxy",
+            Self::Native => "native",
         }
     }
 }

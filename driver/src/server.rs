@@ -85,6 +85,28 @@ pub async fn run(config: Config, probe: Arc<dyn HostProbe>) -> Result<()> {
     // `--health-address` / `--metrics-address`: bound (and metrics installed) before the lifecycle exists.
     let telemetry = crate::observability::Telemetry::start(&config)?;
     let volumes = crate::backend::lifecycle(&config).await?;
+    serve_volumes(config, probe, volumes, telemetry, shutdown).await
+}
+
+/// [`run`] over a lifecycle built by the caller (the in-process e2e node gives the native backend a simulated
+/// Windows host this way).
+pub async fn run_with(
+    config: Config,
+    probe: Arc<dyn HostProbe>,
+    volumes: Arc<dyn crate::lifecycle::Lifecycle>,
+) -> Result<()> {
+    let shutdown = imp::shutdown_signal()?;
+    let telemetry = crate::observability::Telemetry::start(&config)?;
+    serve_volumes(config, probe, volumes, telemetry, shutdown).await
+}
+
+async fn serve_volumes(
+    config: Config,
+    probe: Arc<dyn HostProbe>,
+    volumes: Arc<dyn crate::lifecycle::Lifecycle>,
+    telemetry: crate::observability::Telemetry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let listener = Listener::bind(&config.endpoint)?;
     tracing::info!(
         endpoint = %listener.local_endpoint(),

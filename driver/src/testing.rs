@@ -1,7 +1,14 @@
-//! The one model of a Windows host in the driver's unit tests: the simulated host (`sim`) served in-process, reached
-//! through the real csi-proxy adapter ([`CsiProxyHost`]) over in-memory connections, so every unit test also runs the
-//! adapter's error classification. The sim's audit log gives the exact host-call sequences the tests assert; its
-//! faults, hangs and scripts give the failure injection.
+//! The one model of a Windows host in the driver's unit tests: the simulated host (`sim`), reached through one of
+//! the two real backends, chosen by `WINCSI_TEST_HOST_BACKEND` (read once, by `sim::wmi::TestBackend::from_env`):
+//!
+//! * `csi-proxy` (default): the csi-proxy adapter ([`CsiProxyHost`]) over the simulated csi-proxy served in-process
+//!   over in-memory connections, so every unit test also runs the adapter's error classification. The sim's audit
+//!   log gives the exact host-call sequences the tests assert; its faults, hangs and scripts give the failure
+//!   injection.
+//! * `native`: the native backend ([`NativeHost`]) over the simulated host's Windows view (`sim::wmi::WindowsView`,
+//!   WMI and Win32 through the `winhost` facade), behind a port-level [`Tap`] that records the host operations (the
+//!   same [`Call`]s, so the same sequences are asserted) and injects the tests' faults, holds and outages at the port
+//!   (`host::native::testing` explains why); the WMI-level sequences are the native backend's own tests.
 //!
 //! [`Env`] is a driver (a [`Manager`] over a fresh state directory) on such a host, with kubelet's habits (it creates
 //! the parent directories of staging and target paths before calling the driver) and the views the tests assert on.
@@ -10,11 +17,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sim::inproc::InProcess;
+use sim::wmi::{TestBackend, WindowsView};
 use sim::{HostOptions, Scenario, SimHost, State};
 
 use crate::backend::{Manager, manager};
 use crate::error::Error;
 use crate::host::csi_proxy::CsiProxyHost;
+use crate::host::native::NativeHost;
+use crate::host::native::testing::{Tap, TapHooks, Tapped, TestHost};
 use crate::host::{HostOp, KubeletRoot};
 use crate::lifecycle::{PublishRequest, SecretSource, StageRequest, VolumeConfig};
 use crate::locks::Deadline;
@@ -72,6 +82,7 @@ fn op_of(rpc: &str) -> HostOp {
         GetVolumeIDFromTargetPath,
         WriteVolumeCache,
         AddTargetPortal,
+        DiscoverTargetPortal,
         ConnectTarget,
         DisconnectTarget,
         GetTargetDisks,
@@ -85,12 +96,16 @@ fn op_of(rpc: &str) -> HostOp {
 
 impl Call {
     fn from_audit(e: &sim::AuditEntry) -> Self {
-        let s = |k: &str| e.args[k].as_str().unwrap_or_default().to_owned();
+        Self::from_args(&e.rpc, &e.args)
+    }
+
+    fn from_args(rpc: &str, args: &serde_json::Value) -> Self {
+        let s = |k: &str| args[k].as_str().unwrap_or_default().to_owned();
         let opt = |k: &str| Some(s(k)).filter(|v| !v.is_empty());
-        match e.rpc.as_str() {
+        match rpc {
             "PathExists" => Self::PathExists(s("path")),
             "Mkdir" => Self::Mkdir(s("path")),
-            "Rmdir" => Self::Rmdir(s("path"), e.args["force"].as_bool().unwrap_or_default()),
+            "Rmdir" => Self::Rmdir(s("path"), args["force"].as_bool().unwrap_or_default()),
             "CreateSymlink" => Self::CreateSymlink {
                 link: s("target_path"),
                 points_to: s("source_path"),
@@ -102,7 +117,7 @@ impl Call {
                 principal: opt("username"),
             },
             "RemoveSmbGlobalMapping" => Self::RemoveSmbGlobalMapping(s("remote_path")),
-            rpc => Self::Other(op_of(rpc), e.args.clone()),
+            rpc => Self::Other(op_of(rpc), args.clone()),
         }
     }
 
@@ -151,42 +166,69 @@ pub(crate) const KUBELET: &str = r"C:\var\lib\kubelet";
 pub(crate) struct Env {
     pub(crate) sim: SimHost,
     pub(crate) inproc: InProcess,
-    pub(crate) mgr: Arc<Manager<CsiProxyHost>>,
+    pub(crate) mgr: Arc<Manager<TestHost>>,
     /// The state directory.
     pub(crate) dir: tempfile::TempDir,
+    /// The backend under test.
+    pub(crate) backend: TestBackend,
+    /// The native backend's port tap (shared across restarts, like the sim's audit).
+    tap: Arc<Tap>,
     secrets: Option<Arc<dyn SecretSource>>,
     _sandbox: tempfile::TempDir,
 }
 
 impl Env {
-    /// The simulated host loaded with `scenario` (JSON, see `sim/README.md`) and a driver over a fresh state dir.
+    /// The simulated host loaded with `scenario` (JSON, see `sim/README.md`) and a driver over a fresh state dir, on
+    /// the backend `WINCSI_TEST_HOST_BACKEND` names.
     pub(crate) fn new(scenario: &serde_json::Value) -> Self {
+        Self::on(TestBackend::from_env_or_panic(), scenario)
+    }
+
+    /// [`Env::new`] on `backend` (tests of one backend's behaviour).
+    pub(crate) fn on(backend: TestBackend, scenario: &serde_json::Value) -> Self {
         let sandbox = tempfile::tempdir().expect("tmp");
         let dir = tempfile::tempdir().expect("tmp");
         let scenario = Scenario::from_json(&scenario.to_string()).expect("scenario");
         let sim = SimHost::new(&scenario, sandbox.path(), HostOptions::default()).expect("sim");
         let inproc = InProcess::new(sim.clone());
-        let mgr = Self::manager(&inproc, dir.path(), None);
+        let (gate, after) = (inproc.clone(), inproc.clone());
+        let tap = Tap::new(TapHooks {
+            unreachable: Box::new(move |rpc| gate.unreachable_now(rpc)),
+            after: Box::new(move |rpc| after.run_after(rpc)),
+        });
+        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None);
         Self {
             sim,
             inproc,
             mgr,
             dir,
+            backend,
+            tap,
             secrets: None,
             _sandbox: sandbox,
         }
     }
 
     fn manager(
+        backend: TestBackend,
         inproc: &InProcess,
+        tap: &Arc<Tap>,
         dir: &Path,
         secrets: Option<&Arc<dyn SecretSource>>,
-    ) -> Arc<Manager<CsiProxyHost>> {
+    ) -> Arc<Manager<TestHost>> {
         let cfg = VolumeConfig {
             kubelet_root: KubeletRoot::new(KUBELET).expect("root"),
             driver_name: "wincsi.csi.io".into(),
         };
-        let mgr = manager(CsiProxyHost::new(inproc.client()), cfg, dir).expect("manager");
+        let host = match backend {
+            TestBackend::CsiProxy => TestHost::CsiProxy(CsiProxyHost::new(inproc.client())),
+            TestBackend::Native => {
+                let view = Arc::new(WindowsView::new(inproc.host().clone()));
+                let native = NativeHost::new(view, Some(dir));
+                TestHost::Native(Tapped::new(native, Arc::clone(tap)))
+            }
+        };
+        let mgr = manager(host, cfg, dir).expect("manager");
         Arc::new(match secrets {
             Some(s) => mgr.with_secret_source(Arc::clone(s)),
             None => mgr,
@@ -201,7 +243,13 @@ impl Env {
 
     /// A killed and restarted driver: a fresh manager (and client) over the same state dir and host.
     pub(crate) fn restart(&mut self) {
-        self.mgr = Self::manager(&self.inproc, self.dir.path(), self.secrets.as_ref());
+        self.mgr = Self::manager(
+            self.backend,
+            &self.inproc,
+            &self.tap,
+            self.dir.path(),
+            self.secrets.as_ref(),
+        );
     }
 
     // ---- kubelet ----
@@ -234,11 +282,28 @@ impl Env {
         self.mgr.publish(req, d).await
     }
 
+    /// `csi_proxy` or `native`, by the backend under test (where the backends' documented differences change a
+    /// sequence).
+    pub(crate) fn per_backend<T>(&self, csi_proxy: T, native: T) -> T {
+        match self.backend {
+            TestBackend::CsiProxy => csi_proxy,
+            TestBackend::Native => native,
+        }
+    }
+
     // ---- the audit ----
 
     /// Every host call since the last [`Env::clear_calls`].
     pub(crate) fn calls(&self) -> Vec<Call> {
-        self.sim.audit(0).iter().map(Call::from_audit).collect()
+        match self.backend {
+            TestBackend::CsiProxy => self.sim.audit(0).iter().map(Call::from_audit).collect(),
+            TestBackend::Native => self
+                .tap
+                .calls()
+                .iter()
+                .map(|c| Call::from_args(c.op.name(), &c.args))
+                .collect(),
+        }
     }
 
     /// The operations of [`Env::calls`].
@@ -256,6 +321,7 @@ impl Env {
     /// Forget the recorded calls (the host's state is kept).
     pub(crate) fn clear_calls(&self) {
         self.sim.clear_audit();
+        self.tap.clear();
     }
 
     /// The calls rendered as text (secrets are redacted by the sim).
@@ -272,27 +338,41 @@ impl Env {
     /// From call number `n + 1` on (counted from now over all operations), the host does not answer, as if the
     /// driver had been killed after `n` host calls; wait for that point with [`Env::hung`].
     pub(crate) fn hang_after(&self, n: usize) {
-        self.sim.hang_nth("*", n as u64 + 1).expect("hang");
+        match self.backend {
+            TestBackend::CsiProxy => self.sim.hang_nth("*", n as u64 + 1).expect("hang"),
+            TestBackend::Native => self.tap.hang_nth(None, n as u64 + 1),
+        }
     }
 
     /// Hold the `nth` next call of `op` until [`Env::release`].
     pub(crate) fn hold_nth(&self, op: HostOp, nth: u64) {
-        self.sim.hang_nth(op.name(), nth).expect("hold");
+        match self.backend {
+            TestBackend::CsiProxy => self.sim.hang_nth(op.name(), nth).expect("hold"),
+            TestBackend::Native => self.tap.hang_nth(Some(op), nth),
+        }
     }
 
     /// Let the held call go on.
     pub(crate) fn release(&self) {
         self.sim.release_hangs();
+        self.tap.release();
     }
 
     /// Resolves once a call is held or hung.
     pub(crate) async fn hung(&self) {
-        self.sim.wait_hung(1).await;
+        match self.backend {
+            TestBackend::CsiProxy => self.sim.wait_hung(1).await,
+            TestBackend::Native => self.tap.wait_hung(1).await,
+        }
     }
 
-    /// Fail the `nth` next call of `op` with csi-proxy's error `text`.
+    /// Fail the `nth` next call of `op` with csi-proxy's error `text` (native: at the port, classified as csi-proxy's
+    /// text would be).
     pub(crate) fn fail_nth(&self, op: HostOp, nth: u64, text: &str) {
-        self.sim.fail_nth(op.name(), nth, text).expect("fault");
+        match self.backend {
+            TestBackend::CsiProxy => self.sim.fail_nth(op.name(), nth, text).expect("fault"),
+            TestBackend::Native => self.tap.fail_nth(Some(op), nth, text),
+        }
     }
 
     /// The `nth` next call of `op` finds csi-proxy unreachable.

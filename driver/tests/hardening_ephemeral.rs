@@ -1,6 +1,9 @@
 //! Inline ephemeral volumes are written by pod authors: their `secretNamespace` must not let a pod borrow the
 //! credentials of another namespace's Secret (the driver reads Secrets with its own, wider, RBAC).
 
+#[path = "common/backend.rs"]
+mod backend_switch;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -9,7 +12,6 @@ use sim::inproc::InProcess;
 use sim::{HostOptions, Scenario, SimHost};
 use wincsi::Error;
 use wincsi::host::KubeletRoot;
-use wincsi::host::csi_proxy::CsiProxyHost;
 use wincsi::lifecycle::{
     AccessType, Capability, EPHEMERAL_KEY, PublishRequest, SecretSource, VolumeConfig,
 };
@@ -82,7 +84,7 @@ async fn inline_volumes_only_read_secrets_of_their_pods_namespace() {
     // kubelet's directory of the target.
     sim.with_state_mut(|s| s.mkdir(r"C:\var\lib\kubelet\pods\p1\volumes\kubernetes.io~csi\v"))
         .expect("mkdir");
-    let host = CsiProxyHost::new(InProcess::new(sim.clone()).client());
+    let host = backend_switch::host_for(&sim, InProcess::new(sim.clone()).client(), dir.path());
     let recorder = Arc::new(Recorder::default());
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),

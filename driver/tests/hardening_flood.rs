@@ -6,6 +6,8 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +19,7 @@ use sim::{HostOptions, Scenario, SimHost};
 use wincsi::Error;
 use wincsi::backend::Manager;
 use wincsi::host::KubeletRoot;
-use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::host::native::testing::TestHost;
 use wincsi::lifecycle::{AccessType, Capability, StageRequest, UnstageRequest, VolumeConfig};
 use wincsi::locks::{Deadline, KeyedLocks};
 use wincsi::smb::Secrets;
@@ -85,7 +87,7 @@ struct Tally {
 /// One flood: `FLOOD` operations start at once — half stage the same hot volume (each answers OK or ABORTED), the
 /// rest stage/unstage the cold volumes, a third of them with a 1 ms deadline (cancelled while waiting for the share
 /// lock or mid-call).
-async fn flood(mgr: &Arc<Manager<CsiProxyHost>>) -> Tally {
+async fn flood(mgr: &Arc<Manager<TestHost>>) -> Tally {
     let mut tasks = Vec::with_capacity(FLOOD);
     for i in 0..FLOOD {
         let mgr = Arc::clone(mgr);
@@ -153,8 +155,12 @@ async fn thousands_in_flight_are_all_answered_and_leave_nothing_behind() {
         driver_name: "wincsi.csi.io".into(),
     };
     let mgr = Arc::new(
-        wincsi::backend::manager(CsiProxyHost::new(proxy.clone()), cfg, state.path())
-            .expect("manager"),
+        wincsi::backend::manager(
+            common::backend::host_for(&sim, proxy.clone(), state.path()),
+            cfg,
+            state.path(),
+        )
+        .expect("manager"),
     );
 
     let bounded = tokio::time::timeout(Duration::from_secs(300), async {

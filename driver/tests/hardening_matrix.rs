@@ -2,7 +2,8 @@
 //! crossed with three faults, each followed by kubelet's retry policy.
 //!
 //! The cells are not written by hand: a clean run against the simulated host records, per CSI operation, the
-//! csi-proxy RPCs the driver made (the sim's audit log), and the matrix is every (workflow, operation, call index,
+//! host calls the driver made (the sim's audit log: csi-proxy RPCs, or with `WINCSI_TEST_HOST_BACKEND=native` the
+//! native backend's WMI and Win32 calls), and the matrix is every (workflow, operation, call index,
 //! fault) over those recordings, so it grows with the code. The faults:
 //!
 //! * **fail** — that call fails once with a csi-proxy-style `UNKNOWN` error text;
@@ -21,6 +22,8 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -33,7 +36,7 @@ use sim::{HostOptions, Scenario, ServeHandle, SimHost};
 use wincsi::Error;
 use wincsi::backend::Manager;
 use wincsi::host::KubeletRoot;
-use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::host::native::testing::TestHost;
 use wincsi::lifecycle::{
     AccessType, Capability, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
     VolumeConfig,
@@ -184,14 +187,15 @@ fn publish_req(w: Workflow) -> PublishRequest {
     }
 }
 
-fn manager(proxy: &ProxyClient, state: &Path) -> Arc<Manager<CsiProxyHost>> {
+/// The driver over the backend under test (`WINCSI_TEST_HOST_BACKEND`): csi-proxy through `proxy`, or native through
+/// the simulated host's Windows view, whose WMI and Win32 calls are then the recorded calls the cells fault.
+fn manager(sim: &SimHost, proxy: &ProxyClient, state: &Path) -> Arc<Manager<TestHost>> {
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    Arc::new(
-        wincsi::backend::manager(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"),
-    )
+    let host = common::backend::host_for(sim, proxy.clone(), state);
+    Arc::new(wincsi::backend::manager(host, cfg, state).expect("manager"))
 }
 
 struct Env {
@@ -202,7 +206,7 @@ struct Env {
     _sandbox: tempfile::TempDir,
     state: tempfile::TempDir,
     proxy: ProxyClient,
-    mgr: Arc<Manager<CsiProxyHost>>,
+    mgr: Arc<Manager<TestHost>>,
 }
 
 impl Env {
@@ -215,7 +219,7 @@ impl Env {
         let proxy = ProxyClient::new(Transport::UnixSockets {
             dir: socks.path().to_path_buf(),
         });
-        let mgr = manager(&proxy, state.path());
+        let mgr = manager(&sim, &proxy, state.path());
         let env = Self {
             workflow,
             sim,
@@ -245,7 +249,7 @@ impl Env {
         self.proxy = ProxyClient::new(Transport::UnixSockets {
             dir: self.socks.path().to_path_buf(),
         });
-        self.mgr = manager(&self.proxy, self.state.path());
+        self.mgr = manager(&self.sim, &self.proxy, self.state.path());
         self.mgr
             .reconcile(long())
             .await
@@ -446,8 +450,10 @@ async fn run_cell(cell: &Cell) {
                         () = env.sim.wait_hung(1) => {}
                     }
                     // The call hangs: let virtual time run past the RPC deadline (no real sleep; the runtime
-                    // auto-advances while everything waits on the hung call).
+                    // auto-advances while everything waits on the hung call; the native backend's hung facade call
+                    // occupies a blocking thread, which holds auto-advance, so the clock is advanced by hand).
                     tokio::time::pause();
+                    tokio::time::advance(Duration::from_secs(121)).await;
                     let r = attempt.await;
                     tokio::time::resume();
                     // Any error ends the operation (DEADLINE_EXCEEDED, or e.g. FailedPrecondition when the step was

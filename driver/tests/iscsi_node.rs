@@ -4,6 +4,8 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +17,6 @@ use serde_json::json;
 use sim::{HostOptions, Scenario, SimHost};
 use tonic::{Code, Request};
 use wincsi::host::KubeletRoot;
-use wincsi::host::csi_proxy::CsiProxyHost;
 use wincsi::lifecycle::{Lifecycle, VolumeConfig};
 use wincsi::node::{NodeCore, NodeInfo, NodeService};
 
@@ -83,8 +84,8 @@ async fn stage_publish_stats_expand_unstage_through_the_node_service() {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    let mgr = wincsi::backend::manager(CsiProxyHost::new(proxy.clone()), cfg, state.path())
-        .expect("manager");
+    let host = common::backend::host_for(&sim, proxy.clone(), state.path());
+    let mgr = wincsi::backend::manager(host, cfg, state.path()).expect("manager");
     let lifecycle: Arc<dyn Lifecycle> = Arc::new(mgr);
     let node = NodeService::new(
         NodeCore::new(NodeInfo {

@@ -180,11 +180,14 @@ async fn raw_lun_is_initialised_formatted_mounted_published_and_cleaned_up() {
         [
             "Mkdir", // kubelet
             "AddTargetPortal",
+            "DiscoverTargetPortal",
             "ConnectTarget",
             "GetTargetDisks",
             "ListDiskLocations",
             "ListDiskIDs",
             "SetDiskState",
+            "ListVolumesOnDisk",
+            "Rescan",
             "ListVolumesOnDisk",
             "PartitionDisk",
             "ListVolumesOnDisk",
@@ -252,7 +255,11 @@ async fn raw_lun_is_initialised_formatted_mounted_published_and_cleaned_up() {
     env.stage(&stage_req("v1", "10.0.0.5", IQN_A, 0))
         .await
         .expect("repeat stage");
-    assert_eq!(env.rpcs(), ["Mkdir", "GetVolumeIDFromTargetPath"]);
+    // Already staged: the mount point names the recorded volume, and the volume is there.
+    assert_eq!(
+        env.rpcs(),
+        ["Mkdir", "GetVolumeIDFromTargetPath", "GetVolumeStats"]
+    );
     env.mgr
         .unpublish(
             &UnpublishRequest {
@@ -410,10 +417,11 @@ async fn one_way_and_mutual_chap_and_wrong_secrets() {
     env.stage(&req).await.expect("mutual CHAP");
     let rpcs = env.rpcs();
     assert_eq!(
-        &rpcs[..4],
+        &rpcs[..5],
         [
             "Mkdir",
             "AddTargetPortal",
+            "DiscoverTargetPortal",
             "SetMutualChapSecret",
             "ConnectTarget"
         ]
@@ -634,7 +642,7 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
         env.finish().await;
         rpcs
     };
-    assert_eq!(rpcs.len(), 13 + 5, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 16 + 5, "{rpcs:?}");
     for (i, rpc) in rpcs.iter().enumerate() {
         for kubelet_unstages_instead in [false, true] {
             let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;

@@ -8,15 +8,31 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 
-/// Writes a file at a Windows host path, creating its parent directories, as kubelet does.
+/// kubelet's own file operations on the node (Go's `os` package, never csi-proxy calls).
 pub trait HostFiles: Sync {
-    /// Write `content` to `path` (a Windows path such as `c:\var\lib\kubelet\…\vol_data.json`).
+    /// Write `content` to `path` (a Windows path such as `c:\var\lib\kubelet\…\vol_data.json`), creating its
+    /// parent directories.
     fn write_file(&self, path: &str, content: &str) -> impl Future<Output = Result<()>> + Send;
+    /// `os.Lstat`: `None` (nothing there), `"link"` (a symlink or mount point), `"directory"` or `"file"`.
+    fn lstat(&self, path: &str) -> impl Future<Output = Result<Option<String>>> + Send;
+    /// `os.MkdirAll`.
+    fn mkdir(&self, path: &str) -> impl Future<Output = Result<()>> + Send;
+    /// `os.Remove`: a file, an empty directory or a link (never its target).
+    fn remove(&self, path: &str) -> impl Future<Output = Result<()>> + Send;
 }
 
 impl HostFiles for sim::admin::AdminClient {
     async fn write_file(&self, path: &str, content: &str) -> Result<()> {
         Ok(sim::admin::AdminClient::write_file(self, path, content).await?)
+    }
+    async fn lstat(&self, path: &str) -> Result<Option<String>> {
+        Ok(sim::admin::AdminClient::lstat(self, path).await?)
+    }
+    async fn mkdir(&self, path: &str) -> Result<()> {
+        Ok(sim::admin::AdminClient::mkdir(self, path).await?)
+    }
+    async fn remove(&self, path: &str) -> Result<()> {
+        Ok(sim::admin::AdminClient::remove(self, path).await?)
     }
 }
 
@@ -64,6 +80,50 @@ impl HostFiles for LocalFiles {
                 .map_err(Error::io(format!("creating {}", parent.display())))?;
         }
         std::fs::write(&local, content).map_err(Error::io(format!("writing {}", local.display())))
+    }
+    async fn lstat(&self, path: &str) -> Result<Option<String>> {
+        let local = self.local(path)?;
+        match std::fs::symlink_metadata(&local) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(format!("lstat {}", local.display()))(e)),
+            Ok(m) => Ok(Some(local_kind(&m).to_owned())),
+        }
+    }
+    async fn mkdir(&self, path: &str) -> Result<()> {
+        let local = self.local(path)?;
+        std::fs::create_dir_all(&local).map_err(Error::io(format!("creating {}", local.display())))
+    }
+    async fn remove(&self, path: &str) -> Result<()> {
+        let local = self.local(path)?;
+        let m = std::fs::symlink_metadata(&local)
+            .map_err(Error::io(format!("lstat {}", local.display())))?;
+        // Like Go's os.Remove: a file or link is unlinked, a directory removed only when empty. A Windows directory
+        // link is removed with RemoveDirectory, which never touches its target.
+        let res = if m.is_dir() || (cfg!(windows) && m.file_type().is_symlink() && local.is_dir()) {
+            std::fs::remove_dir(&local)
+        } else {
+            std::fs::remove_file(&local)
+        };
+        res.map_err(Error::io(format!("removing {}", local.display())))
+    }
+}
+
+/// `os.Lstat`'s view: on Windows a mount point or any name-surrogate reparse point is a "link", as Go reports it.
+fn local_kind(m: &std::fs::Metadata) -> &'static str {
+    #[cfg(windows)]
+    {
+        use std::os::windows::fs::MetadataExt;
+        const FILE_ATTRIBUTE_REPARSE_POINT: u32 = 0x400;
+        if m.file_attributes() & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+            return "link";
+        }
+    }
+    if m.file_type().is_symlink() {
+        "link"
+    } else if m.is_dir() {
+        "directory"
+    } else {
+        "file"
     }
 }
 

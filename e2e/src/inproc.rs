@@ -1,11 +1,21 @@
 //! The same node as [`crate::TestNode`], in one process: the simulator and the driver run as tasks of this
 //! process's runtime, still talking over real sockets (or named pipes and TCP on Windows). The demo uses it
 //! because `cargo run --bin wincsi-demo` builds no other binary; it reads the simulator's audit log directly.
+//!
+//! [`InProcessNode::start_native`] runs the driver with `--host-backend native`, its Windows facade being the
+//! simulated host's Windows view (`sim::wmi::WindowsView`) injected in place of `winhost::win32::WinHost`: the same
+//! server, lifecycle, protocols and native backend logic as `wincsi-node --host-backend native` on Windows. What it
+//! does not cover (only a Windows node can): the binary's start-up (`WinHost::start`, its COM/WMI probe — the Wine
+//! test covers the refusal path), the COM worker threads and every real WMI/Win32 call's encoding and answers, the
+//! HostProcess container itself (SYSTEM token, symlink privilege, host paths), and process-level behaviour (signals,
+//! a crash of the process; the matrix kills drivers in-process instead).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sim::admin::{AdminAddr, AdminClient, AdminServer, serve_admin};
+use sim::wmi::WindowsView;
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
@@ -35,6 +45,15 @@ impl InProcessNode {
     /// Serves `scenario`'s host, starts the driver (`wincsi::server::run`, exactly what `wincsi-node` runs) and
     /// waits (bounded connect polling) until it answers `Probe`.
     pub async fn start(scenario: &Scenario) -> Result<InProcessNode> {
+        Self::start_with(scenario, false).await
+    }
+
+    /// [`InProcessNode::start`] with the native backend over the simulated host's Windows view (module docs).
+    pub async fn start_native(scenario: &Scenario) -> Result<InProcessNode> {
+        Self::start_with(scenario, true).await
+    }
+
+    async fn start_with(scenario: &Scenario, native: bool) -> Result<InProcessNode> {
         let dir = tempfile::Builder::new()
             .prefix("wincsi-demo-")
             .tempdir()
@@ -61,9 +80,18 @@ impl InProcessNode {
 
         let endpoint = crate::platform::inproc_endpoint(dir.path())?;
         crate::platform::prepare_endpoint(&endpoint)?;
-        let config = driver_config(&endpoint, &wiring, &dir.path().join("state"))?;
-        let probe = wincsi::backend::probe(&config);
-        let driver = tokio::spawn(wincsi::server::run(config, probe));
+        let config = driver_config(&endpoint, &wiring, &dir.path().join("state"), native)?;
+        let driver = if native {
+            let windows = Arc::new(WindowsView::new(host.clone()));
+            let probe = wincsi::backend::native_probe(&config, windows.clone());
+            let volumes = wincsi::backend::native_lifecycle(&config, windows)
+                .await
+                .map_err(|e| Error::Check(format!("native lifecycle: {e}")))?;
+            tokio::spawn(wincsi::server::run_with(config, probe, volumes))
+        } else {
+            let probe = wincsi::backend::probe(&config);
+            tokio::spawn(wincsi::server::run(config, probe))
+        };
         let conn = CsiConn::connect(&endpoint)?;
         wait_until_serving(&conn, &endpoint, &driver).await?;
         let kubelet = Kubelet::new(conn, crate::DRIVER_NAME);
@@ -111,7 +139,12 @@ impl InProcessNode {
     }
 }
 
-fn driver_config(endpoint: &str, wiring: &ProxyWiring, state_dir: &Path) -> Result<Config> {
+fn driver_config(
+    endpoint: &str,
+    wiring: &ProxyWiring,
+    state_dir: &Path,
+    native: bool,
+) -> Result<Config> {
     let mut args = vec![
         "wincsi-node".to_owned(),
         "--endpoint".to_owned(),
@@ -121,6 +154,9 @@ fn driver_config(endpoint: &str, wiring: &ProxyWiring, state_dir: &Path) -> Resu
         "--state-dir".to_owned(),
         state_dir.display().to_string(),
     ];
+    if native {
+        args.extend(["--host-backend".to_owned(), "native".to_owned()]);
+    }
     match wiring {
         ProxyWiring::UnixSockets(d) => {
             args.extend(["--csi-proxy-socket-dir".to_owned(), d.display().to_string()])

@@ -9,8 +9,16 @@
 //! * Mount: `NodeGetCapabilities` → `NodeStageVolume` (only with `STAGE_UNSTAGE`, once per node and volume) →
 //!   `NodeGetCapabilities` → `NodePublishVolume` (once per pod). Tear-down: `NodeUnpublishVolume` → when no pod
 //!   uses the volume any more, `NodeGetCapabilities` → `NodeUnstageVolume`.
-//! * A failed operation is retried as the same call with the same arguments (kubelet's exponential backoff,
-//!   scaled down here by [`Retry`]).
+//! * kubelet's own files (`pkg/volume/csi/csi_attacher.go` MountDevice/UnmountDevice, `csi_mounter.go`
+//!   SetUpAt/TearDownAt): before NodeStage it creates the staging path itself with `MkdirAllWithPathCheck` (an
+//!   existing directory, symlink or mount point is accepted as it is) and writes `vol_data.json` beside it; before
+//!   NodePublish it creates the target's parent with `vol_data.json`. After NodeUnpublish / NodeUnstage, and after a
+//!   *final* error of NodePublish / NodeStage (any code but Canceled, DeadlineExceeded, Unavailable,
+//!   ResourceExhausted, Aborted), it runs `removeMountDir`: unless `IsLikelyNotMountPoint` says the path is a mount
+//!   point (on Windows: a symlink or reparse point, `mount-utils/mount_windows.go`), it removes the path, its
+//!   `vol_data.json` and the parent. These are kubelet's own file operations, not csi-proxy calls (the simulator's
+//!   admin `lstat`/`mkdir`/`remove`, never audited).
+//! * A failed operation is retried whole (kubelet's exponential backoff, scaled down here by [`Retry`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -427,6 +435,57 @@ impl Kubelet {
         }
     }
 
+    /// One attempt of `call`, recorded as attempt number `attempt`.
+    async fn call_once<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        volume: &str,
+        attempt: u32,
+        call: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(NodeClient<Channel>, Duration) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let start = Instant::now();
+        let res = call(self.conn.node(), self.retry.timeout).await;
+        self.lock().calls.push(CallRecord {
+            rpc,
+            volume: volume.to_owned(),
+            attempt,
+            duration: start.elapsed(),
+            error: res
+                .as_ref()
+                .err()
+                .map(|s| (s.code(), s.message().to_owned())),
+        });
+        res.map(tonic::Response::into_inner)
+            .map_err(|s| status_err(rpc, &s))
+    }
+
+    /// A whole kubelet operation (its own file steps and the CSI call) under kubelet's retry policy; `op` gets the
+    /// 1-based attempt number.
+    async fn retried<F, Fut>(&self, mut op: F) -> Result<()>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: std::future::Future<Output = Result<()>>,
+    {
+        let mut backoff = self.retry.backoff;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match op(attempt).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt >= self.retry.attempts => return Err(e),
+                Err(_) => {
+                    // kubelet's exponential backoff between attempts of a failed operation (not synchronisation).
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+            }
+        }
+    }
+
     async fn supports_stage(&self) -> Result<bool> {
         let caps = self
             .call(
@@ -459,9 +518,11 @@ impl Kubelet {
         }
     }
 
-    /// kubelet's own step before NodeStage: the staging path's parent with `vol_data.json` in it.
-    async fn write_stage_data(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
+    /// kubelet's own steps before NodeStage (MountDevice): `MkdirAllWithPathCheck(staging path)`, then
+    /// `vol_data.json` in its parent.
+    async fn prepare_staging(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
         let staging = self.staging_path(volume);
+        mkdir_all_with_path_check(host, &staging).await?;
         let data = serde_json::json!({"driverName": self.driver, "volumeHandle": volume.handle});
         host.write_file(
             &format!(r"{}\vol_data.json", parent(&staging)),
@@ -471,47 +532,52 @@ impl Kubelet {
         Ok(())
     }
 
-    /// One `NodeStageVolume` attempt (after kubelet's `vol_data.json`), no retry: to crash the driver in the
-    /// middle of it.
-    pub async fn stage_once(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
-        self.write_stage_data(host, volume).await?;
+    /// One MountDevice attempt: kubelet's files, `NodeStageVolume`, and `removeMountDir` after a final error.
+    async fn stage_attempt(
+        &self,
+        host: &impl HostFiles,
+        volume: &Volume,
+        attempt: u32,
+    ) -> Result<()> {
+        self.prepare_staging(host, volume).await?;
         let req = self.stage_request(volume);
-        self.call("NodeStageVolume", &volume.handle, 1, |mut c, t| {
-            let mut r = tonic::Request::new(req.clone());
-            r.set_timeout(t);
-            async move { c.node_stage_volume(r).await }
-        })
-        .await?;
-        Ok(())
+        let res = self
+            .call_once("NodeStageVolume", &volume.handle, attempt, |mut c, t| {
+                let mut r = tonic::Request::new(req.clone());
+                r.set_timeout(t);
+                async move { c.node_stage_volume(r).await }
+            })
+            .await;
+        if let Err(e) = &res
+            && is_final(e)
+        {
+            remove_mount_dir(host, &self.staging_path(volume)).await?;
+        }
+        res.map(drop)
     }
 
-    /// kubelet's MountDevice: `NodeGetCapabilities`, then (with `STAGE_UNSTAGE`) creates the staging path's parent
-    /// (with `vol_data.json`) and calls `NodeStageVolume` with retries. A no-op when kubelet already staged it.
+    /// One `NodeStageVolume` attempt (after kubelet's own files), no retry: to crash the driver in the middle of it.
+    pub async fn stage_once(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
+        self.stage_attempt(host, volume, 1).await
+    }
+
+    /// kubelet's MountDevice: `NodeGetCapabilities`, then (with `STAGE_UNSTAGE`) the staging path and
+    /// `vol_data.json`, and `NodeStageVolume`, the whole retried. A no-op when kubelet already staged it.
     pub async fn mount_device(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
         if volume.ephemeral || self.lock().staged.contains(&volume.handle) {
             return Ok(());
         }
         if self.supports_stage().await? {
-            self.write_stage_data(host, volume).await?;
-            let req = self.stage_request(volume);
-            self.call(
-                "NodeStageVolume",
-                &volume.handle,
-                self.retry.attempts,
-                |mut c, t| {
-                    let mut r = tonic::Request::new(req.clone());
-                    r.set_timeout(t);
-                    async move { c.node_stage_volume(r).await }
-                },
-            )
-            .await?;
+            self.retried(|attempt| self.stage_attempt(host, volume, attempt))
+                .await?;
         }
         self.lock().staged.insert(volume.handle.clone());
         Ok(())
     }
 
     /// kubelet's SetUp for one pod: `NodeGetCapabilities`, the publish path's parent (with `vol_data.json`), then
-    /// `NodePublishVolume` with the pod-info attributes, with retries. Returns the publish path.
+    /// `NodePublishVolume` with the pod-info attributes (`removeMountDir` after a final error), the whole retried.
+    /// Returns the publish path.
     pub async fn set_up(
         &self,
         host: &impl HostFiles,
@@ -520,12 +586,6 @@ impl Kubelet {
     ) -> Result<String> {
         let staged = self.supports_stage().await? && !volume.ephemeral;
         let target = self.publish_path(pod, volume);
-        let data = serde_json::json!({"driverName": self.driver, "volumeHandle": volume.handle, "specVolID": volume.name});
-        host.write_file(
-            &format!(r"{}\vol_data.json", parent(&target)),
-            &data.to_string(),
-        )
-        .await?;
         let mut ctx = volume.attributes.clone();
         ctx.extend(pod.pod_info(volume.ephemeral));
         let req = NodePublishVolumeRequest {
@@ -542,16 +602,31 @@ impl Kubelet {
             secrets: hash(&volume.publish_secrets),
             volume_context: hash(&ctx),
         };
-        self.call(
-            "NodePublishVolume",
-            &volume.handle,
-            self.retry.attempts,
-            |mut c, t| {
-                let mut r = tonic::Request::new(req.clone());
-                r.set_timeout(t);
-                async move { c.node_publish_volume(r).await }
-            },
-        )
+        self.retried(|attempt| {
+            let req = req.clone();
+            let target = target.clone();
+            async move {
+                let data = serde_json::json!({"driverName": self.driver, "volumeHandle": volume.handle, "specVolID": volume.name});
+                host.write_file(
+                    &format!(r"{}\vol_data.json", parent(&target)),
+                    &data.to_string(),
+                )
+                .await?;
+                let res = self
+                    .call_once("NodePublishVolume", &volume.handle, attempt, |mut c, t| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        async move { c.node_publish_volume(r).await }
+                    })
+                    .await;
+                if let Err(e) = &res
+                    && is_final(e)
+                {
+                    remove_mount_dir(host, &target).await?;
+                }
+                res.map(drop)
+            }
+        })
         .await?;
         self.lock()
             .published
@@ -565,22 +640,31 @@ impl Kubelet {
         self.set_up(host, pod, volume).await
     }
 
-    /// kubelet's TearDown for one pod: `NodeUnpublishVolume` with retries.
-    pub async fn tear_down(&self, pod: &Pod, volume: &Volume) -> Result<()> {
+    /// kubelet's TearDown for one pod: `NodeUnpublishVolume`, then `removeMountDir` of the publish path, retried.
+    pub async fn tear_down(&self, host: &impl HostFiles, pod: &Pod, volume: &Volume) -> Result<()> {
+        let target = self.publish_path(pod, volume);
         let req = NodeUnpublishVolumeRequest {
             volume_id: volume.handle.clone(),
-            target_path: self.publish_path(pod, volume),
+            target_path: target.clone(),
         };
-        self.call(
-            "NodeUnpublishVolume",
-            &volume.handle,
-            self.retry.attempts,
-            |mut c, t| {
-                let mut r = tonic::Request::new(req.clone());
-                r.set_timeout(t);
-                async move { c.node_unpublish_volume(r).await }
-            },
-        )
+        self.retried(|attempt| {
+            let req = req.clone();
+            let target = target.clone();
+            async move {
+                self.call_once(
+                    "NodeUnpublishVolume",
+                    &volume.handle,
+                    attempt,
+                    |mut c, t| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        async move { c.node_unpublish_volume(r).await }
+                    },
+                )
+                .await?;
+                remove_mount_dir(host, &target).await
+            }
+        })
         .await?;
         self.lock()
             .published
@@ -588,23 +672,28 @@ impl Kubelet {
         Ok(())
     }
 
-    /// kubelet's UnmountDevice: `NodeGetCapabilities` then `NodeUnstageVolume` with retries.
-    pub async fn unmount_device(&self, volume: &Volume) -> Result<()> {
+    /// kubelet's UnmountDevice: `NodeGetCapabilities` then `NodeUnstageVolume` and `removeMountDir` of the staging
+    /// path, retried.
+    pub async fn unmount_device(&self, host: &impl HostFiles, volume: &Volume) -> Result<()> {
         if !volume.ephemeral && self.supports_stage().await? {
+            let staging = self.staging_path(volume);
             let req = NodeUnstageVolumeRequest {
                 volume_id: volume.handle.clone(),
-                staging_target_path: self.staging_path(volume),
+                staging_target_path: staging.clone(),
             };
-            self.call(
-                "NodeUnstageVolume",
-                &volume.handle,
-                self.retry.attempts,
-                |mut c, t| {
-                    let mut r = tonic::Request::new(req.clone());
-                    r.set_timeout(t);
-                    async move { c.node_unstage_volume(r).await }
-                },
-            )
+            self.retried(|attempt| {
+                let req = req.clone();
+                let staging = staging.clone();
+                async move {
+                    self.call_once("NodeUnstageVolume", &volume.handle, attempt, |mut c, t| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        async move { c.node_unstage_volume(r).await }
+                    })
+                    .await?;
+                    remove_mount_dir(host, &staging).await
+                }
+            })
             .await?;
         }
         self.lock().staged.remove(&volume.handle);
@@ -613,11 +702,11 @@ impl Kubelet {
 
     /// Stops `pod`'s use of `volume`: [`Kubelet::tear_down`], then [`Kubelet::unmount_device`] when no other pod
     /// on the node still has the volume published.
-    pub async fn unmount(&self, pod: &Pod, volume: &Volume) -> Result<()> {
-        self.tear_down(pod, volume).await?;
+    pub async fn unmount(&self, host: &impl HostFiles, pod: &Pod, volume: &Volume) -> Result<()> {
+        self.tear_down(host, pod, volume).await?;
         let in_use = self.lock().published.iter().any(|(_, v)| *v == volume.name);
         if !in_use {
-            self.unmount_device(volume).await?;
+            self.unmount_device(host, volume).await?;
         }
         Ok(())
     }
@@ -671,6 +760,54 @@ impl Kubelet {
     }
 }
 
+/// Whether kubelet treats a CSI error as final (`pkg/volume/csi/csi_client.go` `isFinalError`): every gRPC code but
+/// Canceled, DeadlineExceeded, Unavailable, ResourceExhausted and Aborted (the operation may still be in progress).
+/// Only after a final error does kubelet remove the mount directory.
+pub fn is_final(e: &Error) -> bool {
+    !matches!(
+        e.csi_code(),
+        None | Some(
+            tonic::Code::Cancelled
+                | tonic::Code::DeadlineExceeded
+                | tonic::Code::Unavailable
+                | tonic::Code::ResourceExhausted
+                | tonic::Code::Aborted
+        )
+    )
+}
+
+/// kubelet's `filesystem.MkdirAllWithPathCheck` (`pkg/util/filesystem/defaultfs.go`): an existing directory, or on
+/// Windows an existing symlink or reparse point, is accepted as it is; anything else is created with `MkdirAll`.
+pub async fn mkdir_all_with_path_check(host: &impl HostFiles, path: &str) -> Result<()> {
+    match host.lstat(path).await?.as_deref() {
+        Some("directory" | "link") => Ok(()),
+        Some(other) => Err(Error::Check(format!(
+            "path {path} exists but is not a directory ({other})"
+        ))),
+        None => Ok(host.mkdir(path).await?),
+    }
+}
+
+/// kubelet's `removeMountDir` (`pkg/volume/csi/csi_mounter.go`): unless `IsLikelyNotMountPoint` says `path` is a
+/// mount point (Windows: a symlink or reparse point), remove it, the `vol_data.json` beside it and their parent
+/// directory (each only if it is there).
+pub async fn remove_mount_dir(host: &impl HostFiles, path: &str) -> Result<()> {
+    if host.lstat(path).await?.as_deref() == Some("link") {
+        return Ok(());
+    }
+    let dir = parent(path);
+    for p in [
+        path.to_owned(),
+        format!(r"{dir}\vol_data.json"),
+        dir.to_owned(),
+    ] {
+        if host.lstat(&p).await?.is_some() {
+            host.remove(&p).await?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -704,6 +841,34 @@ mod tests {
             plugin_socket_path(KUBELET_ROOT, "wincsi.csi.io"),
             r"C:\var\lib\kubelet\plugins\wincsi.csi.io\csi.sock"
         );
+    }
+
+    #[test]
+    fn final_errors_are_kubelets() {
+        let csi = |code| Error::Csi {
+            rpc: "NodeStageVolume",
+            code,
+            message: String::new(),
+        };
+        for code in [
+            tonic::Code::FailedPrecondition,
+            tonic::Code::Internal,
+            tonic::Code::InvalidArgument,
+            tonic::Code::NotFound,
+            tonic::Code::AlreadyExists,
+        ] {
+            assert!(is_final(&csi(code)), "{code:?}");
+        }
+        for code in [
+            tonic::Code::Cancelled,
+            tonic::Code::DeadlineExceeded,
+            tonic::Code::Unavailable,
+            tonic::Code::ResourceExhausted,
+            tonic::Code::Aborted,
+        ] {
+            assert!(!is_final(&csi(code)), "{code:?}");
+        }
+        assert!(!is_final(&Error::Check("not a gRPC status".into())));
     }
 
     #[test]

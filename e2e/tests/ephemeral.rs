@@ -172,7 +172,7 @@ async fn inline_smb_volume_reads_its_secret_through_kubeconfig_and_tears_down_cl
     );
     assert!(k.calls().iter().all(|c| c.rpc != "NodeStageVolume"));
 
-    k.unmount(&pod, &vol)
+    k.unmount(host, &pod, &vol)
         .await
         .unwrap_or_else(|e| panic!("{e}\n--- driver log ---\n{}", node.driver_logs()));
     if let Err(e) = node.check_clean().await {

@@ -49,7 +49,7 @@ async fn round_trip(node: &ExternalNode, volume: &Volume) {
         .expect("the pod writes");
     let stats = k.stats(&writer, volume).await.expect("stats");
     assert!(!stats.usage.is_empty(), "stats report usage");
-    k.unmount(&writer, volume).await.expect("unmount");
+    k.unmount(h, &writer, volume).await.expect("unmount");
     assert!(
         !node.exists(&publish).expect("path"),
         "publish path left: {publish}"
@@ -69,7 +69,7 @@ async fn round_trip(node: &ExternalNode, volume: &Volume) {
         node.pod_read(&publish, "e2e.txt").expect("the pod reads"),
         token
     );
-    k.unmount(&reader, volume).await.expect("unmount");
+    k.unmount(h, &reader, volume).await.expect("unmount");
     assert!(!node.exists(&publish).expect("path"));
     assert!(!node.exists(&staging).expect("path"));
 }

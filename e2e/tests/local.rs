@@ -96,8 +96,8 @@ async fn pod_with_an_smb_pvc_and_an_iscsi_pvc_writes_data_that_lands_on_the_shar
         "hello on NTFS"
     );
 
-    step!(node, k.unmount(&pod, &smb));
-    step!(node, k.unmount(&pod, &lun));
+    step!(node, k.unmount(host, &pod, &smb));
+    step!(node, k.unmount(host, &pod, &lun));
 
     // The LUN keeps the data after a full teardown: another pod mounts it and reads the file.
     let pod2 = Pod::new("team-a", "app-1");
@@ -106,7 +106,7 @@ async fn pod_with_an_smb_pvc_and_an_iscsi_pvc_writes_data_that_lands_on_the_shar
         step!(node, host.read_file(&format!(r"{t2}\db\row1.txt"))),
         "hello on NTFS"
     );
-    step!(node, k.unmount(&pod2, &lun));
+    step!(node, k.unmount(host, &pod2, &lun));
     finish(node).await;
 }
 
@@ -126,7 +126,7 @@ async fn two_pods_share_one_smb_volume_and_one_leaving_does_not_break_the_other(
     );
 
     // Pod A goes away: kubelet unpublishes its path only (the volume stays staged for B).
-    step!(node, k.unmount(&a, &vol));
+    step!(node, k.unmount(host, &a, &vol));
     assert!(
         host.read_link(&ta).await.expect("read_link").is_none(),
         "A's target link is gone"
@@ -144,7 +144,7 @@ async fn two_pods_share_one_smb_volume_and_one_leaving_does_not_break_the_other(
         assert!(!c.abnormal, "B's volume is healthy: {}", c.message);
     }
 
-    step!(node, k.unmount(&b, &vol));
+    step!(node, k.unmount(host, &b, &vol));
     finish(node).await;
 }
 
@@ -165,7 +165,7 @@ async fn pod_restart_unpublishes_and_publishes_again_with_the_data_intact() {
     // The container restarts with a new pod sandbox: kubelet tears down and sets up the pod's volumes again
     // without unstaging them. Repeated publish of an already published target is a no-op (idempotent).
     for v in [&smb, &lun] {
-        step!(node, k.tear_down(&pod, v));
+        step!(node, k.tear_down(host, &pod, v));
         let t = step!(node, k.set_up(host, &pod, v));
         let t_again = step!(node, k.set_up(host, &pod, v));
         assert_eq!(t, t_again);
@@ -175,7 +175,7 @@ async fn pod_restart_unpublishes_and_publishes_again_with_the_data_intact() {
         );
     }
     for v in [&smb, &lun] {
-        step!(node, k.unmount(&pod, v));
+        step!(node, k.unmount(host, &pod, v));
     }
     finish(node).await;
 }
@@ -226,7 +226,7 @@ async fn iscsi_volume_expands_online_and_reports_stats() {
     let err = k.stats(&other, &lun).await.expect_err("unknown path");
     assert_eq!(err.csi_code(), Some(tonic::Code::NotFound), "{err}");
 
-    step!(node, k.unmount(&pod, &lun));
+    step!(node, k.unmount(host, &pod, &lun));
     finish(node).await;
 }
 
@@ -241,7 +241,7 @@ async fn smb_volume_reports_stats_and_a_healthy_condition() {
     if let Some(c) = &stats.volume_condition {
         assert!(!c.abnormal, "{}", c.message);
     }
-    step!(node, k.unmount(&pod, &vol));
+    step!(node, k.unmount(host, &pod, &vol));
     finish(node).await;
 }
 
@@ -300,7 +300,7 @@ async fn node_reboot_then_kubelet_restages_and_republishes_with_data_intact() {
         "works"
     );
     for v in [&smb, &lun] {
-        step!(node, node.kubelet().unmount(&pod, v));
+        step!(node, node.kubelet().unmount(node.host(), &pod, v));
     }
     finish(node).await;
 }
@@ -345,7 +345,7 @@ async fn crash_mid_stage(rpc: &str, nth: u64, vol: Volume) {
         step!(node, node.host().read_file(&format!(r"{t}\ok.txt"))),
         "converged"
     );
-    step!(node, node.kubelet().unmount(&pod, &vol));
+    step!(node, node.kubelet().unmount(node.host(), &pod, &vol));
     node.check_no_data_loss().await.expect("no data loss");
     finish(node).await;
 }
@@ -391,6 +391,13 @@ async fn driver_killed_while_mounting_the_lun_converges_on_retry() {
     .await;
 }
 
+/// Whether the simulated node plays a PowerShell-era csi-proxy (≤ v1.2.1), which cannot map a share without
+/// credentials.
+async fn powershell_csi_proxy(node: &TestNode) -> bool {
+    let status = step!(node, node.host().csi_proxy_status());
+    status.version.is_powershell()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_ephemeral_smb_volume_is_published_and_torn_down_by_publish_alone() {
     let node = node().await;
@@ -399,6 +406,30 @@ async fn inline_ephemeral_smb_volume_is_published_and_torn_down_by_publish_alone
     let vol = Volume::inline(&pod, "scratch")
         .attr("source", &format!(r"\\{SMB_SERVER}\{SMB_GUEST_SHARE}"))
         .attr("subDir", "jobs");
+    if powershell_csi_proxy(&node).await {
+        // A credential-less volume cannot work on csi-proxy ≤ v1.2.1: a clear refusal naming the limit, nothing left.
+        let k1 = k.clone().with_retry(wincsi_e2e::kubelet::Retry {
+            attempts: 1,
+            ..Default::default()
+        });
+        let err = k1
+            .mount(host, &pod, &vol)
+            .await
+            .expect_err("no credentials");
+        assert_eq!(
+            err.csi_code(),
+            Some(tonic::Code::FailedPrecondition),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("without credentials") && text.contains("v1.3.0"),
+            "{text}"
+        );
+        step!(node, k.tear_down(host, &pod, &vol));
+        finish(node).await;
+        return;
+    }
     let t = step!(node, k.mount(host, &pod, &vol));
     step!(node, host.write_file(&format!(r"{t}\out.txt"), "inline"));
     assert_eq!(
@@ -410,7 +441,7 @@ async fn inline_ephemeral_smb_volume_is_published_and_torn_down_by_publish_alone
     );
     // kubelet never calls NodeStage/NodeUnstage for inline volumes.
     assert!(k.calls().iter().all(|c| c.rpc != "NodeStageVolume"));
-    step!(node, k.unmount(&pod, &vol));
+    step!(node, k.unmount(host, &pod, &vol));
     assert!(k.calls().iter().all(|c| c.rpc != "NodeUnstageVolume"));
     finish(node).await;
 }
@@ -430,8 +461,8 @@ async fn full_teardown_of_many_volumes_leaves_no_mapping_session_mount_link_or_r
         step!(node, k.mount(host, &pod, v));
     }
     // Unstaging one SMB volume keeps the shared mapping; unstaging one LUN keeps the target's session.
-    step!(node, k.unmount(&pod, &vols[0]));
-    step!(node, k.unmount(&pod, &vols[2]));
+    step!(node, k.unmount(host, &pod, &vols[0]));
+    step!(node, k.unmount(host, &pod, &vols[2]));
     let state = step!(node, host.state());
     assert_eq!(
         state["mappings"].as_object().map_or(0, |m| m.len()),
@@ -447,8 +478,8 @@ async fn full_teardown_of_many_volumes_leaves_no_mapping_session_mount_link_or_r
     );
     let t = k.publish_path(&pod, &vols[1]);
     step!(node, host.write_file(&format!(r"{t}\still.txt"), "ok"));
-    step!(node, k.unmount(&pod, &vols[1]));
-    step!(node, k.unmount(&pod, &vols[3]));
+    step!(node, k.unmount(host, &pod, &vols[1]));
+    step!(node, k.unmount(host, &pod, &vols[3]));
     finish(node).await;
 }
 
@@ -479,9 +510,9 @@ async fn inline_volume_with_a_secret_name_but_no_api_access_fails_cleanly() {
     );
     let other = fixtures::smb_volume("pv-after", "scratch", "after", None);
     step!(node, k.mount(node.host(), &pod, &other));
-    step!(node, k.unmount(&pod, &other));
+    step!(node, k.unmount(node.host(), &pod, &other));
     // kubelet still tears the failed inline volume down (NodeUnpublish of a never-published target is OK).
-    step!(node, k.tear_down(&pod, &vol));
+    step!(node, k.tear_down(node.host(), &pod, &vol));
     finish(node).await;
 }
 
@@ -531,7 +562,68 @@ async fn transient_host_failures_are_retried_by_kubelet_and_converge() {
         assert!(attempts[0].error.is_some() && attempts.last().is_some_and(|c| c.error.is_none()));
     }
     for v in [&smb, &lun] {
-        step!(node, k.unmount(&pod, v));
+        step!(node, k.unmount(host, &pod, v));
     }
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_makes_the_staging_directory_and_removes_its_mount_directories() {
+    // kubelet creates `globalmount` itself before NodeStage (MkdirAllWithPathCheck) and removes the mount
+    // directories (and vol_data.json, and their parents) after NodeUnpublish / NodeUnstage and after a final error.
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("dirs", "d-0");
+    let smb = fixtures::smb_volume("pv-dirs", "dirs", "d", Some("dirs"));
+    let lun = fixtures::iscsi_volume("pv-dirs-lun", "dirs", "l", 0);
+    for v in [&smb, &lun] {
+        let since = step!(node, host.audit(0)).last().map_or(0, |e| e.seq);
+        step!(node, k.mount(host, &pod, v));
+        let staging = k.staging_path(v);
+        assert_eq!(
+            step!(node, host.lstat(&staging)).as_deref(),
+            Some("link"),
+            "{}: the staging path is the driver's link or mount point",
+            v.handle
+        );
+        let rpcs: Vec<String> = step!(node, host.audit(since))
+            .into_iter()
+            .map(|e| e.rpc)
+            .collect();
+        if v.handle == smb.handle {
+            // The SMB stage replaces kubelet's empty directory with its link.
+            assert_eq!(&rpcs[..2], ["PathExists", "Rmdir"], "{rpcs:?}");
+        }
+    }
+    for v in [&smb, &lun] {
+        step!(node, k.unmount(host, &pod, v));
+        for path in [k.staging_path(v), k.publish_path(&pod, v)] {
+            let dir = wincsi_e2e::kubelet::parent(&path).to_owned();
+            assert_eq!(step!(node, host.lstat(&path)), None, "{path}");
+            assert_eq!(step!(node, host.lstat(&dir)), None, "{dir}");
+        }
+    }
+    // A final error of NodeStage: kubelet removes what it made.
+    let wrong = fixtures::smb_volume("pv-dirs-wrong", "dirs", "w", None)
+        .stage_secret("password", "not-the-password");
+    let k1 = k.clone().with_retry(wincsi_e2e::kubelet::Retry {
+        attempts: 1,
+        ..Default::default()
+    });
+    let err = k1
+        .mount(host, &pod, &wrong)
+        .await
+        .expect_err("logon failure");
+    assert_eq!(
+        err.csi_code(),
+        Some(tonic::Code::FailedPrecondition),
+        "{err}"
+    );
+    let staging = k.staging_path(&wrong);
+    assert_eq!(step!(node, host.lstat(&staging)), None);
+    assert_eq!(
+        step!(node, host.lstat(wincsi_e2e::kubelet::parent(&staging))),
+        None
+    );
     finish(node).await;
 }

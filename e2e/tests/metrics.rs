@@ -103,7 +103,7 @@ async fn metrics_count_kubelets_rpcs_and_every_host_call() {
     );
 
     // Unmounted: the volume gauges follow the records away.
-    k.unmount(&pod, &smb).await.expect("unmount");
+    k.unmount(host, &pod, &smb).await.expect("unmount");
     let (_, text) = get(metrics, "/metrics").await;
     assert_eq!(
         sample(&text, "wincsi_volumes_staged{protocol=\"smb\"}"),

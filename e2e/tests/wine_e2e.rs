@@ -75,7 +75,7 @@ async fn smb_volume_over_real_named_pipes_stage_publish_write_teardown() {
     k.stats(&pod, &vol)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", node.driver_logs()));
-    k.unmount(&pod, &vol)
+    k.unmount(host, &pod, &vol)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", node.driver_logs()));
     finish(node).await;
@@ -109,7 +109,7 @@ async fn iscsi_volume_over_real_named_pipes_stage_publish_write_teardown() {
             .expect("read"),
         "on NTFS"
     );
-    k.unmount(&pod, &vol)
+    k.unmount(host, &pod, &vol)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", node.driver_logs()));
     finish(node).await;

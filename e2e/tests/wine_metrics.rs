@@ -51,7 +51,7 @@ async fn health_and_metrics_over_tcp_beside_named_pipes() {
             && l.contains("target=\"x86_64-pc-windows-gnu\"")),
         "{text}"
     );
-    k.unmount(&pod, &vol)
+    k.unmount(host, &pod, &vol)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", node.driver_logs()));
 

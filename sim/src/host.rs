@@ -59,8 +59,15 @@ pub const RPCS: &[&str] = &[
     "GetService",
 ];
 
-/// Normalises an RPC name: accepts `PartitionDisk` or `/v1.Disk/PartitionDisk`; `*` means every RPC.
+/// Normalises an RPC name: accepts `PartitionDisk` or `/v1.Disk/PartitionDisk`; `*` means every RPC. The Windows
+/// view's call names ([`crate::wmi::CALLS`], e.g. `MSFT_Disk.Online`, `CreateDirectoryW`) are accepted as they are.
 pub fn normalize_rpc(name: &str) -> Result<String> {
+    if let Some(call) = crate::wmi::CALLS
+        .iter()
+        .find(|c| c.eq_ignore_ascii_case(name))
+    {
+        return Ok(call.to_string());
+    }
     let bare = name.rsplit('/').next().unwrap_or(name);
     if bare == "*" {
         return Ok("*".to_string());
@@ -69,6 +76,17 @@ pub fn normalize_rpc(name: &str) -> Result<String> {
         .find(|r| r.eq_ignore_ascii_case(bare))
         .map(|r| r.to_string())
         .ok_or_else(|| Error::Scenario(format!("unknown RPC {name:?}")))
+}
+
+/// Which face of the host a call comes through: csi-proxy's gRPC services (which fail while the simulated csi-proxy
+/// process is dead), or Windows itself (the WMI and Win32 view of [`crate::wmi`], which csi-proxy's state does not
+/// affect).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Face {
+    /// csi-proxy's RPCs.
+    CsiProxy,
+    /// WMI and Win32 calls made in-process by a native backend.
+    Windows,
 }
 
 /// One audited call.
@@ -157,6 +175,9 @@ pub struct ProxyStatus {
 }
 
 const AUDIT_CAP: usize = 100_000;
+
+/// What a call hung at the moment of a reboot fails with.
+pub(crate) const REBOOT_ABORT: &str = "The pipe has been ended.";
 
 #[derive(Debug, Default)]
 struct Control {
@@ -275,6 +296,19 @@ impl SimHost {
         args: serde_json::Value,
         f: impl FnOnce(&mut State) -> Result<T>,
     ) -> Result<T> {
+        self.call_on(Face::CsiProxy, rpc, args, f, |_| None).await
+    }
+
+    /// [`SimHost::call`] through `face`; `answer_error` names a failure carried inside a successful answer (a WMI
+    /// method's non-zero `ReturnValue`, a Win32 error) for the audit entry.
+    pub(crate) async fn call_on<T>(
+        &self,
+        face: Face,
+        rpc: &'static str,
+        args: serde_json::Value,
+        f: impl FnOnce(&mut State) -> Result<T>,
+        answer_error: impl FnOnce(&T) -> Option<String>,
+    ) -> Result<T> {
         let started = Instant::now();
         let started_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -331,10 +365,10 @@ impl SimHost {
         let injected = fault.is_some() || aborted;
         let boot = self.with_state(|s| s.boots());
         let mut crash = None;
-        let result = if !self.csi_proxy_running() {
+        let result = if face == Face::CsiProxy && !self.csi_proxy_running() {
             Err(Error::host("csi-proxy is not running"))
         } else if aborted {
-            Err(Error::host("The pipe has been ended."))
+            Err(Error::host(REBOOT_ABORT))
         } else if let Some(msg) = fault {
             Err(Error::Host(msg))
         } else {
@@ -351,7 +385,10 @@ impl SimHost {
         if let Some(reason) = crash {
             self.crash_csi_proxy(&reason);
         }
-        let error = result.as_ref().err().map(|e| e.to_string());
+        let error = match &result {
+            Err(e) => Some(e.to_string()),
+            Ok(answer) => answer_error(answer),
+        };
         match &error {
             Some(e) => tracing::debug!(rpc, %args, error = %e, injected, "host call failed"),
             None => tracing::debug!(rpc, %args, "host call"),

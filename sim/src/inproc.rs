@@ -178,6 +178,19 @@ impl InProcess {
         Ok(())
     }
 
+    /// Whether this call of `rpc` finds the backend unreachable ([`InProcess::fail_unavailable`]'s rules, counting
+    /// the call), for a caller that reaches the host another way (the native backend's test support asks before each
+    /// host operation named after the csi-proxy RPC).
+    pub fn unreachable_now(&self, rpc: &str) -> bool {
+        self.gate.unreachable(rpc)
+    }
+
+    /// Run the scripts registered for `rpc` ([`InProcess::after`]) now, as after a successful call of it (the native
+    /// backend's test support runs them after each successful host operation named after the csi-proxy RPC).
+    pub fn run_after(&self, rpc: &str) {
+        self.gate.after(rpc, &self.host);
+    }
+
     /// Run `script` on the host's state after every successful call of `rpc` (`*` = of any RPC), before the client
     /// sees the answer.
     pub fn after(&self, rpc: &str, script: impl FnMut(&mut State) + Send + 'static) -> Result<()> {

@@ -7,7 +7,9 @@
 //! invariants (no data loss, nothing left behind). It plays one csi-proxy release at a time ([`CsiProxyVersion`]:
 //! v1.1.3, v1.2.1, v1.3.0 or master; every per-release difference is in [`profile`]). [`serve`] serves it over
 //! Unix sockets (`serve_unix`) or, on Windows, named pipes (`serve_pipes`); the `wincsi-sim` binary serves a
-//! scenario file and exposes an [admin] interface.
+//! scenario file and exposes an [admin] interface. [`wmi::WindowsView`] is the same host seen the way a native
+//! (HostProcess) backend sees Windows: the `winhost` facade's WMI and Win32 calls, sharing the model, audit log,
+//! faults and reboots with the csi-proxy view.
 
 mod error;
 mod host;
@@ -28,6 +30,7 @@ mod grpc;
 pub mod inproc;
 mod scripting;
 mod serve;
+pub mod wmi;
 
 pub use grpc::{
     DiskService, FilesystemService, IscsiService, SmbService, SystemService, VolumeService,

@@ -59,6 +59,12 @@ impl SmbReturn {
     }
 }
 
+impl From<u32> for SmbReturn {
+    fn from(code: u32) -> Self {
+        Self(code)
+    }
+}
+
 impl fmt::Display for SmbReturn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.0, self.win32()) {

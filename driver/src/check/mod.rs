@@ -286,9 +286,7 @@ pub async fn run<H: Host>(
     let csi_proxy = matches!(backend.kind, HostBackend::CsiProxy);
     let caps = host.capabilities();
     let node = Node {
-        backend: match backend.kind {
-            HostBackend::CsiProxy => "csi-proxy".to_owned(),
-        },
+        backend: backend.kind.name().to_owned(),
         transport: backend.description.clone(),
         kubelet_root: opts.kubelet_root.as_str().to_owned(),
         scratch: opts.scratch.as_str().to_owned(),
@@ -470,5 +468,12 @@ impl HostJob for CheckJob {
 
     async fn run<H: Host>(self, host: H, backend: BackendInfo) -> Self::Output {
         run(host, backend, &self.options).await
+    }
+
+    fn unavailable(self, kind: HostBackend, why: String) -> Self::Output {
+        Err(format!(
+            "the {} host backend cannot start: {why}",
+            kind.name()
+        ))
     }
 }

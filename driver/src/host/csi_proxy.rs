@@ -1,10 +1,10 @@
 //! The csi-proxy adapter of the host port: [`CsiProxyHost`] implements [`Host`] with `proxy_client`, over Windows
 //! named pipes in production or over Unix sockets against the simulated host (`--csi-proxy-socket-dir`).
 //!
-//! Errors are classified from [`proxy_client::Error::kind`] (Windows errors 1219, 53, 67, 1326/86; pipe missing;
-//! unavailable; deadline) and, for the filesystem texts proxy-client does not classify, from the Windows message
-//! ("The directory is not empty.", "The system cannot find the file specified.", …). The message kept for operators
-//! is csi-proxy's first line, trimmed — never the whole PowerShell dump, and never a request (so never a password).
+//! Errors are classified from [`proxy_client::Error::kind`] alone (Windows errors 1219, 53, 67, 1326/86, 5; not found,
+//! already exists, not empty, already logged in, access path in use — in every csi-proxy release's wording; pipe
+//! missing; unavailable; deadline): the driver matches no csi-proxy text. The message kept for operators is
+//! csi-proxy's first line, trimmed — never the whole PowerShell dump, and never a request (so never a password).
 //!
 //! Deadlines: proxy-client applies its own per-call timeout (`ProxyClient::with_timeout`) and sends it as
 //! `grpc-timeout`; the driver additionally drops every call at the RPC's deadline, which cancels the gRPC stream.
@@ -60,60 +60,33 @@ fn first_line(text: &str) -> String {
     line
 }
 
-/// Classify a block-storage / iSCSI error: [`classify`] plus the texts of the disk, volume and iSCSI groups.
-pub fn classify_block(op: HostOp, err: &proxy_client::Error) -> HostError {
-    let mut e = classify(op, err);
-    let text = err.message().to_ascii_lowercase();
-    if e.kind == HostErrorKind::Other {
-        e.kind = if text.contains("authentication failure") {
-            HostErrorKind::LogonFailure
-        } else if text.contains("no msft_iscsitarget objects found")
-            || text.contains("no msft_volume objects found")
-            || text.contains("no msft_iscsitargetportal objects found")
-            || text.contains("no msft_partition objects found")
-            || text.contains("not a mounted folder")
-            || text.contains("not a reparse point")
-        {
-            HostErrorKind::NotFound
-        } else {
-            HostErrorKind::Other
-        };
-    }
-    e
-}
-
 fn to_portal(p: &Portal) -> proxy_client::Portal {
     proxy_client::Portal::new(p.address.clone(), p.port)
 }
 
-/// Classify a proxy-client error for the driver.
+/// Classify a proxy-client error for the driver: from [`proxy_client::ErrorKind`] alone, which recognises every
+/// csi-proxy release's texts (PowerShell cmdlet output, v1.3.0's `Not Found`, master's `not found` and `code=N`), so
+/// the driver never matches text itself. The one addition is Windows error 85 by its number (a stale mapping that
+/// blocks a new one; no public report shows it, kept for robustness).
 pub fn classify(op: HostOp, err: &proxy_client::Error) -> HostError {
     let message = first_line(&err.to_string());
-    let text = err.message().to_ascii_lowercase();
     let kind = match err.kind() {
         ErrorKind::SmbMultipleConnections => HostErrorKind::MultipleConnections,
         ErrorKind::NetworkPathNotFound => HostErrorKind::NetworkPathNotFound,
         ErrorKind::NetworkNameNotFound => HostErrorKind::NetworkNameNotFound,
         ErrorKind::LogonFailure => HostErrorKind::LogonFailure,
+        ErrorKind::NotFound => HostErrorKind::NotFound,
+        ErrorKind::AccessDenied => HostErrorKind::AccessDenied,
+        ErrorKind::AlreadyExists => HostErrorKind::AlreadyExists,
+        ErrorKind::DirectoryNotEmpty => HostErrorKind::NotEmpty,
+        ErrorKind::IscsiAlreadyLoggedIn => HostErrorKind::AlreadyLoggedIn,
+        ErrorKind::AccessPathInUse => HostErrorKind::AccessPathInUse,
         ErrorKind::PipeMissing | ErrorKind::ProxyUnavailable | ErrorKind::Unsupported => {
             HostErrorKind::Unavailable
         }
         ErrorKind::DeadlineExceeded => HostErrorKind::DeadlineExceeded,
         ErrorKind::InvalidArgument => HostErrorKind::InvalidPath,
-        _ if text.contains("directory is not empty") => HostErrorKind::NotEmpty,
-        _ if text.contains("local device name is already in use")
-            || text.contains("system error 85,") =>
-        {
-            HostErrorKind::StaleMapping
-        }
-        _ if text.contains("already exists") => HostErrorKind::AlreadyExists,
-        _ if text.contains("access is denied") => HostErrorKind::AccessDenied,
-        _ if text.contains("cannot find the file specified")
-            || text.contains("cannot find the path specified")
-            || text.contains("no msft_smbglobalmapping objects found") =>
-        {
-            HostErrorKind::NotFound
-        }
+        _ if err.windows_error_code() == Some(85) => HostErrorKind::StaleMapping,
         _ => HostErrorKind::Other,
     };
     HostError::new(op, kind, message).with_full_text(err.to_string())
@@ -200,7 +173,7 @@ impl Host for CsiProxyHost {
             .disk()
             .list_disk_locations()
             .await
-            .map_err(|e| classify_block(HostOp::ListDiskLocations, &e))?;
+            .map_err(|e| classify(HostOp::ListDiskLocations, &e))?;
         Ok(locs
             .into_iter()
             .map(|(n, l)| {
@@ -220,7 +193,7 @@ impl Host for CsiProxyHost {
             .disk()
             .list_disk_ids()
             .await
-            .map_err(|e| classify_block(HostOp::ListDiskIDs, &e))?;
+            .map_err(|e| classify(HostOp::ListDiskIDs, &e))?;
         Ok(ids
             .into_iter()
             .map(|(n, i)| {
@@ -238,7 +211,7 @@ impl Host for CsiProxyHost {
             .disk()
             .rescan()
             .await
-            .map_err(|e| classify_block(HostOp::Rescan, &e))
+            .map_err(|e| classify(HostOp::Rescan, &e))
     }
 
     async fn partition_disk(&self, disk: u32, _d: Deadline) -> HostResult<()> {
@@ -246,7 +219,7 @@ impl Host for CsiProxyHost {
             .disk()
             .partition(disk)
             .await
-            .map_err(|e| classify_block(HostOp::PartitionDisk, &e))
+            .map_err(|e| classify(HostOp::PartitionDisk, &e))
     }
 
     async fn disk_size(&self, disk: u32, _d: Deadline) -> HostResult<u64> {
@@ -254,7 +227,7 @@ impl Host for CsiProxyHost {
             .disk()
             .stats(disk)
             .await
-            .map_err(|e| classify_block(HostOp::GetDiskStats, &e))
+            .map_err(|e| classify(HostOp::GetDiskStats, &e))
     }
 
     async fn set_disk_online(&self, disk: u32, online: bool, _d: Deadline) -> HostResult<()> {
@@ -262,7 +235,7 @@ impl Host for CsiProxyHost {
             .disk()
             .set_online(disk, online)
             .await
-            .map_err(|e| classify_block(HostOp::SetDiskState, &e))
+            .map_err(|e| classify(HostOp::SetDiskState, &e))
     }
 
     async fn is_disk_online(&self, disk: u32, _d: Deadline) -> HostResult<bool> {
@@ -270,7 +243,7 @@ impl Host for CsiProxyHost {
             .disk()
             .is_online(disk)
             .await
-            .map_err(|e| classify_block(HostOp::GetDiskState, &e))
+            .map_err(|e| classify(HostOp::GetDiskState, &e))
     }
 
     async fn list_volumes_on_disk(&self, disk: u32, _d: Deadline) -> HostResult<Vec<String>> {
@@ -278,7 +251,7 @@ impl Host for CsiProxyHost {
             .volume()
             .list_on_disk(disk, 0)
             .await
-            .map_err(|e| classify_block(HostOp::ListVolumesOnDisk, &e))
+            .map_err(|e| classify(HostOp::ListVolumesOnDisk, &e))
     }
 
     async fn mount_volume(&self, volume_id: &str, path: &HostPath, _d: Deadline) -> HostResult<()> {
@@ -286,7 +259,7 @@ impl Host for CsiProxyHost {
             .volume()
             .mount(volume_id, path.as_str())
             .await
-            .map_err(|e| classify_block(HostOp::MountVolume, &e))
+            .map_err(|e| classify(HostOp::MountVolume, &e))
     }
 
     async fn unmount_volume(
@@ -299,7 +272,7 @@ impl Host for CsiProxyHost {
             .volume()
             .unmount(volume_id, path.as_str())
             .await
-            .map_err(|e| classify_block(HostOp::UnmountVolume, &e))
+            .map_err(|e| classify(HostOp::UnmountVolume, &e))
     }
 
     async fn is_volume_formatted(&self, volume_id: &str, _d: Deadline) -> HostResult<bool> {
@@ -307,7 +280,7 @@ impl Host for CsiProxyHost {
             .volume()
             .is_formatted(volume_id)
             .await
-            .map_err(|e| classify_block(HostOp::IsVolumeFormatted, &e))
+            .map_err(|e| classify(HostOp::IsVolumeFormatted, &e))
     }
 
     async fn format_volume(&self, volume_id: &str, _d: Deadline) -> HostResult<()> {
@@ -315,7 +288,7 @@ impl Host for CsiProxyHost {
             .volume()
             .format(volume_id)
             .await
-            .map_err(|e| classify_block(HostOp::FormatVolume, &e))
+            .map_err(|e| classify(HostOp::FormatVolume, &e))
     }
 
     async fn resize_volume(
@@ -328,7 +301,7 @@ impl Host for CsiProxyHost {
             .volume()
             .resize(volume_id, size_bytes)
             .await
-            .map_err(|e| classify_block(HostOp::ResizeVolume, &e))
+            .map_err(|e| classify(HostOp::ResizeVolume, &e))
     }
 
     async fn volume_stats(&self, volume_id: &str, _d: Deadline) -> HostResult<(u64, u64)> {
@@ -336,7 +309,7 @@ impl Host for CsiProxyHost {
             .volume()
             .stats(volume_id)
             .await
-            .map_err(|e| classify_block(HostOp::GetVolumeStats, &e))
+            .map_err(|e| classify(HostOp::GetVolumeStats, &e))
     }
 
     async fn volume_id_from_target_path(
@@ -348,7 +321,7 @@ impl Host for CsiProxyHost {
             .volume()
             .id_from_target_path(path.as_str())
             .await
-            .map_err(|e| classify_block(HostOp::GetVolumeIDFromTargetPath, &e))
+            .map_err(|e| classify(HostOp::GetVolumeIDFromTargetPath, &e))
     }
 
     async fn write_volume_cache(&self, volume_id: &str, _d: Deadline) -> HostResult<()> {
@@ -356,7 +329,7 @@ impl Host for CsiProxyHost {
             .volume()
             .write_cache(volume_id)
             .await
-            .map_err(|e| classify_block(HostOp::WriteVolumeCache, &e))
+            .map_err(|e| classify(HostOp::WriteVolumeCache, &e))
     }
 
     async fn add_target_portal(&self, portal: &Portal, _d: Deadline) -> HostResult<()> {
@@ -364,7 +337,19 @@ impl Host for CsiProxyHost {
             .iscsi()
             .add_target_portal(&to_portal(portal))
             .await
-            .map_err(|e| classify_block(HostOp::AddTargetPortal, &e))
+            .map_err(|e| classify(HostOp::AddTargetPortal, &e))
+    }
+
+    async fn discover_target_portal(
+        &self,
+        portal: &Portal,
+        _d: Deadline,
+    ) -> HostResult<Vec<String>> {
+        self.client
+            .iscsi()
+            .discover_target_portal(&to_portal(portal))
+            .await
+            .map_err(|e| classify(HostOp::DiscoverTargetPortal, &e))
     }
 
     async fn connect_target(
@@ -389,7 +374,7 @@ impl Host for CsiProxyHost {
             .iscsi()
             .connect_target(&to_portal(portal), iqn, &auth)
             .await
-            .map_err(|e| classify_block(HostOp::ConnectTarget, &e))
+            .map_err(|e| classify(HostOp::ConnectTarget, &e))
     }
 
     async fn disconnect_target(&self, portal: &Portal, iqn: &str, _d: Deadline) -> HostResult<()> {
@@ -397,7 +382,7 @@ impl Host for CsiProxyHost {
             .iscsi()
             .disconnect_target(&to_portal(portal), iqn)
             .await
-            .map_err(|e| classify_block(HostOp::DisconnectTarget, &e))
+            .map_err(|e| classify(HostOp::DisconnectTarget, &e))
     }
 
     async fn get_target_disks(
@@ -410,7 +395,7 @@ impl Host for CsiProxyHost {
             .iscsi()
             .get_target_disks(&to_portal(portal), iqn)
             .await
-            .map_err(|e| classify_block(HostOp::GetTargetDisks, &e))
+            .map_err(|e| classify(HostOp::GetTargetDisks, &e))
     }
 
     async fn set_mutual_chap_secret(&self, secret: &Secret, _d: Deadline) -> HostResult<()> {
@@ -418,7 +403,7 @@ impl Host for CsiProxyHost {
             .iscsi()
             .set_mutual_chap_secret(secret)
             .await
-            .map_err(|e| classify_block(HostOp::SetMutualChapSecret, &e))
+            .map_err(|e| classify(HostOp::SetMutualChapSecret, &e))
     }
 }
 
@@ -477,6 +462,157 @@ mod tests {
         assert!(!host.capabilities().discovery_chap && !host.capabilities().list_smb_mappings);
     }
 
+    /// Every failure the driver reacts to, produced by the simulated host playing each csi-proxy release (so each in
+    /// that release's exact wording), classified the same way.
+    #[test]
+    fn every_release_s_texts_are_classified_alike() {
+        use sim::state::AuthType;
+        use sim::{CsiProxyVersion, HostOptions, Scenario, Secret, SimHost};
+        let scenario = Scenario::from_json(
+            &serde_json::json!({
+                "smb": {"servers": [{"name": "srv",
+                    "accounts": [{"user": "bob", "password": "pw-1", "domain": "CORP"},
+                                 {"user": "alice", "password": "pw-2", "domain": "CORP"}],
+                    "shares": [{"name": "share"}, {"name": "other"}]}]},
+                "iscsi": {"portals": [{"address": "10.0.0.5", "targets": [
+                    {"iqn": "iqn.2024-01.io.example:t", "luns": [{"lun": 0, "size": 1u64 << 30}]}]}]}
+            })
+            .to_string(),
+        )
+        .expect("scenario");
+        let kind = |op: HostOp, r: Result<(), sim::Error>| -> Option<HostErrorKind> {
+            r.err().map(|e| {
+                let err = proxy_client::Error::Proxy {
+                    method: "X",
+                    code: 2,
+                    message: e.to_string(),
+                };
+                classify(op, &err).kind
+            })
+        };
+        for v in CsiProxyVersion::ALL {
+            let dir = tempfile::tempdir().expect("tmp");
+            let opts = HostOptions {
+                csi_proxy_version: Some(v),
+                ..HostOptions::default()
+            };
+            let host = SimHost::new(&scenario, dir.path(), opts).expect("sim");
+            let ps = v.is_powershell();
+            let staging = r"C:\var\lib\kubelet\plugins\x\globalmount";
+            host.with_state_mut(|s| {
+                let bob = Secret::new("pw-1");
+                let smb = |s: &mut sim::State, share: &str, user: &str, pw: &str| {
+                    s.new_smb_global_mapping(share, "", user, &Secret::new(pw))
+                };
+                assert_eq!(
+                    kind(
+                        HostOp::RemoveSmbGlobalMapping,
+                        s.remove_smb_global_mapping(r"\\srv\share")
+                    ),
+                    Some(HostErrorKind::NotFound),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\srv\share", r"CORP\bob", "nope")
+                    ),
+                    Some(HostErrorKind::LogonFailure),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\srv\gone", r"CORP\bob", "pw-1")
+                    ),
+                    Some(HostErrorKind::NetworkNameNotFound),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\ghost\x", r"CORP\bob", "pw-1")
+                    ),
+                    Some(HostErrorKind::NetworkPathNotFound),
+                    "{v}"
+                );
+                s.mkdir(r"C:\var\lib\kubelet\plugins\x").expect("mkdir");
+                s.new_smb_global_mapping(r"\\srv\share", staging, r"CORP\bob", &bob)
+                    .expect("map");
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\srv\other", r"CORP\alice", "pw-2")
+                    ),
+                    Some(HostErrorKind::MultipleConnections),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(HostOp::Rmdir, s.rmdir(r"C:\var\lib\kubelet\plugins", false)),
+                    Some(HostErrorKind::NotEmpty),
+                    "{v}"
+                );
+                s.reboot().expect("reboot");
+                assert_eq!(
+                    kind(HostOp::IsSymlink, s.is_symlink(staging).map(|_| ())),
+                    Some(HostErrorKind::AccessDenied),
+                    "{v}: a Disconnected mapping"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::NewSmbGlobalMapping,
+                        smb(s, r"\\srv\share", r"CORP\bob", "pw-1")
+                    ),
+                    Some(HostErrorKind::MultipleConnections),
+                    "{v}: after a reboot"
+                );
+                // iSCSI.
+                let (p, iqn) = ("10.0.0.5", "iqn.2024-01.io.example:t");
+                s.add_target_portal(p, 3260).expect("portal");
+                let unconnected = ps.then_some(HostErrorKind::NotFound);
+                assert_eq!(
+                    kind(
+                        HostOp::GetTargetDisks,
+                        s.get_target_disks(p, 3260, iqn).map(|_| ())
+                    ),
+                    unconnected,
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(HostOp::DisconnectTarget, s.disconnect_target(p, 3260, iqn)),
+                    unconnected,
+                    "{v}"
+                );
+                let login = |s: &mut sim::State| {
+                    s.connect_target(p, 3260, iqn, AuthType::None, "", &Secret::new(""))
+                };
+                login(s).expect("login");
+                assert_eq!(
+                    kind(HostOp::ConnectTarget, login(s)),
+                    ps.then_some(HostErrorKind::AlreadyLoggedIn),
+                    "{v}"
+                );
+                let missing = r"\\?\Volume{00000000-0000-0000-0000-000000000000}\";
+                assert_eq!(
+                    kind(
+                        HostOp::GetVolumeStats,
+                        s.get_volume_stats(missing).map(|_| ())
+                    ),
+                    Some(HostErrorKind::NotFound),
+                    "{v}"
+                );
+                assert_eq!(
+                    kind(
+                        HostOp::UnmountVolume,
+                        s.unmount_volume(missing, r"C:\var\lib\kubelet\plugins\x")
+                    ),
+                    Some(HostErrorKind::NotFound),
+                    "{v}"
+                );
+            });
+        }
+    }
+
     #[test]
     fn classification_and_trimming() {
         let ps = "NewSmbGlobalMapping failed. output: \"New-SmbGlobalMapping : Multiple connections to a server or \
@@ -503,8 +639,17 @@ mod tests {
                 HostErrorKind::AlreadyExists,
             ),
             (
-                "New-SmbGlobalMapping : The local device name is already in use.",
+                "New-SmbGlobalMapping : The local device name is already in use. ... Windows System Error \
+                 85,New-SmbGlobalMapping",
                 HostErrorKind::StaleMapping,
+            ),
+            (
+                "Connect-IscsiTarget : The target has already been logged in via an iSCSI session.",
+                HostErrorKind::AlreadyLoggedIn,
+            ),
+            (
+                "Add-PartitionAccessPath : The requested access path is already in use.",
+                HostErrorKind::AccessPathInUse,
             ),
             ("Access is denied.", HostErrorKind::AccessDenied),
             (

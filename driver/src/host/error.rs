@@ -54,6 +54,8 @@ pub enum HostOp {
     WriteVolumeCache,
     /// `iscsi/v1alpha2.AddTargetPortal`.
     AddTargetPortal,
+    /// `iscsi/v1alpha2.DiscoverTargetPortal`.
+    DiscoverTargetPortal,
     /// `iscsi/v1alpha2.ConnectTarget`.
     ConnectTarget,
     /// `iscsi/v1alpha2.DisconnectTarget`.
@@ -92,6 +94,7 @@ impl HostOp {
             Self::GetVolumeIDFromTargetPath => "GetVolumeIDFromTargetPath",
             Self::WriteVolumeCache => "WriteVolumeCache",
             Self::AddTargetPortal => "AddTargetPortal",
+            Self::DiscoverTargetPortal => "DiscoverTargetPortal",
             Self::ConnectTarget => "ConnectTarget",
             Self::DisconnectTarget => "DisconnectTarget",
             Self::GetTargetDisks => "GetTargetDisks",
@@ -109,7 +112,8 @@ impl fmt::Display for HostOp {
 /// What went wrong on the host, classified so the driver can decide and answer with the right CSI code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostErrorKind {
-    /// The path or mapping does not exist.
+    /// The object the call names does not exist (a path, a mapping, a volume, a target, a session), or nothing is
+    /// mounted where the call looked, in any csi-proxy release's wording.
     NotFound,
     /// The path already exists (e.g. a link target).
     AlreadyExists,
@@ -128,6 +132,12 @@ pub enum HostErrorKind {
     LogonFailure,
     /// Access denied (Windows error 5).
     AccessDenied,
+    /// The iSCSI target already has a session (PowerShell-era csi-proxy's `ConnectTarget` of a connected target:
+    /// "The target has already been logged in via an iSCSI session."). The login the caller wanted exists.
+    AlreadyLoggedIn,
+    /// PowerShell-era `MountVolume` where a volume is already mounted at the path ("The requested access path is
+    /// already in use."): which volume is there must be asked.
+    AccessPathInUse,
     /// csi-proxy refused the path (validation).
     InvalidPath,
     /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).

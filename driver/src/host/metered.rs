@@ -100,6 +100,8 @@ fn kind_label(kind: HostErrorKind) -> &'static str {
         HostErrorKind::StaleMapping => "stale_mapping",
         HostErrorKind::LogonFailure => "logon_failure",
         HostErrorKind::AccessDenied => "access_denied",
+        HostErrorKind::AlreadyLoggedIn => "already_logged_in",
+        HostErrorKind::AccessPathInUse => "access_path_in_use",
         HostErrorKind::InvalidPath => "invalid_path",
         HostErrorKind::Unavailable => "unavailable",
         HostErrorKind::DeadlineExceeded => "deadline_exceeded",
@@ -158,10 +160,14 @@ impl<H: Host> Host for Metered<H> {
         volume_id_from_target_path(path: &HostPath) -> String => GetVolumeIDFromTargetPath;
         write_volume_cache(volume_id: &str) -> () => WriteVolumeCache;
         add_target_portal(portal: &Portal) -> () => AddTargetPortal;
+        discover_target_portal(portal: &Portal) -> Vec<String> => DiscoverTargetPortal;
         connect_target(portal: &Portal, iqn: &str, auth: &IscsiAuth) -> () => ConnectTarget;
         disconnect_target(portal: &Portal, iqn: &str) -> () => DisconnectTarget;
         get_target_disks(portal: &Portal, iqn: &str) -> Vec<u32> => GetTargetDisks;
         set_mutual_chap_secret(secret: &Secret) -> () => SetMutualChapSecret;
+        set_disk_online_writable(disk: u32) -> () => SetDiskState;
+        add_target_portal_with_chap(portal: &Portal, discovery: &IscsiAuth) -> () => AddTargetPortal;
+        connect_target_persistent(portal: &Portal, iqn: &str, auth: &IscsiAuth) -> () => ConnectTarget;
     }
 }
 

@@ -17,10 +17,11 @@
 //! model of a Windows host.
 //!
 //! csi-proxy v1 cannot list or query SMB global mappings. The driver therefore learns a mapping's health from path
-//! reachability: [`Host::is_symlink`] is true only when a link *and its target* exist, so a staging link whose UNC
-//! target does not resolve means the mapping is down (Disconnected after a reboot, credentials rotated, server gone).
-//! Repairing relies on `NewSmbGlobalMapping`'s own reuse-or-recreate logic: it keeps an OK, reachable mapping and
-//! removes and re-creates a broken one.
+//! reachability: [`Host::is_symlink`] looks one hop (the link's *immediate* target), so on a staging link, whose
+//! immediate target is the UNC path, true means the share answers through the mapping; false (Windows errors 2, 3,
+//! 53) or an error (5, 67, 1326, … — a Disconnected mapping after a reboot, rotated credentials, a deleted share)
+//! means the mapping is down. Repairing relies on `NewSmbGlobalMapping`'s own reuse-or-recreate logic: it keeps an OK,
+//! reachable mapping and re-creates a broken one.
 //!
 //! Capabilities csi-proxy lacks (listing SMB mappings, clearing a disk's read-only flag, discovery CHAP, persistent
 //! logins) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
@@ -37,6 +38,7 @@ pub mod csi_proxy;
 mod error;
 mod metered;
 pub mod name;
+pub mod native;
 mod path;
 mod probe;
 mod unc;
@@ -109,7 +111,9 @@ pub trait Host: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
 
-    /// Whether `path` is a link whose target resolves. NotFound when `path` does not exist.
+    /// Whether `path` is a link (or a mount point) whose *immediate* target exists (one hop: a link to a dangling
+    /// link is still true). NotFound when `path` does not exist; other errors when the target cannot be examined
+    /// (e.g. an SMB share the node cannot reach: access denied, logon failure, bad network name).
     fn is_symlink(
         &self,
         path: &HostPath,
@@ -216,7 +220,8 @@ pub trait Host: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
 
-    /// `ResizeVolume`: grow the volume's partition to `size_bytes` (0 = maximum; growth under 100 MiB is skipped).
+    /// `ResizeVolume`: grow the volume's partition to `size_bytes` (0 = maximum). Which growth is silently skipped
+    /// depends on the release (v1.2.0+: under 100 MiB; v1.1.x: none, so sub-MiB growth fails).
     fn resize_volume(
         &self,
         volume_id: &str,
@@ -252,7 +257,16 @@ pub trait Host: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
 
-    /// `ConnectTarget` (a no-op when connected; not persistent across reboots).
+    /// `DiscoverTargetPortal`: the names of the targets the portal reports, spelled as the targets spell them.
+    fn discover_target_portal(
+        &self,
+        portal: &Portal,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<Vec<String>>> + Send;
+
+    /// `ConnectTarget` (not persistent across reboots). A connected target: a no-op from csi-proxy v1.3.0,
+    /// [`HostErrorKind::AlreadyLoggedIn`] before. The IQN must be spelled as the target reports it (v1.3.0 matches
+    /// exact-case and a miss kills csi-proxy).
     fn connect_target(
         &self,
         portal: &Portal,
@@ -261,7 +275,7 @@ pub trait Host: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
 
-    /// `DisconnectTarget` (a no-op when not connected).
+    /// `DisconnectTarget`. A target without a session: a no-op from csi-proxy v1.3.0, NotFound before.
     fn disconnect_target(
         &self,
         portal: &Portal,
@@ -269,7 +283,8 @@ pub trait Host: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
 
-    /// `GetTargetDisks`: disk numbers of a connected target (empty when not connected).
+    /// `GetTargetDisks`: disk numbers of a connected target (not connected: empty from csi-proxy v1.3.0, NotFound
+    /// before).
     fn get_target_disks(
         &self,
         portal: &Portal,
@@ -283,4 +298,51 @@ pub trait Host: Send + Sync + 'static {
         secret: &Secret,
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
+
+    // ---- Beyond csi-proxy v1 (see `HostCapabilities`); the defaults say "not supported" ----
+
+    /// `SetDiskState(online)` of a disk a writable volume is staged from: a backend with
+    /// [`HostCapabilities::clear_disk_read_only`] also clears a read-only flag left by the SAN policy or a re-attach.
+    /// Default: [`Host::set_disk_online`].
+    fn set_disk_online_writable(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        self.set_disk_online(disk, true, deadline)
+    }
+
+    /// `AddTargetPortal` with discovery CHAP ([`HostCapabilities::discovery_chap`]). Default: not supported.
+    fn add_target_portal_with_chap(
+        &self,
+        portal: &Portal,
+        discovery: &IscsiAuth,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (portal, discovery, deadline);
+        async { Err(not_supported(HostOp::AddTargetPortal, "discovery CHAP")) }
+    }
+
+    /// `ConnectTarget` with a persistent login ([`HostCapabilities::persistent_logins`]): the initiator logs in
+    /// again at boot until the session is disconnected by [`Host::disconnect_target`], which also removes the
+    /// persistent record. Default: not supported.
+    fn connect_target_persistent(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (portal, iqn, auth, deadline);
+        async { Err(not_supported(HostOp::ConnectTarget, "persistent logins")) }
+    }
+}
+
+/// The error of a capability a backend lacks.
+fn not_supported(op: HostOp, what: &str) -> HostError {
+    HostError::new(
+        op,
+        HostErrorKind::Other,
+        format!("{what}: not supported by this host backend"),
+    )
 }

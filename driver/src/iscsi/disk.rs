@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use super::{IscsiRecord, IscsiVolume, run, same_id, uncertain};
+use super::{IscsiRecord, IscsiVolume, block_error, run, same_id, uncertain};
 use crate::error::Error;
-use crate::host::{DiskIds, Host, HostOp, Portal};
+use crate::host::{DiskIds, Host, HostErrorKind, HostOp, Portal};
 use crate::lifecycle::Calls;
 
 /// The bounded wait for a LUN's disk to appear.
@@ -32,10 +32,12 @@ pub(crate) fn backoff_schedule(remaining: Duration) -> Vec<Duration> {
     out
 }
 
-/// Find THE disk of (target, LUN); see the module docs.
+/// Find THE disk of (target, LUN) after a login through `portal` to `iqn` (the target's own spelling); see the
+/// module docs.
 pub(super) async fn find_disk<H: Host>(
     h: &Calls<'_, H>,
     portal: &Portal,
+    iqn: &str,
     vol: &IscsiVolume,
     rec: &IscsiRecord,
 ) -> Result<(u32, Option<DiskIds>), Error> {
@@ -44,13 +46,19 @@ pub(super) async fn find_disk<H: Host>(
     let mut rescanned = false;
     let mut waits = backoff_schedule(d.remaining()).into_iter();
     let candidates = loop {
-        let disks = run(
-            h,
-            HostOp::GetTargetDisks,
-            &vol.iqn,
-            h.host().get_target_disks(portal, &vol.iqn, d),
-        )
-        .await?;
+        let disks = match h
+            .raw(
+                HostOp::GetTargetDisks,
+                &iqn,
+                h.host().get_target_disks(portal, iqn, d),
+            )
+            .await
+        {
+            Ok(disks) => disks,
+            // PowerShell-era csi-proxy: no connection (yet) to list disks of. Like an empty list: wait for it.
+            Err(e) if e.kind == HostErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(block_error(e, &iqn)),
+        };
         if !disks.is_empty() {
             let locs = run(
                 h,
@@ -100,7 +108,9 @@ pub(super) async fn find_disk<H: Host>(
         .await
     {
         Ok(ids) => Some(ids),
-        Err(e) if need_ids || uncertain(e.kind) => {
+        // An uncertain answer stays uncertain (kubelet retries; the session is kept for that retry).
+        Err(e) if uncertain(e.kind) => return Err(block_error(e, &target)),
+        Err(e) if need_ids => {
             return Err(Error::FailedPrecondition(format!(
                 "cannot read disk identifiers to verify {target} ({}); refusing to touch a disk whose identity \
                  cannot be checked",

@@ -13,17 +13,19 @@
 //! | volume_context | `iqn` | target name: `iqn.yyyy-mm.domain[:x]`, `eui.` + 16 hex or `naa.` + 16/32 hex |
 //! | volume_context | `lun` | 0–255 (Windows addresses LUNs with one byte, `SCSI_ADDRESS.Lun`) |
 //! | volume_context | `sessionCHAPAuth` | `true`: log in with CHAP (default: CHAP when the secret has a user name/password) |
-//! | volume_context | `discoveryCHAPAuth` | `true` is refused (FailedPrecondition): csi-proxy cannot send discovery credentials |
+//! | volume_context | `discoveryCHAPAuth` | `true`: discovery CHAP with `node.sendtargets.auth.*` on a backend with `HostCapabilities::discovery_chap` (native); refused (FailedPrecondition) on csi-proxy, which cannot send discovery credentials |
+//! | volume_context | `persistentLogin` | `true`: a persistent login on a backend with `HostCapabilities::persistent_logins` (native), removed on logout; refused on csi-proxy |
 //! | volume_context | `page83`, `serial` | identity hints: the disk must match them before anything touches it |
 //! | volume_context / capability | `fsType` | `ntfs` (default) only; others are InvalidArgument naming the backend that would support them |
 //! | secrets | `node.session.auth.username`, `.password` | one-way CHAP (secret: 12–16 characters, a Windows rule) |
 //! | secrets | `node.session.auth.password_in` (`.username_in`) | mutual CHAP: the initiator's node-wide secret, set with `SetMutualChapSecret` before the login |
-//! | secrets | `node.sendtargets.auth.*` | discovery CHAP: refused (FailedPrecondition) |
+//! | secrets | `node.sendtargets.auth.*` | discovery CHAP (`username`, `password`; native only; mutual discovery CHAP is refused) |
 //!
 //! Credentials anywhere else (a `*.password`/`secret`-like volume attribute) are InvalidArgument naming the key.
 //! `username_in` is accepted for compatibility but unused: Windows authenticates the target with the initiator's
 //! node-wide mutual secret only, and csi-proxy cannot set a per-target name. The mutual secret is node-global, so
-//! every mutual-CHAP volume on a node must use the same `password_in` (the last stage sets it).
+//! every mutual-CHAP volume on a node must use the same `password_in`: a stage with another one while a staged volume
+//! relies on the current secret is refused (FailedPrecondition), never silently replaces it (`chap.rs`).
 //!
 //! A worked example (a statically provisioned PV; the Secret holds `node.session.auth.username` / `.password`):
 //!
@@ -51,23 +53,38 @@
 //! # Limits of csi-proxy's iSCSI API (v1alpha2)
 //!
 //! No discovery CHAP, no persistent logins, no MPIO (multipath sessions, load-balance policy, initiator portal
-//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. One session per target:
-//! further portals are added (a later stage may log in through any of them) but a second `ConnectTarget` to a
-//! connected target is a no-op in csi-proxy.
+//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. The native backend lifts
+//! discovery CHAP, persistent logins and the read-only flag (cleared for writable volumes, `set_disk_online_writable`;
+//! a reader-only access mode keeps it); the protocol asks `Host::capabilities` (parse) and the host-call sequence below
+//! is the same on both backends. One session per target:
+//! further portals are added (a later stage may log in through any of them). A second `ConnectTarget` to a connected
+//! target is a no-op from csi-proxy v1.3.0 and an error ("already logged in") before: both are a login. The IQN is
+//! sent as `DiscoverTargetPortal` reports it: v1.3.0 looks targets up exact-case and a miss dereferences nil (the
+//! csi-proxy process dies), master answers "not found"; a target no portal reports is refused before any call names
+//! it.
+//!
+//! # Reboots, and what each csi-proxy release says about a volume that is gone
+//!
+//! Logins are not persistent, so a reboot takes every session away and the mount points at the staging paths
+//! dangle. PowerShell-era csi-proxy (≤ v1.2.1) still answers `GetVolumeIDFromTargetPath` with the old volume (it
+//! reads the reparse data); v1.3.0+ fail. So "already staged", startup health and publish readiness all need
+//! `GetVolumeStats` of the recorded volume to answer, the re-stage logs in again (the mount point resolves once the
+//! volume is back), and an unstage of a volume that is gone skips the unmount and removes the dangling mount point.
 //!
 //! # Host-call sequences (asserted by the unit tests in `iscsi/tests.rs`)
 //!
 //! | Operation | Host calls |
 //! | --- | --- |
-//! | first stage, RAW LUN | `AddTargetPortal` (each portal) → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
-//! | first stage, LUN with an NTFS volume | as above without `PartitionDisk`, the second `ListVolumesOnDisk` and `FormatVolume` |
+//! | first stage, RAW LUN | `AddTargetPortal` (each portal) → `DiscoverTargetPortal` → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `Rescan` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
+//! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
-//! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (equals the recorded volume: done) |
+//! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
 //! | unstage | `GetVolumeIDFromTargetPath` → `WriteVolumeCache` → `UnmountVolume` → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
-//! | unstage, staging path gone | `GetVolumeIDFromTargetPath` (fails) → `PathExists` → `DisconnectTarget` (as above) |
+//! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `WriteVolumeCache` (not found) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `PathExists` → `Rmdir` → `DisconnectTarget` |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |
-//! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath`; not the recorded volume → record marked `needs_restage`, nothing removed |
-//! | expand | `GetVolumeIDFromTargetPath` → `Rescan` → `GetDiskStats` → `GetVolumeStats` → `ResizeVolume(0)` → `GetVolumeStats` |
+//! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; not the recorded volume, or not there → record marked `needs_restage`, nothing removed |
+//! | publish readiness | `GetVolumeStats` of the recorded volume |
+//! | expand | `GetVolumeIDFromTargetPath` → `Rescan` → `GetDiskStats` → `GetVolumeStats` → `ResizeVolume(0)` → `GetVolumeStats`; no `ResizeVolume` when the disk has less than 100 MiB beyond the volume |
 //!
 //! # Which disk is this volume? (never the wrong one)
 //!
@@ -92,12 +109,21 @@
 //! a partition only when there is no non-reserved partition (a no-op otherwise). The rules:
 //!
 //! * the disk has a volume → never `PartitionDisk`; exactly one volume is required (several: FailedPrecondition);
-//! * the disk has no volume → record the intent, `PartitionDisk`, list again: a volume now is ours; still none means
-//!   the disk holds partitions Windows has no volume for (a foreign layout, e.g. Linux LVM): FailedPrecondition,
-//!   and `PartitionDisk` was a no-op, so the disk is untouched;
-//! * `FormatVolume` runs only on an unformatted volume **this driver created** (recorded in the state record before
-//!   `PartitionDisk`); an unformatted volume it did not create (e.g. ext4 written by a Linux node, which Windows
-//!   shows as a RAW volume) is refused, never formatted.
+//! * the disk is judged to have no volume only after a `Rescan` and a second list: Windows' storage cache may not
+//!   show partitions that are still arriving, and a stale empty list followed by a fresh one would otherwise make a
+//!   foreign volume look like ours. PowerShell-era answers for "none" (`[""]`, "No MSFT_Partition objects found")
+//!   count as none;
+//! * no volume → record the intent (`partitioning`), `PartitionDisk`, list again (again with a `Rescan` if needed): a
+//!   volume that appeared is the evidence that this driver created it (`partitioned`); still none means the disk
+//!   holds partitions Windows has no volume for (a foreign layout, e.g. Linux LVM): FailedPrecondition, and
+//!   `PartitionDisk` was a no-op, so the disk is untouched;
+//! * `FormatVolume` runs only on an unformatted volume **this driver created** (the evidence above, or — after a
+//!   crash right after `PartitionDisk` — the intent recorded after a fresh empty list); an unformatted volume it
+//!   did not create (e.g. ext4 written by a Linux node, which Windows shows as a RAW volume) is refused, never
+//!   formatted;
+//! * a write-protected disk (a read-only LUN, or the SAN policy) makes `PartitionDisk` / `FormatVolume` fail:
+//!   reported as such (csi-proxy cannot clear the flag), nothing is formatted. LUNs arriving offline under the
+//!   default SAN policy (OfflineShared) are brought online (`SetDiskState`).
 //!
 //! Limit (documented, not detectable through csi-proxy v1): a disk with *no partition table at all* whose contents
 //! another OS wrote directly (a whole-disk file system) looks exactly like a new RAW disk; identity hints are the
@@ -108,7 +134,9 @@
 //! Logins are not persistent (csi-proxy never sets IsPersistent): after a reboot the session is gone and the next
 //! stage logs in again. The session is logged out on unstage only when no other state record names the same target
 //! (per-target lock; records are written before the login and deleted after the logout, so a crash over-counts and
-//! never logs out a session in use). Portals are never removed: on Windows `RemoveTargetPortal` forgets every target
+//! never logs out a session in use). A definite failure of a first stage logs out (when no other record names the
+//! target) and keeps no record that counts as a user: at most a *released* record remembering that this driver
+//! partitioned the disk, so kubelet's retry can finish formatting it. Portals are never removed: on Windows `RemoveTargetPortal` forgets every target
 //! discovered through it (other volumes, administrator-configured discovery CHAP), and `AddTargetPortal` is
 //! idempotent, so a leftover portal costs nothing.
 
@@ -116,26 +144,26 @@ use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
 
-use tracing::{debug, info, warn};
-
 use crate::error::Error;
-use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, Portal};
+use crate::host::{Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath, Portal};
 use crate::lifecycle::{
-    Calls, Context, ExpandRequest, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats,
-    host_error,
+    Calls, Context, ExpandRequest, Health, Protocol, StageAt, StageRequest, VolumeStats, host_error,
 };
 use crate::locks::Deadline;
 use crate::state::{Details, Phase, VolumeRecord};
 
+mod chap;
 pub mod disk;
 mod params;
 mod stage;
 #[cfg(test)]
 mod tests;
+mod volume;
 
 pub use crate::lifecycle::Secrets;
 pub use params::{
     CHAP_SECRET_LEN, IscsiVolume, MAX_LUN, check_fs_type, check_iqn, is_iscsi, parse_volume,
+    parse_volume_for,
 };
 
 /// csi-proxy's ResizeVolume skips growth below this.
@@ -151,6 +179,10 @@ pub struct IscsiRecord {
     pub session_portal: Option<Portal>,
     /// Target name, as given.
     pub iqn: String,
+    /// The target name as the portal reports it (`DiscoverTargetPortal`), recorded before the first call that names
+    /// the target: every call uses this spelling (csi-proxy v1.3.0 matches exact-case, and a miss kills it).
+    #[serde(default)]
+    pub target_iqn: Option<String>,
     /// LUN.
     pub lun: u32,
     /// Disk number at the last stage (changes across reboots).
@@ -165,9 +197,22 @@ pub struct IscsiRecord {
     /// The volume id (`\\?\Volume{…}\`) mounted at the staging path.
     #[serde(default)]
     pub volume: Option<String>,
-    /// Whether this driver ran `PartitionDisk` on a disk without volumes (so an unformatted volume there is ours).
+    /// Intent, recorded before `PartitionDisk` and only after a `Rescan` and a re-list proved the disk has no
+    /// volume: a volume found on the disk afterwards can only be the one `PartitionDisk` created.
+    #[serde(default)]
+    pub partitioning: bool,
+    /// Evidence that this driver created the disk's volume: none after a refreshed storage cache before
+    /// `PartitionDisk`, one after it (so an unformatted volume there is ours to format).
     #[serde(default)]
     pub partitioned: bool,
+    /// A fingerprint (salted PBKDF2, never the secret) of the initiator's mutual CHAP secret this volume's session
+    /// relies on (see `chap.rs`).
+    #[serde(default)]
+    pub mutual_chap: Option<String>,
+    /// A first stage failed definitely: the record only remembers the disk this driver partitioned (so a retry can
+    /// finish formatting it) and no longer counts as a user of the target's session.
+    #[serde(default)]
+    pub released: bool,
 }
 
 impl Details for IscsiRecord {
@@ -180,12 +225,16 @@ impl IscsiRecord {
             portals: vol.portals.clone(),
             session_portal: None,
             iqn: vol.iqn.clone(),
+            target_iqn: None,
             lun: vol.lun,
             disk_number: None,
             page83: None,
             serial: None,
             volume: None,
+            partitioning: false,
             partitioned: false,
+            mutual_chap: None,
+            released: false,
         }
     }
 
@@ -195,22 +244,51 @@ impl IscsiRecord {
     }
 
     fn same_lun(&self, vol: &IscsiVolume) -> bool {
-        self.iqn.eq_ignore_ascii_case(&vol.iqn) && self.lun == vol.lun
+        same_name(&self.iqn, &vol.iqn) && self.lun == vol.lun
     }
 
     /// The portal to log out through.
     fn logout_portal(&self) -> Option<&Portal> {
         self.session_portal.as_ref().or(self.portals.first())
     }
+
+    /// The IQN to name the target with in a host call, when a session may exist: the spelling the portal reported,
+    /// or (records of older versions) the one a login succeeded with. `None`: this volume never got as far as a
+    /// login, so there is nothing to log out (and no spelling that is safe to send).
+    fn login_iqn(&self) -> Option<&str> {
+        self.target_iqn
+            .as_deref()
+            .or_else(|| self.session_portal.is_some().then_some(self.iqn.as_str()))
+    }
+
+    /// Whether an unformatted volume on the disk is this driver's (see `partitioning` and `partitioned`).
+    fn volume_is_ours(&self) -> bool {
+        self.partitioned || self.partitioning
+    }
+}
+
+/// Windows compares target names case-insensitively (iSCSI names are ASCII; see RFC 3722 stringprep, which
+/// lower-cases). One place, so the comparison can follow the host's name rule when it moves to `crate::host`.
+fn same_name(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
 }
 
 fn target_key(iqn: &str) -> String {
     format!("iscsi-target:{}", iqn.to_ascii_lowercase())
 }
 
-/// The iSCSI protocol.
+/// The iSCSI protocol, for a host backend with the given capabilities (discovery CHAP, persistent logins).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Iscsi;
+pub struct Iscsi {
+    caps: HostCapabilities,
+}
+
+impl Iscsi {
+    /// The protocol over a backend that can do what `caps` says.
+    pub fn new(caps: HostCapabilities) -> Self {
+        Self { caps }
+    }
+}
 
 impl<H: Host> Protocol<H> for Iscsi {
     type Volume = IscsiVolume;
@@ -232,7 +310,13 @@ impl<H: Host> Protocol<H> for Iscsi {
         {
             check_fs_type(fs_type)?;
         }
-        parse_volume(&req.volume_context, &req.secrets)
+        let mut vol = parse_volume_for(&req.volume_context, &req.secrets, self.caps)?;
+        // SINGLE_NODE_READER_ONLY (2) and MULTI_NODE_READER_ONLY (3): keep the disk's read-only flag.
+        vol.read_only = req
+            .capability
+            .as_ref()
+            .is_some_and(|c| matches!(c.access_mode, 2 | 3));
+        Ok(vol)
     }
 
     async fn stage(
@@ -252,7 +336,7 @@ impl<H: Host> Protocol<H> for Iscsi {
         record: &VolumeRecord,
         d: Deadline,
     ) -> Result<(), Error> {
-        unstage(cx, &record.volume_id, staging, &details(record)?, d).await
+        volume::unstage(cx, &record.volume_id, staging, &details(record)?, d).await
     }
 
     async fn stats(
@@ -262,7 +346,7 @@ impl<H: Host> Protocol<H> for Iscsi {
         path: &HostPath,
         d: Deadline,
     ) -> Result<VolumeStats, Error> {
-        stats(cx, record, path, d).await
+        volume::stats(cx, record, path, d).await
     }
 
     async fn check(
@@ -272,7 +356,17 @@ impl<H: Host> Protocol<H> for Iscsi {
         staging: &HostPath,
         d: Deadline,
     ) -> Result<Health, Error> {
-        check(cx, record, staging, d).await
+        volume::check(cx, record, staging, d).await
+    }
+
+    async fn ready(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        volume::ready(cx, record, staging, d).await
     }
 
     async fn expand(
@@ -283,7 +377,7 @@ impl<H: Host> Protocol<H> for Iscsi {
         req: &ExpandRequest,
         d: Deadline,
     ) -> Result<i64, Error> {
-        expand(cx, record, path, req, d).await
+        volume::expand(cx, record, path, req, d).await
     }
 }
 
@@ -315,10 +409,14 @@ fn block_error(err: HostError, subject: &dyn Display) -> Error {
             "cannot add iSCSI portal {subject}: {}; check the address and that the node reaches it",
             err.message
         )),
-        (
-            HostOp::ConnectTarget | HostOp::GetTargetDisks | HostOp::DisconnectTarget,
-            HostErrorKind::NotFound,
-        ) => Error::FailedPrecondition(format!(
+        (HostOp::DiscoverTargetPortal, kind) if !uncertain(kind) => {
+            Error::FailedPrecondition(format!(
+                "cannot list the targets of iSCSI portal {subject}: {}; check the portal and that it allows this \
+             initiator",
+                err.message
+            ))
+        }
+        (HostOp::ConnectTarget, HostErrorKind::NotFound) => Error::FailedPrecondition(format!(
             "the iSCSI target {subject} is not known through its portal ({}); check iqn and the portal",
             err.message
         )),
@@ -365,271 +463,12 @@ async fn put_iscsi<H: Host>(
         .await
 }
 
-/// Other volume records naming the same target (its durable reference count).
+/// Other volume records naming the same target (its durable reference count). A record a failed first stage released
+/// no longer holds the session.
 fn target_users<H: Host>(cx: Context<'_, H>, volume_id: &str, iqn: &str) -> Result<usize, Error> {
     Ok(cx
         .records::<IscsiRecord>()?
         .iter()
-        .filter(|(r, i)| r.volume_id != volume_id && i.iqn.eq_ignore_ascii_case(iqn))
+        .filter(|(r, i)| r.volume_id != volume_id && !i.released && same_name(&i.iqn, iqn))
         .count())
-}
-
-/// NodeUnstageVolume for an iSCSI record (the caller holds the volume guard).
-async fn unstage<H: Host>(
-    cx: Context<'_, H>,
-    volume_id: &str,
-    staging: &HostPath,
-    rec: &IscsiRecord,
-    d: Deadline,
-) -> Result<(), Error> {
-    let h = &cx.calls(d);
-    match h
-        .raw(
-            HostOp::GetVolumeIDFromTargetPath,
-            staging,
-            h.host().volume_id_from_target_path(staging, d),
-        )
-        .await
-    {
-        Ok(v) => {
-            if let Some(want) = &rec.volume
-                && !same_id(want, &v)
-            {
-                return Err(Error::FailedPrecondition(format!(
-                    "{staging} holds volume {v}, not the recorded {want}; refusing to unmount it"
-                )));
-            }
-            if let Err(e) = h
-                .raw(
-                    HostOp::WriteVolumeCache,
-                    &v,
-                    h.host().write_volume_cache(&v, d),
-                )
-                .await
-            {
-                if uncertain(e.kind) {
-                    return Err(block_error(e, &v));
-                }
-                warn!(error = %e.message, "flushing the volume cache failed; unmounting anyway (UnmountVolume flushes too)");
-            }
-            run(
-                h,
-                HostOp::UnmountVolume,
-                staging,
-                h.host().unmount_volume(&v, staging, d),
-            )
-            .await?;
-            run(h, HostOp::Rmdir, staging, h.host().rmdir(staging, false, d)).await?;
-        }
-        Err(e) if uncertain(e.kind) => return Err(block_error(e, staging)),
-        Err(_) => {
-            if run(
-                h,
-                HostOp::PathExists,
-                staging,
-                h.host().path_exists(staging, d),
-            )
-            .await?
-            {
-                // An empty directory or a dangling mount point: non-forced Rmdir removes either, never data.
-                run(h, HostOp::Rmdir, staging, h.host().rmdir(staging, false, d)).await?;
-            }
-        }
-    }
-    let _target = cx.object_locks().lock(&rec.target_key()).await;
-    let others = target_users(cx, volume_id, &rec.iqn)?;
-    if cx.may_remove_shared(others, &rec.iqn) {
-        if let Some(p) = rec.logout_portal() {
-            match h
-                .raw(
-                    HostOp::DisconnectTarget,
-                    &rec.iqn,
-                    h.host().disconnect_target(p, &rec.iqn, d),
-                )
-                .await
-            {
-                Ok(()) => info!(iqn = %rec.iqn, "last staged LUN of the target: logged out"),
-                Err(e) if e.kind == HostErrorKind::NotFound => debug!("target already gone"),
-                Err(e) => return Err(block_error(e, &rec.iqn)),
-            }
-        }
-    } else {
-        debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
-    }
-    cx.store().remove_volume(volume_id).await?;
-    info!(staging = %staging, "iSCSI volume unstaged");
-    Ok(())
-}
-
-/// Startup reconciliation of a staged iSCSI volume. A mount point is never judged by `IsSymlink` (Go reports
-/// mount points differently across versions) and nothing is removed here: when the recorded volume is no longer
-/// mounted at the staging path (the session died with a reboot), the record is marked for re-stage; the next stage logs in again and repairs the dangling mount point.
-async fn check<H: Host>(
-    cx: Context<'_, H>,
-    rec: &VolumeRecord,
-    staging: &HostPath,
-    d: Deadline,
-) -> Result<Health, Error> {
-    let r = details(rec)?;
-    let h = &cx.calls(d);
-    match h
-        .raw(
-            HostOp::GetVolumeIDFromTargetPath,
-            staging,
-            h.host().volume_id_from_target_path(staging, d),
-        )
-        .await
-    {
-        Ok(v) if r.volume.as_deref().is_none_or(|w| same_id(w, &v)) => Ok(Health::Healthy),
-        Err(e) if uncertain(e.kind) => Err(block_error(e, staging)),
-        _ => {
-            cx.mark_needs_restage(rec).await?;
-            info!(volume_id = %rec.volume_id, staging = %staging, iqn = %r.iqn, "iSCSI volume no longer mounted: \
-                  marked for re-stage");
-            Ok(Health::NeedsRestage)
-        }
-    }
-}
-
-/// NodeGetVolumeStats for an iSCSI record.
-async fn stats<H: Host>(
-    cx: Context<'_, H>,
-    rec: &VolumeRecord,
-    path: &HostPath,
-    d: Deadline,
-) -> Result<VolumeStats, Error> {
-    let r = &details(rec)?;
-    let staging = cx.staging_behind(rec, path)?;
-    let h = &cx.calls(d);
-    let mounted = h
-        .raw(
-            HostOp::GetVolumeIDFromTargetPath,
-            &staging,
-            h.host().volume_id_from_target_path(&staging, d),
-        )
-        .await;
-    match mounted {
-        Ok(v)
-            if r.volume.as_deref().is_none_or(|w| same_id(w, &v)) && rec.phase == Phase::Staged =>
-        {
-            let (total, used) =
-                run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d)).await?;
-            let (total, used) = (total as i64, used as i64);
-            Ok(VolumeStats {
-                usage: Usage {
-                    total,
-                    used,
-                    available: (total - used).max(0),
-                },
-                abnormal: false,
-                message: format!("volume {v} of {} LUN {} is mounted", r.iqn, r.lun),
-            })
-        }
-        Err(e) if uncertain(e.kind) => Err(block_error(e, &staging)),
-        other => {
-            let why = match other {
-                Ok(v) => format!("{staging} holds volume {v}, not the recorded one"),
-                _ => diagnose(h, r).await,
-            };
-            Ok(VolumeStats {
-                usage: Usage::default(),
-                abnormal: true,
-                message: format!("{why}; restart the pod to re-stage the volume"),
-            })
-        }
-    }
-}
-
-async fn diagnose<H: Host>(h: &Calls<'_, H>, r: &IscsiRecord) -> String {
-    let d = h.deadline();
-    let Some(p) = r.logout_portal() else {
-        return "the volume is not mounted".to_owned();
-    };
-    match h
-        .raw(
-            HostOp::GetTargetDisks,
-            &r.iqn,
-            h.host().get_target_disks(p, &r.iqn, d),
-        )
-        .await
-    {
-        Ok(disks) if disks.is_empty() => format!(
-            "the iSCSI session to {} is gone (node rebooted, target unreachable or logged out)",
-            r.iqn
-        ),
-        Ok(disks) => match r.disk_number.filter(|n| disks.contains(n)) {
-            Some(n) => match h
-                .raw(HostOp::GetDiskState, &n, h.host().is_disk_online(n, d))
-                .await
-            {
-                Ok(false) => format!("disk {n} ({} LUN {}) is offline", r.iqn, r.lun),
-                _ => "the volume is not mounted at the staging path".to_owned(),
-            },
-            None => format!("the disk of {} LUN {} is no longer visible", r.iqn, r.lun),
-        },
-        Err(e) => format!(
-            "the iSCSI target {} cannot be queried: {}",
-            r.iqn, e.message
-        ),
-    }
-}
-
-/// NodeExpandVolume: grow the volume's partition to the LUN's size and return the new capacity.
-async fn expand<H: Host>(
-    cx: Context<'_, H>,
-    rec: &VolumeRecord,
-    path: &HostPath,
-    req: &ExpandRequest,
-    d: Deadline,
-) -> Result<i64, Error> {
-    let r = &details(rec)?;
-    let staging = cx.staging_behind(rec, path)?;
-    let h = &cx.calls(d);
-    let v = run(
-        h,
-        HostOp::GetVolumeIDFromTargetPath,
-        &staging,
-        h.host().volume_id_from_target_path(&staging, d),
-    )
-    .await?;
-    if r.volume.as_deref().is_some_and(|w| !same_id(w, &v)) {
-        return Err(Error::FailedPrecondition(format!(
-            "{staging} holds volume {v}, not the recorded one; refusing to resize it"
-        )));
-    }
-    let Some(n) = r.disk_number else {
-        return Err(Error::FailedPrecondition(
-            "the volume's disk is not recorded; re-stage it".to_owned(),
-        ));
-    };
-    let disk = format!("disk {n} ({} LUN {})", r.iqn, r.lun);
-    run(h, HostOp::Rescan, &disk, h.host().rescan(d)).await?;
-    let disk_size = run(h, HostOp::GetDiskStats, &disk, h.host().disk_size(n, d)).await?;
-    if req.required_bytes > 0 && disk_size < req.required_bytes as u64 {
-        return Err(Error::FailedPrecondition(format!(
-            "{disk} is {disk_size} bytes, less than the requested {} bytes: grow the LUN on the storage system \
-             first (kubelet retries)",
-            req.required_bytes
-        )));
-    }
-    let (before, _) = run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d)).await?;
-    run(
-        h,
-        HostOp::ResizeVolume,
-        &v,
-        h.host().resize_volume(&v, 0, d),
-    )
-    .await?;
-    let (after, _) = run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d)).await?;
-    if after == before {
-        info!(
-            capacity = after,
-            disk_size,
-            "volume not grown: the LUN has less than 100 MiB of unused space \
-              (csi-proxy's minimum growth); reporting the current capacity"
-        );
-    } else {
-        info!(before, after, "volume expanded");
-    }
-    Ok(after as i64)
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::Error;
-use crate::host::{IscsiAuth, Portal, Secret};
+use crate::host::{HostCapabilities, IscsiAuth, Portal, Secret};
 use crate::lifecycle::{Secrets, context_get};
 
 /// The highest LUN accepted. Windows addresses a disk through `SCSI_ADDRESS`, whose `Lun` field is a `UCHAR`: the
@@ -31,6 +31,13 @@ pub struct IscsiVolume {
     pub page83: Option<String>,
     /// Identity hint: the disk's serial number.
     pub serial: Option<String>,
+    /// Discovery CHAP for the portals (`discoveryCHAPAuth` + `node.sendtargets.auth.*`; backends with
+    /// `HostCapabilities::discovery_chap` only).
+    pub discovery: IscsiAuth,
+    /// Log in persistently (`persistentLogin: "true"`; backends with `HostCapabilities::persistent_logins` only).
+    pub persistent: bool,
+    /// The volume is staged for reading only (a reader-only access mode): the disk's read-only flag is kept.
+    pub read_only: bool,
 }
 
 /// Whether `context` describes an iSCSI volume (csi-driver-iscsi's keys).
@@ -153,6 +160,16 @@ pub fn parse_volume(
     context: &BTreeMap<String, String>,
     secrets: &Secrets,
 ) -> Result<IscsiVolume, Error> {
+    parse_volume_for(context, secrets, HostCapabilities::default())
+}
+
+/// [`parse_volume`] for a host backend that can do what `caps` says (discovery CHAP, persistent logins); what it
+/// cannot do is refused as before (FailedPrecondition naming the backend that can).
+pub fn parse_volume_for(
+    context: &BTreeMap<String, String>,
+    secrets: &Secrets,
+    caps: HostCapabilities,
+) -> Result<IscsiVolume, Error> {
     for key in context.keys() {
         if is_credential_key(key) {
             return Err(Error::InvalidArgument(format!(
@@ -220,15 +237,28 @@ pub fn parse_volume(
             "volume attribute targetPortal (or portals) is required for an iSCSI volume".to_owned(),
         ));
     }
-    if flag(context, "discoveryCHAPAuth")? == Some(true)
-        || ["username", "password", "username_in", "password_in"]
-            .iter()
-            .any(|k| secrets.get(&format!("node.sendtargets.auth.{k}")).is_some())
-    {
+    let discovery_keys = ["username", "password", "username_in", "password_in"]
+        .iter()
+        .any(|k| secrets.get(&format!("node.sendtargets.auth.{k}")).is_some());
+    let discovery = if flag(context, "discoveryCHAPAuth")? == Some(true) || discovery_keys {
+        if !caps.discovery_chap {
+            return Err(Error::FailedPrecondition(
+                "discovery CHAP (discoveryCHAPAuth / node.sendtargets.auth.*) cannot be used: csi-proxy's \
+                 AddTargetPortal carries no credentials. Use the native backend (--host-backend native, chart \
+                 mode hostProcess), or add the portal on the node with its discovery credentials \
+                 (New-IscsiTargetPortal -AuthenticationType ONEWAYCHAP ...) and set discoveryCHAPAuth to false"
+                    .to_owned(),
+            ));
+        }
+        discovery_auth(secrets)?
+    } else {
+        IscsiAuth::None
+    };
+    let persistent = flag(context, "persistentLogin")? == Some(true);
+    if persistent && !caps.persistent_logins {
         return Err(Error::FailedPrecondition(
-            "discovery CHAP (discoveryCHAPAuth / node.sendtargets.auth.*) cannot be used: csi-proxy's \
-             AddTargetPortal carries no credentials. Add the portal on the node with its discovery credentials \
-             (New-IscsiTargetPortal -AuthenticationType ONEWAYCHAP ...) and set discoveryCHAPAuth to false"
+            "persistentLogin: csi-proxy always logs in non-persistently; persistent iSCSI logins need the native \
+             backend (--host-backend native, chart mode hostProcess)"
                 .to_owned(),
         ));
     }
@@ -279,5 +309,36 @@ pub fn parse_volume(
         mutual_secret,
         page83: hint("page83"),
         serial: hint("serial"),
+        discovery,
+        persistent,
+        read_only: false,
     })
+}
+
+/// One-way discovery CHAP from `node.sendtargets.auth.username` / `.password` (Windows has no mutual discovery
+/// CHAP through `MSFT_iSCSITargetPortal.New`).
+fn discovery_auth(secrets: &Secrets) -> Result<IscsiAuth, Error> {
+    if secrets.get("node.sendtargets.auth.password_in").is_some() {
+        return Err(Error::InvalidArgument(
+            "node.sendtargets.auth.password_in: mutual discovery CHAP is not supported on Windows; give \
+             node.sendtargets.auth.username and node.sendtargets.auth.password only"
+                .to_owned(),
+        ));
+    }
+    let username = secrets
+        .get("node.sendtargets.auth.username")
+        .map(|s| s.expose().trim().to_owned())
+        .filter(|s| !s.is_empty());
+    let (Some(username), Some(secret)) = (
+        username,
+        secrets.get("node.sendtargets.auth.password").cloned(),
+    ) else {
+        return Err(Error::InvalidArgument(
+            "discovery CHAP needs the node-stage secret keys node.sendtargets.auth.username and \
+             node.sendtargets.auth.password"
+                .to_owned(),
+        ));
+    };
+    check_secret(&secret, "node.sendtargets.auth.password")?;
+    Ok(IscsiAuth::OneWay { username, secret })
 }

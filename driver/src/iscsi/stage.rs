@@ -1,14 +1,16 @@
-//! NodeStageVolume of an iSCSI LUN (the sequence in the module docs): portals, login, disk identity, volume
-//! creation only on a disk without volumes, format only of a volume this driver created, mount.
+//! NodeStageVolume of an iSCSI LUN (the sequence in the module docs): portals, the target's own spelling, login,
+//! disk identity, volume creation only on a disk proven empty, format only of a volume this driver created, mount.
 
 use tracing::{debug, info, warn};
 
 use super::disk::find_disk;
+use super::volume::{logout, present};
 use super::{
-    IscsiRecord, IscsiVolume, block_error, put_iscsi, run, same_id, target_users, uncertain,
+    IscsiRecord, IscsiVolume, block_error, chap, put_iscsi, run, same_id, same_name, target_users,
+    uncertain,
 };
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostOp, HostPath};
+use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, IscsiAuth};
 use crate::lifecycle::{Calls, Context};
 use crate::locks::Deadline;
 use crate::state::Phase;
@@ -39,7 +41,8 @@ pub(super) async fn stage<H: Host>(
             }
         },
     };
-    // What is mounted at the staging path now (only asked when this driver may have mounted something there).
+    // What the mount point at the staging path names (only asked when this driver may have mounted something there).
+    // PowerShell-era csi-proxy answers from the reparse data, so after a reboot it names a volume that is gone.
     let mut mounted = None;
     if let Some((phase, r)) = &prev {
         match h
@@ -54,8 +57,13 @@ pub(super) async fn stage<H: Host>(
                 if *phase == Phase::Staged
                     && r.volume.as_deref().is_some_and(|want| same_id(want, &v))
                 {
-                    debug!(staging = %staging, volume = %v, "already staged: nothing to do");
-                    return Ok(());
+                    // "Already staged" needs proof that the volume is there, not only its name in a mount point.
+                    if present(h, &v).await? {
+                        debug!(staging = %staging, volume = %v, "already staged: nothing to do");
+                        return Ok(());
+                    }
+                    info!(staging = %staging, volume = %v, "the mount point names a volume that is gone \
+                          (session lost): logging in and mounting again");
                 }
                 mounted = Some(v);
             }
@@ -65,15 +73,20 @@ pub(super) async fn stage<H: Host>(
             }
         }
     }
-    let fresh = prev.is_none();
+    // A first stage: the volume never reached Staged (no record yet, or an earlier attempt's).
+    let first = prev
+        .as_ref()
+        .is_none_or(|(phase, _)| *phase == Phase::Staging);
+    let retry = prev.is_some();
     let mut rec = prev
         .map(|(_, r)| r)
         .unwrap_or_else(|| IscsiRecord::new(vol));
     rec.portals = vol.portals.clone();
+    rec.released = false;
     // Intent first: from here on the record counts as a user of the target's session.
     put_iscsi(cx, volume_id, staging, Phase::Staging, &rec).await?;
     let _target = cx.object_locks().lock(&rec.target_key()).await;
-    let result = stage_steps(cx, h, volume_id, staging, vol, &mut rec, mounted, fresh).await;
+    let result = stage_steps(cx, h, volume_id, staging, vol, &mut rec, mounted, retry).await;
     match result {
         Ok(()) => {
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
@@ -84,34 +97,36 @@ pub(super) async fn stage<H: Host>(
             warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
             Err(err)
         }
-        Err(err) if fresh => {
-            // kubelet will not unstage after a definite failure: log out again if nobody else uses the target.
-            if rec.session_portal.is_some() && target_users(cx, volume_id, &vol.iqn)? == 0 {
-                let p = rec.logout_portal().cloned();
-                if let Some(p) = p
-                    && let Err(e) = h
-                        .raw(
-                            HostOp::DisconnectTarget,
-                            &p,
-                            h.host().disconnect_target(&p, &vol.iqn, d),
-                        )
-                        .await
-                {
-                    warn!(error = %e, "rollback: logout failed; keeping the record");
-                    return Err(err);
-                }
-            }
-            if rec.partitioned {
-                // Keep the fact that the unformatted volume is ours, so a retry can finish formatting it.
-                rec.session_portal = None;
-                put_iscsi(cx, volume_id, staging, Phase::Staging, &rec).await?;
-            } else {
-                cx.store().remove_volume(volume_id).await?;
-            }
-            Err(err)
-        }
+        Err(err) if first => roll_back(cx, h, volume_id, staging, &mut rec, err).await,
         Err(err) => Err(err),
     }
+}
+
+/// After a definite failure of a first stage kubelet will not call NodeUnstage: log out if nobody else uses the
+/// target, and keep no record that holds the session. Only the fact that this driver partitioned the disk survives
+/// (in a released record), so a retry can finish formatting the volume it created.
+async fn roll_back<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    volume_id: &str,
+    staging: &HostPath,
+    rec: &mut IscsiRecord,
+    err: Error,
+) -> Result<(), Error> {
+    if target_users(cx, volume_id, &rec.iqn)? == 0
+        && let Err(e) = logout(h, rec).await
+    {
+        warn!(error = %e, "rollback: logout failed; the session stays until another volume of the target is unstaged");
+    }
+    if rec.volume_is_ours() {
+        rec.session_portal = None;
+        rec.mutual_chap = None;
+        rec.released = true;
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+    } else {
+        cx.store().remove_volume(volume_id).await?;
+    }
+    Err(err)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -123,7 +138,7 @@ async fn stage_steps<H: Host>(
     vol: &IscsiVolume,
     rec: &mut IscsiRecord,
     mounted: Option<String>,
-    fresh: bool,
+    retry: bool,
 ) -> Result<(), Error> {
     let d = h.deadline();
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
@@ -131,10 +146,21 @@ async fn stage_steps<H: Host>(
     let mut added = Vec::new();
     let mut last = None;
     for p in &vol.portals {
-        match h
-            .raw(HostOp::AddTargetPortal, p, h.host().add_target_portal(p, d))
-            .await
-        {
+        let added_portal = match &vol.discovery {
+            IscsiAuth::None => {
+                h.raw(HostOp::AddTargetPortal, p, h.host().add_target_portal(p, d))
+                    .await
+            }
+            chap => {
+                h.raw(
+                    HostOp::AddTargetPortal,
+                    p,
+                    h.host().add_target_portal_with_chap(p, chap, d),
+                )
+                .await
+            }
+        };
+        match added_portal {
             Ok(()) => added.push(p.clone()),
             Err(e) if uncertain(e.kind) => return Err(block_error(e, p)),
             Err(e) => {
@@ -146,8 +172,21 @@ async fn stage_steps<H: Host>(
     if added.is_empty() {
         return Err(last.unwrap_or_else(|| Error::InvalidArgument("no portal".to_owned())));
     }
-    // 2. Login (the mutual secret is node-global and must be in place first).
+    // 2. The target's name as the portal reports it, recorded before any call names the target.
+    let iqn = match rec.target_iqn.clone() {
+        Some(iqn) => iqn,
+        None => {
+            let iqn = discover(h, &added, &vol.iqn).await?;
+            rec.target_iqn = Some(iqn.clone());
+            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+            iqn
+        }
+    };
+    // 3. The node-global mutual secret: refused when other volumes rely on another, set before the login.
     if let Some(secret) = &vol.mutual_secret {
+        let _chap = cx.object_locks().lock(chap::LOCK_KEY).await;
+        rec.mutual_chap = Some(chap::claim(cx, volume_id, secret)?);
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
         run(
             h,
             HostOp::SetMutualChapSecret,
@@ -156,17 +195,32 @@ async fn stage_steps<H: Host>(
         )
         .await?;
     }
+    // 4. Login. A target that already has a session (another LUN of it, or an earlier attempt) is logged in: csi-proxy
+    //    v1.3.0+ answer OK, the PowerShell era "already logged in".
     let mut session = None;
     for p in &added {
-        match h
-            .raw(
+        let login = if vol.persistent {
+            h.raw(
                 HostOp::ConnectTarget,
-                &vol.iqn,
-                h.host().connect_target(p, &vol.iqn, &vol.auth, d),
+                &iqn,
+                h.host().connect_target_persistent(p, &iqn, &vol.auth, d),
             )
             .await
-        {
+        } else {
+            h.raw(
+                HostOp::ConnectTarget,
+                &iqn,
+                h.host().connect_target(p, &iqn, &vol.auth, d),
+            )
+            .await
+        };
+        match login {
             Ok(()) => {
+                session = Some(p.clone());
+                break;
+            }
+            Err(e) if e.kind == HostErrorKind::AlreadyLoggedIn => {
+                debug!(iqn = %iqn, "the target already has a session");
                 session = Some(p.clone());
                 break;
             }
@@ -183,8 +237,8 @@ async fn stage_steps<H: Host>(
         return Err(last.unwrap_or_else(|| Error::Internal("no login attempted".to_owned())));
     };
     rec.session_portal = Some(portal.clone());
-    // 3. Which disk.
-    let (number, ids) = find_disk(h, &portal, vol, rec).await?;
+    // 5. Which disk.
+    let (number, ids) = find_disk(h, &portal, &iqn, vol, rec).await?;
     rec.disk_number = Some(number);
     if let Some(ids) = &ids {
         rec.page83 = Some(ids.page83.trim().to_owned()).filter(|s| !s.is_empty());
@@ -193,44 +247,28 @@ async fn stage_steps<H: Host>(
     // Identity recorded before anything changes on the disk.
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     let disk = format!("disk {number} ({target})");
-    run(
-        h,
-        HostOp::SetDiskState,
-        &disk,
-        h.host().set_disk_online(number, true, d),
-    )
-    .await?;
-    // 4. Volume: create only on a disk without volumes; never touch a foreign layout.
-    let mut vols = volumes_on(h, number, &disk).await?;
-    if vols.is_empty() {
-        rec.partitioned = true;
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+    // LUNs arrive offline under Windows Server's default SAN policy (OfflineShared).
+    if vol.read_only {
         run(
             h,
-            HostOp::PartitionDisk,
+            HostOp::SetDiskState,
             &disk,
-            h.host().partition_disk(number, d),
+            h.host().set_disk_online(number, true, d),
         )
         .await?;
-        vols = volumes_on(h, number, &disk).await?;
-        if vols.is_empty() {
-            rec.partitioned = false;
-            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-            return Err(Error::FailedPrecondition(format!(
-                "{disk} has partitions but no volume Windows can use (an unknown or foreign partition layout, \
-                 e.g. written by another operating system); refusing to touch it. Clean the LUN on the storage \
-                 system or use another LUN"
-            )));
-        }
+    } else {
+        // A backend with `clear_disk_read_only` also clears a read-only flag left by the SAN policy.
+        run(
+            h,
+            HostOp::SetDiskState,
+            &disk,
+            h.host().set_disk_online_writable(number, d),
+        )
+        .await?;
     }
-    if vols.len() > 1 {
-        return Err(Error::FailedPrecondition(format!(
-            "{disk} has {} volumes ({}); this driver mounts a LUN with exactly one volume and will not guess",
-            vols.len(),
-            vols.join(", ")
-        )));
-    }
-    let vid = vols.remove(0);
+    // 6. The volume: created only on a disk proven empty; a foreign layout is never touched.
+    let vid = volume_of(cx, h, volume_id, staging, rec, number, &disk).await?;
+    // 7. File system: only a volume this driver created may be formatted.
     if !run(
         h,
         HostOp::IsVolumeFormatted,
@@ -239,7 +277,7 @@ async fn stage_steps<H: Host>(
     )
     .await?
     {
-        if !rec.partitioned {
+        if !rec.volume_is_ours() {
             return Err(Error::FailedPrecondition(format!(
                 "volume {vid} on {disk} has no file system Windows recognises, but this driver did not create \
                  it (it may hold data of another operating system, e.g. ext4); refusing to format it"
@@ -248,19 +286,16 @@ async fn stage_steps<H: Host>(
         rec.volume = Some(vid.clone());
         put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
         info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");
-        run(
-            h,
-            HostOp::FormatVolume,
-            &vid,
-            h.host().format_volume(&vid, d),
-        )
-        .await?;
+        h.raw(HostOp::FormatVolume, &vid, h.host().format_volume(&vid, d))
+            .await
+            .map_err(|e| write_error(e, &disk, &vid))?;
     }
     rec.volume = Some(vid.clone());
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-    // 5. Mount at the staging path.
+    // 8. Mount at the staging path.
     match mounted {
         Some(v) if same_id(&v, &vid) => {
+            // The mount point names this volume, which the login brought back: it resolves again.
             debug!(staging = %staging, "the volume is already mounted at the staging path");
             return Ok(());
         }
@@ -276,7 +311,7 @@ async fn stage_steps<H: Host>(
         .await
     {
         Ok(()) => {}
-        Err(e) if e.kind == HostErrorKind::AlreadyExists && !fresh => {
+        Err(e) if e.kind == HostErrorKind::AlreadyExists && retry => {
             // A mount point left dangling by a reboot (its volume vanished with the session): remove the reparse
             // point (non-forced Rmdir never deletes data) and start over.
             info!(staging = %staging, "removing a dangling mount point at the staging path");
@@ -285,18 +320,174 @@ async fn stage_steps<H: Host>(
         }
         Err(e) => return Err(block_error(e, staging)),
     }
-    run(
-        h,
-        HostOp::MountVolume,
-        staging,
-        h.host().mount_volume(&vid, staging, d),
-    )
-    .await?;
-    Ok(())
+    match h
+        .raw(
+            HostOp::MountVolume,
+            staging,
+            h.host().mount_volume(&vid, staging, d),
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind == HostErrorKind::AccessPathInUse => {
+            // PowerShell-era csi-proxy refuses to mount again: ask which volume is there.
+            let there = run(
+                h,
+                HostOp::GetVolumeIDFromTargetPath,
+                staging,
+                h.host().volume_id_from_target_path(staging, d),
+            )
+            .await?;
+            if same_id(&there, &vid) {
+                debug!(staging = %staging, "the volume was mounted there already");
+                Ok(())
+            } else {
+                Err(Error::FailedPrecondition(format!(
+                    "{staging} has volume {there} mounted, not {vid}; refusing to replace it"
+                )))
+            }
+        }
+        Err(e) => Err(block_error(e, staging)),
+    }
 }
 
-/// `ListVolumesOnDisk`; "not found" counts as no volume: csi-proxy's PowerShell generation fails with "No
-/// MSFT_Partition objects found" on a disk without partitions instead of returning an empty list.
+/// `DiscoverTargetPortal` through the added portals until one reports the target: its own spelling of `wanted`
+/// (csi-proxy v1.3.0 looks targets up exact-case and dies on a miss; master answers "not found"; the PowerShell era
+/// matches case-insensitively). A target no portal reports is refused before any call names it.
+async fn discover<H: Host>(
+    h: &Calls<'_, H>,
+    portals: &[crate::host::Portal],
+    wanted: &str,
+) -> Result<String, Error> {
+    let mut seen = Vec::new();
+    let mut last = None;
+    for p in portals {
+        match h
+            .raw(
+                HostOp::DiscoverTargetPortal,
+                p,
+                h.host().discover_target_portal(p, h.deadline()),
+            )
+            .await
+        {
+            Ok(iqns) => {
+                if let Some(found) = iqns.iter().find(|i| same_name(i.trim(), wanted)) {
+                    if found.trim() != wanted {
+                        info!(given = %wanted, reported = %found.trim(), "using the target's own spelling of its name");
+                    }
+                    return Ok(found.trim().to_owned());
+                }
+                seen.extend(iqns);
+            }
+            Err(e) if uncertain(e.kind) => return Err(block_error(e, p)),
+            Err(e) => {
+                warn!(portal = %p, error = %e.message, "cannot list the portal's targets");
+                last = Some(block_error(e, p));
+            }
+        }
+    }
+    if seen.is_empty()
+        && let Some(e) = last
+    {
+        return Err(e);
+    }
+    Err(Error::FailedPrecondition(format!(
+        "no portal of the volume reports target {wanted} (they report: {}); check iqn, the portals, and that the \
+         target allows this initiator",
+        if seen.is_empty() {
+            "none".to_owned()
+        } else {
+            seen.join(", ")
+        }
+    )))
+}
+
+/// The LUN's one volume: an existing one, or the one `PartitionDisk` creates on a disk proven empty (a `Rescan` and
+/// a re-list before judging it so; the "ours" mark only on the evidence of a volume that was not there before).
+async fn volume_of<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    volume_id: &str,
+    staging: &HostPath,
+    rec: &mut IscsiRecord,
+    number: u32,
+    disk: &str,
+) -> Result<String, Error> {
+    let d = h.deadline();
+    let mut vols = volumes_fresh(h, number, disk).await?;
+    if vols.is_empty() {
+        rec.partitioning = true;
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+        if let Err(e) = h
+            .raw(
+                HostOp::PartitionDisk,
+                &disk,
+                h.host().partition_disk(number, d),
+            )
+            .await
+        {
+            if !uncertain(e.kind) {
+                // Nothing was created.
+                rec.partitioning = false;
+                put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+            }
+            return Err(write_error(e, disk, disk));
+        }
+        vols = volumes_fresh(h, number, disk).await?;
+        if vols.is_empty() {
+            rec.partitioning = false;
+            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+            return Err(Error::FailedPrecondition(format!(
+                "{disk} has partitions but no volume Windows can use (an unknown or foreign partition layout, \
+                 e.g. written by another operating system); refusing to touch it. Clean the LUN on the storage \
+                 system or use another LUN"
+            )));
+        }
+        rec.partitioned = true;
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+    }
+    if vols.len() > 1 {
+        return Err(Error::FailedPrecondition(format!(
+            "{disk} has {} volumes ({}); this driver mounts a LUN with exactly one volume and will not guess",
+            vols.len(),
+            vols.join(", ")
+        )));
+    }
+    Ok(vols.remove(0))
+}
+
+/// The disk's volumes; when there seem to be none, once more after a `Rescan` (Windows' storage cache may not show
+/// partitions and volumes that are arriving).
+async fn volumes_fresh<H: Host>(
+    h: &Calls<'_, H>,
+    disk: u32,
+    subject: &str,
+) -> Result<Vec<String>, Error> {
+    let vols = volumes_on(h, disk, subject).await?;
+    if !vols.is_empty() {
+        return Ok(vols);
+    }
+    run(h, HostOp::Rescan, &subject, h.host().rescan(h.deadline())).await?;
+    volumes_on(h, disk, subject).await
+}
+
+/// A failed `PartitionDisk` / `FormatVolume`. Besides the uncertain kinds, the one cause the driver can name is a
+/// write-protected disk, which csi-proxy cannot clear (it has no call for the read-only flag).
+fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
+    if uncertain(e.kind) {
+        return block_error(e, &subject);
+    }
+    Error::FailedPrecondition(format!(
+        "{} on {subject} failed: {}. If {disk} is read-only (a write-protected LUN, or the node's SAN policy), \
+         csi-proxy cannot clear that: make the LUN writable on the storage system, or clear it on the node \
+         (Set-Disk -IsReadOnly $false); nothing was formatted",
+        e.op, e.message
+    ))
+}
+
+/// `ListVolumesOnDisk`, the ids Windows has for the disk. "Not found" (PowerShell-era csi-proxy on a RAW disk:
+/// "No MSFT_Partition objects found") and empty ids (its `[""]` for a disk whose partitions have no volume) both mean
+/// no volume.
 pub(super) async fn volumes_on<H: Host>(
     h: &Calls<'_, H>,
     disk: u32,
@@ -310,7 +501,11 @@ pub(super) async fn volumes_on<H: Host>(
         )
         .await
     {
-        Ok(v) => Ok(v),
+        Ok(v) => Ok(v
+            .into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()),
         Err(e) if e.kind == HostErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(block_error(e, &subject)),
     }

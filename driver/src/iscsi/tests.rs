@@ -183,13 +183,17 @@ fn unstage_req(id: &str) -> UnstageRequest {
     }
 }
 
+/// A RAW LUN: no volume, even after a Rescan and a re-list, so one is created (and the evidence recorded).
 const FIRST_STAGE_RAW: &[HostOp] = &[
     AddTargetPortal,
+    DiscoverTargetPortal,
     ConnectTarget,
     GetTargetDisks,
     ListDiskLocations,
     ListDiskIDs,
     SetDiskState,
+    ListVolumesOnDisk,
+    Rescan,
     ListVolumesOnDisk,
     PartitionDisk,
     ListVolumesOnDisk,
@@ -234,7 +238,8 @@ async fn first_repeated_stage_and_unstage_sequences() {
         .stage(&stage_req("v1", 0, &[], &[]), d())
         .await
         .expect("repeat");
-    assert_eq!(env.ops(), [GetVolumeIDFromTargetPath]);
+    // "Already staged" needs proof that the volume is there, not only its name in the mount point.
+    assert_eq!(env.ops(), [GetVolumeIDFromTargetPath, GetVolumeStats]);
 
     env.mgr
         .unstage(&unstage_req("v1"), d())
@@ -272,6 +277,7 @@ async fn existing_ntfs_volume_is_mounted_not_formatted() {
         env.ops(),
         [
             AddTargetPortal,
+            DiscoverTargetPortal,
             ConnectTarget,
             GetTargetDisks,
             ListDiskLocations,
@@ -333,13 +339,18 @@ async fn foreign_layout_is_refused_untouched() {
         ops,
         [
             AddTargetPortal,
+            DiscoverTargetPortal,
             ConnectTarget,
             GetTargetDisks,
             ListDiskLocations,
             ListDiskIDs,
             SetDiskState,
             ListVolumesOnDisk,
+            Rescan,
+            ListVolumesOnDisk,
             PartitionDisk,
+            ListVolumesOnDisk,
+            Rescan,
             ListVolumesOnDisk,
             DisconnectTarget
         ]
@@ -438,6 +449,7 @@ async fn missing_lun_is_unavailable_within_the_deadline() {
         env.ops(),
         [
             AddTargetPortal,
+            DiscoverTargetPortal,
             ConnectTarget,
             GetTargetDisks,
             ListDiskLocations,
@@ -485,9 +497,10 @@ async fn rescan_only_when_the_disk_is_not_visible() {
         .expect("stage");
     let ops = env.ops();
     assert_eq!(
-        &ops[..5],
+        &ops[..6],
         [
             AddTargetPortal,
+            DiscoverTargetPortal,
             ConnectTarget,
             GetTargetDisks,
             Rescan,
@@ -552,8 +565,13 @@ async fn one_way_and_mutual_chap_and_wrong_secrets() {
     );
     let ops = env.ops();
     assert_eq!(
-        &ops[..3],
-        [AddTargetPortal, SetMutualChapSecret, ConnectTarget]
+        &ops[..4],
+        [
+            AddTargetPortal,
+            DiscoverTargetPortal,
+            SetMutualChapSecret,
+            ConnectTarget
+        ]
     );
     let rec = std::fs::read_dir(env.dir.path().join("volumes"))
         .expect("ls")
@@ -666,7 +684,12 @@ async fn stats_condition_and_publish_path() {
         .expect("stats");
     assert_eq!(env.ops(), [GetVolumeIDFromTargetPath, GetVolumeStats]);
     assert!(!s.abnormal);
-    assert_eq!(s.usage.total, (10 * GIB - 18 * (1 << 20)) as i64);
+    // The partition's size: the LUN less the partition table and the reserved partition, and a few KiB of slack
+    // below its maximum (as real partitions have, csi-proxy#195).
+    let vid = env.record("v1").volume.expect("volume");
+    let (size, max) = env.state(|st| st.partition_sizes(&vid)).expect("sizes");
+    assert_eq!(s.usage.total, size as i64);
+    assert!(max > size && max - size < 1 << 20, "{size} {max}");
     assert_eq!(s.usage.available, s.usage.total - s.usage.used);
     let err = env
         .mgr
@@ -784,17 +807,47 @@ async fn expand_grows_to_the_lun_and_honours_the_skip_rule() {
         volume_path: staging("v1"),
         required_bytes: bytes as i64,
     };
-    let start = 10 * GIB - 18 * (1 << 20);
-    // LUN grown by 50 MiB: below csi-proxy's 100 MiB minimum, the capacity is reported as it is.
+    let vid = env.record("v1").volume.expect("volume");
+    let (start, _) = env.state(|s| s.partition_sizes(&vid)).expect("sizes");
+    const NO_RESIZE: [HostOp; 4] = [
+        GetVolumeIDFromTargetPath,
+        Rescan,
+        GetDiskStats,
+        GetVolumeStats,
+    ];
+    env.ops();
+    // The LUN did not grow: the partition's sub-MiB slack is never sent to ResizeVolume (csi-proxy v1.1.x has no skip
+    // rule and fails on it: "Size Not Supported … less than the minimum of 1MB").
+    let cap = env
+        .mgr
+        .expand(&req(10 * GIB), d())
+        .await
+        .expect("expand, LUN not grown");
+    assert_eq!(cap, start as i64);
+    assert_eq!(env.ops(), NO_RESIZE);
+    // LUN grown by 50 MiB: less than 100 MiB beyond the volume, the capacity is reported as it is (the same rule
+    // on every release: v1.2+ skip such growth themselves).
     env.script(|s| s.set_disk_size("lun0", 10 * GIB + (50 << 20)))
         .expect("grow");
-    env.ops();
     let cap = env
         .mgr
         .expand(&req(10 * GIB), d())
         .await
         .expect("expand small");
     assert_eq!(cap, start as i64);
+    assert_eq!(env.ops(), NO_RESIZE);
+    // LUN not grown enough for the request: a clear error.
+    let err = env
+        .mgr
+        .expand(&req(20 * GIB), d())
+        .await
+        .expect_err("too small");
+    assert!(err.to_string().contains("grow the LUN"), "{err}");
+    env.script(|s| s.set_disk_size("lun0", 20 * GIB))
+        .expect("grow");
+    env.ops();
+    let cap = env.mgr.expand(&req(20 * GIB), d()).await.expect("expand");
+    assert_eq!(cap, (20 * GIB - 18 * (1 << 20)) as i64);
     assert_eq!(
         env.ops(),
         [
@@ -806,17 +859,6 @@ async fn expand_grows_to_the_lun_and_honours_the_skip_rule() {
             GetVolumeStats
         ]
     );
-    // LUN not grown enough for the request: a clear error.
-    let err = env
-        .mgr
-        .expand(&req(20 * GIB), d())
-        .await
-        .expect_err("too small");
-    assert!(err.to_string().contains("grow the LUN"), "{err}");
-    env.script(|s| s.set_disk_size("lun0", 20 * GIB))
-        .expect("grow");
-    let cap = env.mgr.expand(&req(20 * GIB), d()).await.expect("expand");
-    assert_eq!(cap, (20 * GIB - 18 * (1 << 20)) as i64);
 }
 
 #[tokio::test]
@@ -998,7 +1040,7 @@ async fn dispatch_refuses_other_file_systems_and_block() {
 
 #[test]
 fn csi_proxy_texts_are_classified() {
-    use crate::host::csi_proxy::classify_block;
+    use crate::host::csi_proxy::classify;
     let proxy = |m: &str| proxy_client::Error::Proxy {
         method: "X",
         code: 2,
@@ -1031,11 +1073,7 @@ fn csi_proxy_texts_are_classified() {
             HostErrorKind::Other,
         ),
     ] {
-        assert_eq!(
-            classify_block(ConnectTarget, &proxy(text)).kind,
-            kind,
-            "{text}"
-        );
+        assert_eq!(classify(ConnectTarget, &proxy(text)).kind, kind, "{text}");
     }
 }
 
@@ -1113,5 +1151,386 @@ async fn same_volume_id_with_another_lun_or_path_is_already_exists() {
         .unstage(&unstage_req("v1"), d())
         .await
         .expect("unstage");
+    env.assert_clean();
+}
+
+// ---- every csi-proxy release (issue 14): the same driver, whatever release the node runs ----
+
+use sim::CsiProxyVersion;
+
+/// [`Env::with`] playing csi-proxy `v` whatever `WINCSI_SIM_CSI_PROXY_VERSION` says.
+fn env_on(v: CsiProxyVersion, f: impl FnOnce(&mut Value)) -> Env {
+    let env = Env::with(f);
+    env.sim.set_csi_proxy_version(v).expect("release");
+    env
+}
+
+#[tokio::test]
+async fn a_second_lun_of_a_logged_in_target_stages_on_every_release() {
+    // PowerShell-era ConnectTarget answers "already logged in" for a connected target (D1).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, |_| {});
+        // A first attempt ends uncertain after its login (csi-proxy unreachable): the session is kept for the retry,
+        // which logs in to a connected target.
+        env.unavailable_nth(ListDiskIDs, 1);
+        let err = env
+            .mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .expect_err("uncertain");
+        assert!(matches!(err, Error::Unavailable(_)), "{v}: {err:?}");
+        assert_eq!(env.sessions(), 1, "{v}");
+        for (id, lun) in [("v1", 0), ("v2", 1)] {
+            env.mgr
+                .stage(&stage_req(id, lun, &[], &[]), d())
+                .await
+                .unwrap_or_else(|e| panic!("{v}: stage {id}: {e}"));
+        }
+        assert_eq!(env.sessions(), 1, "{v}");
+        for id in ["v1", "v2"] {
+            env.mgr
+                .unstage(&unstage_req(id), d())
+                .await
+                .unwrap_or_else(|e| panic!("{v}: unstage {id}: {e}"));
+        }
+        env.assert_clean();
+    }
+}
+
+#[tokio::test]
+async fn the_iqn_is_sent_as_the_target_spells_it_on_every_release() {
+    // csi-proxy v1.3.0 looks targets up exact-case and a miss kills it; master answers "not found" (D9).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, |_| {});
+        let mut req = stage_req("v1", 0, &[], &[]);
+        req.volume_context.insert(
+            "iqn".into(),
+            IQN.to_ascii_uppercase().replace("IQN.", "iqn."),
+        );
+        env.mgr
+            .stage(&req, d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert!(env.sim.csi_proxy_running(), "{v}: csi-proxy died");
+        let connects: Vec<String> = env
+            .calls()
+            .iter()
+            .filter_map(|c| match c {
+                testing::Call::Other(ConnectTarget, args) => {
+                    args["iqn"].as_str().map(str::to_owned)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(connects, [IQN], "{v}");
+        assert_eq!(env.record("v1").target_iqn.as_deref(), Some(IQN));
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: unstage: {e}"));
+        env.assert_clean();
+        // A target no portal reports is refused before any call names it.
+        let mut req = stage_req("v2", 0, &[], &[]);
+        req.volume_context
+            .insert("iqn".into(), "iqn.2024-01.io.example:nowhere".into());
+        env.ops();
+        let err = env.mgr.stage(&req, d()).await.expect_err("unknown target");
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("no portal of the volume reports")),
+            "{v}: {err:?}"
+        );
+        assert_eq!(env.ops(), [AddTargetPortal, DiscoverTargetPortal], "{v}");
+        assert!(env.sim.csi_proxy_running(), "{v}: csi-proxy died");
+        assert!(env.mgr.store().volumes().expect("list").is_empty(), "{v}");
+    }
+}
+
+#[tokio::test]
+async fn after_a_reboot_restage_logs_in_again_and_unstage_completes_on_every_release() {
+    // PowerShell-era GetVolumeIDFromTargetPath reads a dangling mount point's reparse data (D4).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, |_| {});
+        env.mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .expect("stage");
+        env.script(|s| s.write_file(&format!(r"{}\data.txt", staging("v1")), b"kept"))
+            .expect("write");
+        env.sim.reboot().expect("reboot");
+        env.ops();
+        env.mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: re-stage: {e}"));
+        let ops = env.ops();
+        assert!(ops.contains(&ConnectTarget), "{v}: no login: {ops:?}");
+        assert!(!ops.contains(&FormatVolume), "{v}: {ops:?}");
+        assert_eq!(
+            env.state(|s| s.read_file(&format!(r"{}\data.txt", staging("v1"))))
+                .expect("data"),
+            b"kept"
+        );
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        env.assert_clean();
+
+        // A volume the reboot took away, unstaged without a re-stage (the pod is gone): it completes.
+        let env = env_on(v, |_| {});
+        env.mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .expect("stage");
+        env.sim.reboot().expect("reboot");
+        let s = env
+            .mgr
+            .stats(
+                &StatsRequest {
+                    volume_id: "v1".into(),
+                    volume_path: staging("v1"),
+                },
+                d(),
+            )
+            .await
+            .expect("stats");
+        assert!(s.abnormal && s.message.contains("session"), "{v}: {s:?}");
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: unstage after reboot: {e}"));
+        env.assert_clean();
+    }
+}
+
+#[tokio::test]
+async fn a_volume_that_arrives_late_is_never_taken_for_an_empty_disk() {
+    // D5: the LUN holds a foreign file system (Windows: a RAW volume) whose partitions show up only after the storage
+    // cache is refreshed; were the disk judged empty from the stale list, the next list would show an unformatted
+    // volume "created by us" and format it.
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, |sc| {
+            let lun0 = lun_spec(sc, 0);
+            lun0["partition_style"] = json!("gpt");
+            lun0["partitions"] = json!([{"size": GIB, "volume": {"foreign_data": true}}]);
+            lun0["volume_arrival_delay_ms"] = json!(3_600_000);
+        });
+        // Should PartitionDisk run (a no-op on a partitioned disk), the partitions arrive meanwhile.
+        env.inproc
+            .after("PartitionDisk", |s| s.complete_arrivals().expect("arrive"))
+            .expect("script");
+        let before = env.layouts();
+        let err = env
+            .mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .expect_err("foreign data");
+        assert!(err.to_string().contains("refusing to format"), "{v}: {err}");
+        let ops = env.ops();
+        assert!(
+            !ops.contains(&PartitionDisk) && !ops.contains(&FormatVolume),
+            "{v}: {ops:?}"
+        );
+        assert_eq!(env.layouts(), before);
+        assert!(env.data_loss().is_empty(), "{v}: {:?}", env.data_loss());
+        assert!(env.mgr.store().volumes().expect("list").is_empty());
+        assert_eq!(env.sessions(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_disk_with_only_the_reserved_partition_gets_its_volume_on_every_release() {
+    // PowerShell-era ListVolumesOnDisk answers [""] for partitions without a volume (D12).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, |sc| {
+            let lun0 = lun_spec(sc, 0);
+            lun0["partition_style"] = json!("gpt");
+            lun0["partitions"] = json!([{"kind": "reserved", "size": 16 << 20}]);
+        });
+        env.mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: {e}"));
+        let r = env.record("v1");
+        assert!(r.partitioned && r.volume.is_some(), "{v}: {r:?}");
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        env.assert_clean();
+    }
+}
+
+#[tokio::test]
+async fn a_read_only_lun_fails_clearly_and_is_never_formatted() {
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, |sc| lun_spec(sc, 0)["read_only"] = json!(true));
+        let err = env
+            .mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .expect_err("write-protected");
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("read-only") && m.contains("nothing was formatted")),
+            "{v}: {err:?}"
+        );
+        assert!(!env.ops().contains(&FormatVolume), "{v}");
+        assert!(env.data_loss().is_empty());
+        assert_eq!(env.sessions(), 0, "{v}: logged out again");
+        assert!(env.mgr.store().volumes().expect("list").is_empty(), "{v}");
+    }
+}
+
+#[tokio::test]
+async fn a_remount_answered_access_path_in_use_is_checked_not_failed() {
+    // PowerShell-era MountVolume refuses a volume already mounted at the path ("The requested access path is already
+    // in use."); v1.3.0+ accept the same volume (D12).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, |_| {});
+        // Someone mounts the volume between the driver's Mkdir and its MountVolume.
+        let path = staging("v1");
+        env.inproc
+            .after("Mkdir", move |s| {
+                let n = s
+                    .disks()
+                    .iter()
+                    .find(|d| d.id == "lun0")
+                    .and_then(|d| d.number)
+                    .expect("attached");
+                let vid = s.list_volumes_on_disk(n, 0).expect("volumes")[0].clone();
+                s.mount_volume(&vid, &path).expect("mount");
+            })
+            .expect("script");
+        env.mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert_eq!(env.mounted(&staging("v1")), env.record("v1").volume);
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        env.assert_clean();
+    }
+}
+
+#[tokio::test]
+async fn a_mutual_chap_secret_other_volumes_rely_on_is_never_replaced() {
+    // Windows has one initiator (mutual CHAP) secret per node (issue 15 item 8).
+    const OTHER_MUTUAL: &str = "other-init-sec1";
+    let env = Env::with(|sc| {
+        let targets = sc["iscsi"]["portals"][0]["targets"]
+            .as_array_mut()
+            .expect("targets");
+        targets[0]["chap"] = json!({"mode": "mutual", "username": CHAP_USER, "secret": CHAP_SECRET,
+            "target_secret": MUTUAL_SECRET});
+        targets.push(
+            json!({"iqn": IQN2, "chap": {"mode": "mutual", "username": CHAP_USER,
+            "secret": CHAP_SECRET, "target_secret": OTHER_MUTUAL},
+            "luns": [{"lun": 0, "id": "b-lun0", "size": GIB}]}),
+        );
+    });
+    let secrets = |mutual: &'static str| {
+        [
+            ("node.session.auth.username", CHAP_USER),
+            ("node.session.auth.password", CHAP_SECRET),
+            ("node.session.auth.password_in", mutual),
+        ]
+    };
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &secrets(MUTUAL_SECRET)), d())
+        .await
+        .expect("v1");
+    // Another mutual-CHAP volume with the same secret is fine.
+    env.mgr
+        .stage(&stage_req("v2", 1, &[], &secrets(MUTUAL_SECRET)), d())
+        .await
+        .expect("v2, same secret");
+    env.ops();
+    let mut other = stage_req("v3", 0, &[], &secrets(OTHER_MUTUAL));
+    other.volume_context.insert("iqn".into(), IQN2.into());
+    let err = env.mgr.stage(&other, d()).await.expect_err("other secret");
+    match &err {
+        Error::FailedPrecondition(m) => assert!(
+            m.contains("one per Windows node") && m.contains("password_in") && m.contains("\"v1\""),
+            "{m}"
+        ),
+        e => panic!("{e:?}"),
+    }
+    assert!(!err.to_string().contains(OTHER_MUTUAL) && !err.to_string().contains(MUTUAL_SECRET));
+    let ops = env.ops();
+    assert!(!ops.contains(&SetMutualChapSecret), "{ops:?}");
+    assert!(env.mgr.store().volume("v3").expect("read").is_none());
+    // The staged volumes' sessions still recover with the node's secret.
+    let recovered = env
+        .script(|s| s.recover_iscsi_sessions(None))
+        .expect("recover");
+    assert!(recovered.iter().all(|r| r.recovered), "{recovered:?}");
+    // Records keep a fingerprint, never the secret.
+    let records = std::fs::read_dir(env.dir.path().join("volumes"))
+        .expect("ls")
+        .map(|e| std::fs::read_to_string(e.expect("e").path()).expect("read"))
+        .collect::<String>();
+    assert!(records.contains("pbkdf2-sha256$"), "{records}");
+    assert!(!records.contains(MUTUAL_SECRET), "{records}");
+    // Once nothing relies on the old secret, the other one may be set.
+    for id in ["v1", "v2"] {
+        env.mgr
+            .unstage(&unstage_req(id), d())
+            .await
+            .expect("unstage");
+    }
+    env.mgr.stage(&other, d()).await.expect("v3 alone");
+    env.mgr
+        .unstage(&unstage_req("v3"), d())
+        .await
+        .expect("unstage");
+    env.0.assert_clean();
+}
+
+#[tokio::test]
+async fn a_failed_first_stage_leaves_no_record_that_keeps_the_session() {
+    // Issue 15 item 10: the failed first stage of v1 keeps only the fact that it partitioned LUN 0; it must not hold
+    // the target's session once v2, the only real user, is unstaged.
+    let env = Env::new();
+    env.fail_nth(
+        FormatVolume,
+        1,
+        "error formatting volume. cmd: Format-Volume, output: Format-Volume : Not enough storage is available to \
+         process this command., error: exit status 1",
+    );
+    let err = env
+        .mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect_err("format fails");
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    let r = env.record("v1");
+    assert!(
+        r.released && r.volume_is_ours() && r.session_portal.is_none(),
+        "{r:?}"
+    );
+    assert_eq!(env.sessions(), 0, "the failed stage logged out");
+    env.mgr
+        .stage(&stage_req("v2", 1, &[], &[]), d())
+        .await
+        .expect("v2");
+    env.ops();
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .expect("unstage v2");
+    assert_eq!(env.ops().last(), Some(&DisconnectTarget));
+    assert_eq!(env.sessions(), 0, "v1's released record keeps no session");
+    // kubelet's retry of v1 finishes formatting the volume this driver created.
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("retry v1");
+    assert!(env.ops().contains(&FormatVolume));
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage v1");
     env.assert_clean();
 }

@@ -262,6 +262,8 @@ pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
         )),
         HostErrorKind::NotFound
         | HostErrorKind::AlreadyExists
+        | HostErrorKind::AlreadyLoggedIn
+        | HostErrorKind::AccessPathInUse
         | HostErrorKind::InvalidPath
         | HostErrorKind::Other => Error::Internal(format!("{op} on {subject} failed: {message}")),
     }

@@ -125,6 +125,14 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
     };
     mgr.protocol.stage(mgr.context(), at, &vol, d).await?;
     mgr.remember_access(&req.volume_id, access.clone()).await?;
-    mgr.link_target(&req.volume_id, target, &staging, access, req.readonly, d)
-        .await
+    mgr.link_target(
+        &req.volume_id,
+        target,
+        &staging,
+        access,
+        req.readonly,
+        None,
+        d,
+    )
+    .await
 }

@@ -9,7 +9,7 @@
 //!
 //! | Operation | Host calls |
 //! | --- | --- |
-//! | publish | `PathExists(target)` → `CreateSymlink(target → staging)` (`IsSymlink` + `Rmdir` of kubelet's empty directory in between when present) |
+//! | publish | `PathExists(target)` → the protocol's readiness check of the staging path (SMB: `IsSymlink(staging)`; iSCSI: `GetVolumeStats`) → `CreateSymlink(target → staging)` (`IsSymlink` + `Rmdir` of kubelet's empty directory after `PathExists` when present) |
 //! | repeated publish | `PathExists(target)` → `IsSymlink(target)` |
 //! | unpublish | `PathExists(target)` → `Rmdir(target)`; when already gone only `PathExists` |
 //! | unstage | `PathExists(target)` of each recorded publish target of the volume, then the protocol's unstage |

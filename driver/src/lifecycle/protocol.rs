@@ -116,6 +116,20 @@ pub trait Protocol<H: Host>: Send + Sync + 'static {
         d: Deadline,
     ) -> impl Future<Output = Result<Health, Error>> + Send;
 
+    /// NodePublishVolume's check before it links a new target to `staging`: the staging object still resolves
+    /// (FailedPrecondition otherwise). On Windows a link to a source that does not resolve is made as a *file* link,
+    /// useless to the pod and answered "already published" afterwards. Default: no check.
+    fn ready(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let _ = (cx, record, staging, d);
+        async { Ok(()) }
+    }
+
     /// A staging object without a record ([`Found`]): when the host proves it is this protocol's (an iSCSI volume
     /// mounted at the staging path and the target session serving its disk; an SMB link whose target is a share),
     /// return a record describing it — phase `Staged`, the facts the host proved and nothing else — so the lifecycle
@@ -256,6 +270,22 @@ where
             self.0.check(cx, record, staging, d).await
         } else if self.1.owns(record) {
             self.1.check(cx, record, staging, d).await
+        } else {
+            Err(unowned(record))
+        }
+    }
+
+    async fn ready(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        if self.0.owns(record) {
+            self.0.ready(cx, record, staging, d).await
+        } else if self.1.owns(record) {
+            self.1.ready(cx, record, staging, d).await
         } else {
             Err(unowned(record))
         }

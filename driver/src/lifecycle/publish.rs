@@ -71,8 +71,16 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         if existing.is_none() {
             self.check_second_target(&rec, &target, &access)?;
         }
-        self.link_target(&rec.volume_id, &target, &staging, access, req.readonly, d)
-            .await
+        self.link_target(
+            &rec.volume_id,
+            &target,
+            &staging,
+            access,
+            req.readonly,
+            Some(&rec),
+            d,
+        )
+        .await
     }
 
     /// What the records say about `target` for a publish of `volume_id`: `Some` when it is already published for it
@@ -160,7 +168,8 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     }
 
     /// Make `target` a link to `staging` (idempotent; refuses another source and non-empty directories). The
-    /// caller checked the records ([`Self::check_target`], [`Self::check_second_target`]).
+    /// caller checked the records ([`Self::check_target`], [`Self::check_second_target`]). With the volume's record,
+    /// the protocol first checks that the staging object resolves ([`Protocol::ready`]).
     pub(super) async fn link_target(
         &self,
         volume_id: &str,
@@ -168,6 +177,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         staging: &HostPath,
         access: AccessRecord,
         readonly: bool,
+        record: Option<&crate::state::VolumeRecord>,
         d: Deadline,
     ) -> Result<(), Error> {
         let h = self.context().calls(d);
@@ -201,8 +211,13 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
                 }
                 _ => {}
             }
+            if let Some(rec) = record {
+                self.protocol.ready(self.context(), rec, staging, d).await?;
+            }
             debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
             h.rmdir(target).await.map_err(|e| host_error(e, target))?;
+        } else if let Some(rec) = record {
+            self.protocol.ready(self.context(), rec, staging, d).await?;
         }
         self.store
             .put_publication(

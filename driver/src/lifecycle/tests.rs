@@ -920,6 +920,8 @@ async fn a_stage_waits_for_its_record_to_be_durable_and_a_crash_before_that_crea
     let mgr = adopting(&env).with_store(store);
     env.clear_calls();
     let req = stage_req("v1", SHARE, mount(SINGLE_NODE_MULTI_WRITER));
+    // What kubelet does before NodeStage (the parent of the staging path exists).
+    env.mkdir_parent(&req.staging_target_path);
     let stage = mgr.stage(&req, d());
     tokio::pin!(stage);
     // The stage runs until its intent record is on its way to disk; the commit stops before the directory fsync.

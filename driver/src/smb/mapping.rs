@@ -1,14 +1,18 @@
-//! The node's SMB global mappings: creating one (repairing a stale one), removing one, the per-share lock that
-//! lets stages on an already-mapped share overlap, and the one-principal-per-server rule (Windows error 1219).
+//! The node's SMB global mappings: creating one (repairing one a reboot left Disconnected), removing one, the
+//! per-share lock that lets stages on an already-mapped share overlap, and the one-principal-per-server rule (Windows
+//! error 1219).
 
 use tracing::{debug, info};
 
 use super::{SmbRecord, SmbVolume, share_users};
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, UncPath};
+use crate::host::{
+    Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, UncPath,
+    names_equal,
+};
 use crate::lifecycle::{Calls, Context};
 use crate::locks::KeyedGuard;
-use crate::state::Phase;
+use crate::state::{Phase, VolumeRecord};
 
 /// `NewSmbGlobalMapping` of `remote` with a link at `link`.
 async fn new_mapping<H: Host>(
@@ -36,17 +40,73 @@ pub(super) async fn remove_mapping<H: Host>(h: &Calls<'_, H>, remote: &UncPath) 
     .await
 }
 
-/// `NewSmbGlobalMapping`, repairing once when a stale (e.g. Disconnected) mapping blocks the create: csi-proxy
-/// treats a non-OK mapping as absent and tries to create over it, which Windows may refuse.
+/// When a failed `NewSmbGlobalMapping` is repaired by removing the share's mapping and creating it once more.
+///
+/// csi-proxy counts only an `OK` mapping as mapped and creates over any other without removing it first, which
+/// Windows may refuse: with error 85 (a stale mapping; no public report shows it, kept for robustness), or — what
+/// public reports show after a reboot, when every mapping is `Disconnected` — with error 1219, the same answer as for
+/// a mapping under another user. 1219 is repaired only when this node's own records prove it mapped this share under
+/// the requested principal (a volume on it reached Staged), so a mapping someone else made under another user is
+/// never removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct MapRepair {
+    /// This node's records map the share under the requested principal.
+    mapped_by_us: bool,
+}
+
+impl MapRepair {
+    /// The repair allowed for a stage of `volume_id` (`existing`: its record before this stage touched it).
+    pub(super) fn of<H: Host>(
+        cx: Context<'_, H>,
+        volume_id: &str,
+        existing: Option<&VolumeRecord>,
+        vol: &SmbVolume,
+    ) -> Result<Self, Error> {
+        let root = vol.source.root_key();
+        let mine = vol.principal().unwrap_or("");
+        let proves = |rec: &VolumeRecord, r: &SmbRecord| {
+            names_equal(&r.root, &root)
+                && same_principal(r.principal.as_deref().unwrap_or(""), mine)
+                && matches!(rec.phase, Phase::Staged | Phase::NeedsRestage)
+        };
+        let mut mapped_by_us = false;
+        if let Some(rec) = existing
+            && let Some(r) = rec.details::<SmbRecord>()?
+        {
+            mapped_by_us = proves(rec, &r);
+        }
+        for (rec, r) in cx.records::<SmbRecord>()? {
+            if rec.volume_id != volume_id && proves(&rec, &r) {
+                mapped_by_us = true;
+            }
+        }
+        Ok(Self { mapped_by_us })
+    }
+
+    fn repairs(self, e: &HostError) -> bool {
+        e.kind == HostErrorKind::StaleMapping
+            || (e.kind == HostErrorKind::MultipleConnections && self.mapped_by_us)
+    }
+}
+
+/// Windows compares account names case-insensitively. One place, so the comparison can follow the host's name rule
+/// when it moves to `crate::host`.
+fn same_principal(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+/// `NewSmbGlobalMapping`, repaired once as [`MapRepair`] allows (the caller holds the share's lock exclusively).
 async fn map_repairing<H: Host>(
     h: &Calls<'_, H>,
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
+    repair: MapRepair,
 ) -> HostResult<()> {
     match new_mapping(h, remote, link, cred).await {
-        Err(e) if e.kind == HostErrorKind::StaleMapping => {
-            info!(root = %remote.root(), "a stale mapping blocks the new one: removing it and retrying once");
+        Err(e) if repair.repairs(&e) => {
+            info!(root = %remote.root(), kind = ?e.kind, "the share's old mapping blocks a new one: removing it and \
+                  retrying once");
             match remove_mapping(h, &remote.root()).await {
                 Ok(()) => {}
                 Err(e) if e.kind == HostErrorKind::NotFound => {}
@@ -67,17 +127,18 @@ pub(super) async fn map_locked<H: Host>(
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
+    repair: MapRepair,
 ) -> HostResult<()> {
     if guard.is_shared() {
         match new_mapping(h, remote, link, cred).await {
-            Err(e) if e.kind == HostErrorKind::StaleMapping => {
+            Err(e) if repair.repairs(&e) => {
                 info!(root = %remote.root(), "the mapping needs repair: taking the exclusive mapping lock");
                 guard.upgrade().await;
             }
             other => return other,
         }
     }
-    map_repairing(h, remote, link, cred).await
+    map_repairing(h, remote, link, cred, repair).await
 }
 
 /// Lock a share's mapping for a stage of `volume_id`: the shared side when another volume is already Staged on
@@ -115,8 +176,10 @@ pub(super) async fn lock_mapping<H: Host>(
     Ok(guard)
 }
 
-/// Refuse up front what Windows would refuse with 1219: another staged volume on the same server under another
-/// principal (a second principal on the same root would otherwise silently reuse the first one's mapping).
+/// Refuse up front what Windows would refuse with 1219: another volume on the same server under another principal
+/// (a second principal on the same root would otherwise silently reuse the first one's mapping). The caller holds the
+/// server's lock and writes the record that claims its principal before releasing it, so the check and the claim are
+/// one step.
 pub(super) fn check_principal<H: Host>(
     cx: Context<'_, H>,
     volume_id: &str,
@@ -135,7 +198,7 @@ pub(super) fn check_principal<H: Host>(
             continue;
         }
         let theirs = principal.as_deref().unwrap_or("");
-        if root.starts_with(&server) && !theirs.eq_ignore_ascii_case(mine) {
+        if root.starts_with(&server) && !same_principal(theirs, mine) {
             let theirs = if theirs.is_empty() {
                 "(no credential)"
             } else {

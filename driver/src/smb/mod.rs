@@ -11,11 +11,15 @@
 //! | first stage | `PathExists(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink(staging)` (plus `Rmdir(staging)` first when kubelet left a directory there) |
 //! | first stage with subDir | `PathExists` → `NewSmbGlobalMapping(root+source, link=staging)` → `Mkdir(staging\subDir)` (creates it on the share, through the link) → `Rmdir(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink` |
 //! | repeated stage | `PathExists(staging)` → `IsSymlink(staging)` |
+//! | re-stage after a reboot (Disconnected mapping) | `PathExists` → `IsSymlink` (false or an error) → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
 //! | unstage | `PathExists(staging)` → `Rmdir(staging)` → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
-//! | stats | `PathExists(path)` → `IsSymlink(path)` |
-//! | startup reconcile (staged record) | `PathExists(staging)` → `IsSymlink(staging)` (→ `Rmdir(staging)` when it no longer resolves) |
+//! | stats | `PathExists(path)` → `IsSymlink(staging)` |
+//! | startup reconcile (staged record) | `PathExists(staging)` → `IsSymlink(staging)` (→ `Rmdir(staging)` when it does not reach the share) |
+//! | publish readiness | `IsSymlink(staging)` |
 //!
-//! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`).
+//! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`);
+//! before it makes a link, publish asks [`Protocol::ready`], which checks that the staging link reaches the share
+//! (Windows makes a link to a source that does not resolve a *file* link, useless to the pod).
 //!
 //! Why the subDir dance: csi-proxy's `Mkdir` only accepts paths under the kubelet root and `CreateSymlink` cannot
 //! point at a UNC path, so the only way to create a directory on the share is through a link that
@@ -25,16 +29,23 @@
 //! # Mapping health
 //!
 //! csi-proxy v1 cannot list or query SMB global mappings. The driver therefore learns a mapping's health from path
-//! reachability: `IsSymlink` is true only when a link *and its target* exist, so a staging link whose UNC target
-//! does not resolve means the mapping is down (Disconnected after a reboot, credentials rotated, server gone).
+//! reachability, always at the staging link: `IsSymlink` looks one hop (every release: `Lstat` of the link's
+//! immediate target), and the staging link's immediate target is the UNC path. True means the share answers; false
+//! (Windows errors 2, 3, 53) *or an error* (access denied on a Disconnected mapping, logon failure after a password
+//! change, a deleted share) means the mapping is down, and the stage, reconciliation and stats treat both alike. A
+//! pod's link is never asked: it points at the staging link, so one hop says true even when the share is gone.
+//!
 //! Repairing relies on `NewSmbGlobalMapping`'s own reuse-or-recreate logic: it keeps an OK, reachable mapping and
-//! removes and re-creates a broken one; when a stale mapping blocks the create (Windows error 85) it is removed
-//! first, under the share's exclusive lock.
+//! creates over a broken one without removing it first. After a reboot Windows refuses that with error 1219 (public
+//! reports; the same code as "another user"): when this node's records show a staged volume of the share under the
+//! same principal, the driver removes the mapping and creates it once more, under the share's exclusive lock
+//! (`mapping.rs`); a 1219 without that evidence is reported, never repaired. Error 85, should Windows answer it, is
+//! repaired the same way.
 //!
 //! # Crash safety
 //!
-//! Stage writes the volume record (phase `staging`) **before** it touches the host and flips it to `staged` only at
-//! the end; unstage removes the link, then the mapping if no *other* record names its root, and deletes the record
+//! Stage writes the volume record (phase `staging`) **before** it touches the host — under the server's lock, where
+//! it also claims the volume's principal (see "Concurrency") — and flips it to `staged` only at the end; unstage removes the link, then the mapping if no *other* record names its root, and deletes the record
 //! **last**. Walking every crash point:
 //!
 //! * stage, before the record: nothing exists; the retry starts afresh.
@@ -52,36 +63,41 @@
 //! # Concurrency
 //!
 //! Stages of volumes on one already-mapped share take the share's lock shared and overlap; creating, repairing or
-//! removing the mapping takes it exclusively (`mapping.rs`).
+//! removing the mapping takes it exclusively (`mapping.rs`). Windows allows one principal per server per node
+//! (error 1219), and a second principal on an OK mapping would silently ride on the first one's rights: so the
+//! check that every other volume of the server uses this volume's principal and the record that claims it are one
+//! step under the server's lock (`smb-server:<server>`); of two stages with different accounts exactly one passes.
 //!
 //! # Stats
 //!
 //! csi-proxy v1 has no free-space query for a UNC path, so SMB usage is reported as one `BYTES` entry with zeros
-//! (kubelet requires a usage entry). The volume condition is what can be known: abnormal when the volume path no
-//! longer resolves through the mapping.
+//! (kubelet requires a usage entry). The volume condition is what can be known: abnormal when the staging link does
+//! not reach the share. A credential-less volume needs csi-proxy v1.3.0+: v1.1.x and v1.2.x always build a
+//! PowerShell credential, and such a stage fails with FailedPrecondition naming that limit.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::error::Error;
 use crate::host::{Host, HostErrorKind, HostPath, UncPath, name_key, names_equal};
 use crate::lifecycle::{
-    Context, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
+    Calls, Context, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
 };
 use crate::locks::Deadline;
 use crate::state::{Details, Phase, VolumeRecord};
 
 mod mapping;
 pub mod params;
+mod stage;
 #[cfg(test)]
 mod tests;
 
 pub use crate::lifecycle::Secrets;
 pub use params::{SmbVolume, parse_volume};
 
-use mapping::{check_principal, lock_mapping, map_locked, remove_mapping};
+use mapping::remove_mapping;
 
 /// The SMB facts of a staged volume, kept in its state record (never a secret).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,7 +160,7 @@ impl<H: Host> Protocol<H> for Smb {
         vol: &SmbVolume,
         d: Deadline,
     ) -> Result<(), Error> {
-        stage(cx, at, vol, d).await
+        stage::stage(cx, at, vol, d).await
     }
 
     async fn unstage(
@@ -176,6 +192,16 @@ impl<H: Host> Protocol<H> for Smb {
     ) -> Result<Health, Error> {
         check(cx, record, staging, d).await
     }
+
+    async fn ready(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        ready(cx, record, staging, d).await
+    }
 }
 
 fn details(record: &VolumeRecord) -> Result<SmbRecord, Error> {
@@ -185,149 +211,6 @@ fn details(record: &VolumeRecord) -> Result<SmbRecord, Error> {
             record.volume_id
         ))
     })
-}
-
-/// NodeStageVolume of a share (also the private stage of an inline ephemeral volume).
-async fn stage<H: Host>(
-    cx: Context<'_, H>,
-    at: StageAt<'_>,
-    vol: &SmbVolume,
-    d: Deadline,
-) -> Result<(), Error> {
-    let StageAt {
-        volume_id,
-        staging,
-        ephemeral,
-    } = at;
-    let h = cx.calls(d);
-    let wanted = SmbRecord::of(vol);
-    let existing = cx.store().volume(volume_id)?;
-    if let Some(rec) = &existing {
-        let same = rec
-            .details::<SmbRecord>()?
-            .is_some_and(|r| r.same_volume(&wanted));
-        if !same || !rec.staging_path.eq_ignore_ascii_case(staging.as_str()) {
-            return Err(Error::AlreadyExists(format!(
-                "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",
-                rec.staging_path
-            )));
-        }
-    }
-    check_principal(cx, volume_id, vol)?;
-
-    let exists = h
-        .path_exists(staging)
-        .await
-        .map_err(|e| host_error(e, staging))?;
-    if let Some(rec) = &existing
-        && rec.phase == Phase::Staged
-        && exists
-    {
-        if h.is_symlink(staging)
-            .await
-            .map_err(|e| host_error(e, staging))?
-        {
-            debug!(staging = %staging, "already staged and reachable: nothing to do");
-            if rec.details::<SmbRecord>()?.as_ref() != Some(&wanted) {
-                // Same share, new principal name (rotated credentials): keep the record truthful.
-                cx.store().put_volume(&rec.with_details(&wanted)?).await?;
-            }
-            return Ok(());
-        }
-        info!(staging = %staging, "staging link no longer resolves: re-staging");
-    }
-
-    // Intent first: from here on the record counts as a user of the mapping.
-    let fresh = existing.is_none();
-    let record = VolumeRecord::new(
-        volume_id,
-        Phase::Staging,
-        staging.as_str(),
-        ephemeral,
-        &wanted,
-    )?;
-    cx.store().put_volume(&record).await?;
-    debug!(root = %vol.source.root(), fresh, "stage record written");
-
-    let root = vol.source.root_key();
-    let mut mapping = lock_mapping(cx, volume_id, &root).await?;
-    let mut mapped = false;
-    // Whether a link this call made is at the staging path (the only thing a rollback may remove there).
-    let mut link_ours = false;
-    let result = async {
-        if exists {
-            debug!(staging = %staging, "removing what is at the staging path (kubelet's directory or an old link)");
-            h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
-        }
-        if !vol.sub_dir.is_empty() {
-            let sub = staging.join(&vol.sub_dir.join("\\"), cx.kubelet_root())?;
-            debug!(sub_dir = %vol.full_path(), "ensuring subDir exists on the share through a temporary link");
-            map_locked(&h, &mut mapping, &vol.source, staging, vol.credential.as_ref())
-                .await
-                .map_err(|e| host_error(e, &vol.source))?;
-            mapped = true;
-            link_ours = true;
-            h.mkdir(&sub).await.map_err(|e| host_error(e, &vol.full_path()))?;
-            h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
-            link_ours = false;
-        }
-        let full = vol.full_path();
-        map_locked(&h, &mut mapping, &full, staging, vol.credential.as_ref())
-            .await
-            .map_err(|e| host_error(e, &full))?;
-        mapped = true;
-        link_ours = true;
-        if !h.is_symlink(staging).await.map_err(|e| host_error(e, staging))? {
-            return Err(Error::FailedPrecondition(format!(
-                "{full} is not reachable through the SMB mapping (the path does not exist on the share or the \
-                 mapping is not connected); check the volume's source and subDir"
-            )));
-        }
-        Ok(())
-    }
-    .await;
-
-    match result {
-        Ok(()) => {
-            cx.store()
-                .put_volume(&record.with_phase(Phase::Staged))
-                .await?;
-            info!(staging = %staging, remote = %vol.full_path(), "volume staged");
-            Ok(())
-        }
-        Err(err @ (Error::DeadlineExceeded(_) | Error::Unavailable(_))) => {
-            warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
-            Err(err)
-        }
-        Err(err) if fresh => {
-            debug!(error = %err, "stage failed: rolling back what this call created");
-            if link_ours && let Err(e) = h.rmdir(staging).await {
-                warn!(error = %e, "rollback: cannot remove the staging link; keeping the record");
-                return Err(err);
-            }
-            // Under the shared side another volume is Staged on this share (checked under the lock, and only an
-            // exclusive holder can remove it), so the mapping is never ours alone to remove.
-            if mapped
-                && !mapping.is_shared()
-                && share_users(cx, &root)?
-                    .iter()
-                    .all(|r| r.volume_id == volume_id)
-                && cx.may_remove_shared(0, &root)
-            {
-                match remove_mapping(&h, &vol.source.root()).await {
-                    Ok(()) => {}
-                    Err(e) if e.kind == HostErrorKind::NotFound => {}
-                    Err(e) => {
-                        warn!(error = %e, "rollback: cannot remove the mapping; keeping the record");
-                        return Err(err);
-                    }
-                }
-            }
-            cx.store().remove_volume(volume_id).await?;
-            Err(err)
-        }
-        Err(err) => Err(err),
-    }
 }
 
 /// The volume records naming share `root` (its durable reference count is their number).
@@ -377,33 +260,60 @@ async fn unstage<H: Host>(
     Ok(())
 }
 
-/// NodeGetVolumeStats of a share: zero usage (no free-space query for a UNC path) and whether `path` resolves.
+/// Whether a host failure leaves the outcome open (kubelet retries or unstages): the deadline passed or csi-proxy did
+/// not answer.
+fn uncertain(kind: HostErrorKind) -> bool {
+    matches!(
+        kind,
+        HostErrorKind::DeadlineExceeded | HostErrorKind::Unavailable
+    )
+}
+
+/// Whether the staging link reaches the share: `IsSymlink` of the staging path looks one hop, at the UNC path itself.
+/// `Ok(Err(why))`: it does not (false — Windows errors 2, 3, 53 — or an error such as access denied on a Disconnected
+/// mapping, a logon failure after a password change, a deleted share); `Err` only when the answer is uncertain.
+async fn reaches_share<H: Host>(
+    h: &Calls<'_, H>,
+    staging: &HostPath,
+) -> Result<Result<(), String>, Error> {
+    match h.is_symlink(staging).await {
+        Ok(true) => Ok(Ok(())),
+        Ok(false) => Ok(Err("the share path does not answer".to_owned())),
+        Err(e) if uncertain(e.kind) => Err(host_error(e, staging)),
+        Err(e) => Ok(Err(e.message)),
+    }
+}
+
+/// NodeGetVolumeStats of a share: zero usage (no free-space query for a UNC path) and whether the volume's staging
+/// link reaches the share (judged there: a pod's link to the staging link answers one hop, so it looks fine even when
+/// the mapping is down).
 async fn stats<H: Host>(
     cx: Context<'_, H>,
     record: &VolumeRecord,
     path: &HostPath,
     d: Deadline,
 ) -> Result<VolumeStats, Error> {
+    let staging = cx.staging_behind(record, path)?;
     let h = cx.calls(d);
     if !h.path_exists(path).await.map_err(|e| host_error(e, path))? {
         return Err(Error::NotFound(format!(
             "volume path {path} does not exist"
         )));
     }
-    let resolves = h.is_symlink(path).await.map_err(|e| host_error(e, path))?;
+    let reach = reaches_share(&h, &staging).await?;
     let SmbRecord {
         remote_path, root, ..
     } = details(record)?;
-    let (abnormal, message) = if resolves && record.phase == Phase::Staged {
-        (false, format!("{remote_path} is reachable"))
-    } else {
-        (
+    let (abnormal, message) = match reach {
+        Ok(()) if record.phase == Phase::Staged => (false, format!("{remote_path} is reachable")),
+        why => (
             true,
             format!(
-                "{remote_path} is not reachable: the SMB mapping of {root} is disconnected or was removed, or the \
-                 credentials are no longer accepted; restart the pod to re-stage the volume"
+                "{remote_path} is not reachable ({}): the SMB mapping of {root} is disconnected or was removed, or \
+                 the credentials are no longer accepted; restart the pod to re-stage the volume",
+                why.err().unwrap_or_else(|| "not staged".to_owned())
             ),
-        )
+        ),
     };
     debug!(abnormal, "volume condition");
     Ok(VolumeStats {
@@ -413,8 +323,9 @@ async fn stats<H: Host>(
     })
 }
 
-/// Startup reconciliation of a staged share: a staging link that no longer resolves (after a reboot the mapping is
-/// Disconnected) is removed, so kubelet's re-stage can rebuild it, and the volume is marked for re-stage.
+/// Startup reconciliation of a staged share: a staging link that no longer reaches the share (after a reboot the
+/// mapping is Disconnected; `IsSymlink` may answer false or an error) is removed, so kubelet's re-stage can rebuild
+/// it, and the volume is marked for re-stage.
 async fn check<H: Host>(
     cx: Context<'_, H>,
     rec: &VolumeRecord,
@@ -426,18 +337,38 @@ async fn check<H: Host>(
         .path_exists(staging)
         .await
         .map_err(|e| host_error(e, staging))?;
-    let resolves = exists
-        && h.is_symlink(staging)
-            .await
-            .map_err(|e| host_error(e, staging))?;
-    if resolves {
-        return Ok(Health::Healthy);
-    }
     if exists {
+        match reaches_share(&h, staging).await? {
+            Ok(()) => return Ok(Health::Healthy),
+            Err(why) => {
+                debug!(staging = %staging, why = %why, "staging link does not reach the share")
+            }
+        }
         h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
     }
     cx.mark_needs_restage(rec).await?;
     info!(volume_id = %rec.volume_id, staging = %staging, "staging link broken: removed, volume \
           marked for re-stage");
     Ok(Health::NeedsRestage)
+}
+
+/// NodePublishVolume's check: the staging link reaches the share (a link to one that does not would be a *file*
+/// link on Windows).
+async fn ready<H: Host>(
+    cx: Context<'_, H>,
+    rec: &VolumeRecord,
+    staging: &HostPath,
+    d: Deadline,
+) -> Result<(), Error> {
+    let Err(why) = reaches_share(&cx.calls(d), staging).await? else {
+        return Ok(());
+    };
+    let SmbRecord {
+        remote_path, root, ..
+    } = details(rec)?;
+    Err(Error::FailedPrecondition(format!(
+        "the staging path {staging} does not reach {remote_path} ({why}): the SMB mapping of {root} is down, so a \
+         link to it would be unusable. kubelet retries; if the share stays unreachable, restart the pod so the volume \
+         is staged again"
+    )))
 }

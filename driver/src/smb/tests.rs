@@ -40,9 +40,10 @@ fn cap() -> Option<Capability> {
     })
 }
 
-/// The SMB world of these tests: server `srv` (shares `share`, with `base\existing`, and `other`; accounts
-/// `CORP\bob`, `CORP\alice` and the local `carol`) and server `nas` (shares `data` and `other`; `CORP\bob` and the
-/// local `someone`). `blocking`: whether a Disconnected mapping blocks re-creating it (Windows error 85).
+/// The SMB world of these tests: server `srv` (shares `share`, with `base\existing`, `other` and the guest share
+/// `public`; accounts `CORP\bob`, `CORP\alice` and the local `carol`) and server `nas` (shares `data` and `other`;
+/// `CORP\bob` and the local `someone`). `blocking`: whether re-creating a mapping a reboot left Disconnected fails
+/// with 1219 (what public reports show, the simulated host's default) or simply works.
 fn new_env(blocking: bool) -> Env {
     let accounts = |extra: serde_json::Value| {
         let mut a = serde_json::json!([
@@ -61,7 +62,8 @@ fn new_env(blocking: bool) -> Env {
                  {"user": "alice", "password": "pw-1", "domain": "CORP"},
                  {"user": "carol", "password": "initial-pw"}
              ])),
-             "shares": [{"name": "share", "files": {"base/existing/keep.txt": "keep"}}, {"name": "other"}]},
+             "shares": [{"name": "share", "files": {"base/existing/keep.txt": "keep"}}, {"name": "other"},
+                        {"name": "public", "guest": true}]},
             {"name": "nas",
              "accounts": accounts(serde_json::json!([{"user": "someone", "password": "pw-9"}])),
              "shares": [{"name": "data"}, {"name": "other"}]}
@@ -215,8 +217,12 @@ async fn stage_with_sub_dir_template_creates_it_on_the_share() {
     let link = env
         .state(|s| s.read_link(&norm_staging("v1")))
         .expect("a link");
+    // csi-proxy writes the link in its release's form: `\\server\share\…\` (PowerShell `New-Item`) or, from v1.3.0,
+    // `\\?\` + that UNC path (`CreateSymbolicLink` with `EnsureLongPath`).
     assert!(
-        link.trim_end_matches('\\')
+        link.strip_prefix(r"\\?\")
+            .unwrap_or(&link)
+            .trim_end_matches('\\')
             .eq_ignore_ascii_case(r"\\srv\share\base\team\data"),
         "{link}"
     );
@@ -239,6 +245,8 @@ async fn publish_unpublish_sequences() {
         env.calls(),
         vec![
             Call::PathExists(t.clone()),
+            // The staging link still reaches the share (a link to one that does not would be a file link).
+            Call::IsSymlink(norm_staging("v1")),
             Call::CreateSymlink {
                 link: t.clone(),
                 points_to: norm_staging("v1")
@@ -258,7 +266,7 @@ async fn publish_unpublish_sequences() {
         .expect("publish over dir");
     assert_eq!(
         env.take_ops(),
-        vec![PathExists, IsSymlink, Rmdir, CreateSymlink]
+        vec![PathExists, IsSymlink, IsSymlink, Rmdir, CreateSymlink]
     );
     env.mgr
         .unpublish(&unpublish_req("v1", "p1"), d())
@@ -339,7 +347,10 @@ async fn publish_error_branches() {
         matches!(&err, Error::FailedPrecondition(m) if m.contains("non-empty")),
         "{err:?}"
     );
-    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink, Rmdir]);
+    assert_eq!(
+        env.take_ops(),
+        vec![PathExists, IsSymlink, IsSymlink, Rmdir]
+    );
     // Published from another source.
     env.publish(&publish_req("v1", "p1"), d())
         .await
@@ -768,16 +779,16 @@ async fn disconnected_mapping_that_blocks_create_is_replaced() {
     env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("restage");
-    assert_eq!(
-        env.take_ops(),
-        vec![
-            PathExists,
-            NewSmbGlobalMapping,
-            RemoveSmbGlobalMapping,
-            NewSmbGlobalMapping,
-            IsSymlink
-        ]
-    );
+    let csi_proxy = vec![
+        PathExists,
+        NewSmbGlobalMapping,
+        RemoveSmbGlobalMapping,
+        NewSmbGlobalMapping,
+        IsSymlink,
+    ];
+    // The native backend sees the Disconnected mapping and repairs it inside NewSmbGlobalMapping.
+    let native = vec![PathExists, NewSmbGlobalMapping, IsSymlink];
+    assert_eq!(env.take_ops(), env.per_backend(csi_proxy, native));
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
 }
 
@@ -816,7 +827,7 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
         env.assert_clean();
         env.calls().len()
     };
-    assert_eq!(total, 6 + 2 + 2 + 3);
+    assert_eq!(total, 6 + 3 + 2 + 3);
     for n in 0..total {
         for kubelet_unstages_instead in [false, true] {
             let mut env = new_env(false);
@@ -1040,17 +1051,18 @@ async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
     env.stage(&stage_req("v3", SHARE, None, "bob"), d())
         .await
         .expect("v3");
-    assert_eq!(
-        env.take_ops(),
-        vec![
-            PathExists,
-            NewSmbGlobalMapping,
-            NewSmbGlobalMapping,
-            RemoveSmbGlobalMapping,
-            NewSmbGlobalMapping,
-            IsSymlink
-        ]
-    );
+    let csi_proxy = vec![
+        PathExists,
+        NewSmbGlobalMapping,
+        NewSmbGlobalMapping,
+        RemoveSmbGlobalMapping,
+        NewSmbGlobalMapping,
+        IsSymlink,
+    ];
+    // The native backend repairs the Disconnected mapping inside one NewSmbGlobalMapping (under the shared side:
+    // it removes and re-creates the mapping the other staged volumes use; their links resolve again at once).
+    let native = vec![PathExists, NewSmbGlobalMapping, IsSymlink];
+    assert_eq!(env.take_ops(), env.per_backend(csi_proxy, native));
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
     assert!(
         env.mgr.object_locks().is_empty(),
@@ -1075,4 +1087,232 @@ async fn credentials_never_reach_errors_or_records() {
         let text = std::fs::read_to_string(entry.expect("e").path()).expect("read");
         assert!(!text.contains("Sup3r-S3cret!"));
     }
+}
+
+// ---- every csi-proxy release (issue 14): the same driver, whatever release the node runs ----
+
+use sim::CsiProxyVersion;
+
+/// [`new_env`] (a Disconnected mapping blocks re-creating it with 1219) playing csi-proxy `v`.
+fn env_on(v: CsiProxyVersion) -> Env {
+    let env = new_env(true);
+    env.sim.set_csi_proxy_version(v).expect("release");
+    env
+}
+
+#[tokio::test]
+async fn after_a_reboot_the_next_stage_repairs_the_volume_on_every_release() {
+    // No startup reconciliation ran (the driver was not restarted): the record still says Staged. IsSymlink of the
+    // staging link is an error now (the mapping is Disconnected: access denied), which means "repair" (D3); the
+    // re-created mapping fails with 1219 until the Disconnected one is removed (D2).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v);
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .expect("stage");
+        env.publish(&publish_req("v1", "p1"), d())
+            .await
+            .expect("publish");
+        env.sim.reboot().expect("reboot");
+        // Health is judged at the staging link: the pod's link (one hop to the staging link) looks fine.
+        let stats = env
+            .mgr
+            .stats(
+                &StatsRequest {
+                    volume_id: "v1".into(),
+                    volume_path: target("p1"),
+                },
+                d(),
+            )
+            .await
+            .expect("stats");
+        assert!(stats.abnormal, "{v}: {stats:?}");
+        env.clear_calls();
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: re-stage: {e}"));
+        assert_eq!(
+            env.take_ops(),
+            vec![
+                PathExists,
+                IsSymlink,
+                Rmdir,
+                NewSmbGlobalMapping,
+                RemoveSmbGlobalMapping,
+                NewSmbGlobalMapping,
+                IsSymlink
+            ],
+            "{v}"
+        );
+        assert!(env.resolves(&target("p1")), "{v}");
+        assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok, "{v}");
+        env.mgr
+            .unpublish(&unpublish_req("v1", "p1"), d())
+            .await
+            .expect("unpublish");
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        env.assert_clean();
+    }
+}
+
+#[tokio::test]
+async fn reconciliation_after_a_reboot_marks_the_volume_on_every_release() {
+    for v in CsiProxyVersion::ALL {
+        let mut env = env_on(v);
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .expect("stage");
+        env.sim.reboot().expect("reboot");
+        env.restart();
+        let report = env
+            .mgr
+            .reconcile(d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: reconcile: {e}"));
+        assert_eq!(report.restage, ["v1"], "{v}");
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: re-stage: {e}"));
+        assert!(env.resolves(&staging("v1")), "{v}");
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        env.assert_clean();
+    }
+}
+
+#[tokio::test]
+async fn unstage_after_the_mapping_vanished_completes_on_every_release() {
+    // RemoveSmbGlobalMapping of an absent mapping: "No MSFT_SmbGlobalMapping objects found" (PowerShell), "Not Found"
+    // (v1.3.0), "not found" (master) (D6).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v);
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .expect("stage");
+        env.script(|s| s.remove_smb_global_mapping(SHARE))
+            .expect("an administrator removes the mapping");
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: {e}"));
+        env.assert_clean();
+    }
+}
+
+#[tokio::test]
+async fn a_credential_less_volume_names_the_csi_proxy_limit_where_it_cannot_work() {
+    // PowerShell-era csi-proxy always builds a PSCredential; v1.3.0+ map with the node's identity (D8).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v);
+        let mut req = stage_req("v1", r"\\srv\public", None, "bob");
+        req.secrets = Secrets::default();
+        let r = env.stage(&req, d()).await;
+        if v.is_powershell() {
+            match &r {
+                Err(Error::FailedPrecondition(m)) => assert!(
+                    m.contains("without credentials") && m.contains("v1.3.0"),
+                    "{v}: {m}"
+                ),
+                other => panic!("{v}: {other:?}"),
+            }
+            env.assert_clean();
+        } else {
+            r.unwrap_or_else(|e| panic!("{v}: {e}"));
+            env.mgr
+                .unstage(&unstage_req("v1"), d())
+                .await
+                .expect("unstage");
+            env.assert_clean();
+        }
+    }
+}
+
+#[tokio::test]
+async fn publish_refuses_a_staging_link_that_does_not_reach_the_share() {
+    // A link to a source that does not resolve is made as a file link on Windows, useless to the pod (D11).
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v);
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .expect("stage");
+        env.script(|s| s.set_smb_reachable("srv", false))
+            .expect("server down");
+        let err = env
+            .publish(&publish_req("v1", "p1"), d())
+            .await
+            .expect_err("not reachable");
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("does not reach")),
+            "{v}: {err:?}"
+        );
+        assert!(!env.exists(&target("p1")), "{v}: a link was made");
+        assert!(env.mgr.store().publications().expect("list").is_empty());
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+    }
+}
+
+#[tokio::test]
+async fn stats_answer_only_for_the_volumes_own_paths() {
+    let env = new_env(false);
+    for id in ["v1", "v2"] {
+        env.stage(&stage_req(id, SHARE, None, "bob"), d())
+            .await
+            .expect("stage");
+    }
+    let err = env
+        .mgr
+        .stats(
+            &StatsRequest {
+                volume_id: "v1".into(),
+                volume_path: staging("v2"),
+            },
+            d(),
+        )
+        .await
+        .expect_err("v2's path");
+    assert!(matches!(err, Error::NotFound(_)), "{err:?}");
+}
+
+// Paused time: the probe's timeout can only fire once every task is stuck.
+#[tokio::test(start_paused = true)]
+async fn concurrent_stages_with_two_principals_on_one_server_exactly_one_wins() {
+    // Issue 15 item 4: the principal check and the record that claims it are one step under the server's lock. The
+    // first stage is held at its first host call; the second, with another account on the same share, must not ride
+    // on the mapping the first is about to make.
+    let env = new_env(false);
+    env.hold_nth(PathExists, 1);
+    let bob = stage_req("v1", SHARE, None, "bob");
+    let first = env.stage(&bob, d());
+    tokio::pin!(first);
+    tokio::select! {
+        r = &mut first => panic!("{r:?}"),
+        () = env.hung() => {}
+    }
+    let alice = stage_req("v2", SHARE, None, "alice");
+    let second = tokio::time::timeout(Duration::from_secs(10), env.stage(&alice, d()))
+        .await
+        .expect("the second stage answers while the first is held");
+    match &second {
+        Err(Error::FailedPrecondition(m)) => {
+            assert!(m.contains(r"CORP\bob") && m.contains("1219"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    env.release();
+    first.await.expect("the first stage wins");
+    assert_eq!(mappings(&env)[SHARE].principal, r"CORP\bob");
+    assert!(env.mgr.store().volume("v2").expect("read").is_none());
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
 }

@@ -362,6 +362,8 @@ impl Worker {
                             *r = Err(e.clone());
                         }
                     }
+                    // Every change of the directory failed already: flushing its parent would change nothing.
+                    break;
                 }
             }
         }

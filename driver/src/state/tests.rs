@@ -319,6 +319,15 @@ fn a_write_is_not_done_before_its_directory_is_flushed_and_a_crash_there_fails_t
         matches!(&err, Error::Internal(m) if m.contains("power lost")),
         "{err:?}"
     );
+    // A restart (a new store over the same files) sees what the failed store now says: the index went back to the
+    // file, whole or absent, never torn and never a temporary file.
+    let restarted = StateStore::open(dir.path()).expect("restart");
+    assert_eq!(
+        restarted.volume("v1").expect("read"),
+        store.volume("v1").expect("read")
+    );
+    assert_eq!(restarted.quarantined_count(), 0);
+    drop(restarted);
     // The same write again is made again (the file may hold it without it being durable), and then it is done.
     let again = store.put_volume(&record("v1", r"\\srv\share"));
     gate.reached();

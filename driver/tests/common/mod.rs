@@ -5,6 +5,8 @@
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
+pub(crate) mod backend;
+
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};

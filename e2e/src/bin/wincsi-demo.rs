@@ -140,14 +140,14 @@ async fn lifecycle(
         out,
         node,
         "kubelet TearDown (pod deleted)",
-        k.tear_down(pod, vol),
+        k.tear_down(node.admin(), pod, vol),
     )
     .await?;
     step(
         out,
         node,
         "kubelet UnmountDevice (no pod uses it)",
-        k.unmount_device(vol),
+        k.unmount_device(node.admin(), vol),
     )
     .await?;
     Ok(())

@@ -238,6 +238,21 @@ impl AdminClient {
         self.typed(&Request::ReadFile { path: path.into() }).await
     }
 
+    /// What `os.Lstat` sees at `path`: `None` (nothing), `"link"`, `"directory"` or `"file"`.
+    pub async fn lstat(&self, path: &str) -> Result<Option<String>> {
+        self.typed(&Request::Lstat { path: path.into() }).await
+    }
+
+    /// `os.MkdirAll` as kubelet does it (not a csi-proxy call).
+    pub async fn mkdir(&self, path: &str) -> Result<()> {
+        self.unit(&Request::Mkdir { path: path.into() }).await
+    }
+
+    /// `os.Remove` as kubelet does it (not a csi-proxy call).
+    pub async fn remove(&self, path: &str) -> Result<()> {
+        self.unit(&Request::Remove { path: path.into() }).await
+    }
+
     /// A link's target in Windows spelling (`None` if not a link).
     pub async fn read_link(&self, path: &str) -> Result<Option<String>> {
         self.typed(&Request::ReadLink { path: path.into() }).await

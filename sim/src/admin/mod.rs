@@ -194,6 +194,23 @@ pub enum Request {
         /// Windows path.
         path: String,
     },
+    /// What another process on the node (kubelet) sees with `os.Lstat`: `null` (nothing), `"link"` (a symlink or
+    /// mount point), `"directory"` or `"file"`.
+    Lstat {
+        /// Windows path.
+        path: String,
+    },
+    /// `os.MkdirAll` as another process on the node (kubelet) does it: not a csi-proxy call, never audited.
+    Mkdir {
+        /// Windows path.
+        path: String,
+    },
+    /// `os.Remove` as another process on the node (kubelet) does it: a file, an empty directory or a link (never its
+    /// target); not a csi-proxy call, never audited.
+    Remove {
+        /// Windows path.
+        path: String,
+    },
     /// Reads a link's target (Windows spelling; `null` if not a link).
     ReadLink {
         /// Windows path.
@@ -374,6 +391,31 @@ mod tests {
             .write_file(r"C:\var\lib\kubelet\f.txt", "hi")
             .await
             .unwrap();
+        // kubelet's own file operations: not csi-proxy calls (the audit stays empty).
+        let dir = r"C:\var\lib\kubelet\plugins\p\globalmount";
+        assert_eq!(client.lstat(dir).await.unwrap(), None);
+        client.mkdir(dir).await.unwrap();
+        assert_eq!(
+            client.lstat(dir).await.unwrap().as_deref(),
+            Some("directory")
+        );
+        assert_eq!(
+            client
+                .lstat(r"C:\var\lib\kubelet\f.txt")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("file")
+        );
+        assert!(
+            client
+                .remove(r"C:\var\lib\kubelet\plugins\p")
+                .await
+                .is_err(),
+            "not empty"
+        );
+        client.remove(dir).await.unwrap();
+        assert_eq!(client.lstat(dir).await.unwrap(), None);
         assert_eq!(
             client.read_file(r"C:\var\lib\kubelet\f.txt").await.unwrap(),
             "hi"

@@ -199,6 +199,15 @@ pub(crate) async fn handle(host: &SimHost, req: Request) -> Result<serde_json::V
             let b = host.with_state(|s| s.read_file(&path))?;
             String::from_utf8_lossy(&b).into_owned().into()
         }
+        Request::Lstat { path } => to_json(host.with_state(|s| s.lstat_kind(&path))?)?,
+        Request::Mkdir { path } => {
+            host.with_state(|s| s.mkdir(&path))?;
+            Null
+        }
+        Request::Remove { path } => {
+            host.with_state_mut(|s| s.rmdir(&path, false))?;
+            Null
+        }
         Request::ReadLink { path } => to_json(host.with_state(|s| s.read_link(&path)))?,
         Request::WriteShareFile {
             server,

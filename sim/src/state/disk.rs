@@ -12,11 +12,11 @@ use crate::profile::texts::{self, DiskOp, PartitionFailure, VolumeOp};
 use crate::profile::{Backend, ResizeSkip};
 use crate::scenario::{DiskSpec, PartitionKind, PartitionSpec, PartitionStyle};
 
-const MIB: u64 = 1024 * 1024;
+pub(crate) const MIB: u64 = 1024 * 1024;
 /// GPT/MBR alignment and metadata overhead (1 MiB in front, 1 MiB for the backup table).
-const TABLE_OVERHEAD: u64 = 2 * MIB;
+pub(crate) const TABLE_OVERHEAD: u64 = 2 * MIB;
 /// Size of the Microsoft reserved partition `Initialize-Disk -PartitionStyle GPT` creates.
-const MSR_SIZE: u64 = 16 * MIB;
+pub(crate) const MSR_SIZE: u64 = 16 * MIB;
 /// csi-proxy v1.2.0+ skips resizes that grow a partition by less than this.
 const MIN_RESIZE_GROWTH: i64 = 100 * 1024 * 1024;
 /// `Resize-Partition` refuses extents below this ("The size of the extent is less than the minimum of 1MB.").
@@ -114,7 +114,7 @@ pub struct Disk {
 }
 
 impl Disk {
-    fn free_space(&self, except: Option<u32>) -> u64 {
+    pub(crate) fn free_space(&self, except: Option<u32>) -> u64 {
         let used: u64 = self
             .partitions
             .iter()
@@ -420,7 +420,13 @@ impl State {
             .ok_or_else(|| texts::volume_not_found(&self.profile, op, id))
     }
 
-    fn record_loss(&mut self, rpc: &str, di: usize, volume_id: Option<String>, detail: String) {
+    pub(crate) fn record_loss(
+        &mut self,
+        rpc: &str,
+        di: usize,
+        volume_id: Option<String>,
+        detail: String,
+    ) {
         let d = &self.disks[di];
         tracing::warn!(rpc, disk = %d.id, %detail, "data-loss event");
         self.data_loss.push(DataLossEvent {

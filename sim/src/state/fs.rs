@@ -79,6 +79,19 @@ impl State {
         if meta.is_dir() { Node::Dir } else { Node::File }
     }
 
+    /// What another process on the node (kubelet) sees with Go's `os.Lstat` at `path`: `None` when nothing is there,
+    /// else `"link"` (a symlink or a mount point: a reparse point, `ModeSymlink`/`ModeIrregular` to Go),
+    /// `"directory"` or `"file"`. Not a csi-proxy call: no validation beyond the path's syntax, no audit.
+    pub fn lstat_kind(&self, path: &str) -> Result<Option<&'static str>> {
+        let real = self.drive_path(path)?;
+        Ok(match self.node(&real) {
+            Node::Missing => None,
+            Node::Symlink { .. } | Node::MountPoint { .. } => Some("link"),
+            Node::Dir => Some("directory"),
+            Node::File => Some("file"),
+        })
+    }
+
     // ---- Filesystem group ----
 
     /// `PathExists`: validates, then lstat (a dangling link exists).

@@ -51,6 +51,9 @@ pub struct Portal {
     pub port: u32,
     /// Whether discovery needs CHAP.
     pub discovery_chap: bool,
+    /// The discovery CHAP credentials the portal accepts (never serialised).
+    #[serde(skip)]
+    pub discovery_credentials: Option<(String, Secret)>,
     /// Whether the portal is added on the host (`MSFT_iSCSITargetPortal` exists).
     pub added: bool,
     /// IQNs the host has discovered through this portal (lower-cased).
@@ -78,6 +81,12 @@ pub struct Session {
     /// CHAP secret used at login (never serialised).
     #[serde(skip)]
     pub chap_secret: Secret,
+    /// Logged in with `IsPersistent` (only through the Windows view: csi-proxy never sets it); its persistent login
+    /// record is in [`State::persistent_logins`] until `Unregister`.
+    #[serde(default)]
+    pub persistent: bool,
+    /// `MSFT_iSCSISession.SessionIdentifier` (deterministic: boot and SCSI target number).
+    pub session_identifier: String,
 }
 
 /// The outcome of one session's recovery ([`State::recover_iscsi_sessions`]).
@@ -129,6 +138,10 @@ pub(crate) fn load(st: &mut State, spec: &IscsiSpec) -> Result<()> {
             address: p.address.clone(),
             port: p.port,
             discovery_chap: p.discovery_chap.is_some(),
+            discovery_credentials: p
+                .discovery_chap
+                .as_ref()
+                .map(|c| (c.username.clone(), c.secret.clone())),
             added: p.preconfigured,
             discovered,
             targets,
@@ -179,11 +192,11 @@ pub(crate) fn detach_session_disks(st: &mut State, s: &Session) {
     }
 }
 
-fn port_or_default(port: u32) -> u32 {
+pub(crate) fn port_or_default(port: u32) -> u32 {
     if port == 0 { 3260 } else { port }
 }
 
-fn chap_secret_len_ok(s: &str) -> bool {
+pub(crate) fn chap_secret_len_ok(s: &str) -> bool {
     (12..=16).contains(&s.len())
 }
 
@@ -353,7 +366,7 @@ impl State {
     }
 
     /// Checks a login's credentials against a target and the node's current mutual CHAP secret.
-    fn check_login(
+    pub(crate) fn check_login(
         &self,
         target: &Target,
         auth: AuthType,
@@ -442,6 +455,24 @@ impl State {
                 None => Ok(()),
             };
         }
+        self.log_in(pi, ti, port, auth, chap_username, chap_secret, false);
+        self.sync_links()
+    }
+
+    /// A new session to target `ti` of portal `pi`: the lowest free SCSI target number, the LUNs' disks scheduled
+    /// to arrive. `persistent` records the login for the next boot ([`State::persistent_logins`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn log_in(
+        &mut self,
+        pi: usize,
+        ti: usize,
+        port: u32,
+        auth: AuthType,
+        chap_username: &str,
+        chap_secret: &Secret,
+        persistent: bool,
+    ) -> Session {
+        let target = self.portals[pi].targets[ti].clone();
         let mut target_number = 0;
         while self
             .sessions
@@ -450,7 +481,7 @@ impl State {
         {
             target_number += 1;
         }
-        self.sessions.push(Session {
+        let session = Session {
             portal_address: self.portals[pi].address.clone(),
             portal_port: port,
             iqn: target.iqn.clone(),
@@ -458,17 +489,72 @@ impl State {
             auth,
             chap_username: chap_username.to_string(),
             chap_secret: chap_secret.clone(),
-        });
+            persistent,
+            session_identifier: format!(
+                "ffffe00{:09x}-{:016x}",
+                self.boots,
+                0x4000_0137_0000_0000u64 + u64::from(target_number)
+            ),
+        };
+        self.sessions.push(session.clone());
+        if persistent {
+            self.persistent_logins
+                .retain(|p| !p.iqn.eq_ignore_ascii_case(&session.iqn));
+            self.persistent_logins.push(session.clone());
+        }
         let now = Instant::now();
         for (lun, disk_id) in &target.luns {
             self.attach_lun_disk(disk_id, target_number, *lun, now);
         }
-        self.sync_links()
+        session
+    }
+
+    /// The MSiSCSI service at boot: every persistent login record logs in again with the credentials it was made
+    /// with and the node's current mutual CHAP secret (Microsoft's `Connect-IscsiTarget -IsPersistent` page: "the
+    /// session is re-established after a restart"); a login that fails leaves its record for the next boot.
+    pub(crate) fn restore_persistent_logins(&mut self) {
+        let records = self.persistent_logins.clone();
+        for r in records {
+            let found = self.portals.iter().enumerate().find_map(|(pi, p)| {
+                p.targets
+                    .iter()
+                    .position(|t| t.iqn.eq_ignore_ascii_case(&r.iqn))
+                    .filter(|_| p.added && p.address.eq_ignore_ascii_case(&r.portal_address))
+                    .map(|ti| (pi, ti))
+            });
+            let Some((pi, ti)) = found else {
+                tracing::info!(iqn = %r.iqn, "persistent login: the target is no longer discovered");
+                continue;
+            };
+            let target = self.portals[pi].targets[ti].clone();
+            match self.check_login(&target, r.auth, &r.chap_username, &r.chap_secret) {
+                Ok(()) => {
+                    self.log_in(
+                        pi,
+                        ti,
+                        r.portal_port,
+                        r.auth,
+                        &r.chap_username,
+                        &r.chap_secret,
+                        true,
+                    );
+                }
+                Err(why) => {
+                    tracing::info!(iqn = %r.iqn, ?why, "persistent login failed at boot");
+                }
+            }
+        }
     }
 
     /// Makes a LUN's disk appear: the lowest free disk number, the session's SCSI address, online per its SAN
     /// policy, visible after its arrival delay.
-    fn attach_lun_disk(&mut self, disk_id: &str, target_number: u32, lun: u32, now: Instant) {
+    pub(crate) fn attach_lun_disk(
+        &mut self,
+        disk_id: &str,
+        target_number: u32,
+        lun: u32,
+        now: Instant,
+    ) {
         let adapter = self.cfg.iscsi_adapter;
         let mut number = 0;
         while self.disks.iter().any(|d| d.number == Some(number)) {

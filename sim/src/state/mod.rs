@@ -201,6 +201,9 @@ pub struct State {
     pub(crate) mappings: BTreeMap<String, Mapping>,
     pub(crate) portals: Vec<Portal>,
     pub(crate) sessions: Vec<Session>,
+    /// Persistent iSCSI login records (`Connect(IsPersistent = true)` through the Windows view), kept across reboots
+    /// until `MSFT_iSCSISession.Unregister`.
+    pub(crate) persistent_logins: Vec<Session>,
     pub(crate) mutual_chap_secret: Option<Secret>,
     pub(crate) data_loss: Vec<DataLossEvent>,
     pub(crate) next_guid: u64,
@@ -293,6 +296,7 @@ impl State {
             mappings: BTreeMap::new(),
             portals: Vec::new(),
             sessions: Vec::new(),
+            persistent_logins: Vec::new(),
             mutual_chap_secret: None,
             data_loss: Vec::new(),
             next_guid: 1,
@@ -448,8 +452,9 @@ impl State {
         Ok(())
     }
 
-    /// Simulates a node reboot: SMB global mappings become `Disconnected`, iSCSI sessions (never persistent with
-    /// csi-proxy) drop so their disks vanish, services return to their start types; directories, symlinks and
+    /// Simulates a node reboot: SMB global mappings become `Disconnected`, iSCSI sessions drop so their disks vanish
+    /// (csi-proxy never makes them persistent; persistent login records made through the Windows view log in again,
+    /// their disks arriving after their delays), services return to their start types; directories, symlinks and
     /// mount points stay on disk (a mount point whose volume vanished dangles).
     pub fn reboot(&mut self) -> Result<()> {
         self.boots += 1;
@@ -460,6 +465,7 @@ impl State {
         for s in &sessions {
             iscsi::detach_session_disks(self, s);
         }
+        self.restore_persistent_logins();
         system::reboot(self);
         self.sync_links()
     }
@@ -483,6 +489,12 @@ impl State {
         for s in &self.sessions {
             out.push(format!(
                 "iSCSI session to {} via {}:{}",
+                s.iqn, s.portal_address, s.portal_port
+            ));
+        }
+        for s in &self.persistent_logins {
+            out.push(format!(
+                "iSCSI persistent login to {} via {}:{}",
                 s.iqn, s.portal_address, s.portal_port
             ));
         }
@@ -548,6 +560,11 @@ impl State {
         &self.sessions
     }
 
+    /// Persistent iSCSI login records (made through the Windows view), logged in again at every boot.
+    pub fn persistent_logins(&self) -> &[Session] {
+        &self.persistent_logins
+    }
+
     /// iSCSI portals (scenario side, with whether they are added on the host).
     pub fn portals(&self) -> &[Portal] {
         &self.portals
@@ -583,7 +600,7 @@ fn claim_sandbox(root: &Path) -> Result<()> {
 /// File that marks a directory as a simulator sandbox.
 pub const SANDBOX_MARKER: &str = ".wincsi-sim-sandbox";
 
-fn collect_links(dir: &Path, out: &mut Vec<PathBuf>, links: LinkMode) {
+pub(crate) fn collect_links(dir: &Path, out: &mut Vec<PathBuf>, links: LinkMode) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };

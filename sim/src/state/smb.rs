@@ -241,10 +241,10 @@ pub(crate) fn root_mapping_path(remote: &str) -> Result<(String, String, String)
 }
 
 /// Why a mapping could not be created: a Windows error number.
-type WinCode = u32;
+pub(crate) type WinCode = u32;
 
 impl State {
-    fn authenticate(
+    pub(crate) fn authenticate(
         &self,
         server: &str,
         share: &str,
@@ -401,23 +401,39 @@ impl State {
             return Err(texts::ps_credential_required(password.is_empty()));
         }
         let report = texts::wmi_report(&self.profile, self.behaviour.wmi_failures);
-        let fail = |st: &State, code: WinCode| match texts::new_mapping_failed(
-            &st.profile,
-            report,
-            code,
-        ) {
-            Some(e) => Err(e),
-            // v1.3.0 ignores a non-zero ReturnValue: "success" without a mapping.
-            None => Ok(()),
-        };
+        let require_privacy = self.cfg.require_privacy;
+        match self.create_global_mapping(root, server, share, username, password, require_privacy) {
+            Ok(()) => Ok(()),
+            Err(code) => match texts::new_mapping_failed(&self.profile, report, code) {
+                Some(e) => Err(e),
+                // v1.3.0 ignores a non-zero ReturnValue: "success" without a mapping.
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// What Windows does on `MSFT_SmbGlobalMapping.Create` of `root` (shared by csi-proxy's view and the Windows
+    /// view): 53 for an unknown or unreachable server, 67 for an unknown share, 5 when privacy is required of a
+    /// server without encryption, 1219 when the server already has a mapping under another principal or this root
+    /// already has one (a Disconnected one, with `disconnected_mapping_blocks_create`), the logon's own error; the
+    /// Windows error number on failure.
+    pub(crate) fn create_global_mapping(
+        &mut self,
+        root: &str,
+        server: &str,
+        share: &str,
+        username: &str,
+        password: &Secret,
+        require_privacy: bool,
+    ) -> std::result::Result<(), WinCode> {
         let Some(srv) = self.servers.get(server).filter(|s| s.reachable) else {
-            return fail(self, 53);
+            return Err(53);
         };
         if !srv.shares.contains_key(share) {
-            return fail(self, 67);
+            return Err(67);
         }
-        if self.cfg.require_privacy && !srv.encryption {
-            return fail(self, 5);
+        if require_privacy && !srv.encryption {
+            return Err(5);
         }
         let principal_key = username.to_lowercase();
         if self
@@ -425,18 +441,22 @@ impl State {
             .values()
             .any(|m| m.server == server && m.principal.to_lowercase() != principal_key)
         {
-            return fail(self, 1219);
+            return Err(1219);
         }
-        if self.mappings.contains_key(root) {
+        if let Some(existing) = self.mappings.get(root) {
+            if existing.status == MappingStatus::Ok {
+                // Only the Windows view gets here (csi-proxy never creates over an OK mapping): the name is taken.
+                // Which code Windows answers is unverified (reference §5 item 4; chosen: 85, "The local device
+                // name is already in use").
+                return Err(85);
+            }
             // A Disconnected mapping of this root (csi-proxy never removes it first): public reports show 1219.
             if self.cfg.disconnected_mapping_blocks_create {
-                return fail(self, 1219);
+                return Err(1219);
             }
             self.mappings.remove(root);
         }
-        if let Err(code) = self.authenticate(server, share, username, password.expose()) {
-            return fail(self, code);
-        }
+        self.authenticate(server, share, username, password.expose())?;
         self.mappings.insert(
             root.to_string(),
             Mapping {
@@ -446,7 +466,7 @@ impl State {
                 principal: username.to_string(),
                 password: password.clone(),
                 status: MappingStatus::Ok,
-                require_privacy: self.cfg.require_privacy,
+                require_privacy,
             },
         );
         Ok(())

@@ -1,0 +1,182 @@
+//! Disks over `MSFT_Disk`, `MSFT_Partition` and the device IOCTLs (reference §2.3), with the waits for arrival
+//! (reference §3): `Refresh` after `Online`, `Initialize` and `CreatePartition`, and once more when a basic partition
+//! has no volume yet, so nothing is decided on a half-arrived disk (D5).
+
+use std::collections::BTreeMap;
+
+use winhost::codes::{PartitionStyle, StorageReturn};
+use winhost::location::DiskLocation as Location;
+use winhost::model::{CreatePartition, DiskAttributes, MsftDisk};
+use winhost::page83::csi_proxy_page83;
+
+use super::{DiskIds, DiskLocation, HostErrorKind, HostResult, Ops};
+
+/// The disk numbered `n` (NotFound when absent, like csi-proxy's "not found").
+pub(super) fn one(o: &Ops<'_>, n: u32) -> HostResult<MsftDisk> {
+    o.w.disks(o.c, Some(n))
+        .map_err(|e| o.err(e))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| o.fail(HostErrorKind::NotFound, format!("disk {n} not found")))
+}
+
+/// `ListDiskLocations`: every disk whose `Location` parses (csi-proxy's rules, or the documented PnP form).
+pub(super) fn locations(o: &Ops<'_>) -> HostResult<BTreeMap<u32, DiskLocation>> {
+    let disks = o.w.disks(o.c, None).map_err(|e| o.err(e))?;
+    Ok(disks
+        .iter()
+        .filter_map(|d| {
+            let loc = match Location::parse(d.location.as_deref()?)? {
+                Location::CsiProxy(l) => DiskLocation {
+                    adapter: l.adapter,
+                    target: l.target,
+                    lun: l.lun,
+                },
+                Location::Pnp(l) => DiskLocation {
+                    adapter: String::new(),
+                    target: l.target_id.to_string(),
+                    lun: l.lun.to_string(),
+                },
+            };
+            Some((d.number, loc))
+        })
+        .collect())
+}
+
+/// `ListDiskIDs`: page83 as csi-proxy picks it from `IOCTL_STORAGE_QUERY_PROPERTY`, keyed by the device number,
+/// serial from `MSFT_Disk.SerialNumber`; one disk that cannot be opened fails the whole call (csi-proxy's rule,
+/// kept by the port).
+pub(super) fn ids(o: &Ops<'_>) -> HostResult<BTreeMap<u32, DiskIds>> {
+    let disks = o.w.disks(o.c, None).map_err(|e| o.err(e))?;
+    let mut out = BTreeMap::new();
+    for d in &disks {
+        let device = d
+            .device_path
+            .clone()
+            .unwrap_or_else(|| format!(r"\\.\PhysicalDrive{}", d.number));
+        let number =
+            o.w.storage_device_number(o.c, &device)
+                .map_err(|e| o.err(e))?;
+        let identifiers =
+            o.w.storage_device_identifiers(o.c, &device)
+                .map_err(|e| o.err(e))?;
+        out.insert(
+            number.device_number,
+            DiskIds {
+                page83: csi_proxy_page83(&identifiers),
+                serial: d.serial_number.clone().unwrap_or_default(),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// `Rescan`: `UpdateHostStorageCache`.
+pub(super) fn rescan(o: &Ops<'_>) -> HostResult<()> {
+    let out = o.w.update_host_storage_cache(o.c).map_err(|e| o.err(e))?;
+    o.accept(out, &[])
+}
+
+/// `PartitionDisk`: GPT-initialise a RAW disk, then create one maximum-size basic data partition when the disk has no
+/// partition other than Microsoft Reserved (csi-proxy's calls and parameters, reference §2.3); a no-op otherwise.
+pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
+    let disk = one(o, n)?;
+    if disk.partition_style == PartitionStyle::Raw {
+        let out =
+            o.w.disk_initialize(o.c, &disk.path, PartitionStyle::Gpt)
+                .map_err(|e| o.err(e))?;
+        o.accept(out, &[StorageReturn::DiskAlreadyInitialized])?;
+    }
+    refresh(o, &disk)?;
+    let parts = o.w.partitions(o.c, Some(n)).map_err(|e| o.err(e))?;
+    if parts.iter().any(|p| !p.is_microsoft_reserved()) {
+        return Ok(());
+    }
+    let out =
+        o.w.disk_create_partition(o.c, &disk.path, &CreatePartition::csi_proxy_basic_data())
+            .map_err(|e| o.err(e))?;
+    // 42002: created, but no access path could be assigned (csi-proxy accepts it, `pkg/os/disk/api.go:196`).
+    let created = o.accept(out, &[StorageReturn::AccessPathInUse])?;
+    refresh(o, &disk)?;
+    if let Some(p) = created {
+        let out = o.w.partition_online(o.c, &p.path).map_err(|e| o.err(e))?;
+        o.accept(out, &[])?;
+    }
+    Ok(())
+}
+
+fn refresh(o: &Ops<'_>, disk: &MsftDisk) -> HostResult<()> {
+    let out = o.w.disk_refresh(o.c, &disk.path).map_err(|e| o.err(e))?;
+    o.accept(out, &[])
+}
+
+/// `SetDiskState`: `Online()`/`Offline()` when the disk is not already so (csi-proxy's check first), then, online,
+/// `Refresh` so its volumes arrive. `writable`: a read-only flag still set after `Online` (SAN policy, re-attach:
+/// csi-proxy #437) is cleared with `SetAttributes(IsReadOnly = false)` (reference §3).
+pub(super) fn set_online(o: &Ops<'_>, n: u32, online: bool, writable: bool) -> HostResult<()> {
+    let disk = one(o, n)?;
+    if !online {
+        if !disk.is_offline {
+            let out = o.w.disk_offline(o.c, &disk.path).map_err(|e| o.err(e))?;
+            o.accept(out, &[])?;
+        }
+        return Ok(());
+    }
+    let onlined = disk.is_offline;
+    if onlined {
+        let out = o.w.disk_online(o.c, &disk.path).map_err(|e| o.err(e))?;
+        o.accept(out, &[])?;
+    }
+    refresh(o, &disk)?;
+    if writable {
+        let read_only = if onlined {
+            one(o, n)?.is_read_only
+        } else {
+            disk.is_read_only
+        };
+        if read_only {
+            tracing::info!(
+                disk = n,
+                "clearing the disk's read-only flag for a writable volume"
+            );
+            let attrs = DiskAttributes {
+                is_read_only: Some(false),
+                ..DiskAttributes::default()
+            };
+            let out =
+                o.w.disk_set_attributes(o.c, &disk.path, &attrs)
+                    .map_err(|e| o.err(e))?;
+            o.accept(out, &[])?;
+        }
+    }
+    Ok(())
+}
+
+/// `ListVolumesOnDisk`: the volumes of every partition (`MSFT_PartitionToVolume`). A basic partition of an online
+/// disk whose volume has not arrived yet makes it `Refresh` the disk and look once more, rather than report a disk
+/// without volumes (which the driver would partition or call foreign). An unknown disk has none.
+pub(super) fn volumes(o: &Ops<'_>, n: u32) -> HostResult<Vec<String>> {
+    let list = |o: &Ops<'_>| -> HostResult<(Vec<String>, bool)> {
+        let parts = o.w.partitions(o.c, Some(n)).map_err(|e| o.err(e))?;
+        let mut out = Vec::new();
+        let mut missing = false;
+        for p in &parts {
+            let vols = o.w.partition_volumes(o.c, &p.path).map_err(|e| o.err(e))?;
+            missing |= vols.is_empty() && !p.is_microsoft_reserved() && !p.is_offline;
+            out.extend(vols.into_iter().map(|v| v.unique_id));
+        }
+        Ok((out, missing))
+    };
+    let (vols, missing) = list(o)?;
+    if !missing {
+        return Ok(vols);
+    }
+    let Ok(disk) = one(o, n) else {
+        return Ok(vols);
+    };
+    if disk.is_offline {
+        return Ok(vols);
+    }
+    refresh(o, &disk)?;
+    Ok(list(o)?.0)
+}

@@ -1,0 +1,171 @@
+//! Filesystem operations over Win32 (reference §2.1): paths as the driver validated them (`X:\…` inside the
+//! kubelet root, at most 260 bytes), links always made with `SYMBOLIC_LINK_FLAG_DIRECTORY` (D11), and links never
+//! followed where the operation is about the link itself.
+
+use winhost::ErrorKind;
+use winhost::codes::Win32Error;
+use winhost::model::SymlinkFlags;
+use winhost::paths::{LinkTarget, UncParts, with_trailing_backslash};
+
+use super::{HostErrorKind, HostResult, Ops};
+
+fn is(e: &winhost::CallError, code: Win32Error) -> bool {
+    e.win32_code() == Some(code)
+}
+
+/// `PathExists`: `GetFileAttributesW` does not follow the final link, so a dangling link exists (csi-proxy's
+/// `os.Lstat`); not found and an invalid name are `false` (csi-proxy's `IsPathValid`).
+pub(super) fn path_exists(o: &Ops<'_>, path: &str) -> HostResult<bool> {
+    match o.w.file_attributes(o.c, path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::NotFound || is(&e, Win32Error::InvalidName) => Ok(false),
+        Err(e) => Err(o.err(e)),
+    }
+}
+
+/// The parent of a drive path (`None` at the drive root).
+fn parent(path: &str) -> Option<&str> {
+    let (p, _) = path.trim_end_matches('\\').rsplit_once('\\')?;
+    (p.len() > 2).then_some(p)
+}
+
+/// `Mkdir` = Rust's `create_dir_all`: `CreateDirectoryW` each missing component; an existing entry is fine when it is
+/// a directory or a link that resolves (a dangling link or mount point is AlreadyExists, as csi-proxy's Go < 1.23
+/// `MkdirAll` answers, so the iSCSI stage can remove a mount point left dangling by a reboot).
+pub(super) fn mkdir(o: &Ops<'_>, path: &str) -> HostResult<()> {
+    let mut pending = vec![path.to_owned()];
+    while let Some(p) = pending.last().cloned() {
+        match o.w.create_directory(o.c, &p) {
+            Ok(()) => {}
+            Err(e) if is(&e, Win32Error::AlreadyExists) => {
+                let tag = o.w.attribute_tag(o.c, &p).map_err(|e| o.err(e))?;
+                let resolves = !tag.attributes.is_reparse_point()
+                    || o.w
+                        .final_path_name(o.c, &p, winhost::model::VolumeNameKind::Dos)
+                        .is_ok();
+                if !tag.attributes.is_directory() || !resolves {
+                    return Err(o.fail(
+                        HostErrorKind::AlreadyExists,
+                        format!(
+                            "{p}: Cannot create a file when that file already exists (it is {})",
+                            if tag.attributes.is_directory() {
+                                "a link or mount point that does not resolve"
+                            } else {
+                                "a file"
+                            }
+                        ),
+                    ));
+                }
+            }
+            Err(e) if is(&e, Win32Error::PathNotFound) => match parent(&p) {
+                Some(up) if pending.len() < 64 => {
+                    pending.push(up.to_owned());
+                    continue;
+                }
+                _ => return Err(o.err(e)),
+            },
+            Err(e) => return Err(o.err(e)),
+        }
+        pending.pop();
+    }
+    Ok(())
+}
+
+/// `Rmdir`: without force `RemoveDirectoryW` (an empty directory, or a directory link or mount point itself),
+/// falling back to `DeleteFileW` for a file or file link (267); with force the tree, never following a link
+/// (Rust std `remove_dir_all`), not found counting as done.
+pub(super) fn rmdir(o: &Ops<'_>, path: &str, force: bool) -> HostResult<()> {
+    let first = if force {
+        o.w.remove_tree(o.c, path)
+    } else {
+        o.w.remove_directory(o.c, path)
+    };
+    match first {
+        Ok(()) => Ok(()),
+        Err(e) if force && e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) if is(&e, Win32Error::Directory) => match o.w.delete_file(o.c, path) {
+            Ok(()) => Ok(()),
+            Err(e) if force && e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(o.err(e)),
+        },
+        Err(e) => Err(o.err(e)),
+    }
+}
+
+/// `CreateSymlink`: a directory link at `link` to `target`, stored as given (fails when `link` exists).
+pub(super) fn create_symlink(o: &Ops<'_>, link: &str, target: &str) -> HostResult<()> {
+    o.w.create_symbolic_link(o.c, link, target, SymlinkFlags::DIRECTORY)
+        .map_err(|e| o.err(e))
+}
+
+/// Whether a share target answered like an unreachable share rather than a broken call.
+fn unreachable_share(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::NotFound
+            | ErrorKind::NetworkPathNotFound
+            | ErrorKind::NetworkNameNotFound
+            | ErrorKind::LogonFailure
+            | ErrorKind::AccessDenied
+            | ErrorKind::MultipleConnections
+    )
+}
+
+/// Links followed from a path to what it finally names.
+const MAX_HOPS: usize = 8;
+
+/// `IsSymlink`: a link (or mount point) whose target resolves. Local links are followed hop by hop through their
+/// reparse data (so a publish link to a staging link whose share is gone does not resolve either); a link into a
+/// share resolves only while the share's global mapping is OK (Disconnected after a reboot: `false`, so the volume
+/// is reported abnormal, not an error: csi-proxy can only learn that from the access error, which it returns as an
+/// error) and the path is reachable; a mount point while its volume is there.
+pub(super) fn is_symlink(o: &Ops<'_>, path: &str) -> HostResult<bool> {
+    let mut point = match o.w.read_reparse_point(o.c, path) {
+        Ok(p) => p,
+        Err(e) if is(&e, Win32Error::NotAReparsePoint) => return Ok(false),
+        Err(e) => return Err(o.err(e)),
+    };
+    for _ in 0..MAX_HOPS {
+        match point.target() {
+            Some(LinkTarget::Volume(v)) => {
+                return match o.w.volume_information(o.c, &v.to_path()) {
+                    Ok(_) => Ok(true),
+                    // A RAW volume is there all the same.
+                    Err(e) if is(&e, Win32Error::UnrecognizedVolume) => Ok(true),
+                    Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+                    Err(e) => Err(o.err(e)),
+                };
+            }
+            Some(LinkTarget::Local(target)) => match o.w.read_reparse_point(o.c, &target) {
+                Ok(next) => point = next,
+                Err(e) if is(&e, Win32Error::NotAReparsePoint) => return Ok(true),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(o.err(e)),
+            },
+            Some(LinkTarget::Unc(target)) => return share_resolves(o, &target),
+            // A relative link, another namespace (csi-proxy v1.3.0's `\\?\\\server` form) or another tag.
+            _ => return Ok(false),
+        }
+    }
+    Ok(false)
+}
+
+/// Whether `target`, a path on a share, resolves: the share's mapping is OK and the path answers.
+fn share_resolves(o: &Ops<'_>, target: &str) -> HostResult<bool> {
+    let Some(parts) = UncParts::parse(target) else {
+        return Ok(false);
+    };
+    let root = parts.share_root();
+    let mappings = o.w.global_mappings(o.c).map_err(|e| o.err(e))?;
+    let usable = mappings
+        .iter()
+        .any(|m| winhost::paths::same_share_root(&m.remote_path, &root) && m.status.is_ok());
+    if !usable {
+        return Ok(false);
+    }
+    match o.w.file_attributes(o.c, &with_trailing_backslash(target)) {
+        Ok(_) => Ok(true),
+        Err(e) if unreachable_share(e.kind()) => Ok(false),
+        Err(e) => Err(o.err(e)),
+    }
+}

@@ -1,0 +1,175 @@
+//! The iSCSI initiator over the `MSFT_iSCSI*` classes (reference §2.5, §3): portals with discovery CHAP, logins
+//! (persistent when asked), every session of a target on logout, the target's disks through its sessions.
+
+use winhost::codes::IscsiStatus;
+use winhost::model::{
+    AuthenticationType, ChapCredentials, ConnectTarget, MsftIscsiTarget, NewTargetPortal,
+};
+
+use super::{HostErrorKind, HostResult, IscsiAuth, Ops, Portal};
+
+fn credentials(auth: &IscsiAuth) -> (AuthenticationType, Option<ChapCredentials<'_>>) {
+    match auth {
+        IscsiAuth::None => (AuthenticationType::None, None),
+        IscsiAuth::OneWay { username, secret } => (
+            AuthenticationType::OneWayChap,
+            Some(ChapCredentials {
+                username,
+                secret: secret.expose(),
+            }),
+        ),
+        IscsiAuth::Mutual { username, secret } => (
+            AuthenticationType::MutualChap,
+            Some(ChapCredentials {
+                username,
+                secret: secret.expose(),
+            }),
+        ),
+    }
+}
+
+/// `AddTargetPortal`: nothing when the portal is there (csi-proxy's check), else `New` (with discovery CHAP when
+/// given, reference §3).
+pub(super) fn add_portal(o: &Ops<'_>, portal: &Portal, discovery: &IscsiAuth) -> HostResult<()> {
+    let existing =
+        o.w.target_portals(o.c, Some((&portal.address, portal.port)))
+            .map_err(|e| o.err(e))?;
+    if !existing.is_empty() {
+        return Ok(());
+    }
+    let (auth, chap) = credentials(discovery);
+    let params = NewTargetPortal {
+        target_portal_address: &portal.address,
+        target_portal_port_number: portal.port,
+        initiator_portal_address: None,
+        authentication_type: chap.map(|_| auth),
+        chap,
+    };
+    let out = o.w.target_portal_new(o.c, &params).map_err(|e| o.err(e))?;
+    o.accept(out, &[IscsiStatus::TargetPortalAlreadyExists])
+        .map(|_| ())
+}
+
+/// `DiscoverTargetPortal`: the targets the portal reports (`MSFT_iSCSITargetPortalToiSCSITarget`), spelled as they
+/// report themselves; the portal is asked to rediscover (`Update`) once when it reports none.
+pub(super) fn discover(o: &Ops<'_>, portal: &Portal) -> HostResult<Vec<String>> {
+    let p =
+        o.w.target_portals(o.c, Some((&portal.address, portal.port)))
+            .map_err(|e| o.err(e))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                o.fail(
+                    HostErrorKind::NotFound,
+                    format!("target portal {portal} is not added on this node"),
+                )
+            })?;
+    let mut targets = o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?;
+    if targets.is_empty() {
+        let out =
+            o.w.target_portal_update(o.c, &p.path)
+                .map_err(|e| o.err(e))?;
+        o.accept(out, &[])?;
+        targets = o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?;
+    }
+    Ok(targets.into_iter().map(|t| t.node_address).collect())
+}
+
+/// The discovered target `iqn` (compared ignoring case: IQNs are case-insensitive; reference D9), if any.
+fn find(targets: Vec<MsftIscsiTarget>, iqn: &str) -> Option<MsftIscsiTarget> {
+    targets
+        .into_iter()
+        .find(|t| t.node_address.eq_ignore_ascii_case(iqn))
+}
+
+/// `ConnectTarget`: find the target through the portal (rediscover once with `Update` when it is not there), nothing
+/// when it already has a session (through any portal), else `Connect`.
+pub(super) fn connect(
+    o: &Ops<'_>,
+    portal: &Portal,
+    iqn: &str,
+    auth: &IscsiAuth,
+    persistent: bool,
+) -> HostResult<()> {
+    let p =
+        o.w.target_portals(o.c, Some((&portal.address, portal.port)))
+            .map_err(|e| o.err(e))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                o.fail(
+                    HostErrorKind::NotFound,
+                    format!("target portal {portal} is not added on this node"),
+                )
+            })?;
+    let mut target = find(o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?, iqn);
+    if target.is_none() {
+        let out =
+            o.w.target_portal_update(o.c, &p.path)
+                .map_err(|e| o.err(e))?;
+        o.accept(out, &[])?;
+        target = find(o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?, iqn);
+    }
+    let target = target.ok_or_else(|| {
+        o.fail(
+            HostErrorKind::NotFound,
+            format!("target {iqn} is not discovered through {portal}"),
+        )
+    })?;
+    if target.is_connected {
+        return Ok(());
+    }
+    let (auth_type, chap) = credentials(auth);
+    let params = ConnectTarget {
+        node_address: &target.node_address,
+        target_portal_address: Some(&portal.address),
+        target_portal_port_number: Some(portal.port),
+        initiator_portal_address: None,
+        authentication_type: auth_type,
+        chap,
+        is_persistent: persistent.then_some(true),
+        is_multipath_enabled: None,
+    };
+    let out = o.w.target_connect(o.c, &params).map_err(|e| o.err(e))?;
+    o.accept(out, &[IscsiStatus::TargetAlreadyLoggedIn])
+        .map(|_| ())
+}
+
+fn target(o: &Ops<'_>, iqn: &str) -> HostResult<Option<MsftIscsiTarget>> {
+    Ok(find(o.w.targets(o.c).map_err(|e| o.err(e))?, iqn))
+}
+
+/// `DisconnectTarget`: every session of the target (csi-proxy handles only the first), each persistent one
+/// unregistered first so the initiator does not log it back in at boot; nothing when not connected.
+pub(super) fn disconnect(o: &Ops<'_>, iqn: &str) -> HostResult<()> {
+    let Some(t) = target(o, iqn)? else {
+        return Ok(());
+    };
+    for s in o.w.target_sessions(o.c, &t.path).map_err(|e| o.err(e))? {
+        if s.is_persistent {
+            let out = o.w.session_unregister(o.c, &s.path).map_err(|e| o.err(e))?;
+            o.accept(out, &[IscsiStatus::NotFound])?;
+        }
+        let out =
+            o.w.target_disconnect(o.c, &t.path, &s.session_identifier)
+                .map_err(|e| o.err(e))?;
+        o.accept(out, &[IscsiStatus::NotFound])?;
+    }
+    Ok(())
+}
+
+/// `GetTargetDisks`: the disks of every session of the target (`MSFT_iSCSISessionToDisk`); empty when not connected.
+pub(super) fn target_disks(o: &Ops<'_>, iqn: &str) -> HostResult<Vec<u32>> {
+    let Some(t) = target(o, iqn)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for s in o.w.target_sessions(o.c, &t.path).map_err(|e| o.err(e))? {
+        for d in o.w.session_disks(o.c, &s.path).map_err(|e| o.err(e))? {
+            out.push(d.number);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}

@@ -1,0 +1,406 @@
+//! What happens to a staged LUN after its stage: unstage (unmount, logout of the last user), startup reconciliation,
+//! publish readiness, stats and their diagnosis, expansion.
+//!
+//! A mount point whose volume vanished (the session died with a reboot; csi-proxy never makes logins persistent) is
+//! read differently per csi-proxy release: the PowerShell era (≤ v1.2.1) answers `GetVolumeIDFromTargetPath` from the
+//! mount point's reparse data, so it still names the old volume; v1.3.0+ fail. So a matching id is never taken as
+//! proof that the volume is there: `GetVolumeStats` of it must answer too.
+
+use tracing::{debug, info, warn};
+
+use super::{
+    IscsiRecord, MIN_RESIZE_GROWTH, block_error, details, run, same_id, target_users, uncertain,
+};
+use crate::error::Error;
+use crate::host::{Host, HostErrorKind, HostOp, HostPath};
+use crate::lifecycle::{Calls, Context, ExpandRequest, Health, Usage, VolumeStats};
+use crate::locks::Deadline;
+use crate::state::{Phase, VolumeRecord};
+
+/// Whether volume `v` is there (its disk visible and online): `GetVolumeStats` answers. `Err` only when the answer is
+/// uncertain (deadline, csi-proxy unreachable).
+pub(super) async fn present<H: Host>(h: &Calls<'_, H>, v: &str) -> Result<bool, Error> {
+    match h
+        .raw(
+            HostOp::GetVolumeStats,
+            &v,
+            h.host().volume_stats(v, h.deadline()),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if uncertain(e.kind) => Err(block_error(e, &v)),
+        Err(e) => {
+            debug!(volume = %v, error = %e.message, "the volume is not there");
+            Ok(false)
+        }
+    }
+}
+
+/// NodeUnstageVolume for an iSCSI record (the caller holds the volume guard): the mount point, then the session when
+/// no other record names the target, then the record.
+pub(super) async fn unstage<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    staging: &HostPath,
+    rec: &IscsiRecord,
+    d: Deadline,
+) -> Result<(), Error> {
+    let h = &cx.calls(d);
+    remove_mount(h, staging, rec).await?;
+    let _target = cx.object_locks().lock(&rec.target_key()).await;
+    let others = target_users(cx, volume_id, &rec.iqn)?;
+    if cx.may_remove_shared(others, &rec.iqn) {
+        logout(h, rec).await?;
+    } else {
+        debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
+    }
+    cx.store().remove_volume(volume_id).await?;
+    info!(staging = %staging, "iSCSI volume unstaged");
+    Ok(())
+}
+
+/// Take the mount point at `staging` away: flush and unmount a live volume; a mount point whose volume is gone
+/// (after a reboot) or an empty directory only needs a non-forced `Rmdir`, which never deletes data.
+async fn remove_mount<H: Host>(
+    h: &Calls<'_, H>,
+    staging: &HostPath,
+    rec: &IscsiRecord,
+) -> Result<(), Error> {
+    let d = h.deadline();
+    let v = match h
+        .raw(
+            HostOp::GetVolumeIDFromTargetPath,
+            staging,
+            h.host().volume_id_from_target_path(staging, d),
+        )
+        .await
+    {
+        Ok(v) => v,
+        Err(e) if uncertain(e.kind) => return Err(block_error(e, staging)),
+        Err(_) => {
+            if run(
+                h,
+                HostOp::PathExists,
+                staging,
+                h.host().path_exists(staging, d),
+            )
+            .await?
+            {
+                // An empty directory or a mount point nothing can be read from.
+                remove_dir(h, staging).await?;
+            }
+            return Ok(());
+        }
+    };
+    if let Some(want) = &rec.volume
+        && !same_id(want, &v)
+    {
+        return Err(Error::FailedPrecondition(format!(
+            "{staging} holds volume {v}, not the recorded {want}; refusing to unmount it"
+        )));
+    }
+    match h
+        .raw(
+            HostOp::WriteVolumeCache,
+            &v,
+            h.host().write_volume_cache(&v, d),
+        )
+        .await
+    {
+        Ok(()) => {}
+        Err(e) if uncertain(e.kind) => return Err(block_error(e, &v)),
+        Err(e) if e.kind == HostErrorKind::NotFound => {
+            // The mount point names a volume that is gone (PowerShell-era csi-proxy reads the reparse data): nothing
+            // to flush or unmount (UnmountVolume would fail the same way), only the dangling mount point to remove.
+            info!(staging = %staging, volume = %v, "the volume is gone (session lost): removing its mount point");
+            return remove_dir(h, staging).await;
+        }
+        Err(e) => {
+            warn!(error = %e.message, "flushing the volume cache failed; unmounting anyway (UnmountVolume flushes too)")
+        }
+    }
+    match h
+        .raw(
+            HostOp::UnmountVolume,
+            staging,
+            h.host().unmount_volume(&v, staging, d),
+        )
+        .await
+    {
+        Ok(()) => {}
+        Err(e) if e.kind == HostErrorKind::NotFound => {
+            debug!(staging = %staging, error = %e.message, "nothing left to unmount")
+        }
+        Err(e) => return Err(block_error(e, staging)),
+    }
+    remove_dir(h, staging).await
+}
+
+/// Non-forced `Rmdir` of the staging path (a mount point, dangling or not, or an empty directory; never data);
+/// already gone counts as done.
+async fn remove_dir<H: Host>(h: &Calls<'_, H>, staging: &HostPath) -> Result<(), Error> {
+    match h
+        .raw(
+            HostOp::Rmdir,
+            staging,
+            h.host().rmdir(staging, false, h.deadline()),
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind == HostErrorKind::NotFound => Ok(()),
+        Err(e) => Err(block_error(e, staging)),
+    }
+}
+
+/// Log out of the record's target (the caller holds the target's lock and found no other user). A target without a
+/// session (logged out already, or gone with a reboot) is done: v1.3.0+ answer OK, the PowerShell era NotFound.
+pub(super) async fn logout<H: Host>(h: &Calls<'_, H>, rec: &IscsiRecord) -> Result<(), Error> {
+    let (Some(iqn), Some(p)) = (rec.login_iqn(), rec.logout_portal()) else {
+        debug!(iqn = %rec.iqn, "never logged in: nothing to log out");
+        return Ok(());
+    };
+    match h
+        .raw(
+            HostOp::DisconnectTarget,
+            &iqn,
+            h.host().disconnect_target(p, iqn, h.deadline()),
+        )
+        .await
+    {
+        Ok(()) => {
+            info!(iqn = %iqn, "last staged LUN of the target: logged out");
+            Ok(())
+        }
+        Err(e) if e.kind == HostErrorKind::NotFound => {
+            debug!(iqn = %iqn, "no session to log out");
+            Ok(())
+        }
+        Err(e) => Err(block_error(e, &iqn)),
+    }
+}
+
+/// Startup reconciliation of a staged iSCSI volume. A mount point is never judged by `IsSymlink` (Go reports mount
+/// points differently across versions) and nothing is removed here: when the recorded volume is not mounted and
+/// present at the staging path (the session died with a reboot), the record is marked for re-stage; the next stage
+/// logs in again and repairs the mount point.
+pub(super) async fn check<H: Host>(
+    cx: Context<'_, H>,
+    rec: &VolumeRecord,
+    staging: &HostPath,
+    d: Deadline,
+) -> Result<Health, Error> {
+    let r = details(rec)?;
+    let h = &cx.calls(d);
+    let healthy = match h
+        .raw(
+            HostOp::GetVolumeIDFromTargetPath,
+            staging,
+            h.host().volume_id_from_target_path(staging, d),
+        )
+        .await
+    {
+        Ok(v) if r.volume.as_deref().is_none_or(|w| same_id(w, &v)) => present(h, &v).await?,
+        Err(e) if uncertain(e.kind) => return Err(block_error(e, staging)),
+        _ => false,
+    };
+    if healthy {
+        return Ok(Health::Healthy);
+    }
+    cx.mark_needs_restage(rec).await?;
+    info!(volume_id = %rec.volume_id, staging = %staging, iqn = %r.iqn, "iSCSI volume no longer mounted: \
+          marked for re-stage");
+    Ok(Health::NeedsRestage)
+}
+
+/// NodePublishVolume's check before it links a target to the staging path: the recorded volume is there (a link to a
+/// mount point whose volume is gone would be a *file* link, useless to the pod).
+pub(super) async fn ready<H: Host>(
+    cx: Context<'_, H>,
+    rec: &VolumeRecord,
+    staging: &HostPath,
+    d: Deadline,
+) -> Result<(), Error> {
+    let r = details(rec)?;
+    let Some(v) = &r.volume else {
+        return Ok(());
+    };
+    if present(&cx.calls(d), v).await? {
+        return Ok(());
+    }
+    Err(Error::FailedPrecondition(format!(
+        "volume {v} of {} LUN {} is not there any more (the iSCSI session or the disk is gone), so {staging} does not \
+         resolve and a link to it would be unusable; the volume must be staged again (restart the pod)",
+        r.iqn, r.lun
+    )))
+}
+
+/// NodeGetVolumeStats for an iSCSI record.
+pub(super) async fn stats<H: Host>(
+    cx: Context<'_, H>,
+    rec: &VolumeRecord,
+    path: &HostPath,
+    d: Deadline,
+) -> Result<VolumeStats, Error> {
+    let r = &details(rec)?;
+    let staging = cx.staging_behind(rec, path)?;
+    let h = &cx.calls(d);
+    let mounted = h
+        .raw(
+            HostOp::GetVolumeIDFromTargetPath,
+            &staging,
+            h.host().volume_id_from_target_path(&staging, d),
+        )
+        .await;
+    let why = match mounted {
+        Ok(v)
+            if r.volume.as_deref().is_none_or(|w| same_id(w, &v)) && rec.phase == Phase::Staged =>
+        {
+            match h
+                .raw(HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d))
+                .await
+            {
+                Ok((total, used)) => {
+                    let (total, used) = (total as i64, used as i64);
+                    return Ok(VolumeStats {
+                        usage: Usage {
+                            total,
+                            used,
+                            available: (total - used).max(0),
+                        },
+                        abnormal: false,
+                        message: format!("volume {v} of {} LUN {} is mounted", r.iqn, r.lun),
+                    });
+                }
+                Err(e) if uncertain(e.kind) => return Err(block_error(e, &v)),
+                // The mount point still names the volume, but it is gone (PowerShell-era csi-proxy).
+                Err(_) => diagnose(h, r).await,
+            }
+        }
+        Err(e) if uncertain(e.kind) => return Err(block_error(e, &staging)),
+        Ok(v) if r.volume.as_deref().is_some_and(|w| !same_id(w, &v)) => {
+            format!("{staging} holds volume {v}, not the recorded one")
+        }
+        _ => diagnose(h, r).await,
+    };
+    Ok(VolumeStats {
+        usage: Usage::default(),
+        abnormal: true,
+        message: format!("{why}; restart the pod to re-stage the volume"),
+    })
+}
+
+/// Why a staged volume is not usable, from the target's disks (read-only calls).
+async fn diagnose<H: Host>(h: &Calls<'_, H>, r: &IscsiRecord) -> String {
+    let d = h.deadline();
+    let (Some(iqn), Some(p)) = (r.login_iqn(), r.logout_portal()) else {
+        return "the volume is not mounted".to_owned();
+    };
+    let gone = || {
+        format!(
+            "the iSCSI session to {} is gone (node rebooted, target unreachable or logged out)",
+            r.iqn
+        )
+    };
+    match h
+        .raw(
+            HostOp::GetTargetDisks,
+            &iqn,
+            h.host().get_target_disks(p, iqn, d),
+        )
+        .await
+    {
+        Ok(disks) if disks.is_empty() => gone(),
+        // PowerShell-era csi-proxy: a target without a session has no connection to list.
+        Err(e) if e.kind == HostErrorKind::NotFound => gone(),
+        Ok(disks) => match r.disk_number.filter(|n| disks.contains(n)) {
+            Some(n) => match h
+                .raw(HostOp::GetDiskState, &n, h.host().is_disk_online(n, d))
+                .await
+            {
+                Ok(false) => format!("disk {n} ({} LUN {}) is offline", r.iqn, r.lun),
+                _ => "the volume is not mounted at the staging path".to_owned(),
+            },
+            None => format!("the disk of {} LUN {} is no longer visible", r.iqn, r.lun),
+        },
+        Err(e) => format!(
+            "the iSCSI target {} cannot be queried: {}",
+            r.iqn, e.message
+        ),
+    }
+}
+
+/// NodeExpandVolume: grow the volume's partition to the LUN's size and return the new capacity.
+///
+/// `ResizeVolume` is called only when the LUN has at least [`MIN_RESIZE_GROWTH`] beyond the volume: csi-proxy
+/// v1.2.0+ skip smaller growth themselves, and v1.1.x has no skip rule, so a partition a few KiB below its maximum
+/// (every new partition is: csi-proxy#195) would reach `Resize-Partition` and fail ("Size Not Supported … less than
+/// the minimum of 1MB"). The same rule on every release: growth under 100 MiB (less the partition table and the
+/// reserved partition) is not done, and the current capacity is reported.
+pub(super) async fn expand<H: Host>(
+    cx: Context<'_, H>,
+    rec: &VolumeRecord,
+    path: &HostPath,
+    req: &ExpandRequest,
+    d: Deadline,
+) -> Result<i64, Error> {
+    let r = &details(rec)?;
+    let staging = cx.staging_behind(rec, path)?;
+    let h = &cx.calls(d);
+    let v = run(
+        h,
+        HostOp::GetVolumeIDFromTargetPath,
+        &staging,
+        h.host().volume_id_from_target_path(&staging, d),
+    )
+    .await?;
+    if r.volume.as_deref().is_some_and(|w| !same_id(w, &v)) {
+        return Err(Error::FailedPrecondition(format!(
+            "{staging} holds volume {v}, not the recorded one; refusing to resize it"
+        )));
+    }
+    let Some(n) = r.disk_number else {
+        return Err(Error::FailedPrecondition(
+            "the volume's disk is not recorded; re-stage it".to_owned(),
+        ));
+    };
+    let disk = format!("disk {n} ({} LUN {})", r.iqn, r.lun);
+    run(h, HostOp::Rescan, &disk, h.host().rescan(d)).await?;
+    let disk_size = run(h, HostOp::GetDiskStats, &disk, h.host().disk_size(n, d)).await?;
+    if req.required_bytes > 0 && disk_size < req.required_bytes as u64 {
+        return Err(Error::FailedPrecondition(format!(
+            "{disk} is {disk_size} bytes, less than the requested {} bytes: grow the LUN on the storage system \
+             first (kubelet retries)",
+            req.required_bytes
+        )));
+    }
+    let (before, _) = run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d)).await?;
+    if disk_size < before.saturating_add(MIN_RESIZE_GROWTH) {
+        info!(
+            capacity = before,
+            disk_size,
+            "volume not resized: the LUN has less than 100 MiB beyond the volume (csi-proxy v1.2+ skip such growth, \
+             v1.1.x fails on it); reporting the current capacity"
+        );
+        return Ok(before as i64);
+    }
+    run(
+        h,
+        HostOp::ResizeVolume,
+        &v,
+        h.host().resize_volume(&v, 0, d),
+    )
+    .await?;
+    let (after, _) = run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d)).await?;
+    if after == before {
+        info!(
+            capacity = after,
+            disk_size,
+            "volume not grown (csi-proxy skipped the resize); reporting the current capacity"
+        );
+    } else {
+        info!(before, after, "volume expanded");
+    }
+    Ok(after as i64)
+}

@@ -1,0 +1,204 @@
+//! NodeStageVolume of a share (also the private stage of an inline ephemeral volume): the principal claimed under
+//! the server's lock, the health of an existing stage, the mapping (with its repairs) and the staging link, and the
+//! rollback of a definite failure.
+
+use tracing::{debug, info, warn};
+
+use super::mapping::{MapRepair, check_principal, lock_mapping, map_locked, remove_mapping};
+use super::{SmbRecord, SmbVolume, reaches_share, share_users};
+use crate::error::Error;
+use crate::host::{Host, HostError, HostErrorKind};
+use crate::lifecycle::{Context, StageAt, host_error};
+use crate::locks::Deadline;
+use crate::state::{Phase, VolumeRecord};
+
+/// The object lock of an SMB server's principal (Windows allows one user per server per node: error 1219).
+fn server_lock_key(vol: &SmbVolume) -> String {
+    format!("smb-server:{}", vol.source.server_key())
+}
+
+/// NodeStageVolume of a share.
+pub(super) async fn stage<H: Host>(
+    cx: Context<'_, H>,
+    at: StageAt<'_>,
+    vol: &SmbVolume,
+    d: Deadline,
+) -> Result<(), Error> {
+    let StageAt {
+        volume_id,
+        staging,
+        ephemeral,
+    } = at;
+    let h = cx.calls(d);
+    let wanted = SmbRecord::of(vol);
+    let existing = cx.store().volume(volume_id)?;
+    if let Some(rec) = &existing {
+        let same = rec
+            .details::<SmbRecord>()?
+            .is_some_and(|r| r.same_volume(&wanted));
+        if !same || !rec.staging_path.eq_ignore_ascii_case(staging.as_str()) {
+            return Err(Error::AlreadyExists(format!(
+                "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",
+                rec.staging_path
+            )));
+        }
+    }
+    let fresh = existing.is_none();
+    let record = VolumeRecord::new(
+        volume_id,
+        Phase::Staging,
+        staging.as_str(),
+        ephemeral,
+        &wanted,
+    )?;
+    // The one-principal-per-server rule, checked and claimed atomically under the server's lock: the record naming
+    // this principal is written before the lock is released, so of two stages on one server with different accounts
+    // exactly one passes (the other sees its record).
+    let repair = {
+        let _server = cx.object_locks().lock(&server_lock_key(vol)).await;
+        check_principal(cx, volume_id, vol)?;
+        let repair = MapRepair::of(cx, volume_id, existing.as_ref(), vol)?;
+        match &existing {
+            None => cx.store().put_volume(&record).await?,
+            // Same share, new principal name (rotated credentials): keep the record truthful.
+            Some(rec) if rec.details::<SmbRecord>()?.as_ref() != Some(&wanted) => {
+                cx.store().put_volume(&rec.with_details(&wanted)?).await?;
+            }
+            Some(_) => {}
+        }
+        repair
+    };
+    debug!(root = %vol.source.root(), fresh, "principal claimed");
+
+    let exists = match h.path_exists(staging).await {
+        Ok(exists) => exists,
+        Err(e) => return Err(forget_fresh(cx, fresh, volume_id, host_error(e, staging)).await?),
+    };
+    if let Some(rec) = &existing
+        && rec.phase == Phase::Staged
+        && exists
+    {
+        match reaches_share(&h, staging).await? {
+            Ok(()) => {
+                debug!(staging = %staging, "already staged and reachable: nothing to do");
+                return Ok(());
+            }
+            // An error here (e.g. access denied on a mapping Disconnected by a reboot) means "not healthy": repair.
+            Err(why) => {
+                info!(staging = %staging, why = %why, "staging link does not reach the share: re-staging")
+            }
+        }
+    }
+
+    // From here on the record (phase staging) counts as a user of the mapping.
+    cx.store().put_volume(&record).await?;
+    let root = vol.source.root_key();
+    let mut mapping = lock_mapping(cx, volume_id, &root).await?;
+    let mut mapped = false;
+    // Whether a link this call made is at the staging path (the only thing a rollback may remove there).
+    let mut link_ours = false;
+    let cred = vol.credential.as_ref();
+    let result = async {
+        if exists {
+            debug!(staging = %staging, "removing what is at the staging path (kubelet's directory or an old link)");
+            h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
+        }
+        if !vol.sub_dir.is_empty() {
+            let sub = staging.join(&vol.sub_dir.join("\\"), cx.kubelet_root())?;
+            debug!(sub_dir = %vol.full_path(), "ensuring subDir exists on the share through a temporary link");
+            map_locked(&h, &mut mapping, &vol.source, staging, cred, repair)
+                .await
+                .map_err(|e| map_error(e, vol, &vol.source))?;
+            mapped = true;
+            link_ours = true;
+            h.mkdir(&sub).await.map_err(|e| host_error(e, &vol.full_path()))?;
+            h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
+            link_ours = false;
+        }
+        let full = vol.full_path();
+        map_locked(&h, &mut mapping, &full, staging, cred, repair)
+            .await
+            .map_err(|e| map_error(e, vol, &full))?;
+        mapped = true;
+        link_ours = true;
+        if let Err(why) = reaches_share(&h, staging).await? {
+            return Err(Error::FailedPrecondition(format!(
+                "{full} is not reachable through the SMB mapping ({why}): the path does not exist on the share, or \
+                 the mapping is not usable; check the volume's source and subDir"
+            )));
+        }
+        Ok(())
+    }
+    .await;
+
+    match result {
+        Ok(()) => {
+            cx.store()
+                .put_volume(&record.with_phase(Phase::Staged))
+                .await?;
+            info!(staging = %staging, remote = %vol.full_path(), "volume staged");
+            Ok(())
+        }
+        Err(err @ (Error::DeadlineExceeded(_) | Error::Unavailable(_))) => {
+            warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
+            Err(err)
+        }
+        Err(err) if fresh => {
+            debug!(error = %err, "stage failed: rolling back what this call created");
+            if link_ours && let Err(e) = h.rmdir(staging).await {
+                warn!(error = %e, "rollback: cannot remove the staging link; keeping the record");
+                return Err(err);
+            }
+            // Under the shared side another volume is Staged on this share (checked under the lock, and only an
+            // exclusive holder can remove it), so the mapping is never ours alone to remove.
+            if mapped
+                && !mapping.is_shared()
+                && share_users(cx, &root)?
+                    .iter()
+                    .all(|r| r.volume_id == volume_id)
+                && cx.may_remove_shared(0, &root)
+            {
+                match remove_mapping(&h, &vol.source.root()).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind == HostErrorKind::NotFound => {}
+                    Err(e) => {
+                        warn!(error = %e, "rollback: cannot remove the mapping; keeping the record");
+                        return Err(err);
+                    }
+                }
+            }
+            cx.store().remove_volume(volume_id).await?;
+            Err(err)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// A failure before the first host change: a fresh record (the principal's claim) goes again, unless the outcome is
+/// uncertain (kubelet retries or unstages).
+async fn forget_fresh<H: Host>(
+    cx: Context<'_, H>,
+    fresh: bool,
+    volume_id: &str,
+    err: Error,
+) -> Result<Error, Error> {
+    if fresh && !matches!(err, Error::DeadlineExceeded(_) | Error::Unavailable(_)) {
+        cx.store().remove_volume(volume_id).await?;
+    }
+    Ok(err)
+}
+
+/// A failed `NewSmbGlobalMapping`. Without credentials, a failure Windows gives no known reason for is csi-proxy's own
+/// limit: v1.1.x and v1.2.x (PowerShell) always build a `PSCredential` and cannot map with the node's identity.
+fn map_error(e: HostError, vol: &SmbVolume, subject: &dyn std::fmt::Display) -> Error {
+    if vol.credential.is_none() && e.kind == HostErrorKind::Other {
+        return Error::FailedPrecondition(format!(
+            "{subject} cannot be mapped without credentials by this node's csi-proxy ({}): csi-proxy v1.1.x and \
+             v1.2.x (PowerShell) always pass a credential and cannot map a share with the node's own identity; only \
+             v1.3.0 and later can. Give the volume a username and password (the node-stage secret, or an inline \
+             volume's secretName), or upgrade csi-proxy on the node",
+            e.message
+        ));
+    }
+    host_error(e, subject)
+}

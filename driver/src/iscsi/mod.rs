@@ -452,15 +452,13 @@ async fn put_iscsi<H: Host>(
     phase: Phase,
     rec: &IscsiRecord,
 ) -> Result<(), Error> {
-    cx.store()
-        .put_volume(&VolumeRecord::new(
-            volume_id,
-            phase,
-            staging.as_str(),
-            false,
-            rec,
-        )?)
-        .await
+    let record = VolumeRecord::new(volume_id, phase, staging.as_str(), false, rec)?;
+    let record = if phase == Phase::Staged {
+        cx.staged(&record)
+    } else {
+        record
+    };
+    cx.store().put_volume(&record).await
 }
 
 /// Other volume records naming the same target (its durable reference count). A record a failed first stage released

@@ -11,7 +11,7 @@ use super::VolumeConfig;
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, KubeletRoot};
 use crate::locks::{Deadline, KeyedLocks};
-use crate::state::{Details, Phase, StateStore, VolumeRecord};
+use crate::state::{AccessRecord, Details, Phase, StateStore, VolumeRecord};
 
 /// The lifecycle's shared parts, lent to a protocol for one operation.
 #[derive(Debug)]
@@ -20,6 +20,9 @@ pub struct Context<'a, H> {
     pub(super) store: &'a StateStore,
     pub(super) objects: &'a KeyedLocks,
     pub(super) config: &'a VolumeConfig,
+    /// The capability of the stage this context is lent to (`None` outside a stage): the protocol's `Staged` record
+    /// carries it, so the lifecycle need not write the record again to remember it.
+    pub(super) access: Option<&'a AccessRecord>,
 }
 
 impl<H> Clone for Context<'_, H> {
@@ -39,6 +42,16 @@ impl<'a, H: Host> Context<'a, H> {
     /// The durable record store.
     pub fn store(&self) -> &'a StateStore {
         self.store
+    }
+
+    /// `rec` as the record of a completed stage: phase `Staged`, with the capability the stage was asked with (when
+    /// this context is a stage's). One write ends a stage.
+    pub fn staged(&self, rec: &VolumeRecord) -> VolumeRecord {
+        let mut staged = rec.with_phase(Phase::Staged);
+        if let Some(access) = self.access {
+            staged.access = Some(access.clone());
+        }
+        staged
     }
 
     /// Locks of shared host objects (an SMB share root, an iSCSI target), keyed by the protocol's object name:

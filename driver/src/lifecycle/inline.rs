@@ -123,7 +123,9 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         staging: &staging,
         ephemeral: true,
     };
-    mgr.protocol.stage(mgr.context(), at, &vol, d).await?;
+    mgr.protocol
+        .stage(mgr.stage_context(&access), at, &vol, d)
+        .await?;
     mgr.remember_access(&req.volume_id, access.clone()).await?;
     mgr.link_target(
         &req.volume_id,

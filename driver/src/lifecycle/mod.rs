@@ -206,6 +206,15 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             store: &self.store,
             objects: &self.objects,
             config: &self.cfg,
+            access: None,
+        }
+    }
+
+    /// The context of a stage asked with `access` (see [`Context::staged`]).
+    fn stage_context<'a>(&'a self, access: &'a AccessRecord) -> Context<'a, H> {
+        Context {
+            access: Some(access),
+            ..self.context()
         }
     }
 
@@ -251,7 +260,9 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             staging: &staging,
             ephemeral: false,
         };
-        self.protocol.stage(self.context(), at, &vol, d).await?;
+        self.protocol
+            .stage(self.stage_context(&access), at, &vol, d)
+            .await?;
         self.remember_access(&req.volume_id, access).await
     }
 

@@ -90,8 +90,11 @@ pub(super) async fn stage<H: Host>(
         }
     }
 
-    // From here on the record (phase staging) counts as a user of the mapping.
-    cx.store().put_volume(&record).await?;
+    // From here on the record (phase staging) counts as a user of the mapping (a fresh one was written with the
+    // claim above).
+    if !fresh {
+        cx.store().put_volume(&record).await?;
+    }
     let root = vol.source.root_key();
     let mut mapping = lock_mapping(cx, volume_id, &root).await?;
     let mut mapped = false;
@@ -133,9 +136,7 @@ pub(super) async fn stage<H: Host>(
 
     match result {
         Ok(()) => {
-            cx.store()
-                .put_volume(&record.with_phase(Phase::Staged))
-                .await?;
+            cx.store().put_volume(&cx.staged(&record)).await?;
             info!(staging = %staging, remote = %vol.full_path(), "volume staged");
             Ok(())
         }

@@ -1316,3 +1316,30 @@ async fn concurrent_stages_with_two_principals_on_one_server_exactly_one_wins() 
         .expect("unstage");
     env.assert_clean();
 }
+
+/// Issue 18 item 2: a first SMB stage writes its record twice on every release: the principal's claim (which is also
+/// the intent that counts the volume as a user of the mapping) before the mapping, and the `Staged` record carrying
+/// the capability.
+#[tokio::test]
+async fn a_first_stage_writes_only_the_records_crash_safety_needs() {
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v);
+        let before = env.mgr.store().commit_stats();
+        env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: stage: {e}"));
+        let after = env.mgr.store().commit_stats();
+        let (asked, written) = (
+            after.requested - before.requested,
+            after.files_written - before.files_written,
+        );
+        eprintln!("{v}: first SMB stage: {asked} record writes asked, {written} files written");
+        assert_eq!((asked, written), (2, 2), "{v}: {after:?}");
+        let rec = env.mgr.store().volume("v1").expect("read").expect("record");
+        assert_eq!(rec.phase, Phase::Staged, "{v}");
+        assert!(
+            rec.access.is_some(),
+            "{v}: the capability is in the Staged record"
+        );
+    }
+}

@@ -55,11 +55,14 @@ pub(super) enum Job {
     Refresh(oneshot::Sender<Result<(), String>>),
 }
 
+/// Called before a directory `fsync` with the directory; an error counts as the `fsync` failing.
+pub(super) type DirSyncHook = Arc<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
+
 /// Points where tests stop or fail a group (a crash before the directory `fsync`, a full disk).
 #[derive(Clone, Default)]
 pub(super) struct Hooks {
-    /// Called before each directory `fsync` of a group; an error counts as the `fsync` failing.
-    pub(super) before_sync_dir: Option<Arc<dyn Fn(&Path) -> io::Result<()> + Send + Sync>>,
+    /// Called before each directory `fsync` of a group.
+    pub(super) before_sync_dir: Option<DirSyncHook>,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -73,6 +76,10 @@ impl std::fmt::Debug for Hooks {
 /// What the committer has done since the store was opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitStats {
+    /// Writes and removals asked of the store (every `put_*` / `remove_*` call, whether or not it had to touch a
+    /// file): what the callers ask for, against [`Self::files_written`] and [`Self::files_removed`], what reached the
+    /// disk.
+    pub requested: u64,
     /// Groups committed.
     pub groups: u64,
     /// Changes committed (a change that wrote nothing because the record already held it is not counted).
@@ -87,6 +94,7 @@ pub struct CommitStats {
 
 #[derive(Debug, Default)]
 struct Counters {
+    requested: AtomicU64,
     groups: AtomicU64,
     changes: AtomicU64,
     files_written: AtomicU64,
@@ -167,11 +175,20 @@ impl Committer {
         }
     }
 
+    /// Count one write or removal asked of the store.
+    pub(super) fn count_request(&self) {
+        self.worker
+            .counters
+            .requested
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters so far.
     pub(super) fn stats(&self) -> CommitStats {
         let c = &self.worker.counters;
         CommitStats {
             groups: c.groups.load(Ordering::Relaxed),
+            requested: c.requested.load(Ordering::Relaxed),
             changes: c.changes.load(Ordering::Relaxed),
             files_written: c.files_written.load(Ordering::Relaxed),
             files_removed: c.files_removed.load(Ordering::Relaxed),

@@ -356,6 +356,7 @@ impl StateStore {
     /// index's order). When the index already holds exactly `after`, nothing is written unless an earlier change of
     /// the record is still in flight or failed.
     fn change(&self, kind: Kind, key: String, op: Op, after: Option<FileSlot>) -> Commit {
+        self.committer.count_request();
         let mut ix = self.shared.index();
         let unchanged = match (&after, kind) {
             (Some(FileSlot::Volume(r)), Kind::Volume) => ix

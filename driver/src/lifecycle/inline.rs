@@ -125,14 +125,10 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
     };
     mgr.protocol.stage(mgr.context(), at, &vol, d).await?;
     mgr.remember_access(&req.volume_id, access.clone())?;
-    mgr.link_target(
-        &req.volume_id,
+    let link = super::publish::Link {
+        volume_id: &req.volume_id,
         target,
-        &staging,
-        access,
-        req.readonly,
-        None,
-        d,
-    )
-    .await
+        staging: &staging,
+    };
+    mgr.link_target(link, access, req.readonly, None, d).await
 }

@@ -179,7 +179,7 @@ mod tests {
     use crate::testing::{Env, KUBELET, d};
 
     fn env_and_host(metrics: Option<Arc<Metrics>>) -> (Env, Metered<CsiProxyHost>) {
-        let env = Env::new(&serde_json::json!({}));
+        let env = Env::on(sim::wmi::TestBackend::CsiProxy, &serde_json::json!({}));
         let host = Metered::new(CsiProxyHost::new(env.inproc.client()), "test", metrics);
         (env, host)
     }

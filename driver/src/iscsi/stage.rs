@@ -426,8 +426,15 @@ async fn volume_of<H: Host>(
             )
             .await
         {
-            if !uncertain(e.kind) {
-                // Nothing was created.
+            // `PartitionDisk` is compound (csi-proxy: Initialize-Disk, then New-Partition; native: Initialize,
+            // CreatePartition, Refresh, Online), so a definite failure may come after the partition exists. The
+            // intent is dropped only when the disk still shows no volume; a volume there now can only be this call's
+            // (the disk was proven empty before it), and a retry formats it.
+            if !uncertain(e.kind)
+                && volumes_fresh(h, number, disk)
+                    .await
+                    .is_ok_and(|v| v.is_empty())
+            {
                 rec.partitioning = false;
                 put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
             }

@@ -159,7 +159,7 @@ fn share_resolves(o: &Ops<'_>, target: &str) -> HostResult<bool> {
     let mappings = o.w.global_mappings(o.c).map_err(|e| o.err(e))?;
     let usable = mappings
         .iter()
-        .any(|m| winhost::paths::same_share_root(&m.remote_path, &root) && m.status.is_ok());
+        .any(|m| super::smb::same_share_root(&m.remote_path, &root) && m.status.is_ok());
     if !usable {
         return Ok(false);
     }

@@ -256,8 +256,8 @@ async fn first_repeated_stage_and_unstage_sequences() {
         .expect("unstage again");
     assert_eq!(
         env.ops(),
-        [PathExists],
-        "no record and no path: nothing else"
+        [GetVolumeIDFromTargetPath, PathExists],
+        "no record and no path: the adoption's one look (nothing mounted there), nothing else"
     );
 }
 

@@ -6,6 +6,7 @@ use tracing::{debug, info};
 
 use super::{SmbRecord, SmbVolume, share_users};
 use crate::error::Error;
+use crate::host::name::starts_with_name;
 use crate::host::{
     Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, UncPath,
     names_equal,
@@ -89,10 +90,9 @@ impl MapRepair {
     }
 }
 
-/// Windows compares account names case-insensitively. One place, so the comparison can follow the host's name rule
-/// when it moves to `crate::host`.
+/// Windows compares account names case-insensitively, through its upcase table for every character.
 fn same_principal(a: &str, b: &str) -> bool {
-    a.eq_ignore_ascii_case(b)
+    names_equal(a, b)
 }
 
 /// `NewSmbGlobalMapping`, repaired once as [`MapRepair`] allows (the caller holds the share's lock exclusively).
@@ -198,7 +198,7 @@ pub(super) fn check_principal<H: Host>(
             continue;
         }
         let theirs = principal.as_deref().unwrap_or("");
-        if root.starts_with(&server) && !same_principal(theirs, mine) {
+        if starts_with_name(&root, &server) && !same_principal(theirs, mine) {
             let theirs = if theirs.is_empty() {
                 "(no credential)"
             } else {

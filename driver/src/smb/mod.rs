@@ -125,7 +125,7 @@ impl SmbRecord {
 
     /// Whether two records describe the same staged share path (principal excluded: credentials may rotate).
     fn same_volume(&self, other: &Self) -> bool {
-        self.root == other.root && self.remote_path.eq_ignore_ascii_case(&other.remote_path)
+        names_equal(&self.root, &other.root) && names_equal(&self.remote_path, &other.remote_path)
     }
 }
 

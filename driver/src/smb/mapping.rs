@@ -4,6 +4,7 @@
 
 use tracing::{debug, info};
 
+use super::adopt::principal_unknown;
 use super::{SmbRecord, SmbVolume, share_users};
 use crate::error::Error;
 use crate::host::name::starts_with_name;
@@ -66,7 +67,8 @@ impl MapRepair {
         let root = vol.source.root_key();
         let mine = vol.principal().unwrap_or("");
         let proves = |rec: &VolumeRecord, r: &SmbRecord| {
-            names_equal(&r.root, &root)
+            !principal_unknown(rec, r)
+                && names_equal(&r.root, &root)
                 && same_principal(r.principal.as_deref().unwrap_or(""), mine)
                 && matches!(rec.phase, Phase::Staged | Phase::NeedsRestage)
         };
@@ -187,16 +189,14 @@ pub(super) fn check_principal<H: Host>(
 ) -> Result<(), Error> {
     let server = format!("\\\\{}\\", vol.source.server_key());
     let mine = vol.principal().unwrap_or("");
-    for (
-        rec,
-        SmbRecord {
-            root, principal, ..
-        },
-    ) in cx.records::<SmbRecord>()?
-    {
-        if rec.volume_id == volume_id {
+    for (rec, facts) in cx.records::<SmbRecord>()? {
+        // An adopted record whose principal is unknown neither refuses nor matches: Windows decides (1219).
+        if rec.volume_id == volume_id || principal_unknown(&rec, &facts) {
             continue;
         }
+        let SmbRecord {
+            root, principal, ..
+        } = facts;
         let theirs = principal.as_deref().unwrap_or("");
         if starts_with_name(&root, &server) && !same_principal(theirs, mine) {
             let theirs = if theirs.is_empty() {

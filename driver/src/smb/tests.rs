@@ -301,7 +301,14 @@ async fn publish_unpublish_sequences() {
         .await
         .expect("repeat unstage");
     // No record: the iSCSI adoption's one look (nothing mounted there), then the link removal's.
-    assert_eq!(env.take_ops(), vec![GetVolumeIDFromTargetPath, PathExists]);
+    // No record: the adoptions' looks (nothing mounted there; native: no link to read), then the link removal's.
+    assert_eq!(
+        env.take_ops(),
+        env.per_backend(
+            vec![GetVolumeIDFromTargetPath, PathExists],
+            vec![GetVolumeIDFromTargetPath, ReadLink, PathExists]
+        )
+    );
     env.assert_clean();
 }
 

@@ -28,11 +28,7 @@ pub(super) async fn stage<H: Host>(
     let prev = match &existing {
         None => None,
         Some(rec) => match rec.details::<IscsiRecord>()? {
-            Some(r)
-                if r.same_lun(vol) && rec.staging_path.eq_ignore_ascii_case(staging.as_str()) =>
-            {
-                Some((rec.phase, r))
-            }
+            Some(r) if r.same_lun(vol) && staging.is(&rec.staging_path) => Some((rec.phase, r)),
             _ => {
                 return Err(Error::AlreadyExists(format!(
                     "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",

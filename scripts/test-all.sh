@@ -16,6 +16,8 @@
 #   csi-proxy releases   the driver's SMB/iSCSI/hardening suites and the e2e scenarios once more per other release
 #                    the simulated host plays (v1.2.1, v1.3.0, master): the test binaries just built, run again
 #                    with WINCSI_SIM_CSI_PROXY_VERSION set (nothing is rebuilt)
+#   native backend   the driver's unit suites and the suites that take the backend switch once more with
+#                    WINCSI_TEST_HOST_BACKEND=native (the native backend over the simulated host's Windows view)
 #   test (wine)      cargo test --target x86_64-pc-windows-gnu --all-features -p <every package with
 #                    tests/wine_*.rs> --test 'wine_*', run under Wine through .ci/wine-run.sh (time limit
 #                    WINCSI_WINE_TEST_TIMEOUT seconds, default 900; the wineserver it starts is stopped afterwards)
@@ -164,11 +166,16 @@ CSI_PROXY_RELEASES=(v1.2.1 v1.3.0 master)
 PROFILE_TARGETS="driver:lib driver:smb_node driver:smb_sim driver:iscsi_node driver:iscsi_sim \
 driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood e2e:local e2e:ephemeral e2e:hygiene"
 
+# The test targets whose simulated host the native backend can drive (WINCSI_TEST_HOST_BACKEND=native: the driver's
+# unit suites and the suites that take the backend switch, over the simulated host's Windows view).
+NATIVE_TARGETS="driver:lib driver:iscsi_node driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood"
+
 # Prints "<package dir> <test executable>" for each of PROFILE_TARGETS, from the build `test (linux)` made (the
 # same command and features, so cargo only lists the executables). Fails when a listed target is missing.
 profile_test_binaries() {
+    local targets="${1:-$PROFILE_TARGETS}"
     cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null |
-        PROFILE_TARGETS="$PROFILE_TARGETS" python3 -c '
+        PROFILE_TARGETS="$targets" python3 -c '
 import json, os, sys
 
 wanted = set(os.environ["PROFILE_TARGETS"].split())
@@ -204,6 +211,16 @@ test_csi_proxy_releases() {
     done
 }
 
+# The native backend's run of the suites that take the backend switch (the default release's simulated host).
+test_native_backend() {
+    local binaries dir bin
+    binaries=$(profile_test_binaries "$NATIVE_TARGETS")
+    while read -r dir bin; do
+        echo "--- native backend: $(basename "$bin")"
+        (cd "$dir" && WINCSI_TEST_HOST_BACKEND=native "$bin") 2>&1 | tee -a "$test_log"
+    done <<<"$binaries"
+}
+
 # Sums cargo test's "test result:" lines into the plain closing line CI reads.
 test_totals() {
     awk '/^test result:/ {
@@ -225,6 +242,7 @@ step "clippy ($WINDOWS_TARGET)" \
 step "doc" env RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --all-features
 step "test (linux)" test_linux
 step "csi-proxy releases (${CSI_PROXY_RELEASES[*]})" test_csi_proxy_releases
+step "native backend (driver suites)" test_native_backend
 step "test (wine, $WINDOWS_TARGET)" test_wine
 # The simulated host's state suite once more with emulated links (what it uses under Wine 8, which makes no
 # directory symlinks), so that mode is proven on Linux too.

@@ -636,8 +636,13 @@ mod tests {
         (status, body)
     }
 
+    /// The metrics registry is process-wide: the tests that assert `wincsi_host_backend_up` (each with its own
+    /// probe answer) take turns.
+    static BACKEND_GAUGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     #[tokio::test]
     async fn one_listener_serves_health_and_metrics_when_the_addresses_are_equal() {
+        let _gauge = BACKEND_GAUGE.lock().await;
         let cfg = config(&[
             "--health-address",
             "127.0.0.1:0",
@@ -687,6 +692,7 @@ mod tests {
 
     #[tokio::test]
     async fn separate_listeners_serve_only_their_paths() {
+        let _gauge = BACKEND_GAUGE.lock().await;
         let cfg = config(&[
             "--health-address",
             "127.0.0.1:0",

@@ -87,6 +87,9 @@ fn op_of(rpc: &str) -> HostOp {
         DisconnectTarget,
         GetTargetDisks,
         SetMutualChapSecret,
+        GetDiskNumberFromVolumeID,
+        ListTargetPortals,
+        ReadLink,
     ];
     ALL.iter()
         .copied()

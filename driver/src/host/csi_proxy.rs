@@ -405,6 +405,34 @@ impl Host for CsiProxyHost {
             .await
             .map_err(|e| classify(HostOp::SetMutualChapSecret, &e))
     }
+
+    async fn list_target_portals(&self, _d: Deadline) -> HostResult<Vec<Portal>> {
+        let portals = self
+            .client
+            .iscsi()
+            .list_target_portals()
+            .await
+            .map_err(|e| classify(HostOp::ListTargetPortals, &e))?;
+        Ok(portals
+            .into_iter()
+            .map(|p| Portal {
+                address: p.address,
+                port: if p.port == 0 {
+                    super::DEFAULT_PORT
+                } else {
+                    p.port
+                },
+            })
+            .collect())
+    }
+
+    async fn disk_number_of_volume(&self, volume_id: &str, _d: Deadline) -> HostResult<u32> {
+        self.client
+            .volume()
+            .disk_number(volume_id)
+            .await
+            .map_err(|e| classify(HostOp::GetDiskNumberFromVolumeID, &e))
+    }
 }
 
 /// Checks csi-proxy (or the simulated host) with a cheap read-only call on the `system` group.

@@ -52,6 +52,8 @@ pub enum HostOp {
     GetVolumeIDFromTargetPath,
     /// `volume/v1.WriteVolumeCache`.
     WriteVolumeCache,
+    /// `volume/v1.GetDiskNumberFromVolumeID`.
+    GetDiskNumberFromVolumeID,
     /// `iscsi/v1alpha2.AddTargetPortal`.
     AddTargetPortal,
     /// `iscsi/v1alpha2.DiscoverTargetPortal`.
@@ -64,6 +66,10 @@ pub enum HostOp {
     GetTargetDisks,
     /// `iscsi/v1alpha2.SetMutualChapSecret`.
     SetMutualChapSecret,
+    /// `iscsi/v1alpha2.ListTargetPortals`.
+    ListTargetPortals,
+    /// Reading a link's stored target (no csi-proxy RPC: a native backend's `FSCTL_GET_REPARSE_POINT`).
+    ReadLink,
 }
 
 impl HostOp {
@@ -93,12 +99,15 @@ impl HostOp {
             Self::GetVolumeStats => "GetVolumeStats",
             Self::GetVolumeIDFromTargetPath => "GetVolumeIDFromTargetPath",
             Self::WriteVolumeCache => "WriteVolumeCache",
+            Self::GetDiskNumberFromVolumeID => "GetDiskNumberFromVolumeID",
             Self::AddTargetPortal => "AddTargetPortal",
             Self::DiscoverTargetPortal => "DiscoverTargetPortal",
             Self::ConnectTarget => "ConnectTarget",
             Self::DisconnectTarget => "DisconnectTarget",
             Self::GetTargetDisks => "GetTargetDisks",
             Self::SetMutualChapSecret => "SetMutualChapSecret",
+            Self::ListTargetPortals => "ListTargetPortals",
+            Self::ReadLink => "ReadLink",
         }
     }
 }

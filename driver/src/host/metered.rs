@@ -168,6 +168,9 @@ impl<H: Host> Host for Metered<H> {
         set_disk_online_writable(disk: u32) -> () => SetDiskState;
         add_target_portal_with_chap(portal: &Portal, discovery: &IscsiAuth) -> () => AddTargetPortal;
         connect_target_persistent(portal: &Portal, iqn: &str, auth: &IscsiAuth) -> () => ConnectTarget;
+        list_target_portals() -> Vec<Portal> => ListTargetPortals;
+        disk_number_of_volume(volume_id: &str) -> u32 => GetDiskNumberFromVolumeID;
+        read_link(path: &HostPath) -> Option<String> => ReadLink;
     }
 }
 
@@ -179,7 +182,7 @@ mod tests {
     use crate::testing::{Env, KUBELET, d};
 
     fn env_and_host(metrics: Option<Arc<Metrics>>) -> (Env, Metered<CsiProxyHost>) {
-        let env = Env::new(&serde_json::json!({}));
+        let env = Env::on(sim::wmi::TestBackend::CsiProxy, &serde_json::json!({}));
         let host = Metered::new(CsiProxyHost::new(env.inproc.client()), "test", metrics);
         (env, host)
     }

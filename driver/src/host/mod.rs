@@ -24,7 +24,7 @@
 //! reachable mapping and re-creates a broken one.
 //!
 //! Capabilities csi-proxy lacks (listing SMB mappings, clearing a disk's read-only flag, discovery CHAP, persistent
-//! logins) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
+//! logins, reading a link's target) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
 //! methods whose default says "not supported", so a backend that has them overrides both and the protocols ask
 //! before relying on one.
 
@@ -68,6 +68,8 @@ pub struct HostCapabilities {
     pub discovery_chap: bool,
     /// It can make iSCSI logins persistent across reboots.
     pub persistent_logins: bool,
+    /// It can read a link's stored target ([`Host::read_link`]).
+    pub read_links: bool,
 }
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
@@ -299,6 +301,19 @@ pub trait Host: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
 
+    /// `ListTargetPortals`: the target portals added on the node (port 0 reported as 3260).
+    fn list_target_portals(
+        &self,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<Vec<Portal>>> + Send;
+
+    /// `GetDiskNumberFromVolumeID`: the number of the disk holding the volume (its partition's `DiskNumber`).
+    fn disk_number_of_volume(
+        &self,
+        volume_id: &str,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<u32>> + Send;
+
     // ---- Beyond csi-proxy v1 (see `HostCapabilities`); the defaults say "not supported" ----
 
     /// `SetDiskState(online)` of a disk a writable volume is staged from: a backend with
@@ -335,6 +350,19 @@ pub trait Host: Send + Sync + 'static {
     ) -> impl Future<Output = HostResult<()>> + Send {
         let _ = (portal, iqn, auth, deadline);
         async { Err(not_supported(HostOp::ConnectTarget, "persistent logins")) }
+    }
+
+    /// The stored target of the link at `path`, one hop, never resolved ([`HostCapabilities::read_links`]):
+    /// `Some(\\server\share\…)` for a link into a share, `Some(C:\…)` for a local link, `None` when `path` is no
+    /// link (a directory, a volume mount point, a link of another kind). NotFound when `path` does not exist.
+    /// Default: not supported (csi-proxy v1 cannot read a link's target).
+    fn read_link(
+        &self,
+        path: &HostPath,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<Option<String>>> + Send {
+        let _ = (path, deadline);
+        async { Err(not_supported(HostOp::ReadLink, "reading a link's target")) }
     }
 }
 

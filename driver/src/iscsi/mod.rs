@@ -81,6 +81,7 @@
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
 //! | unstage | `GetVolumeIDFromTargetPath` → `WriteVolumeCache` → `UnmountVolume` → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
 //! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `WriteVolumeCache` (not found) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `PathExists` → `Rmdir` → `DisconnectTarget` |
+//! | unstage without a record (adoption, `adopt.rs`) | `GetVolumeIDFromTargetPath` → `GetVolumeStats` → `GetDiskNumberFromVolumeID` → `ListTargetPortals` → per portal `DiscoverTargetPortal` → per target `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs`, then the unstage above with `GetTargetDisks` before `DisconnectTarget` (logout only when it is exactly this disk) |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |
 //! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; not the recorded volume, or not there → record marked `needs_restage`, nothing removed |
 //! | publish readiness | `GetVolumeStats` of the recorded volume |
@@ -145,13 +146,18 @@ use std::fmt::Display;
 use std::future::Future;
 
 use crate::error::Error;
-use crate::host::{Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath, Portal};
+use crate::host::{
+    Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath, Portal, name_key,
+    names_equal,
+};
 use crate::lifecycle::{
-    Calls, Context, ExpandRequest, Health, Protocol, StageAt, StageRequest, VolumeStats, host_error,
+    Calls, Context, ExpandRequest, Found, Health, Protocol, StageAt, StageRequest, VolumeStats,
+    host_error,
 };
 use crate::locks::Deadline;
 use crate::state::{Details, Phase, VolumeRecord};
 
+mod adopt;
 mod chap;
 pub mod disk;
 mod params;
@@ -267,14 +273,15 @@ impl IscsiRecord {
     }
 }
 
-/// Windows compares target names case-insensitively (iSCSI names are ASCII; see RFC 3722 stringprep, which
-/// lower-cases). One place, so the comparison can follow the host's name rule when it moves to `crate::host`.
+/// Whether two target names are one target: Windows compares them case-insensitively through its upcase table, for
+/// every character (`crate::host::name`; RFC 3722 stringprep lower-cases too, and `iqn.…:` suffixes may be non-ASCII).
 fn same_name(a: &str, b: &str) -> bool {
-    a.eq_ignore_ascii_case(b)
+    names_equal(a, b)
 }
 
+/// The lock key of a target: its name as a Windows name key (the historical lower-cased form for ASCII names).
 fn target_key(iqn: &str) -> String {
-    format!("iscsi-target:{}", iqn.to_ascii_lowercase())
+    format!("iscsi-target:{}", name_key(iqn))
 }
 
 /// The iSCSI protocol, for a host backend with the given capabilities (discovery CHAP, persistent logins).
@@ -336,7 +343,17 @@ impl<H: Host> Protocol<H> for Iscsi {
         record: &VolumeRecord,
         d: Deadline,
     ) -> Result<(), Error> {
-        volume::unstage(cx, &record.volume_id, staging, &details(record)?, d).await
+        volume::unstage(cx, record, staging, &details(record)?, d).await
+    }
+
+    /// A volume mounted at the staging path on a disk an iSCSI session serves (`adopt.rs`).
+    async fn adopt(
+        &self,
+        cx: Context<'_, H>,
+        found: Found<'_>,
+        d: Deadline,
+    ) -> Result<Option<VolumeRecord>, Error> {
+        adopt::adopt(cx, found, d).await
     }
 
     async fn stats(

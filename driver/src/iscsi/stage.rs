@@ -28,11 +28,7 @@ pub(super) async fn stage<H: Host>(
     let prev = match &existing {
         None => None,
         Some(rec) => match rec.details::<IscsiRecord>()? {
-            Some(r)
-                if r.same_lun(vol) && rec.staging_path.eq_ignore_ascii_case(staging.as_str()) =>
-            {
-                Some((rec.phase, r))
-            }
+            Some(r) if r.same_lun(vol) && staging.is(&rec.staging_path) => Some((rec.phase, r)),
             _ => {
                 return Err(Error::AlreadyExists(format!(
                     "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",
@@ -433,8 +429,15 @@ async fn volume_of<H: Host>(
             )
             .await
         {
-            if !uncertain(e.kind) {
-                // Nothing was created.
+            // `PartitionDisk` is compound (csi-proxy: Initialize-Disk, then New-Partition; native: Initialize,
+            // CreatePartition, Refresh, Online), so a definite failure may come after the partition exists. The
+            // intent is dropped only when the disk still shows no volume; a volume there now can only be this call's
+            // (the disk was proven empty before it), and a retry formats it.
+            if !uncertain(e.kind)
+                && volumes_fresh(h, number, disk)
+                    .await
+                    .is_ok_and(|v| v.is_empty())
+            {
                 rec.partitioning = false;
                 put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
             }

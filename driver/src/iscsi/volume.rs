@@ -38,19 +38,23 @@ pub(super) async fn present<H: Host>(h: &Calls<'_, H>, v: &str) -> Result<bool, 
 }
 
 /// NodeUnstageVolume for an iSCSI record (the caller holds the volume guard): the mount point, then the session when
-/// no other record names the target, then the record.
+/// no other record names the target (and, for an adopted record, the target serves no other disk), then the record.
 pub(super) async fn unstage<H: Host>(
     cx: Context<'_, H>,
-    volume_id: &str,
+    record: &VolumeRecord,
     staging: &HostPath,
     rec: &IscsiRecord,
     d: Deadline,
 ) -> Result<(), Error> {
+    let volume_id = &record.volume_id;
     let h = &cx.calls(d);
     remove_mount(h, staging, rec).await?;
     let _target = cx.object_locks().lock(&rec.target_key()).await;
     let others = target_users(cx, volume_id, &rec.iqn)?;
-    if cx.may_remove_shared(others, &rec.iqn) {
+    // An adopted volume's siblings may have lost their records too: the host must also show no other disk.
+    if cx.may_remove_shared(others, &rec.iqn)
+        && (!record.adopted || super::adopt::target_serves_only_this_disk(h, rec).await?)
+    {
         logout(h, rec).await?;
     } else {
         debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");

@@ -127,14 +127,10 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         .stage(mgr.stage_context(&access), at, &vol, d)
         .await?;
     mgr.remember_access(&req.volume_id, access.clone()).await?;
-    mgr.link_target(
-        &req.volume_id,
+    let link = super::publish::Link {
+        volume_id: &req.volume_id,
         target,
-        &staging,
-        access,
-        req.readonly,
-        None,
-        d,
-    )
-    .await
+        staging: &staging,
+    };
+    mgr.link_target(link, access, req.readonly, None, d).await
 }

@@ -15,6 +15,13 @@ use crate::state::{AccessRecord, Phase, PublishRecord, RECORD_VERSION, VolumeRec
 /// `VolumeCapability.AccessMode.Mode.SINGLE_NODE_SINGLE_WRITER`.
 const SINGLE_NODE_SINGLE_WRITER: i32 = 6;
 
+/// The link publish makes: `target` (the pod's path) pointing at `staging`, for `volume_id`.
+pub(super) struct Link<'a> {
+    pub(super) volume_id: &'a str,
+    pub(super) target: &'a HostPath,
+    pub(super) staging: &'a HostPath,
+}
+
 impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     /// NodePublishVolume.
     #[tracing::instrument(level = "debug", name = "publish", skip_all, fields(volume_id = %req.volume_id))]
@@ -71,16 +78,13 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         if existing.is_none() {
             self.check_second_target(&rec, &target, &access)?;
         }
-        self.link_target(
-            &rec.volume_id,
-            &target,
-            &staging,
-            access,
-            req.readonly,
-            Some(&rec),
-            d,
-        )
-        .await
+        let link = Link {
+            volume_id: &rec.volume_id,
+            target: &target,
+            staging: &staging,
+        };
+        self.link_target(link, access, req.readonly, Some(&rec), d)
+            .await
     }
 
     /// What the records say about `target` for a publish of `volume_id`: `Some` when it is already published for it
@@ -172,14 +176,17 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     /// the protocol first checks that the staging object resolves ([`Protocol::ready`]).
     pub(super) async fn link_target(
         &self,
-        volume_id: &str,
-        target: &HostPath,
-        staging: &HostPath,
+        link: Link<'_>,
         access: AccessRecord,
         readonly: bool,
         record: Option<&crate::state::VolumeRecord>,
         d: Deadline,
     ) -> Result<(), Error> {
+        let Link {
+            volume_id,
+            target,
+            staging,
+        } = link;
         let h = self.context().calls(d);
         let existing = self.publication(target)?;
         let ours = existing

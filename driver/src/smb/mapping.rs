@@ -4,8 +4,10 @@
 
 use tracing::{debug, info};
 
+use super::adopt::principal_unknown;
 use super::{SmbRecord, SmbVolume, share_users};
 use crate::error::Error;
+use crate::host::name::starts_with_name;
 use crate::host::{
     Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, UncPath,
     names_equal,
@@ -65,7 +67,8 @@ impl MapRepair {
         let root = vol.source.root_key();
         let mine = vol.principal().unwrap_or("");
         let proves = |rec: &VolumeRecord, r: &SmbRecord| {
-            names_equal(&r.root, &root)
+            !principal_unknown(rec, r)
+                && names_equal(&r.root, &root)
                 && same_principal(r.principal.as_deref().unwrap_or(""), mine)
                 && matches!(rec.phase, Phase::Staged | Phase::NeedsRestage)
         };
@@ -89,10 +92,9 @@ impl MapRepair {
     }
 }
 
-/// Windows compares account names case-insensitively. One place, so the comparison can follow the host's name rule
-/// when it moves to `crate::host`.
+/// Windows compares account names case-insensitively, through its upcase table for every character.
 fn same_principal(a: &str, b: &str) -> bool {
-    a.eq_ignore_ascii_case(b)
+    names_equal(a, b)
 }
 
 /// `NewSmbGlobalMapping`, repaired once as [`MapRepair`] allows (the caller holds the share's lock exclusively).
@@ -187,18 +189,16 @@ pub(super) fn check_principal<H: Host>(
 ) -> Result<(), Error> {
     let server = format!("\\\\{}\\", vol.source.server_key());
     let mine = vol.principal().unwrap_or("");
-    for (
-        rec,
-        SmbRecord {
-            root, principal, ..
-        },
-    ) in cx.records::<SmbRecord>()?
-    {
-        if rec.volume_id == volume_id {
+    for (rec, facts) in cx.records::<SmbRecord>()? {
+        // An adopted record whose principal is unknown neither refuses nor matches: Windows decides (1219).
+        if rec.volume_id == volume_id || principal_unknown(&rec, &facts) {
             continue;
         }
+        let SmbRecord {
+            root, principal, ..
+        } = facts;
         let theirs = principal.as_deref().unwrap_or("");
-        if root.starts_with(&server) && !same_principal(theirs, mine) {
+        if starts_with_name(&root, &server) && !same_principal(theirs, mine) {
             let theirs = if theirs.is_empty() {
                 "(no credential)"
             } else {

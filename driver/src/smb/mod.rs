@@ -13,6 +13,7 @@
 //! | repeated stage | `PathExists(staging)` → `IsSymlink(staging)` |
 //! | re-stage after a reboot (Disconnected mapping) | `PathExists` → `IsSymlink` (false or an error) → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
 //! | unstage | `PathExists(staging)` → `Rmdir(staging)` → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
+//! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `PathExists` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` |
 //! | startup reconcile (staged record) | `PathExists(staging)` → `IsSymlink(staging)` (→ `Rmdir(staging)` when it does not reach the share) |
 //! | publish readiness | `IsSymlink(staging)` |
@@ -83,11 +84,12 @@ use tracing::{debug, info};
 use crate::error::Error;
 use crate::host::{Host, HostErrorKind, HostPath, UncPath, name_key, names_equal};
 use crate::lifecycle::{
-    Calls, Context, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
+    Calls, Context, Found, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
 };
 use crate::locks::Deadline;
 use crate::state::{Details, Phase, VolumeRecord};
 
+mod adopt;
 mod mapping;
 pub mod params;
 mod stage;
@@ -125,7 +127,7 @@ impl SmbRecord {
 
     /// Whether two records describe the same staged share path (principal excluded: credentials may rotate).
     fn same_volume(&self, other: &Self) -> bool {
-        self.root == other.root && self.remote_path.eq_ignore_ascii_case(&other.remote_path)
+        names_equal(&self.root, &other.root) && names_equal(&self.remote_path, &other.remote_path)
     }
 }
 
@@ -202,6 +204,16 @@ impl<H: Host> Protocol<H> for Smb {
     ) -> Result<(), Error> {
         ready(cx, record, staging, d).await
     }
+
+    /// A staging link into a share, on a backend that can read links (`adopt.rs`).
+    async fn adopt(
+        &self,
+        cx: Context<'_, H>,
+        found: Found<'_>,
+        d: Deadline,
+    ) -> Result<Option<VolumeRecord>, Error> {
+        adopt::adopt(cx, found, d).await
+    }
 }
 
 fn details(record: &VolumeRecord) -> Result<SmbRecord, Error> {
@@ -223,7 +235,8 @@ fn share_users<H: Host>(cx: Context<'_, H>, root: &str) -> Result<Vec<VolumeReco
         .collect())
 }
 
-/// NodeUnstageVolume of a share: the link, then the mapping when no other record names its root, then the record.
+/// NodeUnstageVolume of a share: the link, then the mapping when no other record (for an adopted record: nor a link the
+/// host shows, see `adopt.rs`) names its root, then the record.
 async fn unstage<H: Host>(
     cx: Context<'_, H>,
     staging: &HostPath,
@@ -243,6 +256,13 @@ async fn unstage<H: Host>(
         .into_iter()
         .filter(|r| &r.volume_id != volume_id)
         .count();
+    // An adopted volume's siblings may have lost their records too: links the host shows count as users.
+    let others = others
+        + if record.adopted {
+            adopt::unrecorded_links_into(cx, &h, volume_id, &root).await?
+        } else {
+            0
+        };
     if cx.may_remove_shared(others, &root) {
         let remote = UncPath::parse(&remote_path, "recorded remote path")?.root();
         match remove_mapping(&h, &remote).await {

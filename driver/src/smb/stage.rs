@@ -36,7 +36,7 @@ pub(super) async fn stage<H: Host>(
         let same = rec
             .details::<SmbRecord>()?
             .is_some_and(|r| r.same_volume(&wanted));
-        if !same || !rec.staging_path.eq_ignore_ascii_case(staging.as_str()) {
+        if !same || !staging.is(&rec.staging_path) {
             return Err(Error::AlreadyExists(format!(
                 "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",
                 rec.staging_path

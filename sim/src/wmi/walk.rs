@@ -124,7 +124,7 @@ impl WinPath {
             return Err(INVALID_NAME);
         }
         Ok(Self {
-            root: Root::Share(server.to_ascii_lowercase(), share.to_ascii_lowercase()),
+            root: Root::Share(server.to_lowercase(), share.to_lowercase()),
             components: comps(parts.next().unwrap_or(""))?,
         })
     }

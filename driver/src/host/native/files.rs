@@ -98,6 +98,21 @@ pub(super) fn create_symlink(o: &Ops<'_>, link: &str, target: &str) -> HostResul
         .map_err(|e| o.err(e))
 }
 
+/// `ReadLink`: the stored target of a symbolic link or junction at `path` (one hop, never resolved, so a link into a
+/// share whose mapping is gone is read all the same); `None` for a volume mount point, a relative or foreign-namespace
+/// target, another reparse tag or no reparse point at all.
+pub(super) fn read_link(o: &Ops<'_>, path: &str) -> HostResult<Option<String>> {
+    let point = match o.w.read_reparse_point(o.c, path) {
+        Ok(p) => p,
+        Err(e) if is(&e, Win32Error::NotAReparsePoint) => return Ok(None),
+        Err(e) => return Err(o.err(e)),
+    };
+    Ok(match point.target() {
+        Some(LinkTarget::Unc(t) | LinkTarget::Local(t)) => Some(t),
+        _ => None,
+    })
+}
+
 /// Whether a share target answered like an unreachable share rather than a broken call.
 fn unreachable_share(kind: ErrorKind) -> bool {
     matches!(
@@ -159,7 +174,7 @@ fn share_resolves(o: &Ops<'_>, target: &str) -> HostResult<bool> {
     let mappings = o.w.global_mappings(o.c).map_err(|e| o.err(e))?;
     let usable = mappings
         .iter()
-        .any(|m| winhost::paths::same_share_root(&m.remote_path, &root) && m.status.is_ok());
+        .any(|m| super::smb::same_share_root(&m.remote_path, &root) && m.status.is_ok());
     if !usable {
         return Ok(false);
     }

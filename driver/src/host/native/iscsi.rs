@@ -173,3 +173,16 @@ pub(super) fn target_disks(o: &Ops<'_>, iqn: &str) -> HostResult<Vec<u32>> {
     out.dedup();
     Ok(out)
 }
+
+/// `ListTargetPortals`: every portal added on the node.
+pub(super) fn portals(o: &Ops<'_>) -> HostResult<Vec<Portal>> {
+    Ok(o.w
+        .target_portals(o.c, None)
+        .map_err(|e| o.err(e))?
+        .into_iter()
+        .map(|p| Portal {
+            address: p.target_portal_address,
+            port: p.target_portal_port_number,
+        })
+        .collect())
+}

@@ -50,6 +50,9 @@
 //! | `DisconnectTarget` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → `Disconnect` |
 //! | `GetTargetDisks` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session `ASSOCIATORS …->MSFT_Disk` |
 //! | `SetMutualChapSecret` | `MSFT_iSCSISession.SetCHAPSecret` |
+//! | `ListTargetPortals` | `SELECT MSFT_iSCSITargetPortal` |
+//! | `GetDiskNumberFromVolumeID` | `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` (its `DiskNumber`) |
+//! | `ReadLink` (no csi-proxy RPC) | `FSCTL_GET_REPARSE_POINT` (one hop, never resolved) |
 //!
 //! # What it does that csi-proxy cannot (advertised by [`Host::capabilities`])
 //!
@@ -60,6 +63,8 @@
 //! * A writable volume's disk has its read-only flag cleared after `Online` (SAN policy, re-attach).
 //! * Volumes are waited for (`Refresh` after `Online`, `Initialize` and `CreatePartition`, and once more when a basic
 //!   partition has no volume yet) instead of reading a half-arrived disk.
+//! * A link's stored target is read (`ReadLink`), so a staging link into a share can be adopted when its state record
+//!   was lost.
 //! * Discovery CHAP on `AddTargetPortal`; persistent logins, whose records are removed (`Unregister`) on logout;
 //!   every session of a target is logged out, not only the first; IQNs compare ignoring case, with one rediscovery.
 
@@ -142,6 +147,7 @@ impl NativeHost {
             clear_disk_read_only: report.supports(Capability::Disks),
             discovery_chap: report.supports(Capability::Iscsi),
             persistent_logins: report.supports(Capability::Iscsi),
+            read_links: true,
         };
         Self {
             inner: Arc::new(Inner {
@@ -547,6 +553,24 @@ impl Host for NativeHost {
             o.accept(out, &[])
         })
         .await
+    }
+
+    async fn list_target_portals(&self, d: Deadline) -> HostResult<Vec<Portal>> {
+        self.run(HostOp::ListTargetPortals, d, iscsi::portals).await
+    }
+
+    async fn disk_number_of_volume(&self, volume_id: &str, d: Deadline) -> HostResult<u32> {
+        let v = volume_id.to_owned();
+        self.run(HostOp::GetDiskNumberFromVolumeID, d, move |o| {
+            volume::disk_number(o, &v)
+        })
+        .await
+    }
+
+    async fn read_link(&self, path: &HostPath, d: Deadline) -> HostResult<Option<String>> {
+        let p = path.as_str().to_owned();
+        self.run(HostOp::ReadLink, d, move |o| files::read_link(o, &p))
+            .await
     }
 }
 

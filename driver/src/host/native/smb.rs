@@ -18,7 +18,7 @@ use std::sync::{Mutex, PoisonError};
 
 use tracing::{info, warn};
 use winhost::model::{SmbGlobalMapping, SmbGlobalMappingCreate, SymlinkFlags};
-use winhost::paths::same_share_root;
+use winhost::paths::UncParts;
 
 use super::{HostErrorKind, HostResult, Ops, Secret, UncPath};
 
@@ -82,6 +82,15 @@ impl Ledger {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
         self.roots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether two UNC paths name the same share root, compared as Windows compares names (every character, not ASCII
+/// only: `\\fs1\Ärzte` and `\\fs1\ärzte` are one mapping).
+pub(super) fn same_share_root(a: &str, b: &str) -> bool {
+    match (UncParts::parse(a), UncParts::parse(b)) {
+        (Some(a), Some(b)) => crate::host::names_equal(&a.share_root(), &b.share_root()),
+        _ => false,
     }
 }
 

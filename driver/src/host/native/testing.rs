@@ -467,6 +467,23 @@ impl Host for Tapped {
             .around(c, self.host.set_mutual_chap_secret(secret, d))
             .await
     }
+
+    async fn list_target_portals(&self, d: Deadline) -> HostResult<Vec<Portal>> {
+        let c = Self::call(HostOp::ListTargetPortals, json!({}));
+        self.tap.around(c, self.host.list_target_portals(d)).await
+    }
+
+    async fn disk_number_of_volume(&self, v: &str, d: Deadline) -> HostResult<u32> {
+        let c = Self::call(HostOp::GetDiskNumberFromVolumeID, json!({ "volume_id": v }));
+        self.tap
+            .around(c, self.host.disk_number_of_volume(v, d))
+            .await
+    }
+
+    async fn read_link(&self, path: &HostPath, d: Deadline) -> HostResult<Option<String>> {
+        let c = Self::call(HostOp::ReadLink, json!({ "path": path.as_str() }));
+        self.tap.around(c, self.host.read_link(path, d)).await
+    }
 }
 
 /// Either backend, as one `Host` type (module docs).
@@ -632,5 +649,14 @@ impl Host for TestHost {
     }
     async fn set_mutual_chap_secret(&self, s: &Secret, d: Deadline) -> HostResult<()> {
         each!(self, h => h.set_mutual_chap_secret(s, d))
+    }
+    async fn list_target_portals(&self, d: Deadline) -> HostResult<Vec<Portal>> {
+        each!(self, h => h.list_target_portals(d))
+    }
+    async fn disk_number_of_volume(&self, v: &str, d: Deadline) -> HostResult<u32> {
+        each!(self, h => h.disk_number_of_volume(v, d))
+    }
+    async fn read_link(&self, p: &HostPath, d: Deadline) -> HostResult<Option<String>> {
+        each!(self, h => h.read_link(p, d))
     }
 }

@@ -31,6 +31,22 @@ pub(super) fn one(o: &Ops<'_>, volume_id: &str) -> HostResult<MsftVolume> {
         .ok_or_else(|| o.fail(HostErrorKind::NotFound, format!("volume {g} not found")))
 }
 
+/// `GetDiskNumberFromVolumeID`: the disk of the volume's partition (`MSFT_PartitionToVolume`), NotFound when the
+/// volume or its partition is not there.
+pub(super) fn disk_number(o: &Ops<'_>, volume_id: &str) -> HostResult<u32> {
+    let v = one(o, volume_id)?;
+    o.w.volume_partitions(o.c, &v.path)
+        .map_err(|e| o.err(e))?
+        .first()
+        .map(|p| p.disk_number)
+        .ok_or_else(|| {
+            o.fail(
+                HostErrorKind::NotFound,
+                format!("no partition behind {volume_id}"),
+            )
+        })
+}
+
 /// `MountVolume`: `SetVolumeMountPointW`; when the directory is taken (145), success only if it is this volume's mount
 /// point already (csi-proxy v1.3.0's repeat rule, without its separate `GetLastError`).
 pub(super) fn mount(o: &Ops<'_>, volume_id: &str, path: &str) -> HostResult<()> {

@@ -262,10 +262,10 @@ async fn first_repeated_stage_and_unstage_sequences() {
     assert_eq!(
         env.ops(),
         env.per_backend(
-            vec![GetVolumeIDFromTargetPath, PathExists],
-            vec![GetVolumeIDFromTargetPath, ReadLink, PathExists]
+            vec![GetVolumeIDFromTargetPath, Rmdir],
+            vec![GetVolumeIDFromTargetPath, ReadLink, Rmdir]
         ),
-        "no record and no path: the adoptions' looks (nothing mounted there; native: no link), nothing else"
+        "no record and no path: the adoptions' looks (nothing mounted there; native: no link), then Rmdir's 'not found'"
     );
 }
 

@@ -83,18 +83,9 @@ async fn remove_mount<H: Host>(
         Ok(v) => v,
         Err(e) if uncertain(e.kind) => return Err(block_error(e, staging)),
         Err(_) => {
-            if run(
-                h,
-                HostOp::PathExists,
-                staging,
-                h.host().path_exists(staging, d),
-            )
-            .await?
-            {
-                // An empty directory or a mount point nothing can be read from.
-                remove_dir(h, staging).await?;
-            }
-            return Ok(());
+            // An empty directory, a mount point nothing can be read from, or nothing (`remove_dir` takes "not found"
+            // as done, so no `PathExists` first).
+            return remove_dir(h, staging).await;
         }
     };
     if let Some(want) = &rec.volume

@@ -131,18 +131,18 @@ impl<'a, H: Host> Context<'a, H> {
         }
     }
 
-    /// Remove whatever link or empty directory is at the staging path (`PathExists` → `Rmdir`): the first step of
-    /// every unstage, and all of it when no record exists.
+    /// Remove whatever link or empty directory is at the staging path (a non-forced `Rmdir`; "not found" means done
+    /// on every csi-proxy release and the native backend, so no `PathExists` first): the first step of every unstage,
+    /// and all of it when no record exists.
     pub async fn remove_staging_link(&self, staging: &HostPath, d: Deadline) -> Result<(), Error> {
-        let h = self.calls(d);
-        if h.path_exists(staging)
-            .await
-            .map_err(|e| host_error(e, staging))?
-        {
-            h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
-            debug!(staging = %staging, "staging link removed");
+        match self.calls(d).rmdir(staging).await {
+            Ok(()) => {
+                debug!(staging = %staging, "staging link removed");
+                Ok(())
+            }
+            Err(e) if e.kind == HostErrorKind::NotFound => Ok(()),
+            Err(e) => Err(host_error(e, staging)),
         }
-        Ok(())
     }
 }
 

@@ -8,7 +8,7 @@ use super::{
     check_mount_flags, context_get, host_error, inline, mount_capability, required,
 };
 use crate::error::Error;
-use crate::host::{Host, HostPath};
+use crate::host::{Host, HostErrorKind, HostPath};
 use crate::locks::Deadline;
 use crate::state::{AccessRecord, Phase, PublishRecord, RECORD_VERSION, VolumeRecord};
 
@@ -274,14 +274,14 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             _ => {}
         }
         let h = self.context().calls(d);
-        if h.path_exists(&target)
-            .await
-            .map_err(|e| host_error(e, &target))?
-        {
-            h.rmdir(&target).await.map_err(|e| host_error(e, &target))?;
-            info!(target = %target, "volume unpublished");
-        } else {
-            debug!(target = %target, "target already gone");
+        // No `PathExists` first: a non-forced `Rmdir` of a missing path answers "not found" on every csi-proxy release
+        // (Go's `os.Remove`: Windows errors 2/3) and on the native backend, and that already means done.
+        match h.rmdir(&target).await {
+            Ok(()) => info!(target = %target, "volume unpublished"),
+            Err(e) if e.kind == HostErrorKind::NotFound => {
+                debug!(target = %target, "target already gone")
+            }
+            Err(e) => return Err(host_error(e, &target)),
         }
         self.remove_publication(&target).await?;
         if let Some(rec) = self.store.volume(&req.volume_id)?

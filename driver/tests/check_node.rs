@@ -113,7 +113,6 @@ impl Node {
     }
 
     async fn run(&self, extra: &[&str]) -> Result<Value, String> {
-        let opts = self.options(extra);
         let host = CsiProxyHost::new(ProxyClient::new(Transport::UnixSockets {
             dir: self.socks.path().to_path_buf(),
         }));
@@ -121,6 +120,27 @@ impl Node {
             kind: HostBackend::CsiProxy,
             description: "the simulated host".to_owned(),
         };
+        self.run_on(host, info, extra).await
+    }
+
+    /// The run on the native backend over the simulated host's Windows view (WMI classes and Win32 calls).
+    async fn run_native(&self, extra: &[&str]) -> Result<Value, String> {
+        let windows = std::sync::Arc::new(sim::wmi::WindowsView::new(self.sim.clone()));
+        let host = wincsi::host::native::NativeHost::new(windows, Some(self.work.path()));
+        let info = BackendInfo {
+            kind: HostBackend::Native,
+            description: "native over the simulated host's Windows view".to_owned(),
+        };
+        self.run_on(host, info, extra).await
+    }
+
+    async fn run_on<H: wincsi::host::Host>(
+        &self,
+        host: H,
+        info: BackendInfo,
+        extra: &[&str],
+    ) -> Result<Value, String> {
+        let opts = self.options(extra);
         let report = wincsi::check::run(host, info, &opts).await?;
         let value = serde_json::to_value(&report).expect("json");
         if let Ok(dir) = std::env::var("WINCSI_CHECK_TEST_DUMP") {
@@ -268,6 +288,45 @@ async fn every_profile_is_identified_and_confirms_its_rows() {
             assert!(known.contains(id.as_str()), "unknown row {id}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_native_backend_runs_every_check_and_leaves_nothing() {
+    // The workflow repeats check-node with --host-backend native on real Windows; here the same run goes through
+    // the native backend over the simulated host's Windows view. csi-proxy's profile rows do not apply to it; its
+    // own items (native refs) and the real-node items must not be contradicted, and cleanup must be complete.
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    let report = node.run_native(&all_targets()).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    assert_eq!(report["node"]["backend"], "native", "{text}");
+    for c in checks(&report) {
+        assert_eq!(c["status"], "ran", "{} did not run:\n{text}", c["id"]);
+    }
+    let contradicting: Vec<String> = findings(&report)
+        .iter()
+        .filter(|f| f["verdict"] == "contradicts")
+        .map(|f| format!("{} ({})", f["ref"], f["observation"]))
+        .collect();
+    assert!(contradicting.is_empty(), "{contradicting:?}\n{text}");
+    for f in findings(&report) {
+        if f["ref"]["kind"] == "row" {
+            assert_eq!(f["verdict"], "not_applicable", "{f}\n{text}");
+        }
+    }
+    assert!(
+        findings(&report)
+            .iter()
+            .any(|f| f["ref"]["kind"] == "native" && f["verdict"] == "recorded"),
+        "the native items are recorded for the real-node table\n{text}"
+    );
+    assert_eq!(report["cleanup"]["complete"], true, "{text}");
+    let inv = node.sim.invariants();
+    assert!(inv.ok(), "{inv:?}");
+    assert_eq!(
+        node.sim.with_state(|s| s.mappings().len()),
+        0,
+        "the check's mapping is gone\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

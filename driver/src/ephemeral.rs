@@ -383,10 +383,7 @@ mod tests {
             target_path: req("x").target_path,
         };
         mgr.unpublish(&un, d()).await.expect("unpublish");
-        assert_eq!(
-            env.ops(),
-            vec![PathExists, Rmdir, PathExists, Rmdir, RemoveSmbGlobalMapping]
-        );
+        assert_eq!(env.ops(), vec![Rmdir, Rmdir, RemoveSmbGlobalMapping]);
         env.assert_clean();
     }
 

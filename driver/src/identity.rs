@@ -74,12 +74,19 @@ impl IdentityService {
         self
     }
 
-    /// Log the quarantined state records when their set changed since the last Probe.
-    fn report_quarantine(&self) {
+    /// Log the quarantined state records when their set changed since the last Probe (the record files are read
+    /// again for it, off the runtime).
+    async fn report_quarantine(&self) {
         let Some(volumes) = &self.volumes else {
             return;
         };
-        let records = volumes.quarantined();
+        let records = match volumes.quarantined().await {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the state records again");
+                return;
+            }
+        };
         let before = self.reported.swap(records.len(), Ordering::Relaxed);
         if records.is_empty() {
             if before > 0 {
@@ -158,7 +165,7 @@ impl Identity for IdentityService {
     ) -> Result<Response<ProbeResponse>, Status> {
         rpc("Probe", RpcFields::default(), async {
             self.probe_backend().await;
-            self.report_quarantine();
+            self.report_quarantine().await;
             Ok(ProbeResponse { ready: Some(true) })
         })
         .await

@@ -62,12 +62,25 @@ impl Drop for VolumeGuard {
     }
 }
 
+/// Told how long each acquisition of a [`KeyedLocks`] lock waited, with the lock's key (for metrics).
+pub type WaitObserver = Arc<dyn Fn(&str, Duration) + Send + Sync>;
+
 /// Async shared/exclusive locks keyed by a resource name (e.g. a lower-cased `\\server\share`); entries vanish
 /// when unused. Exclusive holders change the resource (create, repair or remove it); shared holders only use it, so
 /// many of them (e.g. stages of different volumes on one already-mapped share) run at once.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct KeyedLocks {
     locks: Arc<Mutex<LockTable>>,
+    observer: Option<WaitObserver>,
+}
+
+impl std::fmt::Debug for KeyedLocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLocks")
+            .field("keys", &self.len())
+            .field("observed", &self.observer.is_some())
+            .finish()
+    }
 }
 
 type LockTable = HashMap<String, Arc<tokio::sync::RwLock<()>>>;
@@ -79,14 +92,37 @@ enum Held {
 }
 
 /// Held while one resource is being used (shared) or changed (exclusive).
-#[derive(Debug)]
 pub struct KeyedGuard {
     guard: Option<Held>,
     locks: Arc<Mutex<LockTable>>,
+    observer: Option<WaitObserver>,
     key: String,
 }
 
+impl std::fmt::Debug for KeyedGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedGuard")
+            .field("key", &self.key)
+            .field("shared", &self.is_shared())
+            .finish()
+    }
+}
+
 impl KeyedLocks {
+    /// Locks whose every acquisition (and upgrade) reports its wait to `observer`.
+    pub fn with_observer(observer: WaitObserver) -> Self {
+        Self {
+            locks: Arc::default(),
+            observer: Some(observer),
+        }
+    }
+
+    fn observe(&self, key: &str, since: Instant) {
+        if let Some(o) = &self.observer {
+            o(key, since.elapsed());
+        }
+    }
+
     fn entry(&self, key: &str) -> Arc<tokio::sync::RwLock<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
         prune(&mut locks);
@@ -95,20 +131,26 @@ impl KeyedLocks {
 
     /// Wait for the exclusive lock on `key`.
     pub async fn lock(&self, key: &str) -> KeyedGuard {
+        let since = Instant::now();
         let guard = self.entry(key).write_owned().await;
+        self.observe(key, since);
         KeyedGuard {
             guard: Some(Held::Exclusive(guard)),
             locks: Arc::clone(&self.locks),
+            observer: self.observer.clone(),
             key: key.to_owned(),
         }
     }
 
     /// Wait for the shared lock on `key` (waits while an exclusive holder runs; other shared holders do not block).
     pub async fn lock_shared(&self, key: &str) -> KeyedGuard {
+        let since = Instant::now();
         let guard = self.entry(key).read_owned().await;
+        self.observe(key, since);
         KeyedGuard {
             guard: Some(Held::Shared(guard)),
             locks: Arc::clone(&self.locks),
+            observer: self.observer.clone(),
             key: key.to_owned(),
         }
     }
@@ -143,7 +185,11 @@ impl KeyedGuard {
             let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
             Arc::clone(locks.entry(self.key.clone()).or_default())
         };
+        let since = Instant::now();
         self.guard = Some(Held::Exclusive(lock.write_owned().await));
+        if let Some(o) = &self.observer {
+            o(&self.key, since.elapsed());
+        }
     }
 }
 

@@ -414,7 +414,7 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
         env.finish().await;
         rpcs
     };
-    assert_eq!(rpcs.len(), 6 + 3 + 2 + 3, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 6 + 3 + 1 + 2, "{rpcs:?}");
     for (i, rpc) in rpcs.iter().enumerate() {
         let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
         let mut env = Env::new().await;

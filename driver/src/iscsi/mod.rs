@@ -462,20 +462,20 @@ fn same_id(a: &str, b: &str) -> bool {
 }
 
 /// Write the volume's record with `rec` as its iSCSI facts.
-fn put_iscsi<H: Host>(
+async fn put_iscsi<H: Host>(
     cx: Context<'_, H>,
     volume_id: &str,
     staging: &HostPath,
     phase: Phase,
     rec: &IscsiRecord,
 ) -> Result<(), Error> {
-    cx.store().put_volume(&VolumeRecord::new(
-        volume_id,
-        phase,
-        staging.as_str(),
-        false,
-        rec,
-    )?)
+    let record = VolumeRecord::new(volume_id, phase, staging.as_str(), false, rec)?;
+    let record = if phase == Phase::Staged {
+        cx.staged(&record)
+    } else {
+        record
+    };
+    cx.store().put_volume(&record).await
 }
 
 /// Other volume records naming the same target (its durable reference count). A record a failed first stage released

@@ -79,13 +79,13 @@ pub(super) async fn stage<H: Host>(
         .unwrap_or_else(|| IscsiRecord::new(vol));
     rec.portals = vol.portals.clone();
     rec.released = false;
-    // Intent first: from here on the record counts as a user of the target's session.
-    put_iscsi(cx, volume_id, staging, Phase::Staging, &rec)?;
+    // The record is written (under the target's lock) before the first call that may create a session: portals are
+    // never removed, so nothing before the login needs it (see `stage_steps`).
     let _target = cx.object_locks().lock(&rec.target_key()).await;
     let result = stage_steps(cx, h, volume_id, staging, vol, &mut rec, mounted, retry).await;
     match result {
         Ok(()) => {
-            put_iscsi(cx, volume_id, staging, Phase::Staged, &rec)?;
+            put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
             info!(staging = %staging, iqn = %vol.iqn, lun = vol.lun, volume = ?rec.volume, "iSCSI volume staged");
             Ok(())
         }
@@ -118,9 +118,9 @@ async fn roll_back<H: Host>(
         rec.session_portal = None;
         rec.mutual_chap = None;
         rec.released = true;
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     } else {
-        cx.store().remove_volume(volume_id)?;
+        cx.store().remove_volume(volume_id).await?;
     }
     Err(err)
 }
@@ -168,21 +168,25 @@ async fn stage_steps<H: Host>(
     if added.is_empty() {
         return Err(last.unwrap_or_else(|| Error::InvalidArgument("no portal".to_owned())));
     }
-    // 2. The target's name as the portal reports it, recorded before any call names the target.
+    // 2. The target's name as the portal reports it, recorded (below) before any call names the target.
     let iqn = match rec.target_iqn.clone() {
         Some(iqn) => iqn,
         None => {
             let iqn = discover(h, &added, &vol.iqn).await?;
             rec.target_iqn = Some(iqn.clone());
-            put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
             iqn
         }
     };
-    // 3. The node-global mutual secret: refused when other volumes rely on another, set before the login.
+    // The record a retry, rollback or unstage needs to find the session (the intent that counts this volume as a user
+    // of the target's session, the target's spelling, the portal of the login) is durable before the first call that
+    // may create the session: one write, here or under the CHAP lock below.
+    rec.session_portal = added.first().cloned();
+    // 3. The node-global mutual secret: refused when other volumes rely on another, set before the login. The claim
+    //    is written under the lock, so no other volume sets another secret between the claim and the login.
     if let Some(secret) = &vol.mutual_secret {
         let _chap = cx.object_locks().lock(chap::LOCK_KEY).await;
         rec.mutual_chap = Some(chap::claim(cx, volume_id, secret)?);
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
         run(
             h,
             HostOp::SetMutualChapSecret,
@@ -195,6 +199,10 @@ async fn stage_steps<H: Host>(
     //    v1.3.0+ answer OK, the PowerShell era "already logged in".
     let mut session = None;
     for p in &added {
+        // The portal this login goes through is on record before it (the store writes nothing when the record already
+        // says so: normally only the first portal's, and only without mutual CHAP).
+        rec.session_portal = Some(p.clone());
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
         let login = if vol.persistent {
             h.raw(
                 HostOp::ConnectTarget,
@@ -232,7 +240,6 @@ async fn stage_steps<H: Host>(
     let Some(portal) = session else {
         return Err(last.unwrap_or_else(|| Error::Internal("no login attempted".to_owned())));
     };
-    rec.session_portal = Some(portal.clone());
     // 5. Which disk.
     let (number, ids) = find_disk(h, &portal, &iqn, vol, rec).await?;
     rec.disk_number = Some(number);
@@ -240,8 +247,8 @@ async fn stage_steps<H: Host>(
         rec.page83 = Some(ids.page83.trim().to_owned()).filter(|s| !s.is_empty());
         rec.serial = Some(ids.serial.trim().to_owned()).filter(|s| !s.is_empty());
     }
-    // Identity recorded before anything changes on the disk.
-    put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+    // The identity is recorded with the next write: before `PartitionDisk` (the only step that creates something on
+    // the disk a retry must judge), else with the `Staged` record. Bringing the disk online creates nothing.
     let disk = format!("disk {number} ({target})");
     // LUNs arrive offline under Windows Server's default SAN policy (OfflineShared).
     if vol.read_only {
@@ -279,15 +286,15 @@ async fn stage_steps<H: Host>(
                  it (it may hold data of another operating system, e.g. ext4); refusing to format it"
             )));
         }
-        rec.volume = Some(vid.clone());
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+        // No write: a retry after a crash here finds the volume again, ours by the `partitioning` mark on record.
         info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");
         h.raw(HostOp::FormatVolume, &vid, h.host().format_volume(&vid, d))
             .await
             .map_err(|e| write_error(e, &disk, &vid))?;
     }
+    // Recorded with the `Staged` record: the mount point is at this volume's own staging path, which a retry or an
+    // unstage reads (`GetVolumeIDFromTargetPath`) before it judges the mount.
     rec.volume = Some(vid.clone());
-    put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
     // 8. Mount at the staging path.
     match mounted {
         Some(v) if same_id(&v, &vid) => {
@@ -413,7 +420,7 @@ async fn volume_of<H: Host>(
     let mut vols = volumes_fresh(h, number, disk).await?;
     if vols.is_empty() {
         rec.partitioning = true;
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
         if let Err(e) = h
             .raw(
                 HostOp::PartitionDisk,
@@ -432,22 +439,23 @@ async fn volume_of<H: Host>(
                     .is_ok_and(|v| v.is_empty())
             {
                 rec.partitioning = false;
-                put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+                put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
             }
             return Err(write_error(e, disk, disk));
         }
         vols = volumes_fresh(h, number, disk).await?;
         if vols.is_empty() {
             rec.partitioning = false;
-            put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
+            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
             return Err(Error::FailedPrecondition(format!(
                 "{disk} has partitions but no volume Windows can use (an unknown or foreign partition layout, \
                  e.g. written by another operating system); refusing to touch it. Clean the LUN on the storage \
                  system or use another LUN"
             )));
         }
+        // The evidence, recorded with the next write (the `partitioning` mark already makes the volume ours to a
+        // retry).
         rec.partitioned = true;
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec)?;
     }
     if vols.len() > 1 {
         return Err(Error::FailedPrecondition(format!(

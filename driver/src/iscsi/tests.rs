@@ -262,10 +262,10 @@ async fn first_repeated_stage_and_unstage_sequences() {
     assert_eq!(
         env.ops(),
         env.per_backend(
-            vec![GetVolumeIDFromTargetPath, PathExists],
-            vec![GetVolumeIDFromTargetPath, ReadLink, PathExists]
+            vec![GetVolumeIDFromTargetPath, Rmdir],
+            vec![GetVolumeIDFromTargetPath, ReadLink, Rmdir]
         ),
-        "no record and no path: the adoptions' looks (nothing mounted there; native: no link), nothing else"
+        "no record and no path: the adoptions' looks (nothing mounted there; native: no link), then Rmdir's 'not found'"
     );
 }
 
@@ -1542,4 +1542,52 @@ async fn a_failed_first_stage_leaves_no_record_that_keeps_the_session() {
         .await
         .expect("unstage v1");
     env.assert_clean();
+}
+
+/// Issue 18 item 2: the record writes of a first stage, on every release: one before the login (intent, the target's
+/// spelling, the portal, any mutual CHAP claim), one before `PartitionDisk` (the "ours" mark, with the disk's
+/// identity) when the LUN is RAW, and the `Staged` record carrying the capability. Nothing else precedes a host object
+/// a retry, rollback or unstage must find.
+#[tokio::test]
+async fn a_first_stage_writes_only_the_records_crash_safety_needs() {
+    let formatted = |sc: &mut Value| {
+        let lun0 = lun_spec(sc, 0);
+        lun0["partition_style"] = json!("gpt");
+        lun0["partitions"] = json!([{"size": 10 * GIB - 20 * (1 << 20),
+            "volume": {"filesystem": "NTFS", "files": {"data.txt": "keep me"}}}]);
+    };
+    for v in CsiProxyVersion::ALL {
+        for (what, raw, want) in [("RAW LUN", true, 3), ("formatted LUN", false, 2)] {
+            let env = env_on(v, |sc| {
+                if !raw {
+                    formatted(sc);
+                }
+            });
+            let before = env.mgr.store().commit_stats();
+            env.mgr
+                .stage(&stage_req("v1", 0, &[], &[]), d())
+                .await
+                .unwrap_or_else(|e| panic!("{v}: {what}: {e}"));
+            let after = env.mgr.store().commit_stats();
+            let (asked, written) = (
+                after.requested - before.requested,
+                after.files_written - before.files_written,
+            );
+            assert_eq!(written, want, "{v}: {what}: {after:?}");
+            assert_eq!(asked, written, "{v}: {what}: nothing asked in vain");
+            let r = env.record("v1");
+            assert!(r.volume.is_some() && r.target_iqn.is_some() && r.session_portal.is_some());
+            let rec = env.mgr.store().volume("v1").expect("read").expect("record");
+            assert_eq!(rec.phase, Phase::Staged, "{v}");
+            assert!(
+                rec.access.is_some(),
+                "{v}: the capability is in the Staged record"
+            );
+            env.mgr
+                .unstage(&unstage_req("v1"), d())
+                .await
+                .unwrap_or_else(|e| panic!("{v}: unstage: {e}"));
+            env.assert_clean();
+        }
+    }
 }

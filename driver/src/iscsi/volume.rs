@@ -59,7 +59,7 @@ pub(super) async fn unstage<H: Host>(
     } else {
         debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
     }
-    cx.store().remove_volume(volume_id)?;
+    cx.store().remove_volume(volume_id).await?;
     info!(staging = %staging, "iSCSI volume unstaged");
     Ok(())
 }
@@ -83,18 +83,9 @@ async fn remove_mount<H: Host>(
         Ok(v) => v,
         Err(e) if uncertain(e.kind) => return Err(block_error(e, staging)),
         Err(_) => {
-            if run(
-                h,
-                HostOp::PathExists,
-                staging,
-                h.host().path_exists(staging, d),
-            )
-            .await?
-            {
-                // An empty directory or a mount point nothing can be read from.
-                remove_dir(h, staging).await?;
-            }
-            return Ok(());
+            // An empty directory, a mount point nothing can be read from, or nothing (`remove_dir` takes "not found"
+            // as done, so no `PathExists` first).
+            return remove_dir(h, staging).await;
         }
     };
     if let Some(want) = &rec.volume
@@ -212,7 +203,7 @@ pub(super) async fn check<H: Host>(
     if healthy {
         return Ok(Health::Healthy);
     }
-    cx.mark_needs_restage(rec)?;
+    cx.mark_needs_restage(rec).await?;
     info!(volume_id = %rec.volume_id, staging = %staging, iqn = %r.iqn, "iSCSI volume no longer mounted: \
           marked for re-stage");
     Ok(Health::NeedsRestage)

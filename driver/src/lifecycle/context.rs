@@ -11,7 +11,7 @@ use super::VolumeConfig;
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, KubeletRoot};
 use crate::locks::{Deadline, KeyedLocks};
-use crate::state::{Details, Phase, StateStore, VolumeRecord};
+use crate::state::{AccessRecord, Details, Phase, StateStore, VolumeRecord};
 
 /// The lifecycle's shared parts, lent to a protocol for one operation.
 #[derive(Debug)]
@@ -20,6 +20,9 @@ pub struct Context<'a, H> {
     pub(super) store: &'a StateStore,
     pub(super) objects: &'a KeyedLocks,
     pub(super) config: &'a VolumeConfig,
+    /// The capability of the stage this context is lent to (`None` outside a stage): the protocol's `Staged` record
+    /// carries it, so the lifecycle need not write the record again to remember it.
+    pub(super) access: Option<&'a AccessRecord>,
 }
 
 impl<H> Clone for Context<'_, H> {
@@ -39,6 +42,16 @@ impl<'a, H: Host> Context<'a, H> {
     /// The durable record store.
     pub fn store(&self) -> &'a StateStore {
         self.store
+    }
+
+    /// `rec` as the record of a completed stage: phase `Staged`, with the capability the stage was asked with (when
+    /// this context is a stage's). One write ends a stage.
+    pub fn staged(&self, rec: &VolumeRecord) -> VolumeRecord {
+        let mut staged = rec.with_phase(Phase::Staged);
+        if let Some(access) = self.access {
+            staged.access = Some(access.clone());
+        }
+        staged
     }
 
     /// Locks of shared host objects (an SMB share root, an iSCSI target), keyed by the protocol's object name:
@@ -62,7 +75,7 @@ impl<'a, H: Host> Context<'a, H> {
     /// stop every volume of the protocol. Counts over these are exact only while [`Self::may_remove_shared`] says so.
     pub fn records<T: Details>(&self) -> Result<Vec<(VolumeRecord, T)>, Error> {
         let mut out = Vec::new();
-        for rec in self.store.volumes()? {
+        for rec in self.store.select_volumes(VolumeRecord::is::<T>)? {
             match rec.details::<T>() {
                 Ok(Some(details)) => out.push((rec, details)),
                 Ok(None) => {}
@@ -91,8 +104,10 @@ impl<'a, H: Host> Context<'a, H> {
     }
 
     /// Mark a staged volume whose staging object no longer works for re-stage (startup reconciliation).
-    pub fn mark_needs_restage(&self, rec: &VolumeRecord) -> Result<(), Error> {
-        self.store.put_volume(&rec.with_phase(Phase::NeedsRestage))
+    pub async fn mark_needs_restage(&self, rec: &VolumeRecord) -> Result<(), Error> {
+        self.store
+            .put_volume(&rec.with_phase(Phase::NeedsRestage))
+            .await
     }
 
     /// The staging path behind `path` for `rec`'s volume: the staging path itself or a target it is published at
@@ -116,18 +131,18 @@ impl<'a, H: Host> Context<'a, H> {
         }
     }
 
-    /// Remove whatever link or empty directory is at the staging path (`PathExists` → `Rmdir`): the first step of
-    /// every unstage, and all of it when no record exists.
+    /// Remove whatever link or empty directory is at the staging path (a non-forced `Rmdir`; "not found" means done
+    /// on every csi-proxy release and the native backend, so no `PathExists` first): the first step of every unstage,
+    /// and all of it when no record exists.
     pub async fn remove_staging_link(&self, staging: &HostPath, d: Deadline) -> Result<(), Error> {
-        let h = self.calls(d);
-        if h.path_exists(staging)
-            .await
-            .map_err(|e| host_error(e, staging))?
-        {
-            h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
-            debug!(staging = %staging, "staging link removed");
+        match self.calls(d).rmdir(staging).await {
+            Ok(()) => {
+                debug!(staging = %staging, "staging link removed");
+                Ok(())
+            }
+            Err(e) if e.kind == HostErrorKind::NotFound => Ok(()),
+            Err(e) => Err(host_error(e, staging)),
         }
-        Ok(())
     }
 }
 

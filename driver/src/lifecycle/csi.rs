@@ -61,13 +61,13 @@ pub trait Lifecycle: Send + Sync + std::fmt::Debug {
     /// The Node capabilities this lifecycle implements.
     fn capabilities(&self) -> Vec<csi::v1::NodeServiceCapability>;
     /// The quarantined state records (`crate::state`: kept but ignored), one `file: reason` line each, as the files
-    /// are now; empty when there are none. Probe reports them.
-    fn quarantined(&self) -> Vec<String> {
-        Vec::new()
+    /// are now (the record files are read again, off the runtime); empty when there are none. Probe reports them.
+    fn quarantined(&self) -> LifecycleFuture<'_, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
-    /// How many state records are quarantined (a gauge for metrics).
+    /// How many state records are quarantined (a gauge for metrics; from memory, without reading the files again).
     fn quarantined_count(&self) -> usize {
-        self.quarantined().len()
+        0
     }
 }
 
@@ -242,25 +242,28 @@ impl<H: Host, P: Protocol<H>> Lifecycle for VolumeManager<H, P> {
         node_capabilities()
     }
 
-    fn quarantined(&self) -> Vec<String> {
-        refresh_quarantine(self.store());
-        self.store()
-            .quarantined()
-            .into_iter()
-            .map(|q| format!("{}: {}", q.file.display(), q.reason))
-            .collect()
+    fn quarantined(&self) -> LifecycleFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            self.store().refresh().await?;
+            Ok(self
+                .store()
+                .quarantined()
+                .into_iter()
+                .map(|q| format!("{}: {}", q.file.display(), q.reason))
+                .collect())
+        })
     }
 
     fn quarantined_count(&self) -> usize {
-        refresh_quarantine(self.store());
+        // Listing reads the quarantined files again, so one fixed since lifts here.
+        if let Err(e) = self
+            .store()
+            .volumes()
+            .and_then(|_| self.store().publications())
+        {
+            tracing::warn!(error = %e, "cannot list the state records");
+        }
         self.store().quarantined_count()
-    }
-}
-
-/// List every record once so the quarantine reflects the files as they are now (an operator may have fixed one).
-fn refresh_quarantine(store: &crate::state::StateStore) {
-    if let Err(e) = store.volumes().and_then(|_| store.publications()) {
-        tracing::warn!(error = %e, "cannot list the state records");
     }
 }
 

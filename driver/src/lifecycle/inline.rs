@@ -123,8 +123,10 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         staging: &staging,
         ephemeral: true,
     };
-    mgr.protocol.stage(mgr.context(), at, &vol, d).await?;
-    mgr.remember_access(&req.volume_id, access.clone())?;
+    mgr.protocol
+        .stage(mgr.stage_context(&access), at, &vol, d)
+        .await?;
+    mgr.remember_access(&req.volume_id, access.clone()).await?;
     let link = super::publish::Link {
         volume_id: &req.volume_id,
         target,

@@ -151,9 +151,16 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             cfg,
             store: StateStore::open(state_dir)?,
             volumes: VolumeLocks::default(),
-            objects: KeyedLocks::default(),
+            objects: KeyedLocks::with_observer(Arc::new(observe_lock_wait)),
             secrets: None,
         })
+    }
+
+    /// Keep records in `store` instead (tests that stop or fail its commits).
+    #[cfg(test)]
+    pub(crate) fn with_store(mut self, store: StateStore) -> Self {
+        self.store = store;
+        self
     }
 
     /// Use `source` to read the Secrets of inline ephemeral volumes.
@@ -199,6 +206,15 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             store: &self.store,
             objects: &self.objects,
             config: &self.cfg,
+            access: None,
+        }
+    }
+
+    /// The context of a stage asked with `access` (see [`Context::staged`]).
+    fn stage_context<'a>(&'a self, access: &'a AccessRecord) -> Context<'a, H> {
+        Context {
+            access: Some(access),
+            ..self.context()
         }
     }
 
@@ -244,17 +260,19 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             staging: &staging,
             ephemeral: false,
         };
-        self.protocol.stage(self.context(), at, &vol, d).await?;
-        self.remember_access(&req.volume_id, access)
+        self.protocol
+            .stage(self.stage_context(&access), at, &vol, d)
+            .await?;
+        self.remember_access(&req.volume_id, access).await
     }
 
     /// Record the capability a stage succeeded with (the volume guard is held).
-    fn remember_access(&self, volume_id: &str, access: AccessRecord) -> Result<(), Error> {
+    async fn remember_access(&self, volume_id: &str, access: AccessRecord) -> Result<(), Error> {
         if let Some(mut rec) = self.store.volume(volume_id)?
             && rec.access.as_ref() != Some(&access)
         {
             rec.access = Some(access);
-            self.store.put_volume(&rec)?;
+            self.store.put_volume(&rec).await?;
         }
         Ok(())
     }
@@ -327,7 +345,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         rec.staging_path = staging.to_string();
         rec.adopted = true;
         rec.ephemeral = false;
-        self.store.put_volume(&rec)?;
+        self.store.put_volume(&rec).await?;
         info!(staging = %staging, protocol = %rec.protocol, "a staging object without a record was adopted from \
               what the host shows");
         Ok(Some(rec))
@@ -375,7 +393,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
                 live.push(target.to_string());
             } else {
                 debug!(target = %target, "publish record of a target that is gone: dropped");
-                self.remove_publication(&target)?;
+                self.remove_publication(&target).await?;
             }
         }
         if live.is_empty() {
@@ -454,24 +472,21 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         Ok(None)
     }
 
-    /// Delete the publish record of `target` (under either key).
-    fn remove_publication(&self, target: &HostPath) -> Result<(), Error> {
-        self.store.remove_publication(&target.key())?;
+    /// Delete the publish record of `target` (under either key; both removals share one commit group).
+    async fn remove_publication(&self, target: &HostPath) -> Result<(), Error> {
+        let current = self.store.remove_publication(&target.key());
         let legacy = target.legacy_key();
-        if legacy != target.key() {
-            self.store.remove_publication(&legacy)?;
+        let old = (legacy != target.key()).then(|| self.store.remove_publication(&legacy));
+        current.await?;
+        if let Some(old) = old {
+            old.await?;
         }
         Ok(())
     }
 
     /// The publish records of a volume.
     fn publications_of(&self, volume_id: &str) -> Result<Vec<PublishRecord>, Error> {
-        Ok(self
-            .store
-            .publications()?
-            .into_iter()
-            .filter(|p| p.volume_id == volume_id)
-            .collect())
+        self.store.select_publications(|p| p.volume_id == volume_id)
     }
 
     /// Which volume's records name `path` (as a staging path or a publish target), if any.
@@ -481,13 +496,28 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         }
         Ok(self
             .store
-            .volumes()?
+            .select_volumes(|r| path.is(&r.staging_path))?
             .into_iter()
-            .find(|r| path.is(&r.staging_path))
+            .next()
             .map(|r| (r.volume_id, Owner::Staging)))
     }
 
     pub(crate) fn secret_source(&self) -> Option<&Arc<dyn SecretSource>> {
         self.secrets.as_ref()
+    }
+}
+
+/// Report a wait for a shared host object's lock to the metrics, by the object's kind (the lock key's prefix: an
+/// SMB share root has none).
+fn observe_lock_wait(key: &str, waited: std::time::Duration) {
+    if let Some(m) = crate::metrics::installed() {
+        let kind = match key.split_once(':').map(|(kind, _)| kind) {
+            None => "smb-share",
+            Some("smb-server") => "smb-server",
+            Some("iscsi-target") => "iscsi-target",
+            Some("iscsi-chap") => "iscsi-chap",
+            Some(_) => "other",
+        };
+        m.observe_lock_wait(kind, waited.as_secs_f64());
     }
 }

@@ -8,7 +8,7 @@ use super::{
     check_mount_flags, context_get, host_error, inline, mount_capability, required,
 };
 use crate::error::Error;
-use crate::host::{Host, HostPath};
+use crate::host::{Host, HostErrorKind, HostPath};
 use crate::locks::Deadline;
 use crate::state::{AccessRecord, Phase, PublishRecord, RECORD_VERSION, VolumeRecord};
 
@@ -226,17 +226,19 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         } else if let Some(rec) = record {
             self.protocol.ready(self.context(), rec, staging, d).await?;
         }
-        self.store.put_publication(
-            &target.key(),
-            &PublishRecord {
-                version: RECORD_VERSION,
-                volume_id: volume_id.to_owned(),
-                target_path: target.to_string(),
-                staging_path: staging.to_string(),
-                readonly,
-                access: Some(access),
-            },
-        )?;
+        self.store
+            .put_publication(
+                &target.key(),
+                &PublishRecord {
+                    version: RECORD_VERSION,
+                    volume_id: volume_id.to_owned(),
+                    target_path: target.to_string(),
+                    staging_path: staging.to_string(),
+                    readonly,
+                    access: Some(access),
+                },
+            )
+            .await?;
         h.create_symlink(target, staging)
             .await
             .map_err(|e| host_error(e, target))?;
@@ -272,16 +274,16 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             _ => {}
         }
         let h = self.context().calls(d);
-        if h.path_exists(&target)
-            .await
-            .map_err(|e| host_error(e, &target))?
-        {
-            h.rmdir(&target).await.map_err(|e| host_error(e, &target))?;
-            info!(target = %target, "volume unpublished");
-        } else {
-            debug!(target = %target, "target already gone");
+        // No `PathExists` first: a non-forced `Rmdir` of a missing path answers "not found" on every csi-proxy release
+        // (Go's `os.Remove`: Windows errors 2/3) and on the native backend, and that already means done.
+        match h.rmdir(&target).await {
+            Ok(()) => info!(target = %target, "volume unpublished"),
+            Err(e) if e.kind == HostErrorKind::NotFound => {
+                debug!(target = %target, "target already gone")
+            }
+            Err(e) => return Err(host_error(e, &target)),
         }
-        self.remove_publication(&target)?;
+        self.remove_publication(&target).await?;
         if let Some(rec) = self.store.volume(&req.volume_id)?
             && rec.ephemeral
             && self.publications_of(&req.volume_id)?.is_empty()

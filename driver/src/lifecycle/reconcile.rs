@@ -70,7 +70,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
                     }
                 }
                 Ok(false) => {
-                    self.remove_publication(&target)?;
+                    self.remove_publication(&target).await?;
                     report.stale_publications.push(p.target_path.clone());
                 }
                 Err(e) => {

@@ -606,6 +606,8 @@ async fn a_corrupt_record_blocks_only_its_own_volume_and_shared_objects_are_kept
         let env = env();
         staged(&env, "v1", SHARE, SINGLE_NODE_MULTI_WRITER).await;
         let file = corrupt_record(&env, "broken", corruption);
+        // The driver finds the file when it reads the state directory again (every Probe does).
+        Lifecycle::quarantined(&*env.mgr).await.expect("probe");
         // Unrelated volumes stage, publish and unstage.
         staged(&env, "v2", SHARE, SINGLE_NODE_MULTI_WRITER).await;
         staged(&env, "v3", r"\\srv\other", SINGLE_NODE_MULTI_WRITER).await;
@@ -627,7 +629,9 @@ async fn a_corrupt_record_blocks_only_its_own_volume_and_shared_objects_are_kept
         }
         // The quarantined record may be a user of any share: no mapping was removed, and it is reported.
         assert_eq!(env.state(|s| s.mappings().len()), 2, "{corruption}");
-        let q = Lifecycle::quarantined(&*env.mgr);
+        let q = Lifecycle::quarantined(&*env.mgr)
+            .await
+            .expect("quarantined");
         assert_eq!(q.len(), 1, "{q:?}");
         assert!(q[0].contains(&*file.to_string_lossy()), "{q:?}");
         assert_eq!(Lifecycle::quarantined_count(&*env.mgr), 1);
@@ -805,11 +809,15 @@ async fn a_wiped_state_directory_is_adopted_at_unstage_and_nothing_leaks() {
     mgr.unstage(&unstage_req("v1", &staging("v1")), d())
         .await
         .expect("unstage without a record");
+    // `env.mgr` stands for the driver before the loss; it reads what the new one left when it reads the files again.
+    env.mgr.store().refresh().await.expect("refresh");
     env.assert_clean();
     // With csi-proxy nothing adopts it (v1 cannot say which share): the link goes and the mapping is left. The native
     // backend reads the link, so SMB adopts it and removes the mapping (no other user; its ledger survived).
     staged(&env, "v2", SHARE, SINGLE_NODE_MULTI_WRITER).await;
     std::fs::remove_dir_all(env.dir.path().join("volumes")).expect("wipe");
+    // The running driver takes over the wiped directory when it reads it again (every Probe does).
+    env.mgr.store().refresh().await.expect("refresh");
     env.mgr
         .unstage(&unstage_req("v2", &staging("v2")), d())
         .await
@@ -852,6 +860,7 @@ async fn reconciliation_adopts_a_volume_whose_record_was_lost_through_its_publis
     mgr.unstage(&unstage_req("v1", &staging("v1")), d())
         .await
         .expect("unstage");
+    env.mgr.store().refresh().await.expect("refresh");
     env.assert_clean();
 }
 
@@ -890,4 +899,62 @@ impl Env {
                 .is_some_and(|m| m.status == sim::state::MappingStatus::Ok)
         })
     }
+}
+
+// ---- issue 18: the record a host object needs is durable before the object is made ----
+
+#[tokio::test]
+async fn a_stage_waits_for_its_record_to_be_durable_and_a_crash_before_that_creates_nothing() {
+    let env = env();
+    let (reached_tx, mut reached) = tokio::sync::mpsc::unbounded_channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let store = StateStore::open_with_dir_sync_hook(env.dir.path(), move |dir| {
+        let _ = reached_tx.send(dir.to_path_buf());
+        release_rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .recv()
+            .unwrap_or(Ok(()))
+    })
+    .expect("store");
+    let mgr = adopting(&env).with_store(store);
+    env.clear_calls();
+    let req = stage_req("v1", SHARE, mount(SINGLE_NODE_MULTI_WRITER));
+    // What kubelet does before NodeStage (the parent of the staging path exists).
+    env.mkdir_parent(&req.staging_target_path);
+    let stage = mgr.stage(&req, d());
+    tokio::pin!(stage);
+    // The stage runs until its intent record is on its way to disk; the commit stops before the directory fsync.
+    let dir = tokio::select! {
+        r = &mut stage => panic!("the stage finished before its record was durable: {r:?}"),
+        dir = reached.recv() => dir.expect("a commit reaches the directory fsync"),
+    };
+    assert!(dir.ends_with("volumes"), "{}", dir.display());
+    assert!(
+        !env.ops().contains(&HostOp::NewSmbGlobalMapping),
+        "the mapping was asked for before its record was durable: {}",
+        env.calls_text()
+    );
+    // The node dies in that fsync: the stage fails and nothing was created on the host.
+    release
+        .send(Err(std::io::Error::other("power lost")))
+        .expect("release");
+    let err = stage
+        .await
+        .expect_err("the stage must fail with its record");
+    assert!(
+        matches!(&err, Error::Internal(m) if m.contains("power lost")),
+        "{err:?}"
+    );
+    assert!(
+        !env.ops().contains(&HostOp::NewSmbGlobalMapping),
+        "{}",
+        env.calls_text()
+    );
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    // kubelet's retry, with a working disk, converges.
+    drop(release);
+    mgr.stage(&req, d()).await.expect("retry");
+    assert!(env.resolves(&staging("v1")));
 }

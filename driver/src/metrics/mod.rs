@@ -15,6 +15,10 @@
 //! | `wincsi_volumes_published` | gauge | `protocol` | the record store, at each scrape |
 //! | `wincsi_state_record_problems` | gauge | `problem` | the record store / lifecycle, at each scrape |
 //! | `wincsi_host_backend_up` | gauge | `backend` | the readiness check, at each scrape |
+//! | `wincsi_state_commit_duration_seconds` | histogram | — | the record store: a change queued → durable on disk |
+//! | `wincsi_state_commit_groups_total` | counter | — | the record store: groups committed (one directory `fsync` each) |
+//! | `wincsi_state_commit_changes_total` | counter | — | the record store: changes committed in those groups |
+//! | `wincsi_lock_wait_seconds` | histogram | `lock` | the lifecycle: waiting for a shared host object's lock |
 //! | `wincsi_build_info` | gauge (1) | `version`, `csi_spec`, `target`, `profile`, `rustc` | build constants |
 //!
 //! Label values are fixed vocabularies (RPC and csi-proxy method names, gRPC code names, error kinds, protocol
@@ -36,7 +40,13 @@ use crate::config::build_info;
 /// The `Content-Type` of [`Metrics::encode`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-/// Latency buckets, in seconds, of both histograms: from a cached path check (milliseconds) to an iSCSI stage that
+/// Buckets, in seconds, of the short waits inside an RPC (a record's `fsync`, a lock): 100 µs to 10 s.
+pub const WAIT_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// Latency buckets, in seconds, of the RPC and host-call histograms: from a cached path check (milliseconds) to an iSCSI stage that
 /// formats a volume or kubelet's two-minute RPC timeout.
 pub const LATENCY_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -62,6 +72,11 @@ struct HostLatencyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LockLabels {
+    lock: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProtocolLabels {
     protocol: String,
 }
@@ -80,6 +95,10 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
+}
+
+fn wait_histogram() -> Histogram {
+    Histogram::new(WAIT_BUCKETS)
 }
 
 /// What the durable state holds at one scrape: counts by protocol tag (`smb`, `iscsi`) and by problem.
@@ -122,6 +141,10 @@ pub struct Metrics {
     published: Family<ProtocolLabels, Gauge>,
     problems: Family<ProblemLabels, Gauge>,
     backend_up: Family<BackendLabels, Gauge>,
+    commit_duration: Histogram,
+    commit_groups: Counter,
+    commit_changes: Counter,
+    lock_wait: HistogramFamily<LockLabels>,
     state: RwLock<Option<Arc<dyn StateSource>>>,
     scrape: Mutex<()>,
 }
@@ -151,6 +174,10 @@ impl Metrics {
         let published = Family::<ProtocolLabels, Gauge>::default();
         let problems = Family::<ProblemLabels, Gauge>::default();
         let backend_up = Family::<BackendLabels, Gauge>::default();
+        let commit_duration = wait_histogram();
+        let commit_groups = Counter::default();
+        let commit_changes = Counter::default();
+        let lock_wait = HistogramFamily::<LockLabels>::new_with_constructor(wait_histogram);
         // prometheus-client appends `_total` to counters and `_info` to info metrics.
         registry.register(
             "wincsi_csi_requests",
@@ -193,6 +220,26 @@ impl Metrics {
             backend_up.clone(),
         );
         registry.register(
+            "wincsi_state_commit_duration_seconds",
+            "Time from a state record change being queued to it being durable on disk",
+            commit_duration.clone(),
+        );
+        registry.register(
+            "wincsi_state_commit_groups",
+            "Groups of state record changes committed (each with one fsync per directory)",
+            commit_groups.clone(),
+        );
+        registry.register(
+            "wincsi_state_commit_changes",
+            "State record changes committed (changes / groups = the mean group size)",
+            commit_changes.clone(),
+        );
+        registry.register(
+            "wincsi_lock_wait_seconds",
+            "Time an operation waited for the lock of a shared host object, by the object's kind",
+            lock_wait.clone(),
+        );
+        registry.register(
             "wincsi_build",
             "Build information of the running driver",
             Info::new([
@@ -213,6 +260,10 @@ impl Metrics {
             published,
             problems,
             backend_up,
+            commit_duration,
+            commit_groups,
+            commit_changes,
+            lock_wait,
             state: RwLock::new(None),
             scrape: Mutex::new(()),
         }
@@ -242,6 +293,24 @@ impl Metrics {
             .inc();
         self.host_duration
             .get_or_create(&HostLatencyLabels { backend, operation })
+            .observe(seconds);
+    }
+
+    /// The record store committed a group of `changes` changes.
+    pub fn observe_state_group(&self, changes: usize) {
+        self.commit_groups.inc();
+        self.commit_changes.inc_by(changes as u64);
+    }
+
+    /// One state record change became durable `seconds` after it was queued.
+    pub fn observe_state_commit(&self, seconds: f64) {
+        self.commit_duration.observe(seconds);
+    }
+
+    /// An operation waited `seconds` for the lock of a shared host object of kind `lock`.
+    pub fn observe_lock_wait(&self, lock: &'static str, seconds: f64) {
+        self.lock_wait
+            .get_or_create(&LockLabels { lock })
             .observe(seconds);
     }
 

@@ -275,7 +275,7 @@ async fn unstage<H: Host>(
     } else {
         debug!(root = %root, others, "SMB mapping kept: other staged volumes use it");
     }
-    cx.store().remove_volume(volume_id)?;
+    cx.store().remove_volume(volume_id).await?;
     info!(staging = %staging, "volume unstaged");
     Ok(())
 }
@@ -366,7 +366,7 @@ async fn check<H: Host>(
         }
         h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
     }
-    cx.mark_needs_restage(rec)?;
+    cx.mark_needs_restage(rec).await?;
     info!(volume_id = %rec.volume_id, staging = %staging, "staging link broken: removed, volume \
           marked for re-stage");
     Ok(Health::NeedsRestage)

@@ -59,10 +59,10 @@ pub(super) async fn stage<H: Host>(
         check_principal(cx, volume_id, vol)?;
         let repair = MapRepair::of(cx, volume_id, existing.as_ref(), vol)?;
         match &existing {
-            None => cx.store().put_volume(&record)?,
+            None => cx.store().put_volume(&record).await?,
             // Same share, new principal name (rotated credentials): keep the record truthful.
             Some(rec) if rec.details::<SmbRecord>()?.as_ref() != Some(&wanted) => {
-                cx.store().put_volume(&rec.with_details(&wanted)?)?;
+                cx.store().put_volume(&rec.with_details(&wanted)?).await?;
             }
             Some(_) => {}
         }
@@ -72,7 +72,7 @@ pub(super) async fn stage<H: Host>(
 
     let exists = match h.path_exists(staging).await {
         Ok(exists) => exists,
-        Err(e) => return Err(forget_fresh(cx, fresh, volume_id, host_error(e, staging))?),
+        Err(e) => return Err(forget_fresh(cx, fresh, volume_id, host_error(e, staging)).await?),
     };
     if let Some(rec) = &existing
         && rec.phase == Phase::Staged
@@ -90,8 +90,11 @@ pub(super) async fn stage<H: Host>(
         }
     }
 
-    // From here on the record (phase staging) counts as a user of the mapping.
-    cx.store().put_volume(&record)?;
+    // From here on the record (phase staging) counts as a user of the mapping (a fresh one was written with the
+    // claim above).
+    if !fresh {
+        cx.store().put_volume(&record).await?;
+    }
     let root = vol.source.root_key();
     let mut mapping = lock_mapping(cx, volume_id, &root).await?;
     let mut mapped = false;
@@ -133,7 +136,7 @@ pub(super) async fn stage<H: Host>(
 
     match result {
         Ok(()) => {
-            cx.store().put_volume(&record.with_phase(Phase::Staged))?;
+            cx.store().put_volume(&cx.staged(&record)).await?;
             info!(staging = %staging, remote = %vol.full_path(), "volume staged");
             Ok(())
         }
@@ -165,7 +168,7 @@ pub(super) async fn stage<H: Host>(
                     }
                 }
             }
-            cx.store().remove_volume(volume_id)?;
+            cx.store().remove_volume(volume_id).await?;
             Err(err)
         }
         Err(err) => Err(err),
@@ -174,14 +177,14 @@ pub(super) async fn stage<H: Host>(
 
 /// A failure before the first host change: a fresh record (the principal's claim) goes again, unless the outcome is
 /// uncertain (kubelet retries or unstages).
-fn forget_fresh<H: Host>(
+async fn forget_fresh<H: Host>(
     cx: Context<'_, H>,
     fresh: bool,
     volume_id: &str,
     err: Error,
 ) -> Result<Error, Error> {
     if fresh && !matches!(err, Error::DeadlineExceeded(_) | Error::Unavailable(_)) {
-        cx.store().remove_volume(volume_id)?;
+        cx.store().remove_volume(volume_id).await?;
     }
     Ok(err)
 }

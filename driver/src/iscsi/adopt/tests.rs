@@ -359,7 +359,7 @@ async fn a_foreign_mount_point_is_not_adopted_and_only_its_link_goes() {
         ] {
             assert!(!ops.contains(&op), "{v}: {op} in {ops:?}");
         }
-        assert_eq!(&ops[ops.len() - 2..], [PathExists, Rmdir], "{v}: {ops:?}");
+        assert_eq!(ops.last(), Some(&Rmdir), "{v}: {ops:?}");
         assert!(env.mgr.store().volumes().expect("list").is_empty(), "{v}");
         // The volume is untouched (still formatted, no data loss); the iSCSI volume staged elsewhere too.
         assert_eq!(

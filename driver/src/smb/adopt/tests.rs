@@ -86,7 +86,8 @@ async fn csi_proxy_cannot_read_the_link_so_only_the_link_goes() {
         .expect("unstage");
     let ops = env.take_ops();
     assert!(!ops.contains(&ReadLink), "{ops:?}");
-    assert_eq!(&ops[ops.len() - 2..], [PathExists, Rmdir], "{ops:?}");
+    assert_eq!(ops.last(), Some(&Rmdir), "{ops:?}");
+    assert!(!ops.contains(&PathExists), "{ops:?}");
     assert!(!env.exists(&staging("v1")));
     assert_eq!(mappings(&env), 1, "the documented leak of csi-proxy mode");
 }

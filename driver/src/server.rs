@@ -108,6 +108,13 @@ async fn serve_volumes(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let listener = Listener::bind(&config.endpoint)?;
+    let mut services = Services::from_config(&config, probe);
+    services.identity = services.identity.with_volumes(Arc::clone(&volumes));
+    services.node =
+        NodeService::new(NodeCore::new(NodeInfo::from_config(&config)).with_volumes(volumes));
+    // Ready before the line that says so (tests and operators read the log line as "serving"); the listener is
+    // bound, so connections made meanwhile wait in its backlog.
+    telemetry.set_serving();
     tracing::info!(
         endpoint = %listener.local_endpoint(),
         driver = %config.driver_name,
@@ -115,11 +122,6 @@ async fn serve_volumes(
         version = crate::config::build_info::VERSION,
         "serving CSI"
     );
-    let mut services = Services::from_config(&config, probe);
-    services.identity = services.identity.with_volumes(Arc::clone(&volumes));
-    services.node =
-        NodeService::new(NodeCore::new(NodeInfo::from_config(&config)).with_volumes(volumes));
-    telemetry.set_serving();
     let shutdown = telemetry.draining_on(shutdown);
     serve(listener, services, shutdown).await?;
     telemetry.stop().await;

@@ -21,6 +21,8 @@ pub use windows::serve_pipes;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
@@ -198,8 +200,11 @@ where
         };
         host.set_endpoint_state(&b.endpoint, Some(generation));
         let watch = host.watch_csi_proxy();
-        let incoming =
-            incoming.map(move |r| r.map(|io| KillableIo::new(io, watch.clone(), generation)));
+        let live = Live::new();
+        let conns = Arc::clone(&live);
+        let incoming = incoming.map(move |r| {
+            r.map(|io| KillableIo::new(io, watch.clone(), generation, Live::guard(&conns)))
+        });
         let mut stop2 = stop.clone();
         let mut proxy2 = host.watch_csi_proxy();
         let shutdown = async move {
@@ -215,9 +220,55 @@ where
             host.forget_endpoint(&b.endpoint);
             return served;
         }
+        // The endpoint exists while any instance of it does: the old process's connections end as soon as their
+        // tasks see it died, and only then is it gone (a client opening it in between would still connect).
+        live.drained().await;
         (b.unbind)();
         host.set_endpoint_state(&b.endpoint, None);
         tracing::info!(endpoint = %b.endpoint, "endpoint gone with csi-proxy");
+    }
+}
+
+/// The connections one csi-proxy generation accepted that still exist (their server-side handles keep the endpoint).
+struct Live {
+    count: AtomicUsize,
+    gone: tokio::sync::Notify,
+}
+
+impl Live {
+    fn new() -> Arc<Live> {
+        Arc::new(Live {
+            count: AtomicUsize::new(0),
+            gone: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn guard(live: &Arc<Live>) -> LiveGuard {
+        live.count.fetch_add(1, Ordering::SeqCst);
+        LiveGuard(Arc::clone(live))
+    }
+
+    /// Resolves once every connection is dropped.
+    async fn drained(&self) {
+        loop {
+            let notified = self.gone.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Counts one live connection while it exists.
+struct LiveGuard(Arc<Live>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::SeqCst);
+        self.0.gone.notify_waiters();
     }
 }
 
@@ -227,10 +278,17 @@ struct KillableIo<T> {
     inner: T,
     dead: Pin<Box<dyn Future<Output = ()> + Send>>,
     killed: bool,
+    // Dropped after `inner` (fields drop in order): the count falls once the handle is closed.
+    _live: LiveGuard,
 }
 
 impl<T> KillableIo<T> {
-    fn new(inner: T, mut watch: watch::Receiver<ProxyStatus>, generation: u64) -> Self {
+    fn new(
+        inner: T,
+        mut watch: watch::Receiver<ProxyStatus>,
+        generation: u64,
+        live: LiveGuard,
+    ) -> Self {
         let dead = Box::pin(async move {
             let _ = watch
                 .wait_for(|p| !p.running || p.generation != generation)
@@ -240,6 +298,7 @@ impl<T> KillableIo<T> {
             inner,
             dead,
             killed: false,
+            _live: live,
         }
     }
 

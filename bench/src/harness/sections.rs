@@ -30,6 +30,8 @@ pub(crate) struct Floor {
     pub(crate) driver_get_plugin_info: Stats,
     /// One durable record write (temp file, fsync, rename, directory fsync) on the state directory's filesystem.
     pub(crate) durable_write: Stats,
+    /// One durable record removal (unlink, directory fsync) on the same filesystem.
+    pub(crate) durable_remove: Stats,
 }
 
 /// Times `n` sequential `GetPluginInfo` calls on `conn` (after 100 unrecorded ones).
@@ -103,6 +105,31 @@ pub(crate) fn durable_write_floor(dir: &Path, n: usize) -> Result<Stats> {
     Ok(Stats::of(&samples))
 }
 
+/// The cost of one durable record removal as the driver's state store does it (unlink the record, fsync the
+/// directory), on the same filesystem as its `--state-dir`. Each record is written (untimed) first.
+pub(crate) fn durable_remove_floor(dir: &Path, n: usize) -> Result<Stats> {
+    let dir = dir.join("remove-floor");
+    std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+    let record = dir.join("record.json");
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let setup = || -> std::io::Result<()> {
+            std::fs::write(&record, [b'x'; 400])?;
+            std::fs::File::open(&record)?.sync_all()?;
+            std::fs::File::open(&dir)?.sync_all()
+        };
+        setup().map_err(Error::io(format!("writing a record in {}", dir.display())))?;
+        let start = Instant::now();
+        let remove = || -> std::io::Result<()> {
+            std::fs::remove_file(&record)?;
+            std::fs::File::open(&dir)?.sync_all()
+        };
+        remove().map_err(Error::io(format!("durable removal in {}", dir.display())))?;
+        samples.push(start.elapsed());
+    }
+    Ok(Stats::of(&samples))
+}
+
 /// The operations whose host calls are counted, in lifecycle order.
 pub(crate) const OPERATIONS: [(&str, Rpc); 5] = [
     ("first-time stage", Rpc::Stage),
@@ -133,6 +160,13 @@ pub(crate) struct OpMeasure {
     pub(crate) host_calls_max: usize,
     /// The host calls of the first iteration, in order.
     pub(crate) sequence: Vec<String>,
+    /// Durable state-record file writes (median over every iteration): the driver's committed changes
+    /// (`wincsi_state_commit_changes_total`, read between RPCs) less the record files that disappeared.
+    pub(crate) record_writes: usize,
+    /// Durable state-record removals (median): record files under `--state-dir` before the RPC and gone after it.
+    pub(crate) record_removals: usize,
+    /// Fewest and most committed changes (writes + removals) seen in one call.
+    pub(crate) record_changes_range: (usize, usize),
 }
 
 /// Per-RPC section: `iterations` (+ warm-up) sequential lifecycles per protocol, each on a fresh volume, at zero
@@ -152,10 +186,14 @@ pub(crate) async fn per_rpc(
         let mut inside: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
         let mut counts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let mut seqs: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        let mut writes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut removals: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for i in 0..WARMUP + iterations {
             let v = alloc.fresh(protocol)?;
             v.prepare(host).await?;
             host_calls_since(host, &mut cursor).await?;
+            let mut changes = node.committed_changes().await?;
+            let mut records = sys::list_files(node.state_dir());
             for (op, (_, rpc)) in OPERATIONS.iter().enumerate() {
                 let took = match v.call(conn, *rpc).await {
                     Ok(d) => d,
@@ -168,6 +206,17 @@ pub(crate) async fn per_rpc(
                     }
                 };
                 let (calls, in_host) = host_calls_timed(host, &mut cursor).await?;
+                // The RPC returned only once its changes were durable, so they are all counted by now.
+                let changes_now = node.committed_changes().await?;
+                let records_now = sys::list_files(node.state_dir());
+                let changed = usize::try_from(changes_now.saturating_sub(changes)).unwrap_or(0);
+                let removed = records.difference(&records_now).count();
+                writes
+                    .entry(op)
+                    .or_default()
+                    .push(changed.saturating_sub(removed));
+                removals.entry(op).or_default().push(removed);
+                (changes, records) = (changes_now, records_now);
                 if i >= WARMUP {
                     lat.entry(op).or_default().push(took);
                     inside.entry(op).or_default().push(in_host);
@@ -178,6 +227,9 @@ pub(crate) async fn per_rpc(
         }
         for (op, (name, rpc)) in OPERATIONS.iter().enumerate() {
             let c = counts.remove(&op).unwrap_or_default();
+            let w = writes.remove(&op).unwrap_or_default();
+            let r = removals.remove(&op).unwrap_or_default();
+            let total: Vec<usize> = w.iter().zip(&r).map(|(a, b)| a + b).collect();
             out.push(OpMeasure {
                 protocol,
                 operation: name,
@@ -188,6 +240,12 @@ pub(crate) async fn per_rpc(
                 host_calls_min: c.iter().copied().min().unwrap_or(0),
                 host_calls_max: c.iter().copied().max().unwrap_or(0),
                 sequence: seqs.remove(&op).unwrap_or_default(),
+                record_writes: median(&w),
+                record_removals: median(&r),
+                record_changes_range: (
+                    total.iter().copied().min().unwrap_or(0),
+                    total.iter().copied().max().unwrap_or(0),
+                ),
             });
         }
     }

@@ -115,9 +115,6 @@ async fn bench(args: Args) -> Result<bool> {
         args.floor_iterations
     ));
     let echo = sections::echo_floor(work.path(), args.floor_iterations).await?;
-    let durable_write = sections::durable_write_floor(work.path(), args.floor_iterations.min(500))?;
-    let durable_remove =
-        sections::durable_remove_floor(work.path(), args.floor_iterations.min(500))?;
     let work_fs = sys::fs_type(&work_dir).unwrap_or_else(|| "unknown".to_owned());
 
     // Targets: per-RPC fresh iSCSI volumes + concurrency (3 singles and the levels per protocol) + soak workers.
@@ -152,7 +149,14 @@ async fn bench(args: Args) -> Result<bool> {
         "per-RPC: {} lifecycles per protocol",
         args.iterations
     ));
-    let operations = sections::per_rpc(&node, &alloc, args.iterations, &mut errors).await?;
+    let (operations, durable) = sections::per_rpc(
+        &node,
+        &alloc,
+        args.iterations,
+        &work.path().join("fsync-floor"),
+        &mut errors,
+    )
+    .await?;
 
     say(&format!(
         "concurrency: N = {:?} at {} ms per host call",
@@ -259,8 +263,8 @@ async fn bench(args: Args) -> Result<bool> {
         floor: sections::Floor {
             echo,
             driver_get_plugin_info,
-            durable_write,
-            durable_remove,
+            durable_write: Stats::of(&durable.writes),
+            durable_remove: Stats::of(&durable.removals),
         },
         operations,
         concurrency,

@@ -345,7 +345,8 @@ pub(crate) fn markdown(r: &Results) -> String {
         "\n### 1. Per-RPC overhead (zero injected latency)\n\nFloor: one plain gRPC round trip (`GetPluginInfo` to a \
          trivial tonic server in another process, Unix socket): p50 {}, p99 {} (n = {}). The driver's own \
          `GetPluginInfo`: p50 {}, p99 {}. One durable state-record write as the driver's store does it (temporary \
-         file, fsync, rename, directory fsync) on the same filesystem as `--state-dir`: p50 {}, p99 {}. Each RPC: {} sequential lifecycles per protocol on fresh volumes, one \
+         file, fsync, rename, directory fsync) on the same filesystem as `--state-dir`, timed after every timed RPC \
+         below: p50 {}, p99 {}. Each RPC: {} sequential lifecycles per protocol on fresh volumes, one \
          CSI connection, after {} warm-up lifecycles. One durable record removal (unlink, directory fsync) on the same \
          filesystem: p50 {}, p99 {}. State directory filesystem: `{}`.\n",
         ms(f.echo.p50_us),

@@ -28,9 +28,10 @@ pub(crate) struct Floor {
     pub(crate) echo: Stats,
     /// The same call to the driver under test (its own trivial RPC, for comparison).
     pub(crate) driver_get_plugin_info: Stats,
-    /// One durable record write (temp file, fsync, rename, directory fsync) on the state directory's filesystem.
+    /// One durable record write (temp file, fsync, rename, directory fsync) on the state directory's filesystem,
+    /// sampled after every timed RPC of the per-RPC section.
     pub(crate) durable_write: Stats,
-    /// One durable record removal (unlink, directory fsync) on the same filesystem.
+    /// One durable record removal (unlink, directory fsync) on the same filesystem, sampled likewise.
     pub(crate) durable_remove: Stats,
 }
 
@@ -79,55 +80,53 @@ async fn host_calls_timed(host: &AdminClient, cursor: &mut u64) -> Result<(Vec<S
     Ok((entries.into_iter().map(|e| e.rpc).collect(), inside))
 }
 
-/// The cost of one durable record write as the driver's state store does it (write a temporary file, fsync it,
-/// rename it over the record, fsync the directory), in a directory on the same filesystem as its `--state-dir`.
-pub(crate) fn durable_write_floor(dir: &Path, n: usize) -> Result<Stats> {
+/// One durable record write as the driver's state store does it (write a temporary file, fsync it, rename it over
+/// the record, fsync the directory) in `dir`, on the same filesystem as its `--state-dir`; its duration.
+fn durable_write_once(dir: &Path) -> Result<Duration> {
     use std::io::Write as _;
-    let dir = dir.join("fsync-floor");
-    std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
     let record = dir.join("record.json");
-    let body = vec![b'x'; 400];
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n {
-        let start = Instant::now();
-        let tmp = dir.join(format!("record.{i}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&body)?;
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(&tmp, &record)?;
-            std::fs::File::open(&dir)?.sync_all()
-        };
-        write().map_err(Error::io(format!("durable write in {}", dir.display())))?;
-        samples.push(start.elapsed());
-    }
-    Ok(Stats::of(&samples))
+    let tmp = dir.join("record.json.tmp");
+    let start = Instant::now();
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&[b'x'; 400])?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, &record)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(Error::io(format!("durable write in {}", dir.display())))?;
+    Ok(start.elapsed())
 }
 
-/// The cost of one durable record removal as the driver's state store does it (unlink the record, fsync the
-/// directory), on the same filesystem as its `--state-dir`. Each record is written (untimed) first.
-pub(crate) fn durable_remove_floor(dir: &Path, n: usize) -> Result<Stats> {
-    let dir = dir.join("remove-floor");
-    std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
-    let record = dir.join("record.json");
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let setup = || -> std::io::Result<()> {
-            std::fs::write(&record, [b'x'; 400])?;
-            std::fs::File::open(&record)?.sync_all()?;
-            std::fs::File::open(&dir)?.sync_all()
-        };
-        setup().map_err(Error::io(format!("writing a record in {}", dir.display())))?;
-        let start = Instant::now();
-        let remove = || -> std::io::Result<()> {
-            std::fs::remove_file(&record)?;
-            std::fs::File::open(&dir)?.sync_all()
-        };
-        remove().map_err(Error::io(format!("durable removal in {}", dir.display())))?;
-        samples.push(start.elapsed());
+/// One durable record removal as the store does it (unlink the record, fsync the directory) of the record
+/// [`durable_write_once`] left in `dir`; its duration.
+fn durable_remove_once(dir: &Path) -> Result<Duration> {
+    let start = Instant::now();
+    let remove = || -> std::io::Result<()> {
+        std::fs::remove_file(dir.join("record.json"))?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    remove().map_err(Error::io(format!("durable removal in {}", dir.display())))?;
+    Ok(start.elapsed())
+}
+
+/// The durable-write floor, sampled between the per-RPC section's RPCs so that it sees the disk as they did.
+#[derive(Debug, Default)]
+pub(crate) struct DurableSamples {
+    /// Durable record writes.
+    pub(crate) writes: Vec<Duration>,
+    /// Durable record removals.
+    pub(crate) removals: Vec<Duration>,
+}
+
+impl DurableSamples {
+    /// One write then one removal in `dir`.
+    fn sample(&mut self, dir: &Path) -> Result<()> {
+        self.writes.push(durable_write_once(dir)?);
+        self.removals.push(durable_remove_once(dir)?);
+        Ok(())
     }
-    Ok(Stats::of(&samples))
 }
 
 /// The operations whose host calls are counted, in lifecycle order.
@@ -171,12 +170,19 @@ pub(crate) struct OpMeasure {
 
 /// Per-RPC section: `iterations` (+ warm-up) sequential lifecycles per protocol, each on a fresh volume, at zero
 /// injected latency, one CSI connection; every RPC timed alone and its host calls read from the audit log.
+///
+/// After every timed RPC (outside its timing), one durable record write and one removal are timed in `fsync_dir`
+/// (on the `--state-dir` filesystem) for the floor, so that the floor and the RPCs see the same disk load.
 pub(crate) async fn per_rpc(
     node: &BenchNode,
     alloc: &Allocator,
     iterations: usize,
+    fsync_dir: &Path,
     errors: &mut Vec<CallError>,
-) -> Result<Vec<OpMeasure>> {
+) -> Result<(Vec<OpMeasure>, DurableSamples)> {
+    std::fs::create_dir_all(fsync_dir)
+        .map_err(Error::io(format!("creating {}", fsync_dir.display())))?;
+    let mut durable = DurableSamples::default();
     let host = node.host();
     let conn = node.csi();
     let mut cursor = host.audit(0).await?.last().map_or(0, |e| e.seq);
@@ -220,6 +226,7 @@ pub(crate) async fn per_rpc(
                 if i >= WARMUP {
                     lat.entry(op).or_default().push(took);
                     inside.entry(op).or_default().push(in_host);
+                    durable.sample(fsync_dir)?;
                 }
                 counts.entry(op).or_default().push(calls.len());
                 seqs.entry(op).or_insert(calls);
@@ -249,7 +256,7 @@ pub(crate) async fn per_rpc(
             });
         }
     }
-    Ok(out)
+    Ok((out, durable))
 }
 
 /// One concurrency level's result.

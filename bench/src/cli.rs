@@ -66,7 +66,8 @@ pub(crate) struct Args {
     pub(crate) starts: usize,
 
     /// Where the node's temporary directory (driver `--state-dir`, simulator sandbox) is made (default: the
-    /// system temporary directory). A tmpfs here (`/dev/shm`) takes the disk's fsync cost out of the figures.
+    /// system temporary directory). A tmpfs here (`/dev/shm`) takes the disk's fsync cost out of the figures, and
+    /// the overhead target then counts round trips only (elsewhere round trips plus the RPC's durable writes).
     #[arg(long)]
     pub(crate) work_dir: Option<PathBuf>,
 

@@ -115,7 +115,7 @@ async fn bench(args: Args) -> Result<bool> {
         args.floor_iterations
     ));
     let echo = sections::echo_floor(work.path(), args.floor_iterations).await?;
-    let durable_write = sections::durable_write_floor(work.path(), args.floor_iterations.min(500))?;
+    let work_fs = sys::fs_type(&work_dir).unwrap_or_else(|| "unknown".to_owned());
 
     // Targets: per-RPC fresh iSCSI volumes + concurrency (3 singles and the levels per protocol) + soak workers.
     let iscsi_needed = 3
@@ -149,7 +149,14 @@ async fn bench(args: Args) -> Result<bool> {
         "per-RPC: {} lifecycles per protocol",
         args.iterations
     ));
-    let operations = sections::per_rpc(&node, &alloc, args.iterations, &mut errors).await?;
+    let (operations, durable) = sections::per_rpc(
+        &node,
+        &alloc,
+        args.iterations,
+        &work.path().join("fsync-floor"),
+        &mut errors,
+    )
+    .await?;
 
     say(&format!(
         "concurrency: N = {:?} at {} ms per host call",
@@ -201,6 +208,27 @@ async fn bench(args: Args) -> Result<bool> {
                 .join(", "),
         },
         Check {
+            name: "durable record writes counted (a first stage writes its record before any host object)"
+                .to_owned(),
+            ok: operations
+                .iter()
+                .filter(|o| o.operation == "first-time stage")
+                .all(|o| o.record_writes > 0),
+            detail: operations
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{} {}: {} + {}",
+                        o.protocol.name(),
+                        o.operation,
+                        o.record_writes,
+                        o.record_removals
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        },
+        Check {
             name: "soak: no failed CSI call".to_owned(),
             ok: soak.errors == 0,
             detail: format!("{} errors in {} lifecycles", soak.errors, soak.lifecycles),
@@ -230,11 +258,13 @@ async fn bench(args: Args) -> Result<bool> {
             sim_bin: bins.sim.display().to_string(),
             driver_log_level: args.driver_log_level.clone(),
             work_dir: work_dir.display().to_string(),
+            work_fs,
         },
         floor: sections::Floor {
             echo,
             driver_get_plugin_info,
-            durable_write,
+            durable_write: Stats::of(&durable.writes),
+            durable_remove: Stats::of(&durable.removals),
         },
         operations,
         concurrency,

@@ -30,6 +30,7 @@ pub(crate) struct BenchNode {
     opts: DriverOptions,
     conn: CsiConn,
     pid: u32,
+    metrics: std::net::SocketAddr,
     dir: TempDir,
 }
 
@@ -56,6 +57,10 @@ impl BenchNode {
         let sim = SimProcess::start(&bins.sim, scenario, &dir.path().join("host"), &wiring).await?;
         let mut opts = DriverOptions::new(dir.path(), wiring);
         opts.log_level = log_level.to_owned();
+        // The driver's own count of committed state-record changes is read from its metrics endpoint.
+        let metrics = free_loopback_port()?;
+        opts.extra_args
+            .extend(["--metrics-address".to_owned(), metrics.to_string()]);
         let driver = DriverProcess::start(&bins.node, &opts).await?;
         let conn = CsiConn::connect(driver.endpoint())?;
         let pid = sys::listener_pid(&socket_path(driver.endpoint())?).await?;
@@ -66,6 +71,7 @@ impl BenchNode {
             opts,
             conn,
             pid,
+            metrics,
             dir,
         })
     }
@@ -95,6 +101,20 @@ impl BenchNode {
         self.pid
     }
 
+    /// The driver's `wincsi_state_commit_changes_total`: state-record changes (file writes and removals) it has
+    /// committed durably since it started, scraped from its `/metrics`.
+    pub(crate) async fn committed_changes(&self) -> Result<u64> {
+        const NAME: &str = "wincsi_state_commit_changes_total";
+        let text = scrape(self.metrics).await?;
+        text.lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix(NAME)?;
+                rest.trim().parse::<f64>().ok()
+            })
+            .map(|v| v as u64)
+            .ok_or_else(|| Error::Setup(format!("{NAME} not in the driver's /metrics")))
+    }
+
     /// The driver's `--state-dir`.
     pub(crate) fn state_dir(&self) -> &Path {
         &self.opts.state_dir
@@ -120,5 +140,40 @@ impl BenchNode {
             d.kill().await;
         }
         self.sim.stop().await;
+    }
+}
+
+/// A loopback address with a port free right now (bound, read, released).
+fn free_loopback_port() -> Result<std::net::SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::io(
+        "binding a loopback port for the driver's metrics",
+    ))?;
+    l.local_addr()
+        .map_err(Error::io("reading the metrics port"))
+}
+
+/// `GET /metrics` over HTTP/1.1 with `Connection: close`; the body.
+async fn scrape(addr: std::net::SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let what = format!("scraping http://{addr}/metrics");
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(Error::io(what.clone()))?;
+    s.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(Error::io(what.clone()))?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)
+        .await
+        .map_err(Error::io(what.clone()))?;
+    let text = String::from_utf8_lossy(&buf);
+    match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+        _ => Err(Error::Setup(format!(
+            "{what}: unexpected answer {:?}",
+            text.lines().next()
+        ))),
     }
 }

@@ -28,8 +28,11 @@ pub(crate) struct Floor {
     pub(crate) echo: Stats,
     /// The same call to the driver under test (its own trivial RPC, for comparison).
     pub(crate) driver_get_plugin_info: Stats,
-    /// One durable record write (temp file, fsync, rename, directory fsync) on the state directory's filesystem.
+    /// One durable record write (temp file, fsync, rename, directory fsync) on the state directory's filesystem,
+    /// sampled after every timed RPC of the per-RPC section.
     pub(crate) durable_write: Stats,
+    /// One durable record removal (unlink, directory fsync) on the same filesystem, sampled likewise.
+    pub(crate) durable_remove: Stats,
 }
 
 /// Times `n` sequential `GetPluginInfo` calls on `conn` (after 100 unrecorded ones).
@@ -77,30 +80,53 @@ async fn host_calls_timed(host: &AdminClient, cursor: &mut u64) -> Result<(Vec<S
     Ok((entries.into_iter().map(|e| e.rpc).collect(), inside))
 }
 
-/// The cost of one durable record write as the driver's state store does it (write a temporary file, fsync it,
-/// rename it over the record, fsync the directory), in a directory on the same filesystem as its `--state-dir`.
-pub(crate) fn durable_write_floor(dir: &Path, n: usize) -> Result<Stats> {
+/// One durable record write as the driver's state store does it (write a temporary file, fsync it, rename it over
+/// the record, fsync the directory) in `dir`, on the same filesystem as its `--state-dir`; its duration.
+fn durable_write_once(dir: &Path) -> Result<Duration> {
     use std::io::Write as _;
-    let dir = dir.join("fsync-floor");
-    std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
     let record = dir.join("record.json");
-    let body = vec![b'x'; 400];
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n {
-        let start = Instant::now();
-        let tmp = dir.join(format!("record.{i}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&body)?;
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(&tmp, &record)?;
-            std::fs::File::open(&dir)?.sync_all()
-        };
-        write().map_err(Error::io(format!("durable write in {}", dir.display())))?;
-        samples.push(start.elapsed());
+    let tmp = dir.join("record.json.tmp");
+    let start = Instant::now();
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&[b'x'; 400])?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, &record)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(Error::io(format!("durable write in {}", dir.display())))?;
+    Ok(start.elapsed())
+}
+
+/// One durable record removal as the store does it (unlink the record, fsync the directory) of the record
+/// [`durable_write_once`] left in `dir`; its duration.
+fn durable_remove_once(dir: &Path) -> Result<Duration> {
+    let start = Instant::now();
+    let remove = || -> std::io::Result<()> {
+        std::fs::remove_file(dir.join("record.json"))?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    remove().map_err(Error::io(format!("durable removal in {}", dir.display())))?;
+    Ok(start.elapsed())
+}
+
+/// The durable-write floor, sampled between the per-RPC section's RPCs so that it sees the disk as they did.
+#[derive(Debug, Default)]
+pub(crate) struct DurableSamples {
+    /// Durable record writes.
+    pub(crate) writes: Vec<Duration>,
+    /// Durable record removals.
+    pub(crate) removals: Vec<Duration>,
+}
+
+impl DurableSamples {
+    /// One write then one removal in `dir`.
+    fn sample(&mut self, dir: &Path) -> Result<()> {
+        self.writes.push(durable_write_once(dir)?);
+        self.removals.push(durable_remove_once(dir)?);
+        Ok(())
     }
-    Ok(Stats::of(&samples))
 }
 
 /// The operations whose host calls are counted, in lifecycle order.
@@ -133,16 +159,30 @@ pub(crate) struct OpMeasure {
     pub(crate) host_calls_max: usize,
     /// The host calls of the first iteration, in order.
     pub(crate) sequence: Vec<String>,
+    /// Durable state-record file writes (median over every iteration): the driver's committed changes
+    /// (`wincsi_state_commit_changes_total`, read between RPCs) less the record files that disappeared.
+    pub(crate) record_writes: usize,
+    /// Durable state-record removals (median): record files under `--state-dir` before the RPC and gone after it.
+    pub(crate) record_removals: usize,
+    /// Fewest and most committed changes (writes + removals) seen in one call.
+    pub(crate) record_changes_range: (usize, usize),
 }
 
 /// Per-RPC section: `iterations` (+ warm-up) sequential lifecycles per protocol, each on a fresh volume, at zero
 /// injected latency, one CSI connection; every RPC timed alone and its host calls read from the audit log.
+///
+/// After every timed RPC (outside its timing), one durable record write and one removal are timed in `fsync_dir`
+/// (on the `--state-dir` filesystem) for the floor, so that the floor and the RPCs see the same disk load.
 pub(crate) async fn per_rpc(
     node: &BenchNode,
     alloc: &Allocator,
     iterations: usize,
+    fsync_dir: &Path,
     errors: &mut Vec<CallError>,
-) -> Result<Vec<OpMeasure>> {
+) -> Result<(Vec<OpMeasure>, DurableSamples)> {
+    std::fs::create_dir_all(fsync_dir)
+        .map_err(Error::io(format!("creating {}", fsync_dir.display())))?;
+    let mut durable = DurableSamples::default();
     let host = node.host();
     let conn = node.csi();
     let mut cursor = host.audit(0).await?.last().map_or(0, |e| e.seq);
@@ -152,10 +192,14 @@ pub(crate) async fn per_rpc(
         let mut inside: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
         let mut counts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let mut seqs: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        let mut writes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut removals: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for i in 0..WARMUP + iterations {
             let v = alloc.fresh(protocol)?;
             v.prepare(host).await?;
             host_calls_since(host, &mut cursor).await?;
+            let mut changes = node.committed_changes().await?;
+            let mut records = sys::list_files(node.state_dir());
             for (op, (_, rpc)) in OPERATIONS.iter().enumerate() {
                 let took = match v.call(conn, *rpc).await {
                     Ok(d) => d,
@@ -168,9 +212,21 @@ pub(crate) async fn per_rpc(
                     }
                 };
                 let (calls, in_host) = host_calls_timed(host, &mut cursor).await?;
+                // The RPC returned only once its changes were durable, so they are all counted by now.
+                let changes_now = node.committed_changes().await?;
+                let records_now = sys::list_files(node.state_dir());
+                let changed = usize::try_from(changes_now.saturating_sub(changes)).unwrap_or(0);
+                let removed = records.difference(&records_now).count();
+                writes
+                    .entry(op)
+                    .or_default()
+                    .push(changed.saturating_sub(removed));
+                removals.entry(op).or_default().push(removed);
+                (changes, records) = (changes_now, records_now);
                 if i >= WARMUP {
                     lat.entry(op).or_default().push(took);
                     inside.entry(op).or_default().push(in_host);
+                    durable.sample(fsync_dir)?;
                 }
                 counts.entry(op).or_default().push(calls.len());
                 seqs.entry(op).or_insert(calls);
@@ -178,6 +234,9 @@ pub(crate) async fn per_rpc(
         }
         for (op, (name, rpc)) in OPERATIONS.iter().enumerate() {
             let c = counts.remove(&op).unwrap_or_default();
+            let w = writes.remove(&op).unwrap_or_default();
+            let r = removals.remove(&op).unwrap_or_default();
+            let total: Vec<usize> = w.iter().zip(&r).map(|(a, b)| a + b).collect();
             out.push(OpMeasure {
                 protocol,
                 operation: name,
@@ -188,10 +247,16 @@ pub(crate) async fn per_rpc(
                 host_calls_min: c.iter().copied().min().unwrap_or(0),
                 host_calls_max: c.iter().copied().max().unwrap_or(0),
                 sequence: seqs.remove(&op).unwrap_or_default(),
+                record_writes: median(&w),
+                record_removals: median(&r),
+                record_changes_range: (
+                    total.iter().copied().min().unwrap_or(0),
+                    total.iter().copied().max().unwrap_or(0),
+                ),
             });
         }
     }
-    Ok(out)
+    Ok((out, durable))
 }
 
 /// One concurrency level's result.

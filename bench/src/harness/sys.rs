@@ -71,3 +71,39 @@ pub(crate) fn count_files(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+/// The files under `dir` (recursively; empty when it does not exist).
+pub(crate) fn list_files(dir: &Path) -> std::collections::BTreeSet<std::path::PathBuf> {
+    let mut out = std::collections::BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(list_files(&p));
+        } else {
+            out.insert(p);
+        }
+    }
+    out
+}
+
+/// The filesystem type (`tmpfs`, `ext4`, …) of the mount holding `path`: the longest mount point in
+/// `/proc/self/mounts` that is a prefix of its canonical path. `None` when it cannot be told.
+pub(crate) fn fs_type(path: &Path) -> Option<String> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, point, kind) = (f.next()?, f.next()?, f.next()?);
+            // Mount points escape spaces as \040.
+            let point = point.replace("\\040", " ");
+            path.starts_with(&point)
+                .then(|| (point.len(), kind.to_owned()))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, kind)| kind)
+}

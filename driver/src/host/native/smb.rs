@@ -85,8 +85,8 @@ impl Ledger {
     }
 }
 
-/// Whether two UNC paths name the same share root, compared as Windows compares names (every character, not ASCII
-/// only: `\\fs1\Ärzte` and `\\fs1\ärzte` are one mapping).
+/// Whether two UNC paths name the same share root, ignoring slash style (csi-driver-smb PR #163) and compared as
+/// Windows compares names (every character, not ASCII only: `\\fs1\Ärzte` and `\\fs1\ärzte` are one mapping).
 pub(super) fn same_share_root(a: &str, b: &str) -> bool {
     match (UncParts::parse(a), UncParts::parse(b)) {
         (Some(a), Some(b)) => crate::host::names_equal(&a.share_root(), &b.share_root()),
@@ -204,4 +204,17 @@ pub(super) fn remove_mapping(o: &Ops<'_>, remote: &UncPath) -> HostResult<()> {
             .map_err(|e| o.err(e))?;
     o.accept(out, &[])?;
     o.ledger.set(&key, false).map_err(|e| ledger_error(o, e))
+}
+
+#[cfg(test)]
+mod root_tests {
+    use super::same_share_root;
+
+    #[test]
+    fn share_roots_compare_the_windows_way_in_any_spelling() {
+        assert!(same_share_root(r"\\10.1.2.5\Share\a", "//10.1.2.5/share"));
+        assert!(same_share_root(r"\\fs1\Ärzte", r"\\FS1\ärzte\x"));
+        assert!(!same_share_root(r"\\srv\a", r"\\srv\b"));
+        assert!(!same_share_root(r"\\srv\a", r"C:\a"));
+    }
 }

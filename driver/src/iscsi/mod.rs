@@ -80,7 +80,7 @@
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
 //! | unstage | `GetVolumeIDFromTargetPath` → `WriteVolumeCache` → `UnmountVolume` → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
-//! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `WriteVolumeCache` (not found) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `PathExists` → `Rmdir` → `DisconnectTarget` |
+//! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `WriteVolumeCache` (not found) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `Rmdir` → `DisconnectTarget` |
 //! | unstage without a record (adoption, `adopt.rs`) | `GetVolumeIDFromTargetPath` → `GetVolumeStats` → `GetDiskNumberFromVolumeID` → `ListTargetPortals` → per portal `DiscoverTargetPortal` → per target `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs`, then the unstage above with `GetTargetDisks` before `DisconnectTarget` (logout only when it is exactly this disk) |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |
 //! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; not the recorded volume, or not there → record marked `needs_restage`, nothing removed |

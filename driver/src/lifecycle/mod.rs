@@ -11,9 +11,9 @@
 //! | --- | --- |
 //! | publish | `PathExists(target)` → the protocol's readiness check of the staging path (SMB: `IsSymlink(staging)`; iSCSI: `GetVolumeStats`) → `CreateSymlink(target → staging)` (`IsSymlink` + `Rmdir` of kubelet's empty directory after `PathExists` when present) |
 //! | repeated publish | `PathExists(target)` → `IsSymlink(target)` |
-//! | unpublish | `PathExists(target)` → `Rmdir(target)`; when already gone only `PathExists` |
+//! | unpublish | `Rmdir(target)` ("not found" means already gone) |
 //! | unstage | `PathExists(target)` of each recorded publish target of the volume, then the protocol's unstage |
-//! | unstage without a record | the protocols' [`Protocol::adopt`]; when none adopts: `PathExists(staging)` → `Rmdir(staging)` when something is there |
+//! | unstage without a record | the protocols' [`Protocol::adopt`]; when none adopts: `Rmdir(staging)` ("not found" means nothing was there) |
 //! | reconcile, per publish record | `PathExists(target)` (the record is dropped when the target is gone) |
 //!
 //! Publish writes its record before the link and unpublish deletes it after the link, so a crash between the two

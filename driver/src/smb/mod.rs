@@ -12,8 +12,8 @@
 //! | first stage with subDir | `PathExists` → `NewSmbGlobalMapping(root+source, link=staging)` → `Mkdir(staging\subDir)` (creates it on the share, through the link) → `Rmdir(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink` |
 //! | repeated stage | `PathExists(staging)` → `IsSymlink(staging)` |
 //! | re-stage after a reboot (Disconnected mapping) | `PathExists` → `IsSymlink` (false or an error) → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
-//! | unstage | `PathExists(staging)` → `Rmdir(staging)` → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
-//! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `PathExists` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
+//! | unstage | `Rmdir(staging)` ("not found": already gone) → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
+//! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` |
 //! | startup reconcile (staged record) | `PathExists(staging)` → `IsSymlink(staging)` (→ `Rmdir(staging)` when it does not reach the share) |
 //! | publish readiness | `IsSymlink(staging)` |

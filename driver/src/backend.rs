@@ -76,18 +76,13 @@ pub const RECONCILE_BUDGET: std::time::Duration = std::time::Duration::from_secs
 /// Build the lifecycle the flags describe (the `--host-backend`, `--state-dir`, in-cluster Secret access for inline
 /// volumes) and run startup reconciliation.
 pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
-    let cfg = VolumeConfig {
-        kubelet_root: KubeletRoot::new(&config.kubelet_root.to_string_lossy())?,
-        driver_name: config.driver_name.clone(),
-    };
-    let metrics = crate::metrics::installed().cloned();
-    let backend = config.host_backend.name();
     match config.host_backend {
         HostBackend::CsiProxy => {
             let host = CsiProxyHost::new(ProxyClient::new(proxy_transport(config)));
+            let metrics = crate::metrics::installed().cloned();
             start(
-                Metered::new(host, backend, metrics),
-                cfg,
+                Metered::new(host, HostBackend::CsiProxy.name(), metrics),
+                volume_config(config)?,
                 &config.state_dir(),
             )
             .await
@@ -99,16 +94,21 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
     }
 }
 
+/// The lifecycle's settings from the flags.
+fn volume_config(config: &Config) -> Result<VolumeConfig, Error> {
+    Ok(VolumeConfig {
+        kubelet_root: KubeletRoot::new(&config.kubelet_root.to_string_lossy())?,
+        driver_name: config.driver_name.clone(),
+    })
+}
+
 /// The lifecycle over the native backend on `windows` (on Windows the process's `WinHost`; the in-process e2e node
 /// passes the simulated host's Windows view).
 pub async fn native_lifecycle(
     config: &Config,
     windows: Arc<dyn winhost::WindowsHost>,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
-    let cfg = VolumeConfig {
-        kubelet_root: KubeletRoot::new(&config.kubelet_root.to_string_lossy())?,
-        driver_name: config.driver_name.clone(),
-    };
+    let cfg = volume_config(config)?;
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir)
         .map_err(|e| Error::io("creating the state directory", e))?;

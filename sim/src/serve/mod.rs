@@ -98,8 +98,8 @@ impl ServeHandle {
 
 /// Makes an endpoint exist again after csi-proxy restarts.
 pub(crate) type Rebind<I> = Box<dyn FnMut() -> std::io::Result<I> + Send>;
-/// Makes an endpoint disappear when csi-proxy dies (e.g. removes a Unix socket file).
-pub(crate) type Unbind = Box<dyn Fn() + Send>;
+/// Makes an endpoint disappear when csi-proxy dies (e.g. removes a Unix socket file); resolves once it is gone.
+pub(crate) type Unbind = Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// One group's endpoint: its name, the stream bound at start, and how to re-create and remove it.
 pub(crate) struct Bound<I> {
@@ -223,7 +223,7 @@ where
         // The endpoint exists while any instance of it does: the old process's connections end as soon as their
         // tasks see it died, and only then is it gone (a client opening it in between would still connect).
         live.drained().await;
-        (b.unbind)();
+        (b.unbind)().await;
         host.set_endpoint_state(&b.endpoint, None);
         tracing::info!(endpoint = %b.endpoint, "endpoint gone with csi-proxy");
     }

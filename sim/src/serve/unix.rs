@@ -25,6 +25,7 @@ pub fn serve_unix(host: SimHost, dir: impl AsRef<Path>) -> Result<ServeHandle> {
             rebind: Box::new(move || listen::unix_socket(&again)),
             unbind: Box::new(move || {
                 let _ = std::fs::remove_file(&gone);
+                Box::pin(std::future::ready(()))
             }),
         });
     }

@@ -33,14 +33,15 @@ pub(crate) fn backoff_schedule(remaining: Duration) -> Vec<Duration> {
 }
 
 /// Find THE disk of (target, LUN) after a login through `portal` to `iqn` (the target's own spelling); see the
-/// module docs.
+/// module docs. `None` only for a `joined` session that lists no disk of the target at all (it is gone).
 pub(super) async fn find_disk<H: Host>(
     h: &Calls<'_, H>,
     portal: &Portal,
     iqn: &str,
     vol: &IscsiVolume,
     rec: &IscsiRecord,
-) -> Result<(u32, Option<DiskIds>), Error> {
+    joined: bool,
+) -> Result<Option<(u32, Option<DiskIds>)>, Error> {
     let d = h.deadline();
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     let mut rescanned = false;
@@ -59,6 +60,10 @@ pub(super) async fn find_disk<H: Host>(
             Err(e) if e.kind == HostErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(block_error(e, &iqn)),
         };
+        // A joined session serves the LUNs other volumes staged: none at all means it is gone.
+        if joined && disks.is_empty() && !rescanned {
+            return Ok(None);
+        }
         if !disks.is_empty() {
             let locs = run(
                 h,
@@ -179,5 +184,5 @@ pub(super) async fn find_disk<H: Host>(
         }
     }
     debug!(disk = n, page83 = %found.page83.trim(), "disk identified");
-    Ok((n, ids.map(|_| found)))
+    Ok(Some((n, ids.map(|_| found))))
 }

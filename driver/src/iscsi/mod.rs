@@ -134,21 +134,25 @@
 //!
 //! Logins are not persistent (csi-proxy never sets IsPersistent): after a reboot the session is gone and the next
 //! stage logs in again. The session is logged out on unstage only when no other state record names the same target
-//! (per-target lock; records are written before the login and deleted after the logout, so a crash over-counts and
-//! never logs out a session in use). A definite failure of a first stage logs out (when no other record names the
+//! (per-target lock, held by a stage from the portals to the login and by an unstage or rollback around the count and
+//! the logout; records are written before the login and deleted after the logout, so a crash over-counts and never
+//! logs out a session in use). The disk steps after the login (find the disk, its volume, format, mount) hold only
+//! the LUN's own lock (`iscsi-lun:`), so the LUNs of one target stage at once while two volumes that name one LUN never
+//! judge, partition or format its disk together. A definite failure of a first stage logs out (when no other record names the
 //! target) and keeps no record that counts as a user: at most a *released* record remembering that this driver
 //! partitioned the disk, so kubelet's retry can finish formatting it. Portals are never removed: on Windows `RemoveTargetPortal` forgets every target
 //! discovered through it (other volumes, administrator-configured discovery CHAP), and `AddTargetPortal` is
 //! idempotent, so a leftover portal costs nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use crate::error::Error;
 use crate::host::{
-    Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath, Portal, name_key,
-    names_equal,
+    Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath, IscsiAuth, Portal,
+    name_key, names_equal,
 };
 use crate::lifecycle::{
     Calls, Context, ExpandRequest, Found, Health, Protocol, StageAt, StageRequest, VolumeStats,
@@ -249,6 +253,11 @@ impl IscsiRecord {
         target_key(&self.iqn)
     }
 
+    /// The lock key of this LUN's disk (one per target and LUN, whatever the spelling of the target's name).
+    pub fn lun_key(&self) -> String {
+        format!("iscsi-lun:{}#{}", name_key(&self.iqn), self.lun)
+    }
+
     fn same_lun(&self, vol: &IscsiVolume) -> bool {
         same_name(&self.iqn, &vol.iqn) && self.lun == vol.lun
     }
@@ -285,15 +294,80 @@ fn target_key(iqn: &str) -> String {
 }
 
 /// The iSCSI protocol, for a host backend with the given capabilities (discovery CHAP, persistent logins).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Iscsi {
     caps: HostCapabilities,
+    sessions: Sessions,
 }
 
 impl Iscsi {
     /// The protocol over a backend that can do what `caps` says.
     pub fn new(caps: HostCapabilities) -> Self {
-        Self { caps }
+        Self {
+            caps,
+            sessions: Sessions::default(),
+        }
+    }
+}
+
+/// The iSCSI sessions this process logged in to and has not logged out of since, by target lock key. A first stage
+/// of another LUN of such a target joins the session (no portal, discovery or login call, and no wait behind other
+/// stages' logins); it is only a hint: a stage that joins and finds no disk of the target forgets the session and
+/// logs in itself, and every logout forgets it. Empty at start, so after a reboot every target is logged in again.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Sessions(Arc<Mutex<HashMap<String, Session>>>);
+
+/// What a stage that joins a session takes from the one that made it.
+#[derive(Clone, Debug)]
+pub(crate) struct Session {
+    /// The target's own spelling of its name (as discovered).
+    pub(crate) iqn: String,
+    /// The portal of the login.
+    pub(crate) portal: Portal,
+    /// The portals added with it.
+    portals: Vec<Portal>,
+    /// Whether the login was persistent.
+    persistent: bool,
+}
+
+impl Sessions {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The session `vol` may join: one this process made to the target, with every portal `vol` names added and the
+    /// same persistence, for a volume that needs no call of its own before the login (no mutual CHAP secret to set,
+    /// no discovery CHAP to add portals with). The caller holds the target's lock.
+    pub(crate) fn joinable(&self, key: &str, vol: &IscsiVolume) -> Option<Session> {
+        if vol.mutual_secret.is_some() || !matches!(vol.discovery, IscsiAuth::None) {
+            return None;
+        }
+        self.map()
+            .get(key)
+            .filter(|s| {
+                s.persistent == vol.persistent && vol.portals.iter().all(|p| s.portals.contains(p))
+            })
+            .cloned()
+    }
+
+    /// Remember the session a stage of `vol` logged in to (the caller holds the target's lock).
+    pub(crate) fn logged_in(&self, key: &str, vol: &IscsiVolume, iqn: &str, portal: &Portal) {
+        self.map().insert(
+            key.to_owned(),
+            Session {
+                iqn: iqn.to_owned(),
+                portal: portal.clone(),
+                portals: vol.portals.clone(),
+                persistent: vol.persistent,
+            },
+        );
+    }
+
+    /// Forget a target's session (logged out, or found gone).
+    pub(crate) fn forget(&self, key: &str) {
+        self.map().remove(key);
     }
 }
 
@@ -333,7 +407,7 @@ impl<H: Host> Protocol<H> for Iscsi {
         vol: &IscsiVolume,
         d: Deadline,
     ) -> Result<(), Error> {
-        stage::stage(cx, at.volume_id, at.staging, vol, d).await
+        stage::stage(cx, &self.sessions, at.volume_id, at.staging, vol, d).await
     }
 
     async fn unstage(
@@ -343,7 +417,7 @@ impl<H: Host> Protocol<H> for Iscsi {
         record: &VolumeRecord,
         d: Deadline,
     ) -> Result<(), Error> {
-        volume::unstage(cx, record, staging, &details(record)?, d).await
+        volume::unstage(cx, &self.sessions, record, staging, &details(record)?, d).await
     }
 
     /// A volume mounted at the staging path on a disk an iSCSI session serves (`adopt.rs`).
@@ -469,13 +543,25 @@ async fn put_iscsi<H: Host>(
     phase: Phase,
     rec: &IscsiRecord,
 ) -> Result<(), Error> {
+    cx.store()
+        .put_volume(&iscsi_record(cx, volume_id, staging, phase, rec)?)
+        .await
+}
+
+/// The volume record of an iSCSI volume in `phase`.
+fn iscsi_record<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    staging: &HostPath,
+    phase: Phase,
+    rec: &IscsiRecord,
+) -> Result<VolumeRecord, Error> {
     let record = VolumeRecord::new(volume_id, phase, staging.as_str(), false, rec)?;
-    let record = if phase == Phase::Staged {
+    Ok(if phase == Phase::Staged {
         cx.staged(&record)
     } else {
         record
-    };
-    cx.store().put_volume(&record).await
+    })
 }
 
 /// Other volume records naming the same target (its durable reference count). A record a failed first stage released

@@ -6,8 +6,8 @@ use tracing::{debug, info, warn};
 use super::disk::find_disk;
 use super::volume::{logout, present};
 use super::{
-    IscsiRecord, IscsiVolume, block_error, chap, put_iscsi, run, same_id, same_name, target_users,
-    uncertain,
+    IscsiRecord, IscsiVolume, Sessions, block_error, chap, iscsi_record, put_iscsi, run, same_id,
+    same_name, target_users, uncertain,
 };
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, IscsiAuth};
@@ -18,6 +18,7 @@ use crate::state::Phase;
 /// NodeStageVolume of an iSCSI volume (the lifecycle validated the request and holds the volume guard).
 pub(super) async fn stage<H: Host>(
     cx: Context<'_, H>,
+    sessions: &Sessions,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
@@ -79,10 +80,75 @@ pub(super) async fn stage<H: Host>(
         .unwrap_or_else(|| IscsiRecord::new(vol));
     rec.portals = vol.portals.clone();
     rec.released = false;
-    // The record is written (under the target's lock) before the first call that may create a session: portals are
-    // never removed, so nothing before the login needs it (see `stage_steps`).
-    let _target = cx.object_locks().lock(&rec.target_key()).await;
-    let result = stage_steps(cx, h, volume_id, staging, vol, &mut rec, mounted, retry).await;
+    let key = rec.target_key();
+    let result = async {
+        // A first stage may join a session this process made to the target (another LUN's): see `Sessions`.
+        let mut may_join = first;
+        loop {
+            // The session is the target's shared object: its lock is held from the portals to the login, and the
+            // record that counts this volume as a user of the session is in the store before the lock is released
+            // (durable before the first call that may create the session, see `session_steps`), so an unstage of
+            // another LUN never logs out a session this stage needs.
+            let (portal, joined) = {
+                let _target = cx.object_locks().lock(&key).await;
+                match sessions.joinable(&key, vol).filter(|_| may_join) {
+                    Some(s) => {
+                        debug!(iqn = %s.iqn, portal = %s.portal, "joining the target's session");
+                        rec.target_iqn = Some(s.iqn.clone());
+                        rec.session_portal = Some(s.portal.clone());
+                        let claim = cx.store().put_volume(&iscsi_record(
+                            cx,
+                            volume_id,
+                            staging,
+                            Phase::Staging,
+                            &rec,
+                        )?);
+                        (s.portal, Some(claim))
+                    }
+                    None => {
+                        let portal = session_steps(cx, h, volume_id, staging, vol, &mut rec).await?;
+                        let iqn = rec.target_iqn.as_deref().unwrap_or(&vol.iqn);
+                        sessions.logged_in(&key, vol, iqn, &portal);
+                        (portal, None)
+                    }
+                }
+            };
+            // A joining stage's record becomes durable outside the target's lock (other LUNs need not wait for it),
+            // before any host call of its own.
+            let joined = match joined {
+                Some(claim) => {
+                    claim.await?;
+                    true
+                }
+                None => false,
+            };
+            // The disk is the LUN's own: other LUNs of the target go on at once. Its lock keeps two volumes that name
+            // one LUN from both judging its disk empty, partitioning or formatting it.
+            let _lun = cx.object_locks().lock(&rec.lun_key()).await;
+            let steps = disk_steps(
+                cx,
+                h,
+                volume_id,
+                staging,
+                vol,
+                &mut rec,
+                &portal,
+                joined,
+                mounted.clone(),
+                retry,
+            )
+            .await?;
+            match steps {
+                Steps::Done => return Ok(()),
+                Steps::SessionGone => {
+                    info!(iqn = %vol.iqn, "the joined session shows no disk of the target: logging in");
+                    sessions.forget(&key);
+                    may_join = false;
+                }
+            }
+        }
+    }
+    .await;
     match result {
         Ok(()) => {
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
@@ -93,7 +159,7 @@ pub(super) async fn stage<H: Host>(
             warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
             Err(err)
         }
-        Err(err) if first => roll_back(cx, h, volume_id, staging, &mut rec, err).await,
+        Err(err) if first => roll_back(cx, sessions, h, volume_id, staging, &mut rec, err).await,
         Err(err) => Err(err),
     }
 }
@@ -103,16 +169,19 @@ pub(super) async fn stage<H: Host>(
 /// (in a released record), so a retry can finish formatting the volume it created.
 async fn roll_back<H: Host>(
     cx: Context<'_, H>,
+    sessions: &Sessions,
     h: &Calls<'_, H>,
     volume_id: &str,
     staging: &HostPath,
     rec: &mut IscsiRecord,
     err: Error,
 ) -> Result<(), Error> {
-    if target_users(cx, volume_id, &rec.iqn)? == 0
-        && let Err(e) = logout(h, rec).await
-    {
-        warn!(error = %e, "rollback: logout failed; the session stays until another volume of the target is unstaged");
+    let _target = cx.object_locks().lock(&rec.target_key()).await;
+    if target_users(cx, volume_id, &rec.iqn)? == 0 {
+        sessions.forget(&rec.target_key());
+        if let Err(e) = logout(h, rec).await {
+            warn!(error = %e, "rollback: logout failed; the session stays until another volume of the target is unstaged");
+        }
     }
     if rec.volume_is_ours() {
         rec.session_portal = None;
@@ -125,19 +194,17 @@ async fn roll_back<H: Host>(
     Err(err)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn stage_steps<H: Host>(
+/// Steps 1–4 (the caller holds the target's lock): portals, the target's own spelling, the mutual CHAP secret and the
+/// login; returns the portal of the session.
+async fn session_steps<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
     rec: &mut IscsiRecord,
-    mounted: Option<String>,
-    retry: bool,
-) -> Result<(), Error> {
+) -> Result<crate::host::Portal, Error> {
     let d = h.deadline();
-    let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     // 1. Portals (every one, so a later stage can use any of them).
     let mut added = Vec::new();
     let mut last = None;
@@ -237,11 +304,38 @@ async fn stage_steps<H: Host>(
             }
         }
     }
-    let Some(portal) = session else {
-        return Err(last.unwrap_or_else(|| Error::Internal("no login attempted".to_owned())));
+    session.ok_or_else(|| last.unwrap_or_else(|| Error::Internal("no login attempted".to_owned())))
+}
+
+/// How the disk steps ended.
+enum Steps {
+    /// Staged.
+    Done,
+    /// The joined session shows no disk of the target: it is gone (nothing was done on the host).
+    SessionGone,
+}
+
+/// Steps 5–8 (the caller holds the LUN's lock, not the target's): the disk, its volume, the file system, the mount.
+#[allow(clippy::too_many_arguments)]
+async fn disk_steps<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    volume_id: &str,
+    staging: &HostPath,
+    vol: &IscsiVolume,
+    rec: &mut IscsiRecord,
+    portal: &crate::host::Portal,
+    joined: bool,
+    mounted: Option<String>,
+    retry: bool,
+) -> Result<Steps, Error> {
+    let d = h.deadline();
+    let target = format!("{} (LUN {})", vol.iqn, vol.lun);
+    let iqn = rec.target_iqn.clone().unwrap_or_else(|| vol.iqn.clone());
+    // 5. Which disk (a joined session that shows no disk of the target at all is gone: the caller logs in).
+    let Some((number, ids)) = find_disk(h, portal, &iqn, vol, rec, joined).await? else {
+        return Ok(Steps::SessionGone);
     };
-    // 5. Which disk.
-    let (number, ids) = find_disk(h, &portal, &iqn, vol, rec).await?;
     rec.disk_number = Some(number);
     if let Some(ids) = &ids {
         rec.page83 = Some(ids.page83.trim().to_owned()).filter(|s| !s.is_empty());
@@ -300,7 +394,7 @@ async fn stage_steps<H: Host>(
         Some(v) if same_id(&v, &vid) => {
             // The mount point names this volume, which the login brought back: it resolves again.
             debug!(staging = %staging, "the volume is already mounted at the staging path");
-            return Ok(());
+            return Ok(Steps::Done);
         }
         Some(other) => {
             return Err(Error::FailedPrecondition(format!(
@@ -331,7 +425,7 @@ async fn stage_steps<H: Host>(
         )
         .await
     {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(Steps::Done),
         Err(e) if e.kind == HostErrorKind::AccessPathInUse => {
             // PowerShell-era csi-proxy refuses to mount again: ask which volume is there.
             let there = run(
@@ -343,7 +437,7 @@ async fn stage_steps<H: Host>(
             .await?;
             if same_id(&there, &vid) {
                 debug!(staging = %staging, "the volume was mounted there already");
-                Ok(())
+                Ok(Steps::Done)
             } else {
                 Err(Error::FailedPrecondition(format!(
                     "{staging} has volume {there} mounted, not {vid}; refusing to replace it"

@@ -1591,3 +1591,131 @@ async fn a_first_stage_writes_only_the_records_crash_safety_needs() {
         }
     }
 }
+
+// ---- the LUNs of one target at once (issue 18 item 4) ----
+
+/// [`scenario`] with `n` LUNs on the first target (RAW, 1 GiB each, serials `SN-lunK`).
+fn with_luns(sc: &mut Value, n: usize) {
+    sc["iscsi"]["portals"][0]["targets"][0]["luns"] = (0..n)
+        .map(|k| json!({"lun": k, "id": format!("lun{k}"), "size": GIB, "serial": format!("SN-lun{k}")}))
+        .collect();
+}
+
+#[tokio::test]
+async fn a_second_lun_joins_the_session_this_driver_made() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("v1");
+    env.ops();
+    env.mgr
+        .stage(&stage_req("v2", 1, &[], &[]), d())
+        .await
+        .expect("v2");
+    let ops = env.ops();
+    for op in [AddTargetPortal, DiscoverTargetPortal, ConnectTarget] {
+        assert!(!ops.contains(&op), "joined: no {op:?} in {ops:?}");
+    }
+    assert_eq!(ops.first(), Some(&GetTargetDisks), "{ops:?}");
+    // The joined volume counts as a user of the session: unstaging the first keeps it, the last logs out.
+    let rec = env.record("v2");
+    assert_eq!(rec.target_iqn.as_deref(), Some(IQN));
+    assert_eq!(rec.session_portal, Some(portal()));
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage v1");
+    assert_eq!(env.sessions(), 1);
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .expect("unstage v2");
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn a_joined_session_that_is_gone_is_logged_in_again() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("v1");
+    // The host reboots under the running driver: the session it remembers is gone.
+    env.sim.reboot().expect("reboot");
+    env.ops();
+    env.mgr
+        .stage(&stage_req("v2", 1, &[], &[]), d())
+        .await
+        .expect("v2 logs in");
+    let ops = env.ops();
+    assert_eq!(
+        ops.first(),
+        Some(&GetTargetDisks),
+        "tried the session first: {ops:?}"
+    );
+    assert_eq!(
+        ops.iter().filter(|o| **o == ConnectTarget).count(),
+        1,
+        "then logged in once: {ops:?}"
+    );
+    assert_eq!(env.sessions(), 1);
+    assert!(env.mounted(&staging("v2")).is_some());
+    // And a later LUN joins the new session.
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("v1 again");
+    for id in ["v1", "v2"] {
+        env.mgr
+            .unstage(&unstage_req(id), d())
+            .await
+            .expect("unstage");
+    }
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn sixteen_luns_of_one_target_staged_at_once_log_in_once() {
+    let env = Env::with(|sc| with_luns(sc, 16));
+    let reqs: Vec<_> = (0..16u32)
+        .map(|k| stage_req(&format!("v{k}"), k, &[], &[]))
+        .collect();
+    let results = futures::future::join_all(reqs.iter().map(|r| env.mgr.stage(r, d()))).await;
+    for (k, r) in results.into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("stage v{k}: {e}"));
+    }
+    let ops = env.ops();
+    assert_eq!(
+        ops.iter().filter(|o| **o == ConnectTarget).count(),
+        1,
+        "{ops:?}"
+    );
+    let mut volumes: Vec<_> = (0..16)
+        .map(|k| env.record(&format!("v{k}")).volume)
+        .collect();
+    volumes.sort();
+    volumes.dedup();
+    assert_eq!(volumes.len(), 16, "every LUN its own volume: {volumes:?}");
+    let reqs: Vec<_> = (0..16).map(|k| unstage_req(&format!("v{k}"))).collect();
+    for r in futures::future::join_all(reqs.iter().map(|r| env.mgr.unstage(r, d()))).await {
+        r.expect("unstage");
+    }
+    assert_eq!(env.sessions(), 0);
+    assert!(env.data_loss().is_empty());
+    assert!(env.mgr.store().volumes().expect("list").is_empty());
+}
+
+#[tokio::test]
+async fn two_volumes_naming_one_lun_at_once_never_format_it_twice() {
+    let env = Env::new();
+    let (a, b) = (stage_req("v1", 0, &[], &[]), stage_req("v2", 0, &[], &[]));
+    let (ra, rb) = tokio::join!(env.mgr.stage(&a, d()), env.mgr.stage(&b, d()));
+    let ops = env.ops();
+    assert!(
+        ops.iter().filter(|o| **o == FormatVolume).count() <= 1,
+        "{ops:?}"
+    );
+    assert!(ra.is_ok() || rb.is_ok(), "{ra:?} {rb:?}");
+    assert!(env.data_loss().is_empty(), "{:?}", env.data_loss());
+}

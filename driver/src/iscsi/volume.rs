@@ -9,7 +9,8 @@
 use tracing::{debug, info, warn};
 
 use super::{
-    IscsiRecord, MIN_RESIZE_GROWTH, block_error, details, run, same_id, target_users, uncertain,
+    IscsiRecord, MIN_RESIZE_GROWTH, Sessions, block_error, details, run, same_id, target_users,
+    uncertain,
 };
 use crate::error::Error;
 use crate::host::{Host, HostErrorKind, HostOp, HostPath};
@@ -41,6 +42,7 @@ pub(super) async fn present<H: Host>(h: &Calls<'_, H>, v: &str) -> Result<bool, 
 /// no other record names the target (and, for an adopted record, the target serves no other disk), then the record.
 pub(super) async fn unstage<H: Host>(
     cx: Context<'_, H>,
+    sessions: &Sessions,
     record: &VolumeRecord,
     staging: &HostPath,
     rec: &IscsiRecord,
@@ -49,17 +51,23 @@ pub(super) async fn unstage<H: Host>(
     let volume_id = &record.volume_id;
     let h = &cx.calls(d);
     remove_mount(h, staging, rec).await?;
-    let _target = cx.object_locks().lock(&rec.target_key()).await;
+    let target = cx.object_locks().lock(&rec.target_key()).await;
     let others = target_users(cx, volume_id, &rec.iqn)?;
     // An adopted volume's siblings may have lost their records too: the host must also show no other disk.
     if cx.may_remove_shared(others, &rec.iqn)
         && (!record.adopted || super::adopt::target_serves_only_this_disk(h, rec).await?)
     {
+        sessions.forget(&rec.target_key());
         logout(h, rec).await?;
     } else {
         debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
     }
-    cx.store().remove_volume(volume_id).await?;
+    // Gone from the store (no longer counted) before the lock is released; durable after it, so other LUNs' stages
+    // and unstages need not wait for this write (a crash before it over-counts, which never logs out a session in
+    // use).
+    let removed = cx.store().remove_volume(volume_id);
+    drop(target);
+    removed.await?;
     info!(staging = %staging, "iSCSI volume unstaged");
     Ok(())
 }

@@ -194,7 +194,8 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         &self.volumes
     }
 
-    /// Locks of shared host objects (SMB share roots; iSCSI targets under `iscsi-target:` keys).
+    /// Locks of shared host objects (SMB share roots and servers; iSCSI targets under `iscsi-target:` keys, their LUNs'
+    /// disks under `iscsi-lun:`).
     pub fn object_locks(&self) -> &KeyedLocks {
         &self.objects
     }
@@ -515,6 +516,7 @@ fn observe_lock_wait(key: &str, waited: std::time::Duration) {
             None => "smb-share",
             Some("smb-server") => "smb-server",
             Some("iscsi-target") => "iscsi-target",
+            Some("iscsi-lun") => "iscsi-lun",
             Some("iscsi-chap") => "iscsi-chap",
             Some(_) => "other",
         };

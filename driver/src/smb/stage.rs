@@ -52,22 +52,26 @@ pub(super) async fn stage<H: Host>(
         &wanted,
     )?;
     // The one-principal-per-server rule, checked and claimed atomically under the server's lock: the record naming
-    // this principal is written before the lock is released, so of two stages on one server with different accounts
-    // exactly one passes (the other sees its record).
-    let repair = {
+    // this principal is in the store (visible to every other stage) before the lock is released, so of two stages on
+    // one server with different accounts exactly one passes (the other sees its record). It becomes durable after
+    // the lock (a stage of another volume on the server need not wait for this one's write), before any host call.
+    let (repair, claim) = {
         let _server = cx.object_locks().lock(&server_lock_key(vol)).await;
         check_principal(cx, volume_id, vol)?;
         let repair = MapRepair::of(cx, volume_id, existing.as_ref(), vol)?;
-        match &existing {
-            None => cx.store().put_volume(&record).await?,
+        let claim = match &existing {
+            None => Some(cx.store().put_volume(&record)),
             // Same share, new principal name (rotated credentials): keep the record truthful.
             Some(rec) if rec.details::<SmbRecord>()?.as_ref() != Some(&wanted) => {
-                cx.store().put_volume(&rec.with_details(&wanted)?).await?;
+                Some(cx.store().put_volume(&rec.with_details(&wanted)?))
             }
-            Some(_) => {}
-        }
-        repair
+            Some(_) => None,
+        };
+        (repair, claim)
     };
+    if let Some(claim) = claim {
+        claim.await?;
+    }
     debug!(root = %vol.source.root(), fresh, "principal claimed");
 
     let exists = match h.path_exists(staging).await {
@@ -136,7 +140,11 @@ pub(super) async fn stage<H: Host>(
 
     match result {
         Ok(()) => {
-            cx.store().put_volume(&cx.staged(&record)).await?;
+            // Staged in the store (visible) while the mapping's lock is held: stages queued behind this one's mapping
+            // see a staged user and share the mapping; they need not wait for this record to be durable.
+            let staged = cx.store().put_volume(&cx.staged(&record));
+            drop(mapping);
+            staged.await?;
             info!(staging = %staging, remote = %vol.full_path(), "volume staged");
             Ok(())
         }

@@ -117,20 +117,18 @@ async fn bench(args: Args) -> Result<bool> {
     let echo = sections::echo_floor(work.path(), args.floor_iterations).await?;
     let work_fs = sys::fs_type(&work_dir).unwrap_or_else(|| "unknown".to_owned());
 
-    // Targets: per-RPC fresh iSCSI volumes + concurrency (3 singles and the levels per protocol) + soak workers.
-    let iscsi_needed = 3
-        + args.iterations
-        + 3
-        + args.concurrency.iter().sum::<usize>()
-        + args.soak_in_flight.div_ceil(2)
-        + 8;
-    let alloc = Allocator::new(iscsi_needed);
+    // Targets: per-RPC fresh iSCSI volumes + the concurrency critical paths (3 per protocol) + soak workers, and one
+    // wide target per concurrency level (its volumes are LUNs of one target).
+    let iscsi_needed = 3 + args.iterations + 3 + args.soak_in_flight.div_ceil(2) + 8;
+    let wide = args.concurrency.len();
+    let luns = args.concurrency.iter().copied().max().unwrap_or(0);
+    let alloc = Allocator::new(iscsi_needed, wide, luns);
     say(&format!(
-        "starting wincsi-sim ({iscsi_needed} iSCSI targets) and wincsi-node"
+        "starting wincsi-sim ({iscsi_needed} iSCSI targets, {wide} of {luns} LUNs) and wincsi-node"
     ));
     let node = BenchNode::start(
         &bins,
-        &volumes::scenario(iscsi_needed)?,
+        &volumes::scenario(iscsi_needed, wide, luns)?,
         &args.driver_log_level,
         &work_dir,
     )

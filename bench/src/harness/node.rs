@@ -105,14 +105,16 @@ impl BenchNode {
     /// committed durably since it started, scraped from its `/metrics`.
     pub(crate) async fn committed_changes(&self) -> Result<u64> {
         const NAME: &str = "wincsi_state_commit_changes_total";
-        let text = scrape(self.metrics).await?;
-        text.lines()
-            .find_map(|l| {
-                let rest = l.strip_prefix(NAME)?;
-                rest.trim().parse::<f64>().ok()
-            })
+        self.metrics()
+            .await?
+            .get(NAME)
             .map(|v| v as u64)
             .ok_or_else(|| Error::Setup(format!("{NAME} not in the driver's /metrics")))
+    }
+
+    /// Every sample of the driver's `/metrics` now.
+    pub(crate) async fn metrics(&self) -> Result<Samples> {
+        Ok(Samples::parse(&scrape(self.metrics).await?))
     }
 
     /// The driver's `--state-dir`.
@@ -175,5 +177,90 @@ async fn scrape(addr: std::net::SocketAddr) -> Result<String> {
             "{what}: unexpected answer {:?}",
             text.lines().next()
         ))),
+    }
+}
+
+/// The samples of one scrape, by series (`name` or `name{labels}`, exactly as exposed).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Samples(std::collections::BTreeMap<String, f64>);
+
+impl Samples {
+    /// Parses the Prometheus text format (comments and unparsable lines are skipped; label values hold no spaces
+    /// here, so a series ends at the last space of its line).
+    fn parse(text: &str) -> Samples {
+        Samples(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| {
+                    let (series, value) = l.trim().rsplit_once(' ')?;
+                    Some((series.to_owned(), value.parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    /// One series' value.
+    pub(crate) fn get(&self, series: &str) -> Option<f64> {
+        self.0.get(series).copied()
+    }
+
+    /// The sum over every series of metric `name` (any labels) whose labels include each of `labels`
+    /// (`key="value"` strings).
+    pub(crate) fn sum(&self, name: &str, labels: &[&str]) -> f64 {
+        self.0
+            .iter()
+            .filter(|(series, _)| {
+                let (n, l) = series.split_once('{').unwrap_or((series.as_str(), ""));
+                n == name && labels.iter().all(|want| l.contains(want))
+            })
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// The values of label `key` among the series of metric `name`.
+    pub(crate) fn label_values(&self, name: &str, key: &str) -> Vec<String> {
+        let prefix = format!("{key}=\"");
+        let mut out: Vec<String> = self
+            .0
+            .keys()
+            .filter_map(|series| {
+                let (n, l) = series.split_once('{')?;
+                if n != name {
+                    return None;
+                }
+                let rest = &l[l.find(&prefix)? + prefix.len()..];
+                Some(rest[..rest.find('"')?].to_owned())
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Samples;
+
+    #[test]
+    fn samples_sum_by_name_and_labels() {
+        let s = Samples::parse(
+            "# HELP x y\n\
+             wincsi_lock_wait_seconds_sum{lock=\"smb-share\"} 1.5\n\
+             wincsi_lock_wait_seconds_sum{lock=\"smb-server\"} 0.25\n\
+             wincsi_lock_wait_seconds_count{lock=\"smb-share\"} 3\n\
+             wincsi_state_commit_changes_total 7\n",
+        );
+        assert_eq!(s.get("wincsi_state_commit_changes_total"), Some(7.0));
+        assert_eq!(s.sum("wincsi_lock_wait_seconds_sum", &[]), 1.75);
+        assert_eq!(
+            s.sum("wincsi_lock_wait_seconds_sum", &["lock=\"smb-share\""]),
+            1.5
+        );
+        assert_eq!(
+            s.label_values("wincsi_lock_wait_seconds_sum", "lock"),
+            ["smb-server", "smb-share"]
+        );
+        assert_eq!(s.sum("wincsi_lock_wait_seconds", &[]), 0.0);
     }
 }

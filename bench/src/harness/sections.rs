@@ -13,7 +13,7 @@ use wincsi_e2e::CsiConn;
 
 use super::echo::EchoProcess;
 use super::error::{Error, Result};
-use super::node::BenchNode;
+use super::node::{BenchNode, Samples};
 use super::stats::{Stats, median};
 use super::sys::{self, Memory};
 use super::volumes::{Allocator, BenchVolume, CallError, Protocol, Rpc};
@@ -278,6 +278,90 @@ pub(crate) struct ConcurrencyRow {
     pub(crate) injected_ms: f64,
     /// Failed calls (stage/publish and tear-down).
     pub(crate) errors: usize,
+    /// Where each volume's time went at this N (from the driver's metrics and the simulator's audit).
+    pub(crate) attribution: Attribution,
+}
+
+/// Where the time of one volume's stage + publish went, as means per volume over one concurrency level (ms): the
+/// driver's own metrics (RPC, host-call, lock-wait and commit-wait histograms' sums) and the simulator's audit, each
+/// read before and after the level. A part that grows with N against the critical path is what serialises.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Attribution {
+    /// The client's time for stage + publish (kubelet's view, from the call to the answer).
+    pub(crate) client_ms: f64,
+    /// The slowest volume's client time (≈ the wall time of the level).
+    pub(crate) client_max_ms: f64,
+    /// The driver's time inside NodeStageVolume + NodePublishVolume (`wincsi_csi_request_duration_seconds`).
+    pub(crate) driver_ms: f64,
+    /// Host calls as the driver timed them (`wincsi_host_call_duration_seconds`: csi-proxy client and transport
+    /// included).
+    pub(crate) host_ms: f64,
+    /// The same calls inside the simulator (its audit: injected latency plus its own work).
+    pub(crate) sim_ms: f64,
+    /// Waits for shared host objects' locks, by lock kind (`wincsi_lock_wait_seconds`).
+    pub(crate) lock_wait_ms: BTreeMap<String, f64>,
+    /// Waits for state records to be durable (`wincsi_state_commit_duration_seconds`).
+    pub(crate) commit_wait_ms: f64,
+    /// Commit groups in the level and the changes they carried (changes / groups = the mean group size).
+    pub(crate) commit_groups: u64,
+    /// State-record changes committed in the level.
+    pub(crate) commit_changes: u64,
+}
+
+impl Attribution {
+    /// The driver's time not in host calls, lock waits or commit waits (its own work and the runtime's queueing).
+    pub(crate) fn driver_rest_ms(&self) -> f64 {
+        self.driver_ms
+            - self.host_ms
+            - self.lock_wait_ms.values().sum::<f64>()
+            - self.commit_wait_ms
+    }
+
+    /// The client's time outside the driver's RPC handlers (connection set-up, HTTP/2, queueing before a handler).
+    pub(crate) fn outside_ms(&self) -> f64 {
+        self.client_ms - self.driver_ms
+    }
+
+    fn between(
+        before: &Samples,
+        after: &Samples,
+        n: usize,
+        sim: Duration,
+        client: &[Duration],
+    ) -> Self {
+        let per = |x: f64| x * 1e3 / n.max(1) as f64;
+        let delta =
+            |name: &str, labels: &[&str]| after.sum(name, labels) - before.sum(name, labels);
+        let rpc = |m: &str| {
+            delta(
+                "wincsi_csi_request_duration_seconds_sum",
+                &[&format!("method=\"{m}\"")],
+            )
+        };
+        let lock_wait_ms = after
+            .label_values("wincsi_lock_wait_seconds_sum", "lock")
+            .into_iter()
+            .map(|k| {
+                let v = per(delta(
+                    "wincsi_lock_wait_seconds_sum",
+                    &[&format!("lock=\"{k}\"")],
+                ));
+                (k, v)
+            })
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
+        Attribution {
+            client_ms: client.iter().map(|d| d.as_secs_f64() * 1e3).sum::<f64>() / n.max(1) as f64,
+            client_max_ms: client.iter().max().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+            driver_ms: per(rpc("NodeStageVolume") + rpc("NodePublishVolume")),
+            host_ms: per(delta("wincsi_host_call_duration_seconds_sum", &[])),
+            sim_ms: sim.as_secs_f64() * 1e3 / n.max(1) as f64,
+            lock_wait_ms,
+            commit_wait_ms: per(delta("wincsi_state_commit_duration_seconds_sum", &[])),
+            commit_groups: delta("wincsi_state_commit_groups_total", &[]) as u64,
+            commit_changes: delta("wincsi_state_commit_changes_total", &[]) as u64,
+        }
+    }
 }
 
 /// What the concurrency section measured.
@@ -314,13 +398,26 @@ fn sample_rss(
     })
 }
 
-/// Brings `vols` up all at once (a connection each, as kubelet dials per operation); returns wall time and errors.
-async fn up_all(node: &BenchNode, vols: &[BenchVolume]) -> Result<(Duration, Vec<CallError>)> {
+/// What bringing volumes up at once gave: the wall time, each volume's own time, and the failures.
+struct Up {
+    wall: Duration,
+    each: Vec<Duration>,
+    errors: Vec<CallError>,
+}
+
+/// Brings `vols` up all at once (a connection each, as kubelet dials per operation).
+async fn up_all(node: &BenchNode, vols: &[BenchVolume]) -> Result<Up> {
     let conns: Vec<CsiConn> = vols.iter().map(|_| node.new_csi()).collect::<Result<_>>()?;
     let start = Instant::now();
-    let res = join_all(vols.iter().zip(&conns).map(|(v, c)| v.up(c))).await;
+    let res = join_all(vols.iter().zip(&conns).map(|(v, c)| async move {
+        let r = v.up(c).await;
+        (start.elapsed(), r)
+    }))
+    .await;
     let wall = start.elapsed();
-    Ok((wall, res.into_iter().filter_map(|r| r.err()).collect()))
+    let each = res.iter().map(|(d, _)| *d).collect();
+    let errors = res.into_iter().filter_map(|(_, r)| r.err()).collect();
+    Ok(Up { wall, each, errors })
 }
 
 /// Tears `vols` down all at once.
@@ -355,10 +452,10 @@ pub(crate) async fn concurrency(
                 let v = alloc.fresh(protocol)?;
                 v.prepare(host).await?;
                 host_calls_since(host, &mut cursor).await?;
-                let (wall, errs) = up_all(node, std::slice::from_ref(&v)).await?;
+                let up = up_all(node, std::slice::from_ref(&v)).await?;
                 calls.push(host_calls_since(host, &mut cursor).await?.len());
-                singles.push(wall);
-                errors.extend(errs);
+                singles.push(up.wall);
+                errors.extend(up.errors);
                 errors.extend(down_all(node, std::slice::from_ref(&v)).await?);
                 host_calls_since(host, &mut cursor).await?;
             }
@@ -366,32 +463,38 @@ pub(crate) async fn concurrency(
             let critical = singles[singles.len() / 2];
             let per_volume = median(&calls);
             for &n in levels {
-                let vols: Vec<BenchVolume> = (0..n)
-                    .map(|_| alloc.fresh(protocol))
-                    .collect::<Result<_>>()?;
+                let vols = alloc.fresh_group(protocol, n)?;
                 for v in &vols {
                     v.prepare(host).await?;
                 }
+                host_calls_since(host, &mut cursor).await?;
+                let before = node.metrics().await?;
                 let sampler = (n == max_n).then(|| {
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     (tx, sample_rss(node.driver_pid(), rx))
                 });
-                let (wall, mut errs) = up_all(node, &vols).await?;
+                let up = up_all(node, &vols).await?;
                 if let Some((tx, task)) = sampler {
                     let _ = tx.send(());
                     peak_sampled = peak_sampled.max(task.await.unwrap_or(0));
                     hwm_after = hwm_after.max(sys::memory(node.driver_pid())?.hwm_kib);
                 }
+                let after = node.metrics().await?;
+                let (_, sim) = host_calls_timed(host, &mut cursor).await?;
+                let attribution = Attribution::between(&before, &after, n, sim, &up.each);
+                let mut errs = up.errors;
                 errs.extend(down_all(node, &vols).await?);
+                host_calls_since(host, &mut cursor).await?;
                 rows.push(ConcurrencyRow {
                     protocol,
                     n,
-                    wall_ms: wall.as_secs_f64() * 1e3,
+                    wall_ms: up.wall.as_secs_f64() * 1e3,
                     critical_path_ms: critical.as_secs_f64() * 1e3,
-                    ratio: wall.as_secs_f64() / critical.as_secs_f64(),
+                    ratio: up.wall.as_secs_f64() / critical.as_secs_f64(),
                     host_calls_per_volume: per_volume,
                     injected_ms: (per_volume as u64 * latency_ms) as f64,
                     errors: errs.len(),
+                    attribution,
                 });
                 errors.extend(errs);
             }

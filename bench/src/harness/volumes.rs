@@ -31,7 +31,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 pub(crate) enum Protocol {
     /// An SMB share (every bench volume is on the same share: one shared global mapping).
     Smb,
-    /// An iSCSI LUN (each bench volume is LUN 0 of its own target, one-way CHAP, RAW until first staged).
+    /// An iSCSI LUN (one-way CHAP, RAW until first staged): LUN 0 of its own target, or in the concurrency
+    /// section one of the LUNs of one target.
     Iscsi,
 }
 
@@ -53,18 +54,33 @@ fn iqn(i: usize) -> String {
     format!("iqn.2026-01.test.bench:t{i:04}")
 }
 
+/// IQN of wide bench target `j` (many LUNs: the concurrency section's volumes of one target).
+fn wide_iqn(j: usize) -> String {
+    format!("iqn.2026-01.test.bench:w{j:02}")
+}
+
 /// The simulated node: kubelet paths, one SMB server with one share and an account, one iSCSI portal with
-/// `targets` one-way-CHAP targets of one RAW LUN each.
-pub(crate) fn scenario(targets: usize) -> Result<Scenario> {
-    let targets: Vec<_> = (0..targets)
+/// `targets` one-way-CHAP targets of one RAW LUN each, and `wide` one-way-CHAP targets of `luns` RAW LUNs each.
+pub(crate) fn scenario(targets: usize, wide: usize, luns: usize) -> Result<Scenario> {
+    let chap =
+        serde_json::json!({ "mode": "one_way", "username": CHAP_USER, "secret": CHAP_SECRET });
+    let mut targets: Vec<_> = (0..targets)
         .map(|i| {
             serde_json::json!({
                 "iqn": iqn(i),
-                "chap": { "mode": "one_way", "username": CHAP_USER, "secret": CHAP_SECRET },
+                "chap": chap,
                 "luns": [ { "lun": 0, "id": format!("b{i:04}"), "size": LUN_SIZE, "partition_style": "raw" } ]
             })
         })
         .collect();
+    targets.extend((0..wide).map(|j| {
+        let luns: Vec<_> = (0..luns)
+            .map(|k| {
+                serde_json::json!({ "lun": k, "id": format!("w{j:02}l{k:03}"), "size": LUN_SIZE, "partition_style": "raw" })
+            })
+            .collect();
+        serde_json::json!({ "iqn": wide_iqn(j), "chap": chap, "luns": luns })
+    }));
     let json = serde_json::json!({
         "host": {
             "kubelet_path": r"C:\var\lib\kubelet",
@@ -85,32 +101,36 @@ pub(crate) fn scenario(targets: usize) -> Result<Scenario> {
     Ok(Scenario::from_json(&json.to_string())?)
 }
 
-/// Hands out fresh volumes: a new PV on the share, or the next unused iSCSI target.
+/// Hands out fresh volumes: a new PV on the share, or the next unused iSCSI target (or LUNs of the next unused wide
+/// target).
 #[derive(Debug)]
 pub(crate) struct Allocator {
     next: AtomicUsize,
     next_target: AtomicUsize,
     targets: usize,
+    next_wide: AtomicUsize,
+    wide: usize,
+    luns: usize,
 }
 
 impl Allocator {
-    /// An allocator over `targets` iSCSI targets.
-    pub(crate) fn new(targets: usize) -> Allocator {
+    /// An allocator over `targets` single-LUN iSCSI targets and `wide` targets of `luns` LUNs (as in [`scenario`]).
+    pub(crate) fn new(targets: usize, wide: usize, luns: usize) -> Allocator {
         Allocator {
             next: AtomicUsize::new(0),
             next_target: AtomicUsize::new(0),
             targets,
+            next_wide: AtomicUsize::new(0),
+            wide,
+            luns,
         }
     }
 
-    /// A volume never used before in this run.
+    /// A volume never used before in this run (an iSCSI one is LUN 0 of its own target).
     pub(crate) fn fresh(&self, protocol: Protocol) -> Result<BenchVolume> {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
-        let name = format!("pv-bench-{i:05}");
-        let volume = match protocol {
-            Protocol::Smb => {
-                wincsi_e2e::fixtures::smb_volume(&name, "bench", &format!("pvc-{i:05}"), None)
-            }
+        match protocol {
+            Protocol::Smb => Ok(Self::smb(i)),
             Protocol::Iscsi => {
                 let t = self.next_target.fetch_add(1, Ordering::Relaxed);
                 if t >= self.targets {
@@ -119,31 +139,68 @@ impl Allocator {
                         self.targets
                     )));
                 }
-                let mut v = Volume::persistent(
-                    &name,
-                    &format!("{}#lun-0", iqn(t)),
-                    "bench",
-                    &format!("pvc-{i:05}"),
-                )
-                .attr("targetPortal", &format!("{ISCSI_PORTAL}:3260"))
-                .attr("iqn", &iqn(t))
-                .attr("lun", "0")
-                .attr("sessionCHAPAuth", "true")
-                .attr("discoveryCHAPAuth", "false")
-                .stage_secret("node.session.auth.username", CHAP_USER)
-                .stage_secret("node.session.auth.password", CHAP_SECRET)
-                .mode(Mode::SingleNodeWriter);
-                v.fs_type = "ntfs".to_owned();
-                v
+                Ok(Self::iscsi(i, &iqn(t), 0))
             }
-        };
+        }
+    }
+
+    /// `n` volumes never used before that share their storage object: PVs on the one share, or LUNs 0..n of one
+    /// target nothing has logged in to yet (the first stage logs in, the others use its session).
+    pub(crate) fn fresh_group(&self, protocol: Protocol, n: usize) -> Result<Vec<BenchVolume>> {
+        match protocol {
+            Protocol::Smb => (0..n).map(|_| self.fresh(protocol)).collect(),
+            Protocol::Iscsi => {
+                let w = self.next_wide.fetch_add(1, Ordering::Relaxed);
+                if w >= self.wide || n > self.luns {
+                    return Err(Error::Setup(format!(
+                        "the bench scenario has {} targets of {} LUNs; a group of {n} LUNs needs another",
+                        self.wide, self.luns
+                    )));
+                }
+                Ok((0..n)
+                    .map(|k| {
+                        let i = self.next.fetch_add(1, Ordering::Relaxed);
+                        Self::iscsi(i, &wide_iqn(w), k)
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    fn smb(i: usize) -> BenchVolume {
+        let name = format!("pv-bench-{i:05}");
+        let volume = wincsi_e2e::fixtures::smb_volume(&name, "bench", &format!("pvc-{i:05}"), None);
+        Self::used_by_a_pod(i, volume)
+    }
+
+    fn iscsi(i: usize, iqn: &str, lun: usize) -> BenchVolume {
+        let name = format!("pv-bench-{i:05}");
+        let mut v = Volume::persistent(
+            &name,
+            &format!("{iqn}#lun-{lun}"),
+            "bench",
+            &format!("pvc-{i:05}"),
+        )
+        .attr("targetPortal", &format!("{ISCSI_PORTAL}:3260"))
+        .attr("iqn", iqn)
+        .attr("lun", &lun.to_string())
+        .attr("sessionCHAPAuth", "true")
+        .attr("discoveryCHAPAuth", "false")
+        .stage_secret("node.session.auth.username", CHAP_USER)
+        .stage_secret("node.session.auth.password", CHAP_SECRET)
+        .mode(Mode::SingleNodeWriter);
+        v.fs_type = "ntfs".to_owned();
+        Self::used_by_a_pod(i, v)
+    }
+
+    fn used_by_a_pod(i: usize, volume: Volume) -> BenchVolume {
         let pod = Pod::new("bench", &format!("pod-{i:05}"));
-        Ok(BenchVolume {
+        BenchVolume {
             staging: staging_path(KUBELET_PATH_ROOT, DRIVER_NAME, &volume.handle),
             target: publish_path(KUBELET_PATH_ROOT, &pod.uid, &volume.name),
             volume,
             pod,
-        })
+        }
     }
 }
 

@@ -87,6 +87,30 @@ impl<'a, H: Host> Context<'a, H> {
         Ok(out)
     }
 
+    /// The record of `T`'s protocol with the smallest volume id whose facts `wanted` accepts, decoded; a scan that
+    /// copies only its answer. Records whose facts do not decode are quarantined, as [`Self::records`] does.
+    pub fn first_record<T: Details>(
+        &self,
+        mut wanted: impl FnMut(&VolumeRecord, &T) -> bool,
+    ) -> Result<Option<(VolumeRecord, T)>, Error> {
+        let mut corrupt = Vec::new();
+        let found = self.store.first_volume(|rec| match rec.details::<T>() {
+            Ok(Some(details)) => wanted(rec, &details),
+            Ok(None) => false,
+            Err(e) => {
+                corrupt.push((rec.volume_id.clone(), e.to_string()));
+                false
+            }
+        })?;
+        for (volume_id, why) in corrupt {
+            self.store.quarantine_details(&volume_id, &why);
+        }
+        Ok(match found {
+            Some(rec) => rec.details::<T>()?.map(|details| (rec, details)),
+            None => None,
+        })
+    }
+
     /// Whether a shared host object (an SMB mapping, an iSCSI session) that `others` other records use may be removed:
     /// only when no other record uses it and no volume record is quarantined (a quarantined record may describe a
     /// user of any shared object, so it is counted as one). Logs why an object is kept.

@@ -5,7 +5,7 @@
 use tracing::{debug, info};
 
 use super::adopt::principal_unknown;
-use super::{SmbRecord, SmbVolume, share_users};
+use super::{SmbRecord, SmbVolume};
 use crate::error::Error;
 use crate::host::name::starts_with_name;
 use crate::host::{
@@ -78,10 +78,10 @@ impl MapRepair {
         {
             mapped_by_us = proves(rec, &r);
         }
-        for (rec, r) in cx.records::<SmbRecord>()? {
-            if rec.volume_id != volume_id && proves(&rec, &r) {
-                mapped_by_us = true;
-            }
+        if !mapped_by_us {
+            mapped_by_us = cx
+                .first_record::<SmbRecord>(|rec, r| rec.volume_id != volume_id && proves(rec, r))?
+                .is_some();
         }
         Ok(Self { mapped_by_us })
     }
@@ -153,9 +153,11 @@ pub(super) async fn lock_mapping<H: Host>(
     root: &str,
 ) -> Result<KeyedGuard, Error> {
     let other_staged = || -> Result<bool, Error> {
-        Ok(share_users(cx, root)?
-            .iter()
-            .any(|r| r.volume_id != volume_id && r.phase == Phase::Staged))
+        Ok(cx
+            .first_record::<SmbRecord>(|r, f| {
+                r.volume_id != volume_id && r.phase == Phase::Staged && names_equal(&f.root, root)
+            })?
+            .is_some())
     };
     if !other_staged()? {
         let guard = cx.object_locks().lock(root).await;
@@ -189,30 +191,26 @@ pub(super) fn check_principal<H: Host>(
 ) -> Result<(), Error> {
     let server = format!("\\\\{}\\", vol.source.server_key());
     let mine = vol.principal().unwrap_or("");
-    for (rec, facts) in cx.records::<SmbRecord>()? {
-        // An adopted record whose principal is unknown neither refuses nor matches: Windows decides (1219).
-        if rec.volume_id == volume_id || principal_unknown(&rec, &facts) {
-            continue;
-        }
-        let SmbRecord {
-            root, principal, ..
-        } = facts;
-        let theirs = principal.as_deref().unwrap_or("");
-        if starts_with_name(&root, &server) && !same_principal(theirs, mine) {
-            let theirs = if theirs.is_empty() {
-                "(no credential)"
-            } else {
-                theirs
-            };
-            return Err(Error::FailedPrecondition(format!(
-                "SMB server {} is already mapped on this node under principal {theirs} (volume {:?}); Windows \
-                 allows one user per server per node (error 1219). Use the same credentials for every volume on \
-                 {}, or unstage the other volume first",
-                vol.source.server(),
-                rec.volume_id,
-                vol.source.server()
-            )));
-        }
+    // An adopted record whose principal is unknown neither refuses nor matches: Windows decides (1219).
+    let conflict = cx.first_record::<SmbRecord>(|rec, facts| {
+        rec.volume_id != volume_id
+            && !principal_unknown(rec, facts)
+            && starts_with_name(&facts.root, &server)
+            && !same_principal(facts.principal.as_deref().unwrap_or(""), mine)
+    })?;
+    if let Some((rec, facts)) = conflict {
+        let theirs = match facts.principal.as_deref() {
+            None | Some("") => "(no credential)",
+            Some(p) => p,
+        };
+        return Err(Error::FailedPrecondition(format!(
+            "SMB server {} is already mapped on this node under principal {theirs} (volume {:?}); Windows \
+             allows one user per server per node (error 1219). Use the same credentials for every volume on \
+             {}, or unstage the other volume first",
+            vol.source.server(),
+            rec.volume_id,
+            vol.source.server()
+        )));
     }
     Ok(())
 }

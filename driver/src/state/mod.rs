@@ -178,14 +178,12 @@ impl VolumeRecord {
         if !self.is::<T>() {
             return Ok(None);
         }
-        serde_json::from_value(serde_json::Value::Object(self.details.clone()))
-            .map(Some)
-            .map_err(|e| {
-                Error::Internal(format!(
-                    "state store: corrupt {} record of volume {:?}: {e}",
-                    self.protocol, self.volume_id
-                ))
-            })
+        T::deserialize(&self.details).map(Some).map_err(|e| {
+            Error::Internal(format!(
+                "state store: corrupt {} record of volume {:?}: {e}",
+                self.protocol, self.volume_id
+            ))
+        })
     }
 
     /// The same record with another phase.
@@ -582,6 +580,23 @@ impl StateStore {
             .collect();
         out.sort_by(|a, b| a.volume_id.cmp(&b.volume_id));
         Ok(out)
+    }
+
+    /// The usable volume record with the smallest volume id for which `wanted` holds: a scan that copies nothing but
+    /// its answer (the checks a stage makes against every other record stay cheap with many volumes).
+    pub fn first_volume(
+        &self,
+        mut wanted: impl FnMut(&VolumeRecord) -> bool,
+    ) -> Result<Option<VolumeRecord>, Error> {
+        self.reread_quarantined(Kind::Volume);
+        let ix = self.shared.index();
+        Ok(ix
+            .volumes
+            .values()
+            .filter_map(Slot::good)
+            .filter(|r| wanted(r))
+            .min_by(|a, b| a.volume_id.cmp(&b.volume_id))
+            .map(|r| (**r).clone()))
     }
 
     /// The publish record of a target, by the target's key (`HostPath::key`).

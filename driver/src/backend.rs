@@ -66,7 +66,7 @@ pub type Manager<H> = VolumeManager<H, Protocols>;
 
 /// A lifecycle over `host` with every protocol, keeping records in `state_dir`.
 pub fn manager<H: Host>(host: H, cfg: VolumeConfig, state_dir: &Path) -> Result<Manager<H>, Error> {
-    let protocols = (Iscsi::new(host.capabilities()), Smb);
+    let protocols = (Iscsi::new(host.capabilities()), Smb::default());
     VolumeManager::new(host, protocols, cfg, state_dir)
 }
 

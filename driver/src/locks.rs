@@ -174,6 +174,16 @@ impl KeyedGuard {
         matches!(self.guard, Some(Held::Shared(_)))
     }
 
+    /// Turn an exclusive guard into a shared one at once (no-op when already shared): no other exclusive holder can
+    /// come in between, so what the holder made stays as it left it, and waiting shared holders go on.
+    pub fn downgrade(&mut self) {
+        if let Some(Held::Exclusive(g)) = self.guard.take() {
+            self.guard = Some(Held::Shared(tokio::sync::OwnedRwLockWriteGuard::downgrade(
+                g,
+            )));
+        }
+    }
+
     /// Turn a shared guard into an exclusive one (no-op when already exclusive). The shared side is released
     /// first (two upgraders would otherwise deadlock), so the caller must re-check whatever it read under it.
     pub async fn upgrade(&mut self) {

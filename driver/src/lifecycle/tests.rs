@@ -790,7 +790,7 @@ fn adopting(env: &Env) -> VolumeManager<CsiProxyHost, (Adopter, Smb)> {
         kubelet_root: KubeletRoot::new(KUBELET).expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    let protocols = (Adopter { root: SHARE.into() }, Smb);
+    let protocols = (Adopter { root: SHARE.into() }, Smb::default());
     VolumeManager::new(
         CsiProxyHost::new(env.inproc.client()),
         protocols,

@@ -5,7 +5,7 @@
 use tracing::{debug, info};
 
 use super::adopt::principal_unknown;
-use super::{SmbRecord, SmbVolume};
+use super::{Mappings, SmbRecord, SmbVolume};
 use crate::error::Error;
 use crate::host::name::starts_with_name;
 use crate::host::{
@@ -143,21 +143,26 @@ pub(super) async fn map_locked<H: Host>(
     map_repairing(h, remote, link, cred, repair).await
 }
 
-/// Lock a share's mapping for a stage of `volume_id`: the shared side when another volume is already Staged on
-/// the share (the mapping exists and only needs a link, so stages of many volumes on one share overlap), the
-/// exclusive side otherwise (this stage may create or repair the mapping). Unstage and every mapping removal take
+/// Lock a share's mapping for a stage of `volume_id`: the shared side when the mapping exists (this process made it,
+/// see [`Mappings`], when `mappings` is given; or another volume is Staged on the share: it only needs a link, so stages of many volumes on one
+/// share overlap), the exclusive side otherwise (this stage may create or repair the mapping). Unstage and every mapping removal take
 /// the exclusive side, so a mapping is never removed while a stage holds either side.
 pub(super) async fn lock_mapping<H: Host>(
     cx: Context<'_, H>,
+    mappings: Option<&Mappings>,
     volume_id: &str,
     root: &str,
 ) -> Result<KeyedGuard, Error> {
+    // The mapping exists: this process made it (and has not removed it since), or another volume is Staged on it.
     let other_staged = || -> Result<bool, Error> {
-        Ok(cx
-            .first_record::<SmbRecord>(|r, f| {
-                r.volume_id != volume_id && r.phase == Phase::Staged && names_equal(&f.root, root)
-            })?
-            .is_some())
+        Ok(mappings.is_some_and(|m| m.known(root))
+            || cx
+                .first_record::<SmbRecord>(|r, f| {
+                    r.volume_id != volume_id
+                        && r.phase == Phase::Staged
+                        && names_equal(&f.root, root)
+                })?
+                .is_some())
     };
     if !other_staged()? {
         let guard = cx.object_locks().lock(root).await;

@@ -76,7 +76,8 @@
 //! not reach the share. A credential-less volume needs csi-proxy v1.3.0+: v1.1.x and v1.2.x always build a
 //! PowerShell credential, and such a stage fails with FailedPrecondition naming that limit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
@@ -132,8 +133,41 @@ impl SmbRecord {
 }
 
 /// The SMB protocol.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Smb;
+#[derive(Clone, Debug, Default)]
+pub struct Smb {
+    mappings: Mappings,
+}
+
+/// The share roots (lock keys) this process mapped and has not removed since. A stage that finds its root here takes
+/// the shared side of the mapping lock at once, without waiting for the stage that made the mapping to finish (see
+/// `mapping::lock_mapping`). Only a hint: under the shared side the plain `NewSmbGlobalMapping` runs and a mapping found
+/// broken is repaired under the exclusive side, as for any existing mapping. Every removal forgets the root; empty at
+/// start.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Mappings(Arc<Mutex<HashSet<String>>>);
+
+impl Mappings {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether this process mapped `root` and has not removed it since.
+    pub(crate) fn known(&self, root: &str) -> bool {
+        self.set().contains(root)
+    }
+
+    /// `root` is mapped (a `NewSmbGlobalMapping` of it succeeded).
+    pub(crate) fn mapped(&self, root: &str) {
+        self.set().insert(root.to_owned());
+    }
+
+    /// `root`'s mapping is being removed.
+    pub(crate) fn forget(&self, root: &str) {
+        self.set().remove(root);
+    }
+}
 
 impl<H: Host> Protocol<H> for Smb {
     type Volume = SmbVolume;
@@ -162,7 +196,7 @@ impl<H: Host> Protocol<H> for Smb {
         vol: &SmbVolume,
         d: Deadline,
     ) -> Result<(), Error> {
-        stage::stage(cx, at, vol, d).await
+        stage::stage(cx, &self.mappings, at, vol, d).await
     }
 
     async fn unstage(
@@ -172,7 +206,7 @@ impl<H: Host> Protocol<H> for Smb {
         record: &VolumeRecord,
         d: Deadline,
     ) -> Result<(), Error> {
-        unstage(cx, staging, record, d).await
+        unstage(cx, &self.mappings, staging, record, d).await
     }
 
     async fn stats(
@@ -239,6 +273,7 @@ fn share_users<H: Host>(cx: Context<'_, H>, root: &str) -> Result<Vec<VolumeReco
 /// host shows, see `adopt.rs`) names its root, then the record.
 async fn unstage<H: Host>(
     cx: Context<'_, H>,
+    mappings: &Mappings,
     staging: &HostPath,
     record: &VolumeRecord,
     d: Deadline,
@@ -265,6 +300,7 @@ async fn unstage<H: Host>(
         };
     if cx.may_remove_shared(others, &root) {
         let remote = UncPath::parse(&remote_path, "recorded remote path")?.root();
+        mappings.forget(&root);
         match remove_mapping(&h, &remote).await {
             Ok(()) => info!(root = %root, "last user gone: SMB mapping removed"),
             Err(e) if e.kind == HostErrorKind::NotFound => {

@@ -5,7 +5,7 @@
 use tracing::{debug, info, warn};
 
 use super::mapping::{MapRepair, check_principal, lock_mapping, map_locked, remove_mapping};
-use super::{SmbRecord, SmbVolume, reaches_share, share_users};
+use super::{Mappings, SmbRecord, SmbVolume, reaches_share, share_users};
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind};
 use crate::lifecycle::{Context, StageAt, host_error};
@@ -20,6 +20,7 @@ fn server_lock_key(vol: &SmbVolume) -> String {
 /// NodeStageVolume of a share.
 pub(super) async fn stage<H: Host>(
     cx: Context<'_, H>,
+    mappings: &Mappings,
     at: StageAt<'_>,
     vol: &SmbVolume,
     d: Deadline,
@@ -100,8 +101,20 @@ pub(super) async fn stage<H: Host>(
         cx.store().put_volume(&record).await?;
     }
     let root = vol.source.root_key();
-    let mut mapping = lock_mapping(cx, volume_id, &root).await?;
+    // A re-stage (a record exists) may find the mapping broken and repair it: it does not go by what this process
+    // remembers making.
+    let mut mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
     let mut mapped = false;
+    // Whether this call made the mapping (under the exclusive side, which it then gave up for the shared one).
+    let mut created = false;
+    // Once the share is mapped, the other stages queued on it go on under the shared side while this one finishes.
+    let mut share_mapped = |mapping: &mut crate::locks::KeyedGuard| {
+        mappings.mapped(&root);
+        if !mapping.is_shared() {
+            created = true;
+            mapping.downgrade();
+        }
+    };
     // Whether a link this call made is at the staging path (the only thing a rollback may remove there).
     let mut link_ours = false;
     let cred = vol.credential.as_ref();
@@ -117,6 +130,7 @@ pub(super) async fn stage<H: Host>(
                 .await
                 .map_err(|e| map_error(e, vol, &vol.source))?;
             mapped = true;
+            share_mapped(&mut mapping);
             link_ours = true;
             h.mkdir(&sub).await.map_err(|e| host_error(e, &vol.full_path()))?;
             h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
@@ -127,6 +141,7 @@ pub(super) async fn stage<H: Host>(
             .await
             .map_err(|e| map_error(e, vol, &full))?;
         mapped = true;
+        share_mapped(&mut mapping);
         link_ours = true;
         if let Err(why) = reaches_share(&h, staging).await? {
             return Err(Error::FailedPrecondition(format!(
@@ -158,15 +173,20 @@ pub(super) async fn stage<H: Host>(
                 warn!(error = %e, "rollback: cannot remove the staging link; keeping the record");
                 return Err(err);
             }
-            // Under the shared side another volume is Staged on this share (checked under the lock, and only an
-            // exclusive holder can remove it), so the mapping is never ours alone to remove.
+            // A mapping this call did not make was there before it (another volume uses it, or it was found) and is
+            // never ours alone to remove. One it made may have gained users since it gave up the exclusive side:
+            // they are counted again under that side.
+            if mapped && created {
+                mapping.upgrade().await;
+            }
             if mapped
-                && !mapping.is_shared()
+                && created
                 && share_users(cx, &root)?
                     .iter()
                     .all(|r| r.volume_id == volume_id)
                 && cx.may_remove_shared(0, &root)
             {
+                mappings.forget(&root);
                 match remove_mapping(&h, &vol.source.root()).await {
                     Ok(()) => {}
                     Err(e) if e.kind == HostErrorKind::NotFound => {}

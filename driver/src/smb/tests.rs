@@ -1351,3 +1351,79 @@ async fn a_first_stage_writes_only_the_records_crash_safety_needs() {
         );
     }
 }
+
+// ---- many volumes on one share at once (issue 18 item 4) ----
+
+/// A guard against a regression that would wait forever (not a synchronisation: the test never relies on it passing).
+const NEVER: Duration = Duration::from_secs(120);
+
+#[tokio::test]
+async fn stages_on_a_new_mapping_go_on_while_its_maker_finishes() {
+    let env = new_env(false);
+    // v1 makes the mapping, then is held checking its link.
+    env.hold_nth(IsSymlink, 1);
+    let r1 = stage_req("v1", r"\\srv\share\base", None, "bob");
+    let r2 = stage_req("v2", r"\\srv\share\base\existing", None, "bob");
+    let first = env.stage(&r1, d());
+    tokio::pin!(first);
+    tokio::select! {
+        r = &mut first => panic!("v1 finished while held: {r:?}"),
+        () = env.hung() => {}
+    }
+    assert_eq!(mappings(&env).len(), 1, "v1 mapped the share");
+    // v2 stages to the end meanwhile: it waits neither for v1's check nor for v1's staged record.
+    let second = tokio::time::timeout(NEVER, env.stage(&r2, d()));
+    tokio::select! {
+        r = &mut first => panic!("v1 finished while held: {r:?}"),
+        r = second => r.expect("v2 waited for v1").expect("v2"),
+    }
+    env.release();
+    first.await.expect("v1");
+    assert_eq!(mappings(&env).len(), 1);
+    // The mapping goes with its last user only.
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage v1");
+    assert_eq!(mappings(&env).len(), 1);
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .expect("unstage v2");
+    assert!(mappings(&env).is_empty());
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn a_failed_maker_keeps_the_mapping_another_stage_joined() {
+    let env = new_env(false);
+    // v1 makes the mapping, then its link check is held and fails once released (the share path is missing).
+    env.hold_nth(IsSymlink, 1);
+    let r1 = stage_req("v1", r"\\srv\share\missing", None, "bob");
+    let r2 = stage_req("v2", r"\\srv\share\base", None, "bob");
+    let first = env.stage(&r1, d());
+    tokio::pin!(first);
+    tokio::select! {
+        r = &mut first => panic!("v1 finished while held: {r:?}"),
+        () = env.hung() => {}
+    }
+    let second = tokio::time::timeout(NEVER, env.stage(&r2, d()));
+    tokio::select! {
+        r = &mut first => panic!("v1 finished while held: {r:?}"),
+        r = second => r.expect("v2 waited for v1").expect("v2"),
+    }
+    env.release();
+    first.await.expect_err("v1's path is not on the share");
+    assert!(
+        env.mgr.store().volume("v1").expect("read").is_none(),
+        "v1 rolled back"
+    );
+    assert_eq!(mappings(&env).len(), 1, "v2 uses the mapping v1 made");
+    assert!(env.resolves(&norm_staging("v2")));
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .expect("unstage v2");
+    assert!(mappings(&env).is_empty());
+    env.assert_clean();
+}

@@ -33,12 +33,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_driver LOG ARGS...: start the driver and return once it logged `serving CSI` (bounded, no sleep).
+# start_driver LOG ARGS...: start the driver and return once it logged `serving CSI` (bounded, no sleep). The
+# driver itself is the background job (its pid is what cleanup kills: a pipeline's pid would leave it running); its
+# log is followed until it exits.
 start_driver() {
     local log=$1 bin=$2
     shift 2
-    exec 4< <(exec "$bin" "$@" --log-format json 2>&1 | tee "$log")
-    pids+=($!)
+    "$bin" "$@" --log-format json >"$log" 2>&1 &
+    local pid=$!
+    pids+=("$pid")
+    exec 4< <(exec tail -n +1 -F --pid="$pid" "$log" 2>/dev/null)
     local line
     while read -r -t 120 -u 4 line; do
         case "$line" in

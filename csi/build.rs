@@ -45,6 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
 
     tonic_prost_build::configure()
+        .codec_path("crate::codec::SmallBuffers")
         .build_client(true)
         .build_server(true)
         .skip_debug(secret_messages)

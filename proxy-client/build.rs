@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let group_out = out_dir.join(module);
         std::fs::create_dir_all(&group_out)?;
         tonic_prost_build::configure()
+            .codec_path("crate::codec::SmallBuffers")
             .build_client(true)
             .build_server(server)
             .build_transport(true)

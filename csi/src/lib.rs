@@ -9,6 +9,7 @@
 //! hand-written [`Debug`](std::fmt::Debug) that prints only the number of secret entries, never
 //! keys or values; see [`REDACTED_MESSAGES`].
 
+pub mod codec;
 mod redact;
 
 pub use redact::REDACTED_MESSAGES;

@@ -142,6 +142,7 @@
 
 mod api;
 mod client;
+pub mod codec;
 mod error;
 mod group;
 #[cfg(feature = "server")]

@@ -656,3 +656,40 @@ async fn admin_can_load_a_scenario_and_drive_share_state() {
         "no secrets in state snapshots"
     );
 }
+
+#[tokio::test]
+async fn answers_larger_than_the_codec_buffers_arrive_whole() {
+    // 300 local disks: a ListDiskLocations answer of several KiB, against 1 KiB codec buffers on both sides.
+    let dir = tempfile::tempdir().unwrap();
+    let disks: Vec<_> = (0..300)
+        .map(|n| serde_json::json!({"number": n, "id": format!("disk-with-a-long-identifier-{n:04}"), "size": 1u64 << 30}))
+        .collect();
+    let scenario = dir.path().join("many-disks.json");
+    std::fs::write(&scenario, serde_json::json!({ "disks": disks }).to_string()).unwrap();
+    let p = SimProcess::start(|d| {
+        vec![
+            "--scenario".into(),
+            scenario.display().to_string(),
+            "--socket-dir".into(),
+            d.join("sock").display().to_string(),
+        ]
+    })
+    .await;
+    let mut c = clients(&p.dir.path().join("sock")).await;
+    let locations = c
+        .disk
+        .list_disk_locations(disk_v1::ListDiskLocationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_locations;
+    assert_eq!(locations.len(), 300);
+    let ids = c
+        .disk
+        .list_disk_i_ds(disk_v1::ListDiskIDsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_i_ds;
+    assert_eq!(ids.len(), 300);
+}

@@ -26,6 +26,7 @@ pub(crate) struct Bins {
 pub(crate) struct BenchNode {
     bins: Bins,
     sim: SimProcess,
+    sim_pid: Option<u32>,
     driver: Option<DriverProcess>,
     opts: DriverOptions,
     conn: CsiConn,
@@ -64,7 +65,16 @@ impl BenchNode {
         let driver = DriverProcess::start(&bins.node, &opts).await?;
         let conn = CsiConn::connect(driver.endpoint())?;
         let pid = sys::listener_pid(&socket_path(driver.endpoint())?).await?;
+        let sim_pid = match sim.wiring() {
+            ProxyWiring::UnixSockets(dir) => {
+                sys::listener_pid(&dir.join("csi-proxy-system-v1alpha1.sock"))
+                    .await
+                    .ok()
+            }
+            ProxyWiring::NamedPipes(_) => None,
+        };
         Ok(BenchNode {
+            sim_pid,
             bins: bins.clone(),
             sim,
             driver: Some(driver),
@@ -94,6 +104,11 @@ impl BenchNode {
             .map(|d| d.endpoint().to_owned())
             .ok_or_else(|| Error::Setup("the driver is not running".to_owned()))?;
         Ok(CsiConn::connect(&ep)?)
+    }
+
+    /// The simulator's pid (the listener of its first csi-proxy socket), when it serves Unix sockets.
+    pub(crate) fn sim_pid(&self) -> Option<u32> {
+        self.sim_pid
     }
 
     /// The driver's pid.

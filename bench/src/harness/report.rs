@@ -469,9 +469,11 @@ pub(crate) fn markdown(r: &Results) -> String {
          publish (and the slowest volume's); the part outside the driver's handlers (connections, HTTP/2, queueing \
          before a handler); inside them, host calls as the driver timed them and as the simulator did (the gap is \
          the csi-proxy client and transport), lock waits by lock, waits for durable records (with the level's \
-         commit groups and the changes they carried), and the rest (the driver's own work and runtime queueing).\n\n\
+         commit groups and the changes they carried), the rest (the driver's own work and runtime queueing), and the CPU \
+         time each process used per volume with how busy the machine's cores were over the level.\n\n\
          | Protocol | N | Client (max) | Outside handlers | Host calls (in sim) | Lock waits | Durable waits (groups / \
-         changes) | Rest |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
+         changes) | Rest | CPU per volume: driver / sim / harness (machine busy) |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for row in &c.rows {
         let a = &row.attribution;
@@ -486,7 +488,7 @@ pub(crate) fn markdown(r: &Results) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} ({:.1}) | {:.1} | {:.1} ({:.1}) | {} | {:.1} ({} / {}) | {:.1} |",
+            "| {} | {} | {:.1} ({:.1}) | {:.1} | {:.1} ({:.1}) | {} | {:.1} ({} / {}) | {:.1} | {:.2} / {:.2} / {:.2} ({:.0} %) |",
             row.protocol.name(),
             row.n,
             a.client_ms,
@@ -498,7 +500,11 @@ pub(crate) fn markdown(r: &Results) -> String {
             a.commit_wait_ms,
             a.commit_groups,
             a.commit_changes,
-            a.driver_rest_ms()
+            a.driver_rest_ms(),
+            a.cpu_ms.driver,
+            a.cpu_ms.sim,
+            a.cpu_ms.harness,
+            a.cpu_ms.machine_busy * 100.0
         );
     }
 

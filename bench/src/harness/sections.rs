@@ -311,6 +311,59 @@ pub(crate) struct Attribution {
     pub(crate) commit_groups: u64,
     /// State-record changes committed in the level.
     pub(crate) commit_changes: u64,
+    /// CPU time per volume (ms) of the driver, of the simulator and of this harness (the kubelet side) over the
+    /// level: the three share the machine, so the level's wall time cannot be below their sum over the cores.
+    pub(crate) cpu_ms: Cpu,
+}
+
+/// CPU time per volume over one concurrency level, and how busy the machine was.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Cpu {
+    /// The driver (`wincsi-node`).
+    pub(crate) driver: f64,
+    /// The simulated host (`wincsi-sim`).
+    pub(crate) sim: f64,
+    /// The harness, playing kubelet.
+    pub(crate) harness: f64,
+    /// The machine's busy share over the level (every core; 1.0 = all cores busy throughout).
+    pub(crate) machine_busy: f64,
+}
+
+/// CPU counters read before and after a level.
+#[derive(Debug, Clone, Copy)]
+struct CpuMark {
+    driver: f64,
+    sim: f64,
+    harness: f64,
+    busy: f64,
+    total: f64,
+}
+
+impl CpuMark {
+    fn now(driver: u32, sim: Option<u32>) -> Self {
+        let (busy, total) = sys::machine_cpu_ms();
+        CpuMark {
+            driver: sys::cpu_ms(driver).unwrap_or(0.0),
+            sim: sim.and_then(|p| sys::cpu_ms(p).ok()).unwrap_or(0.0),
+            harness: sys::cpu_ms(std::process::id()).unwrap_or(0.0),
+            busy,
+            total,
+        }
+    }
+
+    fn per_volume(self, after: CpuMark, n: usize) -> Cpu {
+        let per = |a: f64, b: f64| (b - a) / n.max(1) as f64;
+        Cpu {
+            driver: per(self.driver, after.driver),
+            sim: per(self.sim, after.sim),
+            harness: per(self.harness, after.harness),
+            machine_busy: if after.total > self.total {
+                (after.busy - self.busy) / (after.total - self.total)
+            } else {
+                0.0
+            },
+        }
+    }
 }
 
 impl Attribution {
@@ -333,6 +386,7 @@ impl Attribution {
         n: usize,
         sim: Duration,
         client: &[Duration],
+        cpu_ms: Cpu,
     ) -> Self {
         let per = |x: f64| x * 1e3 / n.max(1) as f64;
         let delta =
@@ -365,6 +419,7 @@ impl Attribution {
             commit_wait_ms: per(delta("wincsi_state_commit_duration_seconds_sum", &[])),
             commit_groups: delta("wincsi_state_commit_groups_total", &[]) as u64,
             commit_changes: delta("wincsi_state_commit_changes_total", &[]) as u64,
+            cpu_ms,
         }
     }
 }
@@ -478,7 +533,9 @@ pub(crate) async fn concurrency(
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     (tx, sample_rss(node.driver_pid(), rx))
                 });
+                let cpu_before = CpuMark::now(node.driver_pid(), node.sim_pid());
                 let up = up_all(node, &vols).await?;
+                let cpu = cpu_before.per_volume(CpuMark::now(node.driver_pid(), node.sim_pid()), n);
                 if let Some((tx, task)) = sampler {
                     let _ = tx.send(());
                     peak_sampled = peak_sampled.max(task.await.unwrap_or(0));
@@ -486,7 +543,7 @@ pub(crate) async fn concurrency(
                 }
                 let after = node.metrics().await?;
                 let (_, sim) = host_calls_timed(host, &mut cursor).await?;
-                let attribution = Attribution::between(&before, &after, n, sim, &up.each);
+                let attribution = Attribution::between(&before, &after, n, sim, &up.each, cpu);
                 let mut errs = up.errors;
                 errs.extend(down_all(node, &vols).await?);
                 host_calls_since(host, &mut cursor).await?;

@@ -32,6 +32,38 @@ pub(crate) fn memory(pid: u32) -> Result<Memory> {
     })
 }
 
+/// CPU time (user + system, every thread) `pid` has used, in ms (`/proc/<pid>/stat`, in units of `USER_HZ`, which
+/// is 100 on Linux).
+pub(crate) fn cpu_ms(pid: u32) -> Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).map_err(Error::io(format!("reading {path}")))?;
+    // Fields after the command name (which may hold spaces, in parentheses): state is field 3, utime 14, stime 15.
+    let rest = text
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| Error::Setup(format!("{path}: no command name")))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    Ok((tick(11) + tick(12)) * 10.0)
+}
+
+/// The machine's CPU time, in ms: (busy, total) over every core (`/proc/stat`'s `cpu` line; idle and iowait count as
+/// not busy).
+pub(crate) fn machine_cpu_ms() -> (f64, f64) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<f64> = text
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: f64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
+    ((total - idle) * 10.0, total * 10.0)
+}
+
 /// `/proc/loadavg`'s first three fields.
 pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")

@@ -22,8 +22,12 @@ use crate::error::Error;
 /// The most changes one group takes (a bound on the temporary files open at once).
 const MAX_GROUP: usize = 512;
 
-/// The most threads that `fsync` a group's files at once (the committer itself is one of them).
-const SYNC_THREADS: usize = 8;
+/// The most threads that `fsync` a group's files at once (the committer itself is one of them). A file system without
+/// a journal to batch concurrent `fsync`s in (ext4 without one, NTFS's `FlushFileBuffers`) makes each a synchronous
+/// write, so a group of many records finishes only as fast as the device takes them in parallel: with 256 volumes
+/// staged at once on the bench's disk, 32 threads instead of 8 cut the wait for durable records per volume from 193 to
+/// 70 ms (SMB) and 202 to 122 ms (iSCSI). Each thread has a 64 KiB stack and lives for one group.
+const SYNC_THREADS: usize = 32;
 
 /// What a change does to its record file.
 #[derive(Debug)]

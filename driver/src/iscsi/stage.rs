@@ -137,7 +137,14 @@ pub(super) async fn stage<H: Host>(
                 mounted.clone(),
                 retry,
             )
-            .await?;
+            .await
+            .inspect_err(|_| {
+                // Whatever failed, kubelet's retry logs in itself rather than trusting the session again (a host
+                // that answers for a lost session with an error of its own would otherwise fail every retry).
+                if joined {
+                    sessions.forget(&key);
+                }
+            })?;
             match steps {
                 Steps::Done => return Ok(()),
                 Steps::SessionGone => {

@@ -1719,3 +1719,35 @@ async fn two_volumes_naming_one_lun_at_once_never_format_it_twice() {
     assert!(ra.is_ok() || rb.is_ok(), "{ra:?} {rb:?}");
     assert!(env.data_loss().is_empty(), "{:?}", env.data_loss());
 }
+
+#[tokio::test]
+async fn a_failed_stage_on_a_joined_session_logs_in_on_the_retry() {
+    let env = Env::new();
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("v1");
+    // The joined session's disk list fails with an error of the host's own (not "not found").
+    env.fail_nth(GetTargetDisks, 1, "Get-IscsiTarget : unexpected failure");
+    env.ops();
+    env.mgr
+        .stage(&stage_req("v2", 1, &[], &[]), d())
+        .await
+        .expect_err("the disk list failed");
+    let ops = env.ops();
+    assert!(!ops.contains(&ConnectTarget), "joined: {ops:?}");
+    env.mgr
+        .stage(&stage_req("v2", 1, &[], &[]), d())
+        .await
+        .expect("the retry");
+    let ops = env.ops();
+    assert!(ops.contains(&ConnectTarget), "the retry logs in: {ops:?}");
+    assert_eq!(env.sessions(), 1);
+    for id in ["v1", "v2"] {
+        env.mgr
+            .unstage(&unstage_req(id), d())
+            .await
+            .expect("unstage");
+    }
+    env.assert_clean();
+}

@@ -1357,6 +1357,30 @@ async fn a_first_stage_writes_only_the_records_crash_safety_needs() {
 /// A guard against a regression that would wait forever (not a synchronisation: the test never relies on it passing).
 const NEVER: Duration = Duration::from_secs(120);
 
+/// Stages `maker` until it has mapped the share and is held (the caller holds its first `IsSymlink`), stages `other`
+/// to the end meanwhile (it waits neither for the maker's check nor for its staged record), then lets the maker go
+/// on; the maker's outcome.
+async fn maker_held_while_another_stages(
+    env: &Env,
+    maker: &StageRequest,
+    other: &StageRequest,
+) -> Result<(), Error> {
+    let first = env.stage(maker, d());
+    tokio::pin!(first);
+    tokio::select! {
+        r = &mut first => panic!("the maker finished while held: {r:?}"),
+        () = env.hung() => {}
+    }
+    assert_eq!(mappings(env).len(), 1, "the maker mapped the share");
+    let second = tokio::time::timeout(NEVER, env.stage(other, d()));
+    tokio::select! {
+        r = &mut first => panic!("the maker finished while held: {r:?}"),
+        r = second => r.expect("the other stage waited for the maker").expect("the other stage"),
+    }
+    env.release();
+    first.await
+}
+
 #[tokio::test]
 async fn stages_on_a_new_mapping_go_on_while_its_maker_finishes() {
     let env = new_env(false);
@@ -1364,21 +1388,9 @@ async fn stages_on_a_new_mapping_go_on_while_its_maker_finishes() {
     env.hold_nth(IsSymlink, 1);
     let r1 = stage_req("v1", r"\\srv\share\base", None, "bob");
     let r2 = stage_req("v2", r"\\srv\share\base\existing", None, "bob");
-    let first = env.stage(&r1, d());
-    tokio::pin!(first);
-    tokio::select! {
-        r = &mut first => panic!("v1 finished while held: {r:?}"),
-        () = env.hung() => {}
-    }
-    assert_eq!(mappings(&env).len(), 1, "v1 mapped the share");
-    // v2 stages to the end meanwhile: it waits neither for v1's check nor for v1's staged record.
-    let second = tokio::time::timeout(NEVER, env.stage(&r2, d()));
-    tokio::select! {
-        r = &mut first => panic!("v1 finished while held: {r:?}"),
-        r = second => r.expect("v2 waited for v1").expect("v2"),
-    }
-    env.release();
-    first.await.expect("v1");
+    maker_held_while_another_stages(&env, &r1, &r2)
+        .await
+        .expect("v1");
     assert_eq!(mappings(&env).len(), 1);
     // The mapping goes with its last user only.
     env.mgr
@@ -1401,19 +1413,9 @@ async fn a_failed_maker_keeps_the_mapping_another_stage_joined() {
     env.hold_nth(IsSymlink, 1);
     let r1 = stage_req("v1", r"\\srv\share\missing", None, "bob");
     let r2 = stage_req("v2", r"\\srv\share\base", None, "bob");
-    let first = env.stage(&r1, d());
-    tokio::pin!(first);
-    tokio::select! {
-        r = &mut first => panic!("v1 finished while held: {r:?}"),
-        () = env.hung() => {}
-    }
-    let second = tokio::time::timeout(NEVER, env.stage(&r2, d()));
-    tokio::select! {
-        r = &mut first => panic!("v1 finished while held: {r:?}"),
-        r = second => r.expect("v2 waited for v1").expect("v2"),
-    }
-    env.release();
-    first.await.expect_err("v1's path is not on the share");
+    maker_held_while_another_stages(&env, &r1, &r2)
+        .await
+        .expect_err("v1's path is not on the share");
     assert!(
         env.mgr.store().volume("v1").expect("read").is_none(),
         "v1 rolled back"

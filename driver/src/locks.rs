@@ -142,6 +142,30 @@ impl KeyedLocks {
         }
     }
 
+    /// Wait for the exclusive lock on `key`, or for `until`, whichever comes first: `None` when `until` finished first
+    /// (the queued request is withdrawn, and the time waited is still reported). For a waiter whose reason to want
+    /// the exclusive side can go away while it queues (another holder did the work it would do).
+    pub async fn lock_unless(
+        &self,
+        key: &str,
+        until: impl Future<Output = ()>,
+    ) -> Option<KeyedGuard> {
+        let since = Instant::now();
+        let entry = self.entry(key);
+        let guard = tokio::select! {
+            biased;
+            guard = entry.write_owned() => Some(guard),
+            () = until => None,
+        };
+        self.observe(key, since);
+        guard.map(|guard| KeyedGuard {
+            guard: Some(Held::Exclusive(guard)),
+            locks: Arc::clone(&self.locks),
+            observer: self.observer.clone(),
+            key: key.to_owned(),
+        })
+    }
+
     /// Wait for the shared lock on `key` (waits while an exclusive holder runs; other shared holders do not block).
     pub async fn lock_shared(&self, key: &str) -> KeyedGuard {
         let since = Instant::now();
@@ -363,6 +387,32 @@ mod tests {
             "the shared side waits for an exclusive holder"
         );
         drop(b);
+        assert!(locks.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lock_unless_withdraws_when_its_reason_goes() {
+        let locks = KeyedLocks::default();
+        let mut maker = locks.lock(r"\\srv\share").await;
+        let (done, made) = tokio::sync::oneshot::channel::<()>();
+        let waiter = locks.lock_unless(r"\\srv\share", async {
+            let _ = made.await;
+        });
+        tokio::pin!(waiter);
+        let probe = tokio::time::timeout(Duration::from_secs(60), &mut waiter).await;
+        assert!(probe.is_err(), "queued behind the exclusive holder");
+        // The holder did the work and keeps the shared side: the queued request is withdrawn, and a shared
+        // request made after it is granted at once.
+        maker.downgrade();
+        done.send(()).expect("send");
+        assert!(waiter.await.is_none());
+        let shared = locks.lock_shared(r"\\srv\share").await;
+        drop((maker, shared));
+        // Free and nothing happened: the exclusive side.
+        let g = locks
+            .lock_unless(r"\\srv\share", std::future::pending())
+            .await;
+        assert!(g.is_some_and(|g| !g.is_shared()));
         assert!(locks.is_empty());
     }
 

@@ -165,15 +165,26 @@ pub(super) async fn lock_mapping<H: Host>(
                 .is_some())
     };
     if !other_staged()? {
-        let guard = cx.object_locks().lock(root).await;
-        if !other_staged()? {
+        // A first user queued behind the one making the mapping stops waiting for the exclusive side as soon as the
+        // mapping is made (its maker keeps only the shared side until its stage ends), instead of waiting for that
+        // whole stage and then for every first user queued ahead of it.
+        let guard = match mappings {
+            Some(m) => {
+                cx.object_locks()
+                    .lock_unless(root, m.until_known(root))
+                    .await
+            }
+            None => Some(cx.object_locks().lock(root).await),
+        };
+        if let Some(guard) = guard
+            && !other_staged()?
+        {
             return Ok(guard);
         }
         // Stages that queued together as first users: one created the mapping while this one waited, so this
-        // one only adds a link. Release the exclusive side (the next queued first user re-checks the same way)
-        // and continue under the shared side.
-        debug!(root = %root, "another volume staged meanwhile: taking the shared mapping lock");
-        drop(guard);
+        // one only adds a link. Release the exclusive side if it has it (the next queued first user re-checks the
+        // same way) and continue under the shared side.
+        debug!(root = %root, "another volume mapped the share meanwhile: taking the shared mapping lock");
     }
     let mut guard = cx.object_locks().lock_shared(root).await;
     // The other users may have been unstaged (and the mapping removed) while this call waited: re-check under

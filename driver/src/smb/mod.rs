@@ -144,11 +144,19 @@ pub struct Smb {
 /// broken is repaired under the exclusive side, as for any existing mapping. Every removal forgets the root; empty at
 /// start.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Mappings(Arc<Mutex<HashSet<String>>>);
+pub(crate) struct Mappings(Arc<MappingsInner>);
+
+#[derive(Debug, Default)]
+struct MappingsInner {
+    roots: Mutex<HashSet<String>>,
+    /// Woken whenever a root becomes known: first stages queued for the exclusive side stop waiting for it.
+    mapped: tokio::sync::Notify,
+}
 
 impl Mappings {
     fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.0
+            .roots
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -161,11 +169,26 @@ impl Mappings {
     /// `root` is mapped (a `NewSmbGlobalMapping` of it succeeded).
     pub(crate) fn mapped(&self, root: &str) {
         self.set().insert(root.to_owned());
+        self.0.mapped.notify_waiters();
     }
 
     /// `root`'s mapping is being removed.
     pub(crate) fn forget(&self, root: &str) {
         self.set().remove(root);
+    }
+
+    /// Finishes once `root` is known (at once if it is).
+    pub(crate) async fn until_known(&self, root: &str) {
+        loop {
+            // Registered before the check, so a `mapped` between the check and the wait is not missed.
+            let notified = self.0.mapped.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.known(root) {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 

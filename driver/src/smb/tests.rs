@@ -1429,3 +1429,54 @@ async fn a_failed_maker_keeps_the_mapping_another_stage_joined() {
     assert!(mappings(&env).is_empty());
     env.assert_clean();
 }
+
+#[tokio::test]
+async fn first_users_queued_behind_the_maker_go_on_once_the_share_is_mapped() {
+    let env = new_env(false);
+    // v1 takes the mapping's exclusive side and is held in its NewSmbGlobalMapping.
+    env.hold_nth(NewSmbGlobalMapping, 1);
+    let r1 = stage_req("v1", r"\\srv\share\base", None, "bob");
+    let r2 = stage_req("v2", r"\\srv\share\base\existing", None, "bob");
+    let first = env.stage(&r1, d());
+    tokio::pin!(first);
+    tokio::select! {
+        r = &mut first => panic!("the maker finished while held: {r:?}"),
+        () = env.hung() => {}
+    }
+    // v2, also a first user of the share, checks its staging path and queues for the exclusive side.
+    let second = tokio::time::timeout(NEVER, env.stage(&r2, d()));
+    tokio::pin!(second);
+    let queued = async {
+        while env.ops().iter().filter(|op| **op == PathExists).count() < 2 {
+            tokio::task::yield_now().await;
+        }
+        // Its answer back through the transport to the lock (no host call in between).
+        for _ in 0..64 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::select! {
+        r = &mut second => panic!("v2 finished before the share was mapped: {r:?}"),
+        () = queued => {}
+    }
+    assert!(mappings(&env).is_empty(), "v1's mapping is still held");
+    // v1 maps the share, then is held checking its link; v2 goes on to the end meanwhile.
+    env.hold_nth(IsSymlink, 1);
+    env.release();
+    tokio::select! {
+        r = &mut first => panic!("the maker finished while held: {r:?}"),
+        r = &mut second => r.expect("v2 waited for the maker's whole stage").expect("v2"),
+    }
+    assert!(env.resolves(&norm_staging("v2")));
+    env.release();
+    first.await.expect("v1");
+    assert_eq!(mappings(&env).len(), 1);
+    for v in ["v1", "v2"] {
+        env.mgr
+            .unstage(&unstage_req(v), d())
+            .await
+            .expect("unstage");
+    }
+    assert!(mappings(&env).is_empty());
+    env.assert_clean();
+}

@@ -1,10 +1,14 @@
 //! Which disk is a LUN's? The identity algorithm of the module docs: target ∩ LUN, identity hints, pinned
 //! identity, and the bounded wait for a disk that has not appeared yet.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tracing::{debug, warn};
 
+use super::listings::Listings;
 use super::{IscsiRecord, IscsiVolume, block_error, run, same_id, uncertain};
 use crate::error::Error;
 use crate::host::{DiskIds, Host, HostErrorKind, HostOp, Portal};
@@ -34,8 +38,10 @@ pub(crate) fn backoff_schedule(remaining: Duration) -> Vec<Duration> {
 
 /// Find THE disk of (target, LUN) after a login through `portal` to `iqn` (the target's own spelling); see the
 /// module docs. `None` only for a `joined` session that lists no disk of the target at all (it is gone).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn find_disk<H: Host>(
     h: &Calls<'_, H>,
+    listings: &Listings,
     portal: &Portal,
     iqn: &str,
     vol: &IscsiVolume,
@@ -45,6 +51,9 @@ pub(super) async fn find_disk<H: Host>(
     let d = h.deadline();
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     let mut rescanned = false;
+    // A shared listing that started before this question shows only what it shows: looked at again, the disks are
+    // listed by a call that started after the last look (see `listings`).
+    let mut not_before = None;
     let mut waits = backoff_schedule(d.remaining()).into_iter();
     let candidates = loop {
         let disks = match h
@@ -65,13 +74,17 @@ pub(super) async fn find_disk<H: Host>(
             return Ok(None);
         }
         if !disks.is_empty() {
+            let asked = Instant::now();
             let locs = run(
                 h,
                 HostOp::ListDiskLocations,
                 &target,
-                h.host().list_disk_locations(d),
+                listings
+                    .locations
+                    .get(not_before, || h.host().list_disk_locations(d)),
             )
             .await?;
+            let (joined_listing, locs) = (locs.joined, locs.answer);
             let mut c: Vec<u32> = disks
                 .iter()
                 .copied()
@@ -85,10 +98,15 @@ pub(super) async fn find_disk<H: Host>(
             if !c.is_empty() {
                 break c;
             }
+            if joined_listing {
+                not_before = Some(asked);
+                continue;
+            }
         }
         if !rescanned {
             rescanned = true;
             run(h, HostOp::Rescan, &target, h.host().rescan(d)).await?;
+            not_before = Some(Instant::now());
             continue;
         }
         let delay = match waits.next() {
@@ -108,31 +126,50 @@ pub(super) async fn find_disk<H: Host>(
         || vol.serial.is_some()
         || rec.page83.is_some()
         || rec.serial.is_some();
-    let ids = match h
-        .raw(HostOp::ListDiskIDs, &target, h.host().list_disk_ids(d))
-        .await
-    {
-        Ok(ids) => Some(ids),
-        // An uncertain answer stays uncertain (kubelet retries; the session is kept for that retry).
-        Err(e) if uncertain(e.kind) => return Err(block_error(e, &target)),
-        Err(e) if need_ids => {
-            return Err(Error::FailedPrecondition(format!(
-                "cannot read disk identifiers to verify {target} ({}); refusing to touch a disk whose identity \
-                 cannot be checked",
-                e.message
-            )));
+    let mut not_before = None;
+    loop {
+        let asked = Instant::now();
+        let ids = match h
+            .raw(
+                HostOp::ListDiskIDs,
+                &target,
+                listings.ids.get(not_before, || h.host().list_disk_ids(d)),
+            )
+            .await
+        {
+            Ok(ids) => ids,
+            // An uncertain answer stays uncertain (kubelet retries; the session is kept for that retry).
+            Err(e) if uncertain(e.kind) => return Err(block_error(e, &target)),
+            Err(e) if need_ids => {
+                return Err(Error::FailedPrecondition(format!(
+                    "cannot read disk identifiers to verify {target} ({}); refusing to touch a disk whose identity \
+                     cannot be checked",
+                    e.message
+                )));
+            }
+            Err(e) => {
+                warn!(error = %e.message, "ListDiskIDs failed; identity cannot be pinned");
+                return identify(&target, &candidates, None, vol, rec).map(Some);
+            }
+        };
+        match identify(&target, &candidates, Some(&ids.answer), vol, rec) {
+            // A shared answer that does not identify the disk may predate it: look again with a call of its own.
+            Err(_) if ids.joined => not_before = Some(asked),
+            other => return other.map(Some),
         }
-        Err(e) => {
-            warn!(error = %e.message, "ListDiskIDs failed; identity cannot be pinned");
-            None
-        }
-    };
-    let id_of = |n: u32| {
-        ids.as_ref()
-            .and_then(|m| m.get(&n))
-            .cloned()
-            .unwrap_or_default()
-    };
+    }
+}
+
+/// THE disk of `candidates` (the target's disks at the volume's LUN) that matches the volume's identity hints and
+/// the identity pinned in its record, with its identifiers when `ids` were read.
+fn identify(
+    target: &str,
+    candidates: &[u32],
+    ids: Option<&BTreeMap<u32, DiskIds>>,
+    vol: &IscsiVolume,
+    rec: &IscsiRecord,
+) -> Result<(u32, Option<DiskIds>), Error> {
+    let id_of = |n: u32| ids.and_then(|m| m.get(&n)).cloned().unwrap_or_default();
     let matches = |n: &u32| {
         let i = id_of(*n);
         vol.page83.as_deref().is_none_or(|w| same_id(w, &i.page83))
@@ -184,5 +221,5 @@ pub(super) async fn find_disk<H: Host>(
         }
     }
     debug!(disk = n, page83 = %found.page83.trim(), "disk identified");
-    Ok(Some((n, ids.map(|_| found))))
+    Ok((n, ids.map(|_| found)))
 }

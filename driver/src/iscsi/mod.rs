@@ -164,6 +164,7 @@ use crate::state::{Details, Phase, VolumeRecord};
 mod adopt;
 mod chap;
 pub mod disk;
+mod listings;
 mod params;
 mod stage;
 #[cfg(test)]
@@ -298,6 +299,7 @@ fn target_key(iqn: &str) -> String {
 pub struct Iscsi {
     caps: HostCapabilities,
     sessions: Sessions,
+    listings: listings::Listings,
 }
 
 impl Iscsi {
@@ -306,6 +308,7 @@ impl Iscsi {
         Self {
             caps,
             sessions: Sessions::default(),
+            listings: listings::Listings::default(),
         }
     }
 }
@@ -407,7 +410,16 @@ impl<H: Host> Protocol<H> for Iscsi {
         vol: &IscsiVolume,
         d: Deadline,
     ) -> Result<(), Error> {
-        stage::stage(cx, &self.sessions, at.volume_id, at.staging, vol, d).await
+        stage::stage(
+            cx,
+            &self.sessions,
+            &self.listings,
+            at.volume_id,
+            at.staging,
+            vol,
+            d,
+        )
+        .await
     }
 
     async fn unstage(

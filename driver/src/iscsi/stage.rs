@@ -4,6 +4,7 @@
 use tracing::{debug, info, warn};
 
 use super::disk::find_disk;
+use super::listings::Listings;
 use super::volume::{logout, present};
 use super::{
     IscsiRecord, IscsiVolume, Sessions, block_error, chap, iscsi_record, put_iscsi, run, same_id,
@@ -19,6 +20,7 @@ use crate::state::Phase;
 pub(super) async fn stage<H: Host>(
     cx: Context<'_, H>,
     sessions: &Sessions,
+    listings: &Listings,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
@@ -128,6 +130,7 @@ pub(super) async fn stage<H: Host>(
             let steps = disk_steps(
                 cx,
                 h,
+                listings,
                 volume_id,
                 staging,
                 vol,
@@ -327,6 +330,7 @@ enum Steps {
 async fn disk_steps<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    listings: &Listings,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
@@ -340,7 +344,7 @@ async fn disk_steps<H: Host>(
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     let iqn = rec.target_iqn.clone().unwrap_or_else(|| vol.iqn.clone());
     // 5. Which disk (a joined session that shows no disk of the target at all is gone: the caller logs in).
-    let Some((number, ids)) = find_disk(h, portal, &iqn, vol, rec, joined).await? else {
+    let Some((number, ids)) = find_disk(h, listings, portal, &iqn, vol, rec, joined).await? else {
         return Ok(Steps::SessionGone);
     };
     rec.disk_number = Some(number);

@@ -1751,3 +1751,55 @@ async fn a_failed_stage_on_a_joined_session_logs_in_on_the_retry() {
     }
     env.assert_clean();
 }
+
+#[tokio::test]
+async fn luns_staged_together_share_one_disk_listing() {
+    let env = Env::with(|sc| with_luns(sc, 3));
+    env.mgr
+        .stage(&stage_req("v0", 0, &[], &[]), d())
+        .await
+        .expect("v0");
+    env.ops();
+    // v1's listing of the node's disks is held; v2, joining the session too, asks while it is in flight.
+    env.hold_nth(ListDiskLocations, 1);
+    let (r1, r2) = (stage_req("v1", 1, &[], &[]), stage_req("v2", 2, &[], &[]));
+    let first = env.mgr.stage(&r1, d());
+    tokio::pin!(first);
+    tokio::select! {
+        r = &mut first => panic!("v1 finished while held: {r:?}"),
+        () = env.hung() => {}
+    }
+    let second = env.mgr.stage(&r2, d());
+    tokio::pin!(second);
+    let asked = async {
+        while env.0.ops().iter().filter(|o| **o == GetTargetDisks).count() < 2 {
+            tokio::task::yield_now().await;
+        }
+        // Its answer back through the transport to the listing (no host call in between).
+        for _ in 0..256 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::select! {
+        r = &mut second => panic!("v2 finished without the listing: {r:?}"),
+        () = asked => {}
+    }
+    env.release();
+    let (a, b) = tokio::join!(first, second);
+    a.expect("v1");
+    b.expect("v2");
+    let ops = env.ops();
+    assert_eq!(
+        ops.iter().filter(|o| **o == ListDiskLocations).count(),
+        1,
+        "one listing for both: {ops:?}"
+    );
+    assert_ne!(env.record("v1").volume, env.record("v2").volume);
+    for id in ["v0", "v1", "v2"] {
+        env.mgr
+            .unstage(&unstage_req(id), d())
+            .await
+            .expect("unstage");
+    }
+    env.assert_clean();
+}

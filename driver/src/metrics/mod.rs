@@ -18,7 +18,7 @@
 //! | `wincsi_state_commit_duration_seconds` | histogram | — | the record store: a change queued → durable on disk |
 //! | `wincsi_state_commit_groups_total` | counter | — | the record store: groups committed (one directory `fsync` each) |
 //! | `wincsi_state_commit_changes_total` | counter | — | the record store: changes committed in those groups |
-//! | `wincsi_lock_wait_seconds` | histogram | `lock` | the lifecycle: waiting for a shared host object's lock |
+//! | `wincsi_lock_wait_seconds` | histogram | `lock` | the lifecycle: waiting for a shared host object's lock; iSCSI: for a shared disk listing (`disk-listing`) |
 //! | `wincsi_build_info` | gauge (1) | `version`, `csi_spec`, `target`, `profile`, `rustc` | build constants |
 //!
 //! Label values are fixed vocabularies (RPC and csi-proxy method names, gRPC code names, error kinds, protocol
@@ -236,7 +236,8 @@ impl Metrics {
         );
         registry.register(
             "wincsi_lock_wait_seconds",
-            "Time an operation waited for the lock of a shared host object, by the object's kind",
+            "Time an operation waited for the lock of a shared host object, by the object's kind (disk-listing: for \
+             a disk listing another operation asked for and it shares)",
             lock_wait.clone(),
         );
         registry.register(

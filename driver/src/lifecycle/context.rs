@@ -207,7 +207,9 @@ impl<'a, H: Host> Calls<'a, H> {
                 "was not started: the request deadline had passed",
             ))
         } else {
-            match tokio::time::timeout_at(self.d.instant(), fut).await {
+            // On the heap for the call's duration only: inline, the largest host call's future (a gRPC exchange)
+            // would be part of every protocol future that makes a call, for the whole RPC.
+            match tokio::time::timeout_at(self.d.instant(), Box::pin(fut)).await {
                 Ok(r) => r,
                 Err(_) => Err(HostError::new(
                     op,

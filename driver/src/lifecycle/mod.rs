@@ -302,7 +302,8 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
                     .unstage(self.context(), &staging, &rec, d)
                     .await
             }
-            None => self.unstage_unrecorded(&req.volume_id, &staging, d).await,
+            // Boxed: adoption (rare) would otherwise size every unstage's future.
+            None => Box::pin(self.unstage_unrecorded(&req.volume_id, &staging, d)).await,
         }
     }
 

@@ -222,8 +222,9 @@ where
         d: Deadline,
     ) -> Result<(), Error> {
         match vol {
-            Either::First(v) => self.0.stage(cx, at, v, d).await,
-            Either::Second(v) => self.1.stage(cx, at, v, d).await,
+            // Each protocol's future on the heap at its own size: inline, every stage would carry the larger one.
+            Either::First(v) => Box::pin(self.0.stage(cx, at, v, d)).await,
+            Either::Second(v) => Box::pin(self.1.stage(cx, at, v, d)).await,
         }
     }
 
@@ -235,9 +236,9 @@ where
         d: Deadline,
     ) -> Result<(), Error> {
         if self.0.owns(record) {
-            self.0.unstage(cx, staging, record, d).await
+            Box::pin(self.0.unstage(cx, staging, record, d)).await
         } else if self.1.owns(record) {
-            self.1.unstage(cx, staging, record, d).await
+            Box::pin(self.1.unstage(cx, staging, record, d)).await
         } else {
             Err(unowned(record))
         }

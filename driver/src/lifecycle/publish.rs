@@ -41,7 +41,8 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
         {
             check_mount_flags(mount_capability(Some(cap))?)?;
-            return inline::publish(self, req, &target, d).await;
+            // Boxed: the inline path (a Secret read, a private stage) would otherwise size every publish's future.
+            return Box::pin(inline::publish(self, req, &target, d)).await;
         }
         if req.staging_target_path.trim().is_empty() {
             return Err(Error::FailedPrecondition(

@@ -579,9 +579,7 @@ fn iscsi_record<H: Host>(
 /// Other volume records naming the same target (its durable reference count). A record a failed first stage released
 /// no longer holds the session.
 fn target_users<H: Host>(cx: Context<'_, H>, volume_id: &str, iqn: &str) -> Result<usize, Error> {
-    Ok(cx
-        .records::<IscsiRecord>()?
-        .iter()
-        .filter(|(r, i)| r.volume_id != volume_id && !i.released && same_name(&i.iqn, iqn))
-        .count())
+    cx.count_records::<IscsiRecord>(|r, i| {
+        r.volume_id != volume_id && !i.released && same_name(&i.iqn, iqn)
+    })
 }

@@ -111,6 +111,28 @@ impl<'a, H: Host> Context<'a, H> {
         })
     }
 
+    /// How many usable records of protocol `T` `wanted` accepts, decoded in place (nothing is copied: the durable
+    /// reference counts of shared host objects). Records whose facts do not decode are quarantined, as
+    /// [`Self::records`] does.
+    pub fn count_records<T: Details>(
+        &self,
+        mut wanted: impl FnMut(&VolumeRecord, &T) -> bool,
+    ) -> Result<usize, Error> {
+        let mut corrupt = Vec::new();
+        let n = self.store.count_volumes(|rec| match rec.details::<T>() {
+            Ok(Some(details)) => wanted(rec, &details),
+            Ok(None) => false,
+            Err(e) => {
+                corrupt.push((rec.volume_id.clone(), e.to_string()));
+                false
+            }
+        })?;
+        for (volume_id, why) in corrupt {
+            self.store.quarantine_details(&volume_id, &why);
+        }
+        Ok(n)
+    }
+
     /// Whether a shared host object (an SMB mapping, an iSCSI session) that `others` other records use may be removed:
     /// only when no other record uses it and no volume record is quarantined (a quarantined record may describe a
     /// user of any shared object, so it is counted as one). Logs why an object is kept.

@@ -282,14 +282,13 @@ fn details(record: &VolumeRecord) -> Result<SmbRecord, Error> {
     })
 }
 
-/// The volume records naming share `root` (its durable reference count is their number).
-fn share_users<H: Host>(cx: Context<'_, H>, root: &str) -> Result<Vec<VolumeRecord>, Error> {
-    Ok(cx
-        .records::<SmbRecord>()?
-        .into_iter()
-        .filter(|(_, r)| names_equal(&r.root, root))
-        .map(|(rec, _)| rec)
-        .collect())
+/// How many volume records other than `volume_id`'s name share `root` (its durable reference count).
+fn other_share_users<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    root: &str,
+) -> Result<usize, Error> {
+    cx.count_records::<SmbRecord>(|rec, r| rec.volume_id != volume_id && names_equal(&r.root, root))
 }
 
 /// NodeUnstageVolume of a share: the link, then the mapping when no other record (for an adopted record: nor a link the
@@ -310,10 +309,7 @@ async fn unstage<H: Host>(
     let root = name_key(&root);
     let h = cx.calls(d);
     let _mapping = cx.object_locks().lock(&root).await;
-    let others = share_users(cx, &root)?
-        .into_iter()
-        .filter(|r| &r.volume_id != volume_id)
-        .count();
+    let others = other_share_users(cx, volume_id, &root)?;
     // An adopted volume's siblings may have lost their records too: links the host shows count as users.
     let others = others
         + if record.adopted {

@@ -5,7 +5,7 @@
 use tracing::{debug, info, warn};
 
 use super::mapping::{MapRepair, check_principal, lock_mapping, map_locked, remove_mapping};
-use super::{Mappings, SmbRecord, SmbVolume, reaches_share, share_users};
+use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind};
 use crate::lifecycle::{Context, StageAt, host_error};
@@ -181,9 +181,7 @@ pub(super) async fn stage<H: Host>(
             }
             if mapped
                 && created
-                && share_users(cx, &root)?
-                    .iter()
-                    .all(|r| r.volume_id == volume_id)
+                && other_share_users(cx, volume_id, &root)? == 0
                 && cx.may_remove_shared(0, &root)
             {
                 mappings.forget(&root);

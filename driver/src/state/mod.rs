@@ -599,6 +599,22 @@ impl StateStore {
             .map(|r| (**r).clone()))
     }
 
+    /// How many usable volume records `wanted` holds for: a scan that copies nothing (the reference counts of shared
+    /// host objects are taken under their locks, with many volumes at once).
+    pub fn count_volumes(
+        &self,
+        mut wanted: impl FnMut(&VolumeRecord) -> bool,
+    ) -> Result<usize, Error> {
+        self.reread_quarantined(Kind::Volume);
+        let ix = self.shared.index();
+        Ok(ix
+            .volumes
+            .values()
+            .filter_map(Slot::good)
+            .filter(|r| wanted(r))
+            .count())
+    }
+
     /// The publish record of a target, by the target's key (`HostPath::key`).
     pub fn publication(&self, target_key: &str) -> Result<Option<PublishRecord>, Error> {
         Ok(self

@@ -99,6 +99,12 @@
 //! 4. More than one distinct candidate (multipath without MPIO, a target reporting the same LUN twice) is a
 //!    FailedPrecondition; zero after the bounded wait is Unavailable (kubelet retries).
 //!
+//! Stages running at once share a `ListDiskLocations` or `ListDiskIDs` already in flight (`listings.rs`). A shared
+//! answer may predate the stage's question, so it counts only when it shows the LUN's disk and passes steps 2–3; a
+//! stage that misses in one, or fails on it, asks again with a call that started after it asked, and only that
+//! answer decides. So the host-call sequences above are those of one stage alone; with many, some listings are
+//! shared.
+//!
 //! Limits: a disk whose location csi-proxy cannot parse (fewer than five `:`-separated parts) is invisible to
 //! step 1; `ListDiskIDs` fails as a whole when any disk of the node cannot be opened (then hints and pins cannot be
 //! checked and the stage refuses when it needs them); without hints the first stage trusts the target+LUN mapping.

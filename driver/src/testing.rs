@@ -363,9 +363,22 @@ impl Env {
 
     /// Resolves once a call is held or hung.
     pub(crate) async fn hung(&self) {
+        self.hung_at_least(1).await;
+    }
+
+    /// Resolves once at least `n` calls are held or hung.
+    pub(crate) async fn hung_at_least(&self, n: u64) {
         match self.backend {
-            TestBackend::CsiProxy => self.sim.wait_hung(1).await,
-            TestBackend::Native => self.tap.wait_hung(1).await,
+            TestBackend::CsiProxy => self.sim.wait_hung(n).await,
+            TestBackend::Native => self.tap.wait_hung(n).await,
+        }
+    }
+
+    /// How many calls are held or hung right now.
+    pub(crate) fn hung_calls(&self) -> u64 {
+        match self.backend {
+            TestBackend::CsiProxy => self.sim.hung_calls(),
+            TestBackend::Native => self.tap.hung_calls(),
         }
     }
 

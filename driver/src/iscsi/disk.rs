@@ -51,11 +51,11 @@ pub(super) async fn find_disk<H: Host>(
     let d = h.deadline();
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     let mut rescanned = false;
-    // A shared listing that started before this question shows only what it shows: looked at again, the disks are
-    // listed by a call that started after the last look (see `listings`).
-    let mut not_before = None;
     let mut waits = backoff_schedule(d.remaining()).into_iter();
+    // When this look asked for the target's disks: a shared disk listing must have started after it (see `listings`).
+    let mut looked;
     let candidates = loop {
+        looked = Instant::now();
         let disks = match h
             .raw(
                 HostOp::GetTargetDisks,
@@ -74,17 +74,15 @@ pub(super) async fn find_disk<H: Host>(
             return Ok(None);
         }
         if !disks.is_empty() {
-            let asked = Instant::now();
             let locs = run(
                 h,
                 HostOp::ListDiskLocations,
                 &target,
                 listings
                     .locations
-                    .get(not_before, || h.host().list_disk_locations(d)),
+                    .get(looked, || h.host().list_disk_locations(d)),
             )
             .await?;
-            let (joined_listing, locs) = (locs.joined, locs.answer);
             let mut c: Vec<u32> = disks
                 .iter()
                 .copied()
@@ -98,15 +96,10 @@ pub(super) async fn find_disk<H: Host>(
             if !c.is_empty() {
                 break c;
             }
-            if joined_listing {
-                not_before = Some(asked);
-                continue;
-            }
         }
         if !rescanned {
             rescanned = true;
             run(h, HostOp::Rescan, &target, h.host().rescan(d)).await?;
-            not_before = Some(Instant::now());
             continue;
         }
         let delay = match waits.next() {
@@ -126,38 +119,31 @@ pub(super) async fn find_disk<H: Host>(
         || vol.serial.is_some()
         || rec.page83.is_some()
         || rec.serial.is_some();
-    let mut not_before = None;
-    loop {
-        let asked = Instant::now();
-        let ids = match h
-            .raw(
-                HostOp::ListDiskIDs,
-                &target,
-                listings.ids.get(not_before, || h.host().list_disk_ids(d)),
-            )
-            .await
-        {
-            Ok(ids) => ids,
-            // An uncertain answer stays uncertain (kubelet retries; the session is kept for that retry).
-            Err(e) if uncertain(e.kind) => return Err(block_error(e, &target)),
-            Err(e) if need_ids => {
-                return Err(Error::FailedPrecondition(format!(
-                    "cannot read disk identifiers to verify {target} ({}); refusing to touch a disk whose identity \
-                     cannot be checked",
-                    e.message
-                )));
-            }
-            Err(e) => {
-                warn!(error = %e.message, "ListDiskIDs failed; identity cannot be pinned");
-                return identify(&target, &candidates, None, vol, rec).map(Some);
-            }
-        };
-        match identify(&target, &candidates, Some(&ids.answer), vol, rec) {
-            // A shared answer that does not identify the disk may predate it: look again with a call of its own.
-            Err(_) if ids.joined => not_before = Some(asked),
-            other => return other.map(Some),
+    // Identifiers listed no earlier than the look that found the candidates.
+    let ids = match h
+        .raw(
+            HostOp::ListDiskIDs,
+            &target,
+            listings.ids.get(looked, || h.host().list_disk_ids(d)),
+        )
+        .await
+    {
+        Ok(ids) => ids,
+        // An uncertain answer stays uncertain (kubelet retries; the session is kept for that retry).
+        Err(e) if uncertain(e.kind) => return Err(block_error(e, &target)),
+        Err(e) if need_ids => {
+            return Err(Error::FailedPrecondition(format!(
+                "cannot read disk identifiers to verify {target} ({}); refusing to touch a disk whose identity \
+                 cannot be checked",
+                e.message
+            )));
         }
-    }
+        Err(e) => {
+            warn!(error = %e.message, "ListDiskIDs failed; identity cannot be pinned");
+            return identify(&target, &candidates, None, vol, rec).map(Some);
+        }
+    };
+    identify(&target, &candidates, Some(&ids), vol, rec).map(Some)
 }
 
 /// THE disk of `candidates` (the target's disks at the volume's LUN) that matches the volume's identity hints and

@@ -1,13 +1,11 @@
 //! Host-wide disk listings shared by concurrent stages. `ListDiskLocations` and `ListDiskIDs` answer for every disk
 //! of the node, so N stages at once would otherwise make N identical calls and decode N answers of N disks each
-//! (quadratic memory and host work: 256 LUNs of one target staged together made 512 listings of 256 disks). A stage
-//! that asks while such a call is in flight waits for that call's answer instead of making its own.
-//!
-//! A shared answer may have been asked for just before this stage's question, so it is only ever used for what it
-//! *shows*: a stage that does not find what it needs in one (its LUN's disk, that disk's identifiers) asks again
-//! with `not_before` set, and then waits only for a call that started after it asked (`find_disk`). A positive answer
-//! is at most one call older than an answer of its own would be, the window every listing already has before the
-//! next call acts on it.
+//! (quadratic host work and memory: 256 LUNs of one target staged together made 512 listings of 256 disks). A stage
+//! that asks while such a call is in flight waits for that call's answer instead of making its own — but only for a
+//! call that started after the point its answer must not predate (`find_disk`: the moment it asked for the target's
+//! disks), so a shared answer is never older than the one the stage would otherwise have asked for itself after that
+//! point, and an error of such a call is that stage's answer too. A stage that finds nothing shareable makes the call,
+//! and later stages share it.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -65,59 +63,36 @@ struct Flight<T> {
     answer: watch::Receiver<Answer<T>>,
 }
 
-/// An answer, and whether it came from a call another caller made.
-#[derive(Debug)]
-pub(crate) struct Shared<T> {
-    pub(crate) answer: Arc<T>,
-    pub(crate) joined: bool,
-}
-
 impl<T> Coalesced<T> {
     fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The answer of a call in flight that started at or after `not_before` (any call in flight without it), or of
-    /// `call`, made now (later callers then share it). A caller that shared a call whose maker went away (its RPC was
-    /// dropped), or that failed, asks again: an error is only ever answered by a call made after the question.
-    pub(crate) async fn get<F, Fut>(
-        &self,
-        mut not_before: Option<Instant>,
-        call: F,
-    ) -> HostResult<Shared<T>>
+    /// The answer of a call in flight that started at or after `not_before`, or of `call`, made now (later callers
+    /// then share it). A caller waiting on a call whose maker went away before the answer (its RPC was dropped) asks
+    /// again.
+    pub(crate) async fn get<F, Fut>(&self, not_before: Instant, call: F) -> HostResult<Arc<T>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = HostResult<T>>,
     {
-        let asked = Instant::now();
         loop {
             let flight = self.state().current.as_ref().and_then(|f| {
-                let fresh = not_before.is_none_or(|at| f.started >= at);
                 let pending = f.answer.borrow().is_none();
-                (fresh && pending).then(|| f.answer.clone())
+                (f.started >= not_before && pending).then(|| f.answer.clone())
             });
             let Some(mut rx) = flight else { break };
             let since = Instant::now();
             let answer = rx
                 .wait_for(Option::is_some)
                 .await
-                .map(|answer| answer.clone().and_then(Result::ok));
+                .map(|answer| answer.clone());
             // Counted with the waits for shared host objects (the benchmark's attribution, the operator's metrics).
             if let Some(m) = crate::metrics::installed() {
                 m.observe_lock_wait("disk-listing", since.elapsed().as_secs_f64());
             }
-            match answer {
-                Ok(Some(answer)) => {
-                    return Ok(Shared {
-                        answer,
-                        joined: true,
-                    });
-                }
-                Ok(None) => {
-                    not_before = Some(asked);
-                    continue;
-                }
-                Err(_) => {}
+            if let Ok(Some(answer)) = answer {
+                return answer;
             }
             // Its maker went away before the answer: clear it (if still current) and try again.
             let mut state = self.state();
@@ -145,10 +120,7 @@ impl<T> Coalesced<T> {
         let _done = Done { calls: self, id };
         let answer = call().await.map(Arc::new);
         tx.send_replace(Some(answer.clone()));
-        answer.map(|answer| Shared {
-            answer,
-            joined: false,
-        })
+        answer
     }
 }
 
@@ -172,53 +144,51 @@ mod tests {
     use super::*;
     use crate::host::{HostErrorKind, HostOp};
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
 
     #[tokio::test]
-    async fn callers_during_a_call_share_it_and_later_ones_do_not() {
+    async fn callers_share_a_call_that_started_after_their_bound_only() {
         let calls = Coalesced::<u32>::default();
         let made = AtomicU32::new(0);
-        let (go, wait) = tokio::sync::oneshot::channel::<()>();
         let call = || async {
             made.fetch_add(1, Ordering::SeqCst);
             Ok(7)
         };
-        let first = calls.get(None, || async {
+        let before = Instant::now();
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let first = calls.get(before, || async {
             made.fetch_add(1, Ordering::SeqCst);
             let _ = wait.await;
             Ok(42)
         });
         tokio::pin!(first);
         assert!(futures::poll!(&mut first).is_pending());
-        // In flight: a caller without a bound joins it; one that needs a call started after its question does not.
-        let joiner = calls.get(None, call);
+        // In flight: a caller whose bound it meets joins it; one that needs a call started later does not.
+        let joiner = calls.get(before, call);
         tokio::pin!(joiner);
         assert!(futures::poll!(&mut joiner).is_pending());
-        let fresh = calls
-            .get(
-                Some(Instant::now() + std::time::Duration::from_secs(1)),
-                call,
-            )
+        let later = calls
+            .get(Instant::now() + Duration::from_secs(1), call)
             .await
-            .expect("fresh");
-        assert_eq!((*fresh.answer, fresh.joined), (7, false));
+            .expect("later");
+        assert_eq!(*later, 7);
         go.send(()).expect("send");
         let (a, b) = (first.await.expect("first"), joiner.await.expect("joiner"));
-        assert_eq!(
-            (*a.answer, a.joined, *b.answer, b.joined),
-            (42, false, 42, true)
-        );
+        assert_eq!((*a, *b), (42, 42));
         assert_eq!(made.load(Ordering::SeqCst), 2, "the joiner made no call");
         // Answered: nothing in flight, the next caller makes its own call.
-        let next = calls.get(None, call).await.expect("next");
-        assert!(!next.joined);
+        assert_eq!(*calls.get(before, call).await.expect("next"), 7);
         assert_eq!(made.load(Ordering::SeqCst), 3);
     }
 
     #[tokio::test]
-    async fn errors_are_not_shared_and_a_dropped_maker_hands_over() {
+    async fn an_error_is_shared_once_and_a_dropped_maker_hands_over() {
         let calls = Coalesced::<u32>::default();
+        let before = Instant::now();
+        let made = AtomicU32::new(0);
         let (go, wait) = tokio::sync::oneshot::channel::<()>();
-        let failing = calls.get(None, || async {
+        let failing = calls.get(before, || async {
+            made.fetch_add(1, Ordering::SeqCst);
             let _ = wait.await;
             Err(HostError::new(
                 HostOp::ListDiskIDs,
@@ -228,30 +198,36 @@ mod tests {
         });
         tokio::pin!(failing);
         assert!(futures::poll!(&mut failing).is_pending());
-        let joiner = calls.get(None, || async { Ok(1) });
-        tokio::pin!(joiner);
-        assert!(futures::poll!(&mut joiner).is_pending());
+        // Eight callers at once: one call, one error for all (not eight calls in turn).
+        let joiners = futures::future::join_all((0..8).map(|_| {
+            calls.get(before, || async {
+                made.fetch_add(1, Ordering::SeqCst);
+                Ok(1)
+            })
+        }));
+        tokio::pin!(joiners);
+        assert!(futures::poll!(&mut joiners).is_pending());
         go.send(()).expect("send");
-        let e = failing.await.expect_err("the maker's own error");
-        assert_eq!(e.message, "disk 3 cannot be opened");
-        // The joiner saw the failure and made its own call.
-        let j = joiner.await.expect("joiner");
-        assert_eq!((*j.answer, j.joined), (1, false));
+        let (mine, theirs) = tokio::join!(failing, joiners);
+        assert!(mine.is_err());
+        for r in theirs {
+            assert_eq!(r.expect_err("shared").message, "disk 3 cannot be opened");
+        }
+        assert_eq!(made.load(Ordering::SeqCst), 1);
 
         // A maker dropped mid-call (its RPC went away): its waiter makes the call itself.
         let (_keep, never) = tokio::sync::oneshot::channel::<()>();
-        let maker = calls.get(None, || async {
+        let maker = calls.get(before, || async {
             let _ = never.await;
             Ok(1)
         });
         let mut maker = Box::pin(maker);
         assert!(futures::poll!(&mut maker).is_pending());
-        let waiter = calls.get(None, || async { Ok(2) });
+        let waiter = calls.get(before, || async { Ok(2) });
         tokio::pin!(waiter);
         assert!(futures::poll!(&mut waiter).is_pending());
         drop(maker);
-        let w = waiter.await.expect("waiter");
-        assert_eq!((*w.answer, w.joined), (2, false));
+        assert_eq!(*waiter.await.expect("waiter"), 2);
         assert!(calls.state().current.is_none(), "nothing left in flight");
     }
 }

@@ -99,11 +99,10 @@
 //! 4. More than one distinct candidate (multipath without MPIO, a target reporting the same LUN twice) is a
 //!    FailedPrecondition; zero after the bounded wait is Unavailable (kubelet retries).
 //!
-//! Stages running at once share a `ListDiskLocations` or `ListDiskIDs` already in flight (`listings.rs`). A shared
-//! answer may predate the stage's question, so it counts only when it shows the LUN's disk and passes steps 2–3; a
-//! stage that misses in one, or fails on it, asks again with a call that started after it asked, and only that
-//! answer decides. So the host-call sequences above are those of one stage alone; with many, some listings are
-//! shared.
+//! Stages running at once share a `ListDiskLocations` or `ListDiskIDs` already in flight (`listings.rs`), but only one
+//! that started after the stage asked for its target's disks (`GetTargetDisks` of the look that found the candidates):
+//! never older than the listing the stage would have made itself, so its answer, or its error, is the stage's. The
+//! host-call sequences above are those of one stage alone; with many at once, some listings are shared.
 //!
 //! Limits: a disk whose location csi-proxy cannot parse (fewer than five `:`-separated parts) is invisible to
 //! step 1; `ListDiskIDs` fails as a whole when any disk of the node cannot be opened (then hints and pins cannot be

@@ -1760,32 +1760,35 @@ async fn luns_staged_together_share_one_disk_listing() {
         .await
         .expect("v0");
     env.ops();
-    // v1's listing of the node's disks is held; v2, joining the session too, asks while it is in flight.
-    env.hold_nth(ListDiskLocations, 1);
+    // v1 and v2 join the session and both ask for their target's disks (held until both asked); the first listing of
+    // the node's disks after that is held, and the other stage asks for one while it is in flight.
+    env.hold_nth(GetTargetDisks, 1);
+    env.hold_nth(GetTargetDisks, 2);
     let (r1, r2) = (stage_req("v1", 1, &[], &[]), stage_req("v2", 2, &[], &[]));
-    let first = env.mgr.stage(&r1, d());
-    tokio::pin!(first);
+    let both = async { tokio::join!(env.mgr.stage(&r1, d()), env.mgr.stage(&r2, d())) };
+    tokio::pin!(both);
     tokio::select! {
-        r = &mut first => panic!("v1 finished while held: {r:?}"),
-        () = env.hung() => {}
+        r = &mut both => panic!("finished while held: {r:?}"),
+        () = env.0.hung_at_least(2) => {}
     }
-    let second = env.mgr.stage(&r2, d());
-    tokio::pin!(second);
+    env.hold_nth(ListDiskLocations, 1);
+    env.release();
     let asked = async {
-        while env.0.ops().iter().filter(|o| **o == GetTargetDisks).count() < 2 {
+        let answered = |op| env.0.ops().iter().filter(|o| **o == op).count();
+        while answered(GetTargetDisks) < 2 || env.0.hung_calls() < 1 {
             tokio::task::yield_now().await;
         }
-        // Its answer back through the transport to the listing (no host call in between).
+        // The other stage's answer back through the transport to the listing (no host call in between).
         for _ in 0..256 {
             tokio::task::yield_now().await;
         }
     };
     tokio::select! {
-        r = &mut second => panic!("v2 finished without the listing: {r:?}"),
+        r = &mut both => panic!("finished while a listing was held: {r:?}"),
         () = asked => {}
     }
     env.release();
-    let (a, b) = tokio::join!(first, second);
+    let (a, b) = both.await;
     a.expect("v1");
     b.expect("v2");
     let ops = env.ops();

@@ -168,8 +168,9 @@ impl Mappings {
 
     /// `root` is mapped (a `NewSmbGlobalMapping` of it succeeded).
     pub(crate) fn mapped(&self, root: &str) {
-        self.set().insert(root.to_owned());
-        self.0.mapped.notify_waiters();
+        if self.set().insert(root.to_owned()) {
+            self.0.mapped.notify_waiters();
+        }
     }
 
     /// `root`'s mapping is being removed.

@@ -123,6 +123,11 @@ impl Tap {
         self.release.send_modify(|g| *g += 1);
     }
 
+    /// How many calls are held right now.
+    pub fn hung_calls(&self) -> u64 {
+        *self.hung.borrow()
+    }
+
     /// Resolves once at least `n` calls are held.
     pub async fn wait_hung(&self, n: u64) {
         let mut rx = self.hung.subscribe();

@@ -94,15 +94,7 @@ impl<T> Coalesced<T> {
             if let Ok(Some(answer)) = answer {
                 return answer;
             }
-            // Its maker went away before the answer: clear it (if still current) and try again.
-            let mut state = self.state();
-            if state
-                .current
-                .as_ref()
-                .is_some_and(|f| f.answer.same_channel(&rx))
-            {
-                state.current = None;
-            }
+            // Its maker went away before the answer (its `Done` cleared the flight first): try again.
         }
         let (tx, rx) = watch::channel(None);
         let id = {

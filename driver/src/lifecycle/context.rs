@@ -91,20 +91,9 @@ impl<'a, H: Host> Context<'a, H> {
     /// copies only its answer. Records whose facts do not decode are quarantined, as [`Self::records`] does.
     pub fn first_record<T: Details>(
         &self,
-        mut wanted: impl FnMut(&VolumeRecord, &T) -> bool,
+        wanted: impl FnMut(&VolumeRecord, &T) -> bool,
     ) -> Result<Option<(VolumeRecord, T)>, Error> {
-        let mut corrupt = Vec::new();
-        let found = self.store.first_volume(|rec| match rec.details::<T>() {
-            Ok(Some(details)) => wanted(rec, &details),
-            Ok(None) => false,
-            Err(e) => {
-                corrupt.push((rec.volume_id.clone(), e.to_string()));
-                false
-            }
-        })?;
-        for (volume_id, why) in corrupt {
-            self.store.quarantine_details(&volume_id, &why);
-        }
+        let found = self.scan_decoded(wanted, |accept| self.store.first_volume(accept))?;
         Ok(match found {
             Some(rec) => rec.details::<T>()?.map(|details| (rec, details)),
             None => None,
@@ -116,10 +105,20 @@ impl<'a, H: Host> Context<'a, H> {
     /// [`Self::records`] does.
     pub fn count_records<T: Details>(
         &self,
-        mut wanted: impl FnMut(&VolumeRecord, &T) -> bool,
+        wanted: impl FnMut(&VolumeRecord, &T) -> bool,
     ) -> Result<usize, Error> {
+        self.scan_decoded(wanted, |accept| self.store.count_volumes(accept))
+    }
+
+    /// Run a store scan whose predicate is `wanted` over the records of `T`'s protocol with their facts decoded in
+    /// place; records whose facts do not decode are rejected, then quarantined, as [`Self::records`] does.
+    fn scan_decoded<T: Details, R>(
+        &self,
+        mut wanted: impl FnMut(&VolumeRecord, &T) -> bool,
+        scan: impl FnOnce(&mut dyn FnMut(&VolumeRecord) -> bool) -> Result<R, Error>,
+    ) -> Result<R, Error> {
         let mut corrupt = Vec::new();
-        let n = self.store.count_volumes(|rec| match rec.details::<T>() {
+        let out = scan(&mut |rec| match rec.details::<T>() {
             Ok(Some(details)) => wanted(rec, &details),
             Ok(None) => false,
             Err(e) => {
@@ -130,7 +129,7 @@ impl<'a, H: Host> Context<'a, H> {
         for (volume_id, why) in corrupt {
             self.store.quarantine_details(&volume_id, &why);
         }
-        Ok(n)
+        Ok(out)
     }
 
     /// Whether a shared host object (an SMB mapping, an iSCSI session) that `others` other records use may be removed:

@@ -569,15 +569,8 @@ impl StateStore {
         &self,
         mut wanted: impl FnMut(&VolumeRecord) -> bool,
     ) -> Result<Vec<VolumeRecord>, Error> {
-        self.reread_quarantined(Kind::Volume);
-        let ix = self.shared.index();
-        let mut out: Vec<VolumeRecord> = ix
-            .volumes
-            .values()
-            .filter_map(Slot::good)
-            .filter(|r| wanted(r))
-            .map(|r| (**r).clone())
-            .collect();
+        let mut out: Vec<VolumeRecord> =
+            self.scan_volumes(|good| good.filter(|r| wanted(r)).map(|r| (*r).clone()).collect());
         out.sort_by(|a, b| a.volume_id.cmp(&b.volume_id));
         Ok(out)
     }
@@ -588,15 +581,11 @@ impl StateStore {
         &self,
         mut wanted: impl FnMut(&VolumeRecord) -> bool,
     ) -> Result<Option<VolumeRecord>, Error> {
-        self.reread_quarantined(Kind::Volume);
-        let ix = self.shared.index();
-        Ok(ix
-            .volumes
-            .values()
-            .filter_map(Slot::good)
-            .filter(|r| wanted(r))
-            .min_by(|a, b| a.volume_id.cmp(&b.volume_id))
-            .map(|r| (**r).clone()))
+        Ok(self.scan_volumes(|good| {
+            good.filter(|r| wanted(r))
+                .min_by(|a, b| a.volume_id.cmp(&b.volume_id))
+                .cloned()
+        }))
     }
 
     /// How many usable volume records `wanted` holds for: a scan that copies nothing (the reference counts of shared
@@ -605,14 +594,14 @@ impl StateStore {
         &self,
         mut wanted: impl FnMut(&VolumeRecord) -> bool,
     ) -> Result<usize, Error> {
+        Ok(self.scan_volumes(|good| good.filter(|r| wanted(r)).count()))
+    }
+
+    /// `f` over the usable volume records in the index (after re-reading quarantined ones), without copying them.
+    fn scan_volumes<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &VolumeRecord>) -> R) -> R {
         self.reread_quarantined(Kind::Volume);
         let ix = self.shared.index();
-        Ok(ix
-            .volumes
-            .values()
-            .filter_map(Slot::good)
-            .filter(|r| wanted(r))
-            .count())
+        f(&mut ix.volumes.values().filter_map(Slot::good).map(|r| &**r))
     }
 
     /// The publish record of a target, by the target's key (`HostPath::key`).

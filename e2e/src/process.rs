@@ -107,10 +107,27 @@ fn spawn(bin: &Path, what: &str, args: &[String], env: &[(String, String)]) -> R
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.spawn().map_err(|source| Error::Spawn {
-        what: format!("{what} ({})", bin.display()),
-        source,
-    })
+    // Wine's CreateProcess occasionally fails with ERROR_INTERNAL_ERROR (1359) when the test threads start processes
+    // at once (seen once in CI's Wine step; real Windows is not known to); a new attempt starts it.
+    const WINE_SPAWN_ATTEMPTS: usize = 3;
+    let mut attempt = 1;
+    loop {
+        match cmd.spawn() {
+            Err(e)
+                if cfg!(windows)
+                    && e.raw_os_error() == Some(1359)
+                    && attempt < WINE_SPAWN_ATTEMPTS =>
+            {
+                attempt += 1;
+            }
+            other => {
+                return other.map_err(|source| Error::Spawn {
+                    what: format!("{what} ({})", bin.display()),
+                    source,
+                });
+            }
+        }
+    }
 }
 
 async fn wait_ready<T>(

@@ -33,19 +33,23 @@ use crate::state::{Phase, VolumeRecord};
 mod tests;
 
 /// One read-only host call for the proof: `Ok(None)` on a definite failure (the fact cannot be proven: nothing is
-/// adopted), `Err` when the answer is uncertain (deadline, backend unreachable: kubelet retries).
-async fn fact<H: Host, T: std::fmt::Debug>(
+/// adopted), `Err` when the answer is uncertain (deadline, backend unreachable: kubelet retries). Not an `async fn`,
+/// so that `fut` is boxed at once (see [`Calls::raw`]).
+fn fact<H: Host, T: std::fmt::Debug>(
     h: &Calls<'_, H>,
     op: HostOp,
     subject: &(dyn std::fmt::Display + Sync),
     fut: impl std::future::Future<Output = crate::host::HostResult<T>>,
-) -> Result<Option<T>, Error> {
-    match h.raw(op, subject, fut).await {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if uncertain(e.kind) => Err(block_error(e, subject)),
-        Err(e) => {
-            debug!(op = op.name(), subject = %subject, error = %e.message, "no proof for adoption");
-            Ok(None)
+) -> impl std::future::Future<Output = Result<Option<T>, Error>> {
+    let call = h.raw(op, subject, fut);
+    async move {
+        match call.await {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if uncertain(e.kind) => Err(block_error(e, subject)),
+            Err(e) => {
+                debug!(op = op.name(), subject = %subject, error = %e.message, "no proof for adoption");
+                Ok(None)
+            }
         }
     }
 }

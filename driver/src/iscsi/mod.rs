@@ -536,16 +536,16 @@ fn block_error(err: HostError, subject: &dyn Display) -> Error {
     }
 }
 
-/// One host call whose failure is mapped with [`block_error`].
-async fn run<H: Host, T: std::fmt::Debug>(
+/// One host call whose failure is mapped with [`block_error`]. Not an `async fn`, so that `fut` is boxed at once
+/// (see [`Calls::raw`]).
+fn run<H: Host, T: std::fmt::Debug>(
     h: &Calls<'_, H>,
     op: HostOp,
     subject: &(dyn Display + Sync),
     fut: impl Future<Output = crate::host::HostResult<T>>,
-) -> Result<T, Error> {
-    h.raw(op, subject, fut)
-        .await
-        .map_err(|e| block_error(e, subject))
+) -> impl Future<Output = Result<T, Error>> {
+    let call = h.raw(op, subject, fut);
+    async move { call.await.map_err(|e| block_error(e, subject)) }
 }
 
 fn same_id(a: &str, b: &str) -> bool {

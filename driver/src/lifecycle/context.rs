@@ -211,41 +211,48 @@ impl<'a, H: Host> Calls<'a, H> {
     }
 
     /// Run one host call: never started after the deadline, dropped at it, logged either way.
-    pub async fn raw<T>(
+    ///
+    /// Not an `async fn`: that would keep `fut` inline in its future until the first poll, so every protocol future
+    /// that makes a call would carry the largest host call's future (a gRPC exchange, 2–3 KiB) for the whole RPC,
+    /// once per nesting level (measured with `-Zprint-type-sizes`: an iSCSI stage's future was 11 KiB). Boxed here,
+    /// the call's future is on the heap for the call's duration only.
+    pub fn raw<T>(
         &self,
         op: HostOp,
         subject: &(dyn Display + Sync),
         fut: impl Future<Output = HostResult<T>>,
-    ) -> HostResult<T>
+    ) -> impl Future<Output = HostResult<T>>
     where
         T: std::fmt::Debug,
     {
-        let result = if self.d.remaining().is_zero() {
-            // Never start a host call after the deadline: its outcome could not be reported anyway.
-            Err(HostError::new(
-                op,
-                HostErrorKind::DeadlineExceeded,
-                "was not started: the request deadline had passed",
-            ))
-        } else {
-            // On the heap for the call's duration only: inline, the largest host call's future (a gRPC exchange)
-            // would be part of every protocol future that makes a call, for the whole RPC.
-            match tokio::time::timeout_at(self.d.instant(), Box::pin(fut)).await {
-                Ok(r) => r,
-                Err(_) => Err(HostError::new(
+        let fut = Box::pin(fut);
+        let d = self.d;
+        async move {
+            let result = if d.remaining().is_zero() {
+                // Never start a host call after the deadline: its outcome could not be reported anyway.
+                Err(HostError::new(
                     op,
                     HostErrorKind::DeadlineExceeded,
-                    "did not finish before the request deadline",
-                )),
+                    "was not started: the request deadline had passed",
+                ))
+            } else {
+                match tokio::time::timeout_at(d.instant(), fut).await {
+                    Ok(r) => r,
+                    Err(_) => Err(HostError::new(
+                        op,
+                        HostErrorKind::DeadlineExceeded,
+                        "did not finish before the request deadline",
+                    )),
+                }
+            };
+            match &result {
+                Ok(v) => debug!(op = op.name(), subject = %subject, result = ?v, "host call"),
+                Err(e) => {
+                    debug!(op = op.name(), subject = %subject, kind = ?e.kind, error = %e.message, "host call failed")
+                }
             }
-        };
-        match &result {
-            Ok(v) => debug!(op = op.name(), subject = %subject, result = ?v, "host call"),
-            Err(e) => {
-                debug!(op = op.name(), subject = %subject, kind = ?e.kind, error = %e.message, "host call failed")
-            }
+            result
         }
-        result
     }
 
     /// `PathExists`.

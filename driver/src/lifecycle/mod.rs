@@ -269,9 +269,10 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
 
     /// Record the capability a stage succeeded with (the volume guard is held).
     async fn remember_access(&self, volume_id: &str, access: AccessRecord) -> Result<(), Error> {
-        if let Some(mut rec) = self.store.volume(volume_id)?
+        if let Some(rec) = self.store.volume(volume_id)?
             && rec.access.as_ref() != Some(&access)
         {
+            let mut rec = VolumeRecord::clone(&rec);
             rec.access = Some(access);
             self.store.put_volume(&rec).await?;
         }
@@ -434,7 +435,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     }
 
     /// The record of a volume the request names (NOT_FOUND without one).
-    fn staged_record(&self, volume_id: &str) -> Result<VolumeRecord, Error> {
+    fn staged_record(&self, volume_id: &str) -> Result<Arc<VolumeRecord>, Error> {
         self.store.volume(volume_id)?.ok_or_else(|| {
             Error::NotFound(format!("volume {volume_id:?} is not staged on this node"))
         })

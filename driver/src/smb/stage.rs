@@ -59,7 +59,7 @@ pub(super) async fn stage<H: Host>(
     let (repair, claim) = {
         let _server = cx.object_locks().lock(&server_lock_key(vol)).await;
         check_principal(cx, volume_id, vol)?;
-        let repair = MapRepair::of(cx, volume_id, existing.as_ref(), vol)?;
+        let repair = MapRepair::of(cx, volume_id, existing.as_deref(), vol)?;
         let claim = match &existing {
             None => Some(cx.store().put_volume(&record)),
             // Same share, new principal name (rotated credentials): keep the record truthful.

@@ -538,11 +538,11 @@ impl StateStore {
         }
     }
 
-    /// The record of `volume_id`, if any (an error naming the file when it is quarantined).
-    pub fn volume(&self, volume_id: &str) -> Result<Option<VolumeRecord>, Error> {
-        Ok(self
-            .get(Kind::Volume, &file_key(volume_id), |ix| &ix.volumes)?
-            .map(|r| (*r).clone()))
+    /// The record of `volume_id`, if any (an error naming the file when it is quarantined). Shared with the index, not
+    /// copied: every volume RPC reads its record, and a copy (the protocol facts are a JSON map) is a kilobyte per RPC
+    /// in flight.
+    pub fn volume(&self, volume_id: &str) -> Result<Option<Arc<VolumeRecord>>, Error> {
+        self.get(Kind::Volume, &file_key(volume_id), |ix| &ix.volumes)
     }
 
     /// Write (create or replace) a volume record atomically; durable when the [`Commit`] resolves.

@@ -217,7 +217,7 @@ fn access_and_adoption_round_trip_and_stay_out_of_old_layouts() {
     r.adopted = true;
     done(store.put_volume(&r), "put");
     let back = store.volume("v").expect("read").expect("some");
-    assert_eq!(back, r);
+    assert_eq!(*back, r);
     assert_eq!(
         back.details::<Share>().expect("details").expect("smb").root,
         r"\\srv\share"

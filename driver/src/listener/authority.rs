@@ -318,12 +318,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
                 buf.put_slice(&this.out[this.out_pos..this.out_pos + n]);
                 this.out_pos += n;
                 if this.out_pos == this.out.len() {
-                    this.out.clear();
+                    // Freed, not kept: a connection holds nothing between requests (kubelet dials one per
+                    // operation, so with 256 volumes in flight these buffers were ~3 KiB × 256 while every
+                    // connection waited for its answer).
+                    this.out = Vec::new();
                     this.out_pos = 0;
                 }
                 return Poll::Ready(Ok(()));
             }
             this.process()?;
+            if this.input.is_empty() {
+                this.input = Vec::new();
+            }
             if !this.out.is_empty() {
                 continue;
             }

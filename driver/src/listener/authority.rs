@@ -17,8 +17,11 @@
 //! that is not a valid RFC 3986 authority becomes `localhost`, everything else is kept — and re-encodes with its
 //! own HPACK context towards the server, in HEADERS/CONTINUATION frames of at most 16,384 bytes (the smallest
 //! maximum frame size HTTP/2 allows, so always acceptable). Every header block is re-encoded, not only those that
-//! change, so the two HPACK contexts stay exact. A connection that does not start with the HTTP/2 preface is passed
-//! through untouched. A malformed header block ends the connection, as `h2` itself would (COMPRESSION_ERROR).
+//! change, so the two HPACK contexts stay exact. A connection whose *first* header block provably carries a valid
+//! authority (read in place, without the HPACK context: grpc-go's `localhost`, so kubelet and every sidecar) is
+//! passed through whole and unchanged instead (see [`first_block_is_valid`]): only clients that need the repair pay
+//! for decoding. A connection that does not start with the HTTP/2 preface is passed through untouched. A malformed
+//! header block ends the connection, as `h2` itself would (COMPRESSION_ERROR).
 
 use std::io;
 use std::pin::Pin;
@@ -77,6 +80,8 @@ pub(super) struct AuthorityFix<S> {
     block: Option<Block>,
     decoder: loona_hpack::Decoder<'static>,
     encoder: loona_hpack::Encoder<'static>,
+    /// Whether this connection's header blocks are decoded and re-encoded (its first one needed the repair).
+    rewriting: bool,
     eof: bool,
 }
 
@@ -110,6 +115,7 @@ impl<S> AuthorityFix<S> {
             block: None,
             decoder: loona_hpack::Decoder::new(),
             encoder: loona_hpack::Encoder::new(),
+            rewriting: false,
             eof: false,
         }
     }
@@ -240,8 +246,21 @@ impl<S> AuthorityFix<S> {
         Ok(())
     }
 
-    /// Decode a complete header block, repair it, re-encode it into `out`.
+    /// Pass a complete header block on: unchanged when it is the connection's first and its `:authority` is valid
+    /// (then the rest of the connection passes through, see [`first_block_is_valid`]); else decoded, repaired and
+    /// re-encoded.
     fn emit(&mut self, block: Block) -> io::Result<()> {
+        if !self.rewriting && first_block_is_valid(&block.fragment) {
+            let mut bytes = Vec::with_capacity(5 + block.fragment.len());
+            if let Some(p) = block.priority {
+                bytes.extend_from_slice(&p);
+            }
+            bytes.extend_from_slice(&block.fragment);
+            self.frame_block(&block, &bytes);
+            self.phase = Phase::Passthrough;
+            return Ok(());
+        }
+        self.rewriting = true;
         let mut headers: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         self.decoder
             .decode_with_cb(&block.fragment, |n, v| {
@@ -267,6 +286,13 @@ impl<S> AuthorityFix<S> {
                 &mut encoded,
             )
             .map_err(|e| invalid(format!("HTTP/2 header block: {e}")))?;
+        self.frame_block(&block, &encoded);
+        Ok(())
+    }
+
+    /// Write `encoded` (the priority fields, if any, then the header block) as `block`'s HEADERS frame and as many
+    /// CONTINUATION frames as it needs.
+    fn frame_block(&mut self, block: &Block, encoded: &[u8]) {
         let mut chunks = encoded.chunks(MAX_FRAME).peekable();
         let mut first = true;
         // An empty block still needs its HEADERS frame.
@@ -301,8 +327,105 @@ impl<S> AuthorityFix<S> {
             self.out.extend_from_slice(chunk);
             first = false;
         }
-        Ok(())
     }
+}
+
+/// Whether a connection's first header block provably carries a valid `:authority` (or none), read without decoding
+/// the block: the fast path for every client but C-core's kind (kubelet and the sidecars are grpc-go, which sends
+/// `localhost`). Decoding every block with the HPACK context was a sixth of the driver's CPU with 256 volumes in
+/// flight (kubelet dials a connection per call, so every call's block was decoded and re-encoded).
+///
+/// Such a block is passed on unchanged and so is the rest of the connection: the server's HPACK context is then the
+/// client's own, and a gRPC client's authority is a property of its channel, the same on every call. (A client
+/// that sent a valid authority first and an invalid one later on the same connection would get h2's reset for that
+/// call; no gRPC client does.) `false` sends the block down the full path: anything not provable here — a reference
+/// to the dynamic table, a name that needs decoding, a malformed block, an invalid authority — is decided there.
+fn first_block_is_valid(block: &[u8]) -> bool {
+    /// Static-table index of `:authority` (RFC 7541 Appendix A); 62 and up are the dynamic table.
+    const AUTHORITY: usize = 1;
+    const DYNAMIC: usize = 62;
+    let mut at = 0;
+    while at < block.len() {
+        let first = block[at];
+        let (prefix, literal) = match first {
+            b if b & 0x80 != 0 => (7, false),
+            b if b & 0xc0 == 0x40 => (6, true),
+            b if b & 0xe0 == 0x20 => (5, false),
+            _ => (4, true),
+        };
+        let Some((index, used)) = hpack_integer(&block[at..], prefix) else {
+            return false;
+        };
+        at += used;
+        if first & 0xe0 == 0x20 {
+            continue; // A dynamic table size update.
+        }
+        if !literal {
+            // An indexed field: the static `:authority` entry has an empty value (not an authority).
+            if index == AUTHORITY || index >= DYNAMIC || index == 0 {
+                return false;
+            }
+            continue;
+        }
+        let is_authority = match index {
+            0 => match hpack_string(block, &mut at) {
+                Some((false, name)) => name == b":authority",
+                _ => return false,
+            },
+            i if i >= DYNAMIC => return false,
+            i => i == AUTHORITY,
+        };
+        let Some((huffman, value)) = hpack_string(block, &mut at) else {
+            return false;
+        };
+        if is_authority {
+            let valid = if huffman {
+                HUFFMAN.with(|d| {
+                    d.borrow_mut()
+                        .decode(value)
+                        .is_ok_and(|v| valid_authority(&v))
+                })
+            } else {
+                valid_authority(value)
+            };
+            if !valid {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+thread_local! {
+    /// One Huffman decoder per thread: `loona_hpack` builds its code table for every string it decodes.
+    static HUFFMAN: std::cell::RefCell<loona_hpack::huffman::HuffmanDecoder> =
+        std::cell::RefCell::new(loona_hpack::huffman::HuffmanDecoder::new());
+}
+
+/// An HPACK integer with an `n`-bit prefix (RFC 7541 §5.1) at the start of `bytes`: its value and length.
+fn hpack_integer(bytes: &[u8], n: u32) -> Option<(usize, usize)> {
+    let max = (1usize << n) - 1;
+    let mut value = usize::from(*bytes.first()?) & max;
+    if value < max {
+        return Some((value, 1));
+    }
+    for (i, &b) in bytes.iter().enumerate().skip(1).take(4) {
+        value += usize::from(b & 0x7f) << (7 * (i - 1));
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+/// An HPACK string literal (RFC 7541 §5.2) at `*at`: whether it is Huffman-coded, and its bytes; `*at` moves past it.
+fn hpack_string<'a>(block: &'a [u8], at: &mut usize) -> Option<(bool, &'a [u8])> {
+    let huffman = *block.get(*at)? & 0x80 != 0;
+    let (len, used) = hpack_integer(&block[*at..], 7)?;
+    let start = *at + used;
+    let bytes = block.get(start..start.checked_add(len)?)?;
+    *at = start + len;
+    Some((huffman, bytes))
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
@@ -401,6 +524,7 @@ mod tests {
         (b'c', 0x4, 5),
         (b'e', 0x5, 5),
         (b'g', 0x26, 6),
+        (b'h', 0x27, 6),
         (b'i', 0x6, 5),
         (b'k', 0x75, 7),
         (b'l', 0x28, 6),
@@ -413,6 +537,7 @@ mod tests {
         (b'u', 0x2d, 6),
         (b'v', 0x77, 7),
         (b'w', 0x78, 7),
+        (b'y', 0x7a, 7),
         (b'.', 0x17, 6),
     ];
 
@@ -494,11 +619,12 @@ mod tests {
 
     #[test]
     fn huffman_codes_are_rfc_7541s() {
-        let coded = huffman(C_CORE_AUTHORITY);
-        let decoded = loona_hpack::huffman::HuffmanDecoder::new()
-            .decode(&coded)
-            .expect("decodes");
-        assert_eq!(decoded, C_CORE_AUTHORITY);
+        for text in [C_CORE_AUTHORITY, b"localhost", b":authority"] {
+            let decoded = loona_hpack::huffman::HuffmanDecoder::new()
+                .decode(&huffman(text))
+                .expect("decodes");
+            assert_eq!(decoded, text);
+        }
         assert!(!valid_authority(C_CORE_AUTHORITY));
         assert!(!valid_authority(b"tmp%2Fcsi.sock"));
         assert!(!valid_authority(b"/var/lib/kubelet/csi.sock"));
@@ -613,6 +739,96 @@ mod tests {
         let h = loona_hpack::Decoder::new().decode(&block).expect("decode");
         assert!(h.contains(&(b":authority".to_vec(), b"localhost:1234".to_vec())));
         assert!(h.contains(&(b"x-big".to_vec(), big)));
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_first_block_is_valid_passes_through_unchanged() {
+        // grpc-go's way (kubelet, the sidecars): `:authority` Huffman-coded against its static name, indexed with
+        // incremental indexing; the second request refers to the dynamic table (which a pass-through leaves as the
+        // client made it).
+        let mut first = vec![0x83, 0x86, 0x44];
+        first.extend(string(b"/csi.v1.Node/NodeStageVolume", false));
+        first.push(0x41);
+        first.extend(string(b"localhost", true));
+        first.push(0x5f);
+        first.extend(string(b"application/grpc", false));
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(0x4, 0, 0, &[]));
+        input.extend(frame(HEADERS, END_HEADERS, 1, &first));
+        input.extend(frame(0x0, END_STREAM, 1, &[0, 0, 0, 0, 0]));
+        input.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            3,
+            &[0x83, 0x86, 0x80 | 63, 0x80 | 62],
+        ));
+        let out = through(&input).await.expect("through");
+        assert_eq!(out, input, "byte for byte");
+        let mut server = loona_hpack::Decoder::new();
+        let blocks: Vec<_> = frames(&out)
+            .into_iter()
+            .filter(|f| f.0 == HEADERS)
+            .map(|f| server.decode(&f.3).expect("decodes"))
+            .collect();
+        assert!(blocks[1].contains(&(b":authority".to_vec(), b"localhost".to_vec())));
+    }
+
+    #[tokio::test]
+    async fn a_first_block_the_fast_path_cannot_prove_takes_the_full_one() {
+        // An invalid authority under a literal name, raw; one under the static name, Huffman-coded; a reference to
+        // the dynamic table inside the first block; a Huffman-coded name. Each is still repaired (or kept) exactly.
+        let blocks: [(Vec<u8>, &[u8]); 4] = [
+            (
+                [
+                    &[0x83, 0x86, 0x00][..],
+                    &string(b":authority", false),
+                    &string(b"a%2Fb", false),
+                ]
+                .concat(),
+                LOCAL_AUTHORITY,
+            ),
+            (
+                [&[0x83, 0x41][..], &string(C_CORE_AUTHORITY, true)].concat(),
+                LOCAL_AUTHORITY,
+            ),
+            (
+                [
+                    &[0x83, 0x41][..],
+                    &string(b"localhost", false),
+                    &[0x80 | 62],
+                ]
+                .concat(),
+                b"localhost",
+            ),
+            (
+                [
+                    &[0x83, 0x40][..],
+                    &string(b":authority", true),
+                    &string(b"a%2Fb", false),
+                ]
+                .concat(),
+                LOCAL_AUTHORITY,
+            ),
+        ];
+        for (block, want) in blocks {
+            assert!(!first_block_is_valid(&block));
+            let mut input = PREFACE.to_vec();
+            input.extend(frame(HEADERS, END_HEADERS, 1, &block));
+            let out = through(&input).await.expect("through");
+            let h = loona_hpack::Decoder::new()
+                .decode(&frames(&out)[0].3)
+                .expect("decodes");
+            assert!(
+                h.iter()
+                    .filter(|(n, _)| n == b":authority")
+                    .all(|(_, v)| v == want),
+                "{h:?}"
+            );
+        }
+        // Integers over several bytes, and cut ones.
+        assert_eq!(hpack_integer(&[0x1f, 0x9a, 0x0a], 5), Some((1337, 3)));
+        assert_eq!(hpack_integer(&[0x7f, 0x80], 7), None);
+        assert!(!first_block_is_valid(&[0x41, 0x85, b'l']));
     }
 
     #[tokio::test]

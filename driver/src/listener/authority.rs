@@ -370,7 +370,9 @@ fn first_block_is_valid(block: &[u8]) -> bool {
         let is_authority = match index {
             0 => match hpack_string(block, &mut at) {
                 Some((false, name)) => name == b":authority",
-                _ => return false,
+                // A string has one Huffman coding (RFC 7541 §5.2: the codes are prefix-free, the padding fixed).
+                Some((true, name)) => name == HUFFMAN_AUTHORITY,
+                None => return false,
             },
             i if i >= DYNAMIC => return false,
             i => i == AUTHORITY,
@@ -395,6 +397,9 @@ fn first_block_is_valid(block: &[u8]) -> bool {
     }
     true
 }
+
+/// `:authority` Huffman-coded (RFC 7541 Appendix B; h2 codes every new header name so).
+const HUFFMAN_AUTHORITY: &[u8] = &[0xb8, 0x3b, 0x53, 0x39, 0xec, 0x32, 0x7d, 0x7f];
 
 thread_local! {
     /// One Huffman decoder per thread: `loona_hpack` builds its code table for every string it decodes.
@@ -619,6 +624,7 @@ mod tests {
 
     #[test]
     fn huffman_codes_are_rfc_7541s() {
+        assert_eq!(huffman(b":authority"), HUFFMAN_AUTHORITY);
         for text in [C_CORE_AUTHORITY, b"localhost", b":authority"] {
             let decoded = loona_hpack::huffman::HuffmanDecoder::new()
                 .decode(&huffman(text))
@@ -752,6 +758,18 @@ mod tests {
         first.extend(string(b"localhost", true));
         first.push(0x5f);
         first.extend(string(b"application/grpc", false));
+        // h2 Huffman-codes new names.
+        first.push(0x40);
+        first.extend(string(b"te", true));
+        first.extend(string(b"trailers", false));
+        assert!(first_block_is_valid(&first));
+        let renamed = [
+            &[0x83, 0x40][..],
+            &string(b":authority", true),
+            &string(b"localhost", false),
+        ]
+        .concat();
+        assert!(first_block_is_valid(&renamed));
         let mut input = PREFACE.to_vec();
         input.extend(frame(0x4, 0, 0, &[]));
         input.extend(frame(HEADERS, END_HEADERS, 1, &first));
@@ -760,7 +778,7 @@ mod tests {
             HEADERS,
             END_HEADERS,
             3,
-            &[0x83, 0x86, 0x80 | 63, 0x80 | 62],
+            &[0x83, 0x86, 0x80 | 64, 0x80 | 63],
         ));
         let out = through(&input).await.expect("through");
         assert_eq!(out, input, "byte for byte");
@@ -776,7 +794,8 @@ mod tests {
     #[tokio::test]
     async fn a_first_block_the_fast_path_cannot_prove_takes_the_full_one() {
         // An invalid authority under a literal name, raw; one under the static name, Huffman-coded; a reference to
-        // the dynamic table inside the first block; a Huffman-coded name. Each is still repaired (or kept) exactly.
+        // the dynamic table inside the first block; an invalid one under a Huffman-coded name. Each is still repaired (or
+        // kept) exactly.
         let blocks: [(Vec<u8>, &[u8]); 4] = [
             (
                 [

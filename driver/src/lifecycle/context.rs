@@ -73,17 +73,16 @@ impl<'a, H: Host> Context<'a, H> {
     /// Every usable record of protocol `T` with its facts (the durable reference counts of shared host objects are
     /// counted over these). A record whose facts do not decode is quarantined, not an error: one bad record must not
     /// stop every volume of the protocol. Counts over these are exact only while [`Self::may_remove_shared`] says so.
-    pub fn records<T: Details>(&self) -> Result<Vec<(VolumeRecord, T)>, Error> {
+    pub fn records<T: Details + Clone>(&self) -> Result<Vec<(VolumeRecord, T)>, Error> {
         let mut out = Vec::new();
-        for rec in self.store.select_volumes(VolumeRecord::is::<T>)? {
-            match rec.details::<T>() {
-                Ok(Some(details)) => out.push((rec, details)),
-                Ok(None) => {}
-                Err(e) => self
-                    .store
-                    .quarantine_details(&rec.volume_id, &e.to_string()),
-            }
-        }
+        self.scan_decoded(
+            |rec, details: &T| {
+                out.push((rec.clone(), details.clone()));
+                false
+            },
+            |accept| self.store.count_volumes(accept),
+        )?;
+        out.sort_by(|(a, _), (b, _)| a.volume_id.cmp(&b.volume_id));
         Ok(out)
     }
 
@@ -118,8 +117,8 @@ impl<'a, H: Host> Context<'a, H> {
         scan: impl FnOnce(&mut dyn FnMut(&VolumeRecord) -> bool) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let mut corrupt = Vec::new();
-        let out = scan(&mut |rec| match rec.details::<T>() {
-            Ok(Some(details)) => wanted(rec, &details),
+        let out = scan(&mut |rec| match rec.cached_details::<T>() {
+            Ok(Some(details)) => wanted(rec, details),
             Ok(None) => false,
             Err(e) => {
                 corrupt.push((rec.volume_id.clone(), e.to_string()));

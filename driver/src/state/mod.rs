@@ -98,7 +98,7 @@ pub enum Phase {
 
 /// What one protocol keeps in a staged volume's record (never a secret). Serialised as JSON fields of the record
 /// itself, next to `"protocol": PROTOCOL`.
-pub trait Details: Serialize + DeserializeOwned {
+pub trait Details: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The record's protocol tag (`"smb"`, `"iscsi"`).
     const PROTOCOL: &'static str;
 }
@@ -143,6 +143,34 @@ pub struct VolumeRecord {
     /// The protocol's facts ([`Details`]), flattened into the record.
     #[serde(flatten)]
     pub details: serde_json::Map<String, serde_json::Value>,
+    /// The facts decoded, once, for the store's scans ([`VolumeRecord::cached_details`]).
+    #[serde(skip)]
+    decoded: DecodedDetails,
+}
+
+/// [`VolumeRecord::details`] decoded once. Not part of the record's value: a clone starts empty (it may be given
+/// other facts), and it never makes two records unequal.
+#[derive(Default)]
+struct DecodedDetails(std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>);
+
+impl Clone for DecodedDetails {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for DecodedDetails {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for DecodedDetails {}
+
+impl std::fmt::Debug for DecodedDetails {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DecodedDetails")
+    }
 }
 
 impl VolumeRecord {
@@ -164,6 +192,7 @@ impl VolumeRecord {
             access: None,
             adopted: false,
             details: encode(details)?,
+            decoded: DecodedDetails::default(),
         })
     }
 
@@ -184,6 +213,29 @@ impl VolumeRecord {
                 self.protocol, self.volume_id
             ))
         })
+    }
+
+    /// [`Self::details`] without decoding them again: the first call decodes and keeps them. Only for records that
+    /// no longer change — the store's own, behind its `Arc`s — which its scans visit on every stage and unstage
+    /// (decoding every record on every visit made a stage of N volumes at once cost O(N) decodes each).
+    pub(crate) fn cached_details<T: Details>(&self) -> Result<Option<&T>, Error> {
+        if !self.is::<T>() {
+            return Ok(None);
+        }
+        if let Some(t) = self.decoded.0.get().and_then(|any| any.downcast_ref::<T>()) {
+            return Ok(Some(t));
+        }
+        let Some(decoded) = self.details::<T>()? else {
+            return Ok(None);
+        };
+        let _ = self.decoded.0.set(Box::new(decoded));
+        match self.decoded.0.get().and_then(|any| any.downcast_ref::<T>()) {
+            Some(t) => Ok(Some(t)),
+            None => Err(Error::Internal(format!(
+                "state store: two detail types claim protocol {:?}",
+                T::PROTOCOL
+            ))),
+        }
     }
 
     /// The same record with another phase.

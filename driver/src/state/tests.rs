@@ -226,6 +226,45 @@ fn access_and_adoption_round_trip_and_stay_out_of_old_layouts() {
 }
 
 #[test]
+fn decoded_details_are_kept_per_record_never_copied_nor_compared_nor_written() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = StateStore::open(dir.path()).expect("open");
+    done(store.put_volume(&record("v", r"\\srv\share")), "put");
+    let rec = store.volume("v").expect("read").expect("some");
+    let first = rec
+        .cached_details::<Share>()
+        .expect("decodes")
+        .expect("smb");
+    assert_eq!(first.root, r"\\srv\share");
+    let again = rec
+        .cached_details::<Share>()
+        .expect("decodes")
+        .expect("smb");
+    assert!(std::ptr::eq(first, again), "decoded once");
+    // Another protocol's type: not this record's.
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Other {}
+    impl Details for Other {
+        const PROTOCOL: &'static str = "other";
+    }
+    assert!(rec.cached_details::<Other>().expect("no error").is_none());
+    // A copy may be given other facts: it starts without the decoded ones, and still equals the original.
+    let mut copy = VolumeRecord::clone(&rec);
+    assert_eq!(copy, *rec);
+    copy.details.insert("root".into(), r"\\nas\data".into());
+    let facts = copy
+        .cached_details::<Share>()
+        .expect("decodes")
+        .expect("smb");
+    assert_eq!(facts.root, r"\\nas\data");
+    assert_eq!(
+        serde_json::to_value(&*rec).expect("json"),
+        serde_json::to_value(record("v", r"\\srv\share")).expect("json"),
+        "nothing of the cache is written"
+    );
+}
+
+#[test]
 fn records_keep_their_json_layout() {
     // A record as the driver wrote it before the store stopped knowing protocols (a tagged enum flattened into
     // the record): it must read, and write back, field for field.

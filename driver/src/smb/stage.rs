@@ -45,13 +45,14 @@ pub(super) async fn stage<H: Host>(
         }
     }
     let fresh = existing.is_none();
-    let record = VolumeRecord::new(
+    // Shared with the store's index (held to the end of the stage: with many stages at once, copies add up).
+    let record = std::sync::Arc::new(VolumeRecord::new(
         volume_id,
         Phase::Staging,
         staging.as_str(),
         ephemeral,
         &wanted,
-    )?;
+    )?);
     // The one-principal-per-server rule, checked and claimed atomically under the server's lock: the record naming
     // this principal is in the store (visible to every other stage) before the lock is released, so of two stages on
     // one server with different accounts exactly one passes (the other sees its record). It becomes durable after
@@ -61,7 +62,7 @@ pub(super) async fn stage<H: Host>(
         check_principal(cx, volume_id, vol)?;
         let repair = MapRepair::of(cx, volume_id, existing.as_deref(), vol)?;
         let claim = match &existing {
-            None => Some(cx.store().put_volume(&record)),
+            None => Some(cx.store().put_shared_volume(&record)),
             // Same share, new principal name (rotated credentials): keep the record truthful.
             Some(rec) if rec.details::<SmbRecord>()?.as_ref() != Some(&wanted) => {
                 Some(cx.store().put_volume(&rec.with_details(&wanted)?))
@@ -98,7 +99,7 @@ pub(super) async fn stage<H: Host>(
     // From here on the record (phase staging) counts as a user of the mapping (a fresh one was written with the
     // claim above).
     if !fresh {
-        cx.store().put_volume(&record).await?;
+        cx.store().put_shared_volume(&record).await?;
     }
     let root = vol.source.root_key();
     // A re-stage (a record exists) may find the mapping broken and repair it: it does not go by what this process

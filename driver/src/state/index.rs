@@ -101,7 +101,7 @@ impl Shared {
             Kind::Volume => {
                 let before = ix.volumes.get(key);
                 let changed = match (&slot, before) {
-                    (Some(FileSlot::Volume(new)), Some(Slot::Good(old))) => **old != *new,
+                    (Some(FileSlot::Volume(new)), Some(Slot::Good(old))) => **old != **new,
                     _ => true,
                 };
                 if changed {
@@ -110,7 +110,7 @@ impl Shared {
                 match slot {
                     Some(FileSlot::Volume(r)) => {
                         if changed {
-                            ix.volumes.insert(key.to_owned(), Slot::Good(Arc::new(r)));
+                            ix.volumes.insert(key.to_owned(), Slot::Good(r));
                         }
                     }
                     Some(FileSlot::Bad(reason)) => {
@@ -149,7 +149,7 @@ impl Shared {
 /// One record file as read from disk.
 #[derive(Debug)]
 pub(super) enum FileSlot {
-    Volume(VolumeRecord),
+    Volume(Arc<VolumeRecord>),
     Publish(PublishRecord),
     Bad(String),
 }
@@ -165,7 +165,9 @@ pub(super) fn read_file(kind: Kind, path: &Path) -> Option<FileSlot> {
         Err(e) => return Some(FileSlot::Bad(format!("cannot read it: {e}"))),
     };
     Some(match kind {
-        Kind::Volume => decode(&bytes).map_or_else(FileSlot::Bad, FileSlot::Volume),
+        Kind::Volume => {
+            decode(&bytes).map_or_else(FileSlot::Bad, |r| FileSlot::Volume(Arc::new(r)))
+        }
         Kind::Publish => decode(&bytes).map_or_else(FileSlot::Bad, FileSlot::Publish),
     })
 }

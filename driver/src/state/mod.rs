@@ -413,7 +413,7 @@ impl StateStore {
                 .volumes
                 .get(&key)
                 .and_then(Slot::good)
-                .is_some_and(|old| **old == *r),
+                .is_some_and(|old| **old == **r),
             (Some(FileSlot::Publish(r)), Kind::Publish) => ix
                 .publish
                 .get(&key)
@@ -599,9 +599,20 @@ impl StateStore {
 
     /// Write (create or replace) a volume record atomically; durable when the [`Commit`] resolves.
     pub fn put_volume(&self, record: &VolumeRecord) -> Commit {
+        self.put_shared_volume(&Arc::new(record.clone()))
+    }
+
+    /// [`Self::put_volume`] of a record the caller keeps using: the index shares it instead of holding a copy (a
+    /// stage holds its record to the end; with many stages at once the copies add up).
+    pub fn put_shared_volume(&self, record: &Arc<VolumeRecord>) -> Commit {
         let key = file_key(&record.volume_id);
         self.shared.index().undecodable.remove(&key);
-        self.put(Kind::Volume, key, FileSlot::Volume(record.clone()), record)
+        self.put(
+            Kind::Volume,
+            key,
+            FileSlot::Volume(Arc::clone(record)),
+            &**record,
+        )
     }
 
     /// Delete a volume record (OK if absent); durable when the [`Commit`] resolves.

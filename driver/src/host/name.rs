@@ -27,6 +27,10 @@
 
 /// The Windows upcase of one character (see the module docs for the rule).
 pub fn upcase(c: char) -> char {
+    // ASCII's simple uppercase mapping is its ASCII one (a fast path: the record scans compare every share name).
+    if c.is_ascii() {
+        return c.to_ascii_uppercase();
+    }
     if u32::from(c) > 0xFFFF {
         return c;
     }
@@ -64,11 +68,20 @@ pub fn name_key(name: &str) -> String {
 
 /// Whether Windows considers `a` and `b` the same name (case-insensitive through the upcase table).
 pub fn names_equal(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        return a.eq_ignore_ascii_case(b);
+    }
     a.chars().map(upcase).eq(b.chars().map(upcase))
 }
 
 /// Whether `name` starts with `prefix` for Windows (case-insensitively, character by character).
 pub fn starts_with_name(name: &str, prefix: &str) -> bool {
+    if name.is_ascii() && prefix.is_ascii() {
+        return name
+            .as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()));
+    }
     let mut name = name.chars().map(upcase);
     prefix.chars().map(upcase).all(|p| name.next() == Some(p))
 }
@@ -76,6 +89,36 @@ pub fn starts_with_name(name: &str, prefix: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ascii_fast_paths_agree_with_the_general_rule() {
+        for b in 0u8..=0x7f {
+            let c = char::from(b);
+            let mut full = c.to_uppercase();
+            assert_eq!(Some(upcase(c)), full.next(), "{c:?}");
+            assert_eq!(full.next(), None);
+        }
+        let general = |a: &str, b: &str| a.chars().map(upcase).eq(b.chars().map(upcase));
+        for (a, b) in [
+            (r"\\srv\Share", r"\\SRV\share"),
+            (r"\\srv\share", r"\\srv\shar"),
+            ("", ""),
+            ("a", ""),
+            ("[x]", "[X]"),
+            ("@", "`"),
+        ] {
+            assert_eq!(names_equal(a, b), general(a, b), "{a:?} {b:?}");
+            let slow_prefix = {
+                let mut n = a.chars().map(upcase);
+                b.chars().map(upcase).all(|p| n.next() == Some(p))
+            };
+            assert_eq!(
+                starts_with_name(a, b),
+                slow_prefix,
+                "{a:?} starts with {b:?}"
+            );
+        }
+    }
 
     #[test]
     fn every_character_not_ascii_only() {

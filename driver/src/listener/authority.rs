@@ -339,33 +339,30 @@ impl<S> AuthorityFix<S> {
 /// client's own, and a gRPC client's authority is a property of its channel, the same on every call. (A client
 /// that sent a valid authority first and an invalid one later on the same connection would get h2's reset for that
 /// call; no gRPC client does.) `false` sends the block down the full path: anything not provable here — a reference
-/// to the dynamic table, a name that needs decoding, a malformed block, an invalid authority — is decided there.
+/// to the dynamic table, a malformed block, an invalid authority — is decided there.
 fn first_block_is_valid(block: &[u8]) -> bool {
     /// Static-table index of `:authority` (RFC 7541 Appendix A); 62 and up are the dynamic table.
     const AUTHORITY: usize = 1;
     const DYNAMIC: usize = 62;
     let mut at = 0;
     while at < block.len() {
-        let first = block[at];
-        let (prefix, literal) = match first {
-            b if b & 0x80 != 0 => (7, false),
-            b if b & 0xc0 == 0x40 => (6, true),
-            b if b & 0xe0 == 0x20 => (5, false),
-            _ => (4, true),
+        // RFC 7541 §6: the representation, from the first bits, and its integer's prefix length.
+        let (prefix, field) = match block[at] {
+            b if b & 0x80 != 0 => (7, Field::Indexed),
+            b if b & 0xc0 == 0x40 => (6, Field::Literal),
+            b if b & 0xe0 == 0x20 => (5, Field::SizeUpdate),
+            _ => (4, Field::Literal),
         };
         let Some((index, used)) = hpack_integer(&block[at..], prefix) else {
             return false;
         };
         at += used;
-        if first & 0xe0 == 0x20 {
-            continue; // A dynamic table size update.
-        }
-        if !literal {
-            // An indexed field: the static `:authority` entry has an empty value (not an authority).
-            if index == AUTHORITY || index >= DYNAMIC || index == 0 {
-                return false;
-            }
-            continue;
+        match field {
+            Field::SizeUpdate => continue,
+            // The static `:authority` entry has an empty value (not an authority).
+            Field::Indexed if index == AUTHORITY || index >= DYNAMIC || index == 0 => return false,
+            Field::Indexed => continue,
+            Field::Literal => {}
         }
         let is_authority = match index {
             0 => match hpack_string(block, &mut at) {
@@ -396,6 +393,13 @@ fn first_block_is_valid(block: &[u8]) -> bool {
         }
     }
     true
+}
+
+/// A header field representation (RFC 7541 §6), as far as [`first_block_is_valid`] tells them apart.
+enum Field {
+    Indexed,
+    Literal,
+    SizeUpdate,
 }
 
 /// `:authority` Huffman-coded (RFC 7541 Appendix B; h2 codes every new header name so).

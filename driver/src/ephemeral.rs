@@ -354,7 +354,6 @@ mod tests {
                 PathExists,
                 NewSmbGlobalMapping,
                 IsSymlink,
-                PathExists,
                 CreateSymlink
             ]
         );
@@ -373,10 +372,8 @@ mod tests {
         assert!(rec.ephemeral);
         env.clear_calls();
         env.publish(&req("smb-creds"), d()).await.expect("repeat");
-        assert_eq!(
-            env.ops(),
-            vec![PathExists, IsSymlink, PathExists, IsSymlink]
-        );
+        // The private stage's `IsSymlink` (healthy), then the target's `PathExists` + `IsSymlink` (published).
+        assert_eq!(env.ops(), vec![IsSymlink, PathExists, IsSymlink]);
         env.clear_calls();
         let un = UnpublishRequest {
             volume_id: "csi-eph-1".into(),

@@ -157,6 +157,14 @@ pub enum HostErrorKind {
     Other,
 }
 
+impl HostErrorKind {
+    /// Whether a failure of this kind leaves the call's outcome open (the deadline passed or csi-proxy did not
+    /// answer): the host may have done it, so nothing may be undone on its word; kubelet retries or unstages.
+    pub fn is_uncertain(self) -> bool {
+        matches!(self, Self::DeadlineExceeded | Self::Unavailable)
+    }
+}
+
 /// A failed host call: which operation, its classification and an operator-facing message (never a secret).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{op} failed: {message}")]

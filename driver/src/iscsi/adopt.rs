@@ -22,7 +22,7 @@
 use tracing::{debug, info, warn};
 
 use super::volume::present;
-use super::{IscsiRecord, block_error, same_name, uncertain};
+use super::{IscsiRecord, block_error, same_name};
 use crate::error::Error;
 use crate::host::{Host, HostOp, Portal};
 use crate::lifecycle::{Calls, Context, Found};
@@ -45,7 +45,7 @@ fn fact<H: Host, T: std::fmt::Debug>(
     async move {
         match call.await {
             Ok(v) => Ok(Some(v)),
-            Err(e) if uncertain(e.kind) => Err(block_error(e, subject)),
+            Err(e) if e.kind.is_uncertain() => Err(block_error(e, subject)),
             Err(e) => {
                 debug!(op = op.name(), subject = %subject, error = %e.message, "no proof for adoption");
                 Ok(None)

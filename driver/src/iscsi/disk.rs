@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::listings::Listings;
-use super::{IscsiRecord, IscsiVolume, block_error, run, same_id, uncertain};
+use super::{IscsiRecord, IscsiVolume, block_error, run, same_id};
 use crate::error::Error;
 use crate::host::{DiskIds, Host, HostErrorKind, HostOp, Portal};
 use crate::lifecycle::Calls;
@@ -130,7 +130,7 @@ pub(super) async fn find_disk<H: Host>(
     {
         Ok(ids) => ids,
         // An uncertain answer stays uncertain (kubelet retries; the session is kept for that retry).
-        Err(e) if uncertain(e.kind) => return Err(block_error(e, &target)),
+        Err(e) if e.kind.is_uncertain() => return Err(block_error(e, &target)),
         Err(e) if need_ids => {
             return Err(Error::FailedPrecondition(format!(
                 "cannot read disk identifiers to verify {target} ({}); refusing to touch a disk whose identity \

@@ -498,13 +498,6 @@ fn details(record: &VolumeRecord) -> Result<IscsiRecord, Error> {
     })
 }
 
-fn uncertain(kind: HostErrorKind) -> bool {
-    matches!(
-        kind,
-        HostErrorKind::DeadlineExceeded | HostErrorKind::Unavailable
-    )
-}
-
 /// Map a block/iSCSI host failure to the driver error.
 fn block_error(err: HostError, subject: &dyn Display) -> Error {
     match (err.op, err.kind) {
@@ -513,11 +506,11 @@ fn block_error(err: HostError, subject: &dyn Display) -> Error {
              node.session.auth.username/password (and password_in for mutual CHAP) in the node-stage secret and the \
              target's CHAP settings. Not retried with other portals"
         )),
-        (HostOp::AddTargetPortal, kind) if !uncertain(kind) => Error::FailedPrecondition(format!(
+        (HostOp::AddTargetPortal, kind) if !kind.is_uncertain() => Error::FailedPrecondition(format!(
             "cannot add iSCSI portal {subject}: {}; check the address and that the node reaches it",
             err.message
         )),
-        (HostOp::DiscoverTargetPortal, kind) if !uncertain(kind) => {
+        (HostOp::DiscoverTargetPortal, kind) if !kind.is_uncertain() => {
             Error::FailedPrecondition(format!(
                 "cannot list the targets of iSCSI portal {subject}: {}; check the portal and that it allows this \
              initiator",

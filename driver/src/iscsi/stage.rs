@@ -8,7 +8,7 @@ use super::listings::Listings;
 use super::volume::{logout, present};
 use super::{
     IscsiRecord, IscsiVolume, Sessions, block_error, chap, iscsi_record, put_iscsi, run, same_id,
-    same_name, target_users, uncertain,
+    same_name, target_users,
 };
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, IscsiAuth};
@@ -66,7 +66,7 @@ pub(super) async fn stage<H: Host>(
                 }
                 mounted = Some(v);
             }
-            Err(e) if uncertain(e.kind) => return Err(block_error(e, staging)),
+            Err(e) if e.kind.is_uncertain() => return Err(block_error(e, staging)),
             Err(_) => {
                 info!(staging = %staging, "the recorded volume is not mounted at the staging path: (re)staging")
             }
@@ -235,7 +235,7 @@ async fn session_steps<H: Host>(
         };
         match added_portal {
             Ok(()) => added.push(p.clone()),
-            Err(e) if uncertain(e.kind) => return Err(block_error(e, p)),
+            Err(e) if e.kind.is_uncertain() => return Err(block_error(e, p)),
             Err(e) => {
                 warn!(portal = %p, error = %e.message, "cannot add portal");
                 last = Some(block_error(e, p));
@@ -305,7 +305,7 @@ async fn session_steps<H: Host>(
                 session = Some(p.clone());
                 break;
             }
-            Err(e) if uncertain(e.kind) || e.kind == HostErrorKind::LogonFailure => {
+            Err(e) if e.kind.is_uncertain() || e.kind == HostErrorKind::LogonFailure => {
                 return Err(block_error(e, &vol.iqn));
             }
             Err(e) => {
@@ -487,7 +487,7 @@ async fn discover<H: Host>(
                 }
                 seen.extend(iqns);
             }
-            Err(e) if uncertain(e.kind) => return Err(block_error(e, p)),
+            Err(e) if e.kind.is_uncertain() => return Err(block_error(e, p)),
             Err(e) => {
                 warn!(portal = %p, error = %e.message, "cannot list the portal's targets");
                 last = Some(block_error(e, p));
@@ -538,7 +538,7 @@ async fn volume_of<H: Host>(
             // CreatePartition, Refresh, Online), so a definite failure may come after the partition exists. The
             // intent is dropped only when the disk still shows no volume; a volume there now can only be this call's
             // (the disk was proven empty before it), and a retry formats it.
-            if !uncertain(e.kind)
+            if !e.kind.is_uncertain()
                 && volumes_fresh(h, number, disk)
                     .await
                     .is_ok_and(|v| v.is_empty())
@@ -590,7 +590,7 @@ async fn volumes_fresh<H: Host>(
 /// A failed `PartitionDisk` / `FormatVolume`. Besides the uncertain kinds, the one cause the driver can name is a
 /// write-protected disk, which csi-proxy cannot clear (it has no call for the read-only flag).
 fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
-    if uncertain(e.kind) {
+    if e.kind.is_uncertain() {
         return block_error(e, &subject);
     }
     Error::FailedPrecondition(format!(

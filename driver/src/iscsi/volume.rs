@@ -10,7 +10,6 @@ use tracing::{debug, info, warn};
 
 use super::{
     IscsiRecord, MIN_RESIZE_GROWTH, Sessions, block_error, details, run, same_id, target_users,
-    uncertain,
 };
 use crate::error::Error;
 use crate::host::{Host, HostErrorKind, HostOp, HostPath};
@@ -30,7 +29,7 @@ pub(super) async fn present<H: Host>(h: &Calls<'_, H>, v: &str) -> Result<bool, 
         .await
     {
         Ok(_) => Ok(true),
-        Err(e) if uncertain(e.kind) => Err(block_error(e, &v)),
+        Err(e) if e.kind.is_uncertain() => Err(block_error(e, &v)),
         Err(e) => {
             debug!(volume = %v, error = %e.message, "the volume is not there");
             Ok(false)
@@ -89,7 +88,7 @@ async fn remove_mount<H: Host>(
         .await
     {
         Ok(v) => v,
-        Err(e) if uncertain(e.kind) => return Err(block_error(e, staging)),
+        Err(e) if e.kind.is_uncertain() => return Err(block_error(e, staging)),
         Err(_) => {
             // An empty directory, a mount point nothing can be read from, or nothing (`remove_dir` takes "not found"
             // as done, so no `PathExists` first).
@@ -112,7 +111,7 @@ async fn remove_mount<H: Host>(
         .await
     {
         Ok(()) => {}
-        Err(e) if uncertain(e.kind) => return Err(block_error(e, &v)),
+        Err(e) if e.kind.is_uncertain() => return Err(block_error(e, &v)),
         Err(e) if e.kind == HostErrorKind::NotFound => {
             // The mount point names a volume that is gone (PowerShell-era csi-proxy reads the reparse data): nothing
             // to flush or unmount (UnmountVolume would fail the same way), only the dangling mount point to remove.
@@ -205,7 +204,7 @@ pub(super) async fn check<H: Host>(
         .await
     {
         Ok(v) if r.volume.as_deref().is_none_or(|w| same_id(w, &v)) => present(h, &v).await?,
-        Err(e) if uncertain(e.kind) => return Err(block_error(e, staging)),
+        Err(e) if e.kind.is_uncertain() => return Err(block_error(e, staging)),
         _ => false,
     };
     if healthy {
@@ -276,12 +275,12 @@ pub(super) async fn stats<H: Host>(
                         message: format!("volume {v} of {} LUN {} is mounted", r.iqn, r.lun),
                     });
                 }
-                Err(e) if uncertain(e.kind) => return Err(block_error(e, &v)),
+                Err(e) if e.kind.is_uncertain() => return Err(block_error(e, &v)),
                 // The mount point still names the volume, but it is gone (PowerShell-era csi-proxy).
                 Err(_) => diagnose(h, r).await,
             }
         }
-        Err(e) if uncertain(e.kind) => return Err(block_error(e, &staging)),
+        Err(e) if e.kind.is_uncertain() => return Err(block_error(e, &staging)),
         Ok(v) if r.volume.as_deref().is_some_and(|w| !same_id(w, &v)) => {
             format!("{staging} holds volume {v}, not the recorded one")
         }

@@ -9,7 +9,7 @@
 //!
 //! | Operation | Host calls |
 //! | --- | --- |
-//! | publish | `PathExists(target)` → the protocol's readiness check of the staging path (SMB: `IsSymlink(staging)`; iSCSI: `GetVolumeStats`) → `CreateSymlink(target → staging)` (`IsSymlink` + `Rmdir` of kubelet's empty directory after `PathExists` when present) |
+//! | publish | the protocol's readiness check of the staging path (SMB: `IsSymlink(staging)`; iSCSI: `GetVolumeStats`) → `CreateSymlink(target → staging)`; only when that fails (something is at the target): `PathExists(target)` → `IsSymlink(target)` → `Rmdir` of kubelet's empty directory or a dangling link → `CreateSymlink` |
 //! | repeated publish | `PathExists(target)` → `IsSymlink(target)` |
 //! | unpublish | `Rmdir(target)` ("not found" means already gone) |
 //! | unstage | `PathExists(target)` of each recorded publish target of the volume, then the protocol's unstage |
@@ -17,7 +17,12 @@
 //! | reconcile, per publish record | `PathExists(target)` (the record is dropped when the target is gone) |
 //!
 //! Publish writes its record before the link and unpublish deletes it after the link, so a crash between the two
-//! converges on kubelet's retry. The staging side of the same argument is each protocol's (see `crate::smb` and
+//! converges on kubelet's retry. A first publish makes the link without asking what is at the target (kubelet makes
+//! only its parent; `CreateSymlink` fails and creates nothing when something is there): when the failure shows a
+//! resolving link it did not make, or a non-empty directory, the record it wrote goes again before the error.
+//! Given up for that one call: a crash between that record and its removal leaves a record naming a link this
+//! driver did not make (kubelet's retry then finds it "published"); a link at a pod's own target path for this
+//! volume that this driver's records do not know is already a lost-state case. The staging side of the same argument is each protocol's (see `crate::smb` and
 //! `crate::iscsi`).
 //!
 //! # The records decide what a request may touch

@@ -190,6 +190,70 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         } = link;
         let h = self.context().calls(d);
         let existing = self.publication(target)?;
+        let record_of = |access| PublishRecord {
+            version: RECORD_VERSION,
+            volume_id: volume_id.to_owned(),
+            target_path: target.to_string(),
+            staging_path: staging.to_string(),
+            readonly,
+            access: Some(access),
+        };
+        if existing.is_none() {
+            // A first publish at this target: kubelet made only the target's parent, so the link is made at once
+            // (no `PathExists` first: one call fewer). `CreateSymlink` fails when something is at the path, on every
+            // csi-proxy release (Go's `os.Symlink`) and the native backend, and creates nothing then; only that
+            // failure asks what is there.
+            if let Some(rec) = record {
+                self.protocol.ready(self.context(), rec, staging, d).await?;
+            }
+            self.store
+                .put_publication(&target.key(), &record_of(access))
+                .await?;
+            match h.create_symlink(target, staging).await {
+                Ok(()) => {
+                    info!(target = %target, readonly, "volume published");
+                    return Ok(());
+                }
+                Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
+                Err(e) => {
+                    if !h
+                        .path_exists(target)
+                        .await
+                        .map_err(|e| host_error(e, target))?
+                    {
+                        // Nothing is there: the failure is the link's own (the record stays, as for any failed
+                        // link: kubelet retries or unpublishes).
+                        return Err(host_error(e, target));
+                    }
+                    if h.is_symlink(target)
+                        .await
+                        .map_err(|e| host_error(e, target))?
+                    {
+                        // A link that resolves, made before this call and not by this driver (its record would
+                        // be there): not ours to replace, and the record just written must not claim it.
+                        self.remove_publication(target).await?;
+                        return Err(Error::AlreadyExists(format!(
+                            "{target} is already a link this driver did not make; refusing to replace it"
+                        )));
+                    }
+                    debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
+                    match h.rmdir(target).await {
+                        Ok(()) => {}
+                        Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
+                        Err(e) => {
+                            // Still not ours (a non-empty directory is never removed): neither is the record.
+                            self.remove_publication(target).await?;
+                            return Err(host_error(e, target));
+                        }
+                    }
+                    h.create_symlink(target, staging)
+                        .await
+                        .map_err(|e| host_error(e, target))?;
+                    info!(target = %target, readonly, "volume published");
+                    return Ok(());
+                }
+            }
+        }
         let ours = existing
             .as_ref()
             .is_some_and(|p| p.volume_id == volume_id && staging.is(&p.staging_path));
@@ -212,11 +276,6 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
                         p.volume_id
                     )));
                 }
-                None if resolves => {
-                    return Err(Error::AlreadyExists(format!(
-                        "{target} is already a link this driver did not make; refusing to replace it"
-                    )));
-                }
                 _ => {}
             }
             if let Some(rec) = record {
@@ -228,17 +287,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             self.protocol.ready(self.context(), rec, staging, d).await?;
         }
         self.store
-            .put_publication(
-                &target.key(),
-                &PublishRecord {
-                    version: RECORD_VERSION,
-                    volume_id: volume_id.to_owned(),
-                    target_path: target.to_string(),
-                    staging_path: staging.to_string(),
-                    readonly,
-                    access: Some(access),
-                },
-            )
+            .put_publication(&target.key(), &record_of(access))
             .await?;
         h.create_symlink(target, staging)
             .await

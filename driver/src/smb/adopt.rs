@@ -16,7 +16,7 @@
 
 use tracing::{debug, info};
 
-use super::{SmbRecord, uncertain};
+use super::SmbRecord;
 use crate::error::Error;
 use crate::host::{Host, HostOp, UncPath, names_equal};
 use crate::lifecycle::{Calls, Context, Found, host_error};
@@ -43,7 +43,7 @@ pub(super) async fn adopt<H: Host>(
     {
         Ok(Some(t)) => t,
         Ok(None) => return Ok(None),
-        Err(e) if uncertain(e.kind) => return Err(host_error(e, staging)),
+        Err(e) if e.kind.is_uncertain() => return Err(host_error(e, staging)),
         Err(e) => {
             debug!(staging = %staging, error = %e.message, "no link to adopt");
             return Ok(None);
@@ -107,7 +107,7 @@ pub(super) async fn unrecorded_links_into<H: Host>(
             .await
         {
             Ok(t) => t,
-            Err(e) if uncertain(e.kind) => return Err(host_error(e, &staging)),
+            Err(e) if e.kind.is_uncertain() => return Err(host_error(e, &staging)),
             Err(_) => None,
         };
         if let Some(remote) = target.and_then(|t| UncPath::parse(&t, "link target").ok())

@@ -10,8 +10,8 @@
 //! | --- | --- |
 //! | first stage | `PathExists(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink(staging)` (plus `Rmdir(staging)` first when kubelet left a directory there) |
 //! | first stage with subDir | `PathExists` → `NewSmbGlobalMapping(root+source, link=staging)` → `Mkdir(staging\subDir)` (creates it on the share, through the link) → `Rmdir(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink` |
-//! | repeated stage | `PathExists(staging)` → `IsSymlink(staging)` |
-//! | re-stage after a reboot (Disconnected mapping) | `PathExists` → `IsSymlink` (false or an error) → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
+//! | repeated stage | `IsSymlink(staging)` (true: a link whose target exists, so the path exists too) |
+//! | re-stage after a reboot (Disconnected mapping) | `IsSymlink` (false or an error) → `PathExists` → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
 //! | unstage | `Rmdir(staging)` ("not found": already gone) → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
 //! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` |
@@ -336,15 +336,6 @@ async fn unstage<H: Host>(
     Ok(())
 }
 
-/// Whether a host failure leaves the outcome open (kubelet retries or unstages): the deadline passed or csi-proxy did
-/// not answer.
-fn uncertain(kind: HostErrorKind) -> bool {
-    matches!(
-        kind,
-        HostErrorKind::DeadlineExceeded | HostErrorKind::Unavailable
-    )
-}
-
 /// Whether the staging link reaches the share: `IsSymlink` of the staging path looks one hop, at the UNC path itself.
 /// `Ok(Err(why))`: it does not (false — Windows errors 2, 3, 53 — or an error such as access denied on a Disconnected
 /// mapping, a logon failure after a password change, a deleted share); `Err` only when the answer is uncertain.
@@ -355,7 +346,7 @@ async fn reaches_share<H: Host>(
     match h.is_symlink(staging).await {
         Ok(true) => Ok(Ok(())),
         Ok(false) => Ok(Err("the share path does not answer".to_owned())),
-        Err(e) if uncertain(e.kind) => Err(host_error(e, staging)),
+        Err(e) if e.kind.is_uncertain() => Err(host_error(e, staging)),
         Err(e) => Ok(Err(e.message)),
     }
 }

@@ -76,25 +76,28 @@ pub(super) async fn stage<H: Host>(
     }
     debug!(root = %vol.source.root(), fresh, "principal claimed");
 
-    let exists = match h.path_exists(staging).await {
-        Ok(exists) => exists,
-        Err(e) => return Err(forget_fresh(cx, fresh, volume_id, host_error(e, staging)).await?),
-    };
+    // A repeated stage asks `IsSymlink` alone: true only for a link whose own target exists, so the path exists too
+    // (on every csi-proxy release, `os.Lstat` first, and the native backend), one call where `PathExists` first made
+    // two. Anything else goes the repair way below, which starts by asking whether the path exists.
     if let Some(rec) = &existing
         && rec.phase == Phase::Staged
-        && exists
     {
         match reaches_share(&h, staging).await? {
             Ok(()) => {
                 debug!(staging = %staging, "already staged and reachable: nothing to do");
                 return Ok(());
             }
-            // An error here (e.g. access denied on a mapping Disconnected by a reboot) means "not healthy": repair.
+            // An error here (e.g. access denied on a mapping Disconnected by a reboot, or the path is missing) means
+            // "not healthy": repair.
             Err(why) => {
                 info!(staging = %staging, why = %why, "staging link does not reach the share: re-staging")
             }
         }
     }
+    let exists = match h.path_exists(staging).await {
+        Ok(exists) => exists,
+        Err(e) => return Err(forget_fresh(cx, fresh, volume_id, host_error(e, staging)).await?),
+    };
 
     // From here on the record (phase staging) counts as a user of the mapping (a fresh one was written with the
     // claim above).

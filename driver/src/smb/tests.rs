@@ -152,7 +152,8 @@ async fn first_and_repeated_stage() {
         })
     );
     env.stage(&req, d()).await.expect("repeat");
-    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+    // `IsSymlink` alone: a link whose target exists is there.
+    assert_eq!(env.take_ops(), vec![IsSymlink]);
     assert_eq!(mappings(&env).len(), 1);
     assert!(env.resolves(&norm_staging("v1")));
 }
@@ -235,7 +236,8 @@ async fn stage_with_sub_dir_template_creates_it_on_the_share() {
         "{link}"
     );
     env.stage(&req, d()).await.expect("repeat");
-    assert_eq!(env.take_ops(), vec![PathExists, IsSymlink]);
+    // `IsSymlink` alone: a link whose target exists is there.
+    assert_eq!(env.take_ops(), vec![IsSymlink]);
 }
 
 #[tokio::test]
@@ -252,8 +254,9 @@ async fn publish_unpublish_sequences() {
     assert_eq!(
         env.calls(),
         vec![
-            Call::PathExists(t.clone()),
-            // The staging link still reaches the share (a link to one that does not would be a file link).
+            // The staging link still reaches the share (a link to one that does not would be a file link); no
+            // `PathExists` of the target first: kubelet made only its parent, and `CreateSymlink` fails on anything
+            // there.
             Call::IsSymlink(norm_staging("v1")),
             Call::CreateSymlink {
                 link: t.clone(),
@@ -272,9 +275,17 @@ async fn publish_unpublish_sequences() {
     env.publish(&publish_req("v1", "p2"), d())
         .await
         .expect("publish over dir");
+    // `CreateSymlink` fails on it; only then is the path judged (not a link: removed) and the link made.
     assert_eq!(
         env.take_ops(),
-        vec![PathExists, IsSymlink, IsSymlink, Rmdir, CreateSymlink]
+        vec![
+            IsSymlink,
+            CreateSymlink,
+            PathExists,
+            IsSymlink,
+            Rmdir,
+            CreateSymlink
+        ]
     );
     env.mgr
         .unpublish(&unpublish_req("v1", "p1"), d())
@@ -364,8 +375,11 @@ async fn publish_error_branches() {
     );
     assert_eq!(
         env.take_ops(),
-        vec![PathExists, IsSymlink, IsSymlink, Rmdir]
+        vec![IsSymlink, CreateSymlink, PathExists, IsSymlink, Rmdir]
     );
+    // The record written before `CreateSymlink` went again: the directory is not this driver's.
+    assert!(env.mgr.store().publications().expect("list").is_empty());
+    assert!(env.exists(&format!(r"{}\file", target("p9"))));
     // Published from another source.
     env.publish(&publish_req("v1", "p1"), d())
         .await
@@ -403,6 +417,36 @@ async fn publish_error_branches() {
         matches!(&err, Error::InvalidArgument(m) if !m.contains("topsecret")),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn first_publish_over_a_link_it_did_not_make_refuses_and_keeps_no_record() {
+    let env = new_env(false);
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("stage");
+    // A link at the pod's path that resolves, made by someone else (no record of this driver names it).
+    let elsewhere = r"C:\var\lib\kubelet\elsewhere";
+    env.mkdir(elsewhere);
+    env.mkdir_parent(&target("p1"));
+    env.script(|s| s.create_symlink(elsewhere, &format!("C:{}", target("p1"))))
+        .expect("foreign link");
+    env.clear_calls();
+    let err = env
+        .publish(&publish_req("v1", "p1"), d())
+        .await
+        .expect_err("foreign link");
+    assert!(
+        matches!(&err, Error::AlreadyExists(m) if m.contains("did not make")),
+        "{err:?}"
+    );
+    assert_eq!(
+        env.take_ops(),
+        vec![IsSymlink, CreateSymlink, PathExists, IsSymlink]
+    );
+    // Untouched, and unclaimed: an unpublish of the volume there removes nothing.
+    assert!(env.resolves(&target("p1")));
+    assert!(env.mgr.store().publications().expect("list").is_empty());
 }
 
 #[tokio::test]
@@ -835,7 +879,7 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
         env.assert_clean();
         env.calls().len()
     };
-    assert_eq!(total, 6 + 3 + 1 + 2);
+    assert_eq!(total, 6 + 2 + 1 + 2);
     for n in 0..total {
         for kubelet_unstages_instead in [false, true] {
             let mut env = new_env(false);
@@ -1146,8 +1190,8 @@ async fn after_a_reboot_the_next_stage_repairs_the_volume_on_every_release() {
         assert_eq!(
             env.take_ops(),
             vec![
-                PathExists,
                 IsSymlink,
+                PathExists,
                 Rmdir,
                 NewSmbGlobalMapping,
                 RemoveSmbGlobalMapping,

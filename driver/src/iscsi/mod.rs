@@ -79,8 +79,8 @@
 //! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
-//! | unstage | `GetVolumeIDFromTargetPath` → `WriteVolumeCache` → `UnmountVolume` → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
-//! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `WriteVolumeCache` (not found) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `Rmdir` → `DisconnectTarget` |
+//! | unstage | `GetVolumeIDFromTargetPath` → `UnmountVolume` (which flushes the volume first on every release) → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
+//! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `UnmountVolume` (not found: its flush fails) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `Rmdir` → `DisconnectTarget` |
 //! | unstage without a record (adoption, `adopt.rs`) | `GetVolumeIDFromTargetPath` → `GetVolumeStats` → `GetDiskNumberFromVolumeID` → `ListTargetPortals` → per portal `DiscoverTargetPortal` → per target `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs`, then the unstage above with `GetTargetDisks` before `DisconnectTarget` (logout only when it is exactly this disk) |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |
 //! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; not the recorded volume, or not there → record marked `needs_restage`, nothing removed |
@@ -506,10 +506,12 @@ fn block_error(err: HostError, subject: &dyn Display) -> Error {
              node.session.auth.username/password (and password_in for mutual CHAP) in the node-stage secret and the \
              target's CHAP settings. Not retried with other portals"
         )),
-        (HostOp::AddTargetPortal, kind) if !kind.is_uncertain() => Error::FailedPrecondition(format!(
-            "cannot add iSCSI portal {subject}: {}; check the address and that the node reaches it",
-            err.message
-        )),
+        (HostOp::AddTargetPortal, kind) if !kind.is_uncertain() => {
+            Error::FailedPrecondition(format!(
+                "cannot add iSCSI portal {subject}: {}; check the address and that the node reaches it",
+                err.message
+            ))
+        }
         (HostOp::DiscoverTargetPortal, kind) if !kind.is_uncertain() => {
             Error::FailedPrecondition(format!(
                 "cannot list the targets of iSCSI portal {subject}: {}; check the portal and that it allows this \

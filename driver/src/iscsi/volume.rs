@@ -6,7 +6,7 @@
 //! mount point's reparse data, so it still names the old volume; v1.3.0+ fail. So a matching id is never taken as
 //! proof that the volume is there: `GetVolumeStats` of it must answer too.
 
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::{
     IscsiRecord, MIN_RESIZE_GROWTH, Sessions, block_error, details, run, same_id, target_users,
@@ -102,26 +102,9 @@ async fn remove_mount<H: Host>(
             "{staging} holds volume {v}, not the recorded {want}; refusing to unmount it"
         )));
     }
-    match h
-        .raw(
-            HostOp::WriteVolumeCache,
-            &v,
-            h.host().write_volume_cache(&v, d),
-        )
-        .await
-    {
-        Ok(()) => {}
-        Err(e) if e.kind.is_uncertain() => return Err(block_error(e, &v)),
-        Err(e) if e.kind == HostErrorKind::NotFound => {
-            // The mount point names a volume that is gone (PowerShell-era csi-proxy reads the reparse data): nothing
-            // to flush or unmount (UnmountVolume would fail the same way), only the dangling mount point to remove.
-            info!(staging = %staging, volume = %v, "the volume is gone (session lost): removing its mount point");
-            return remove_dir(h, staging).await;
-        }
-        Err(e) => {
-            warn!(error = %e.message, "flushing the volume cache failed; unmounting anyway (UnmountVolume flushes too)")
-        }
-    }
+    // No `WriteVolumeCache` first: `UnmountVolume` flushes the volume before it removes the mount point on every
+    // csi-proxy release (PowerShell era `Write-VolumeCache`, v1.3.0+ `MSFT_Volume.Flush`) and the native backend,
+    // and fails, like the flush would, when the volume is gone (after a reboot): "not found" below.
     match h
         .raw(
             HostOp::UnmountVolume,
@@ -132,7 +115,9 @@ async fn remove_mount<H: Host>(
     {
         Ok(()) => {}
         Err(e) if e.kind == HostErrorKind::NotFound => {
-            debug!(staging = %staging, error = %e.message, "nothing left to unmount")
+            // Nothing mounted there any more, or the mount point names a volume that is gone (the session went with
+            // a reboot; PowerShell-era csi-proxy reads the reparse data): only the mount point is left to remove.
+            info!(staging = %staging, volume = %v, error = %e.message, "nothing left to unmount: removing the mount point")
         }
         Err(e) => return Err(block_error(e, staging)),
     }

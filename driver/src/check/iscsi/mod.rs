@@ -43,7 +43,8 @@ pub(super) fn plan(o: &CheckOptions) -> Vec<PlanStep> {
             actions: vec![
                 format!("GetTargetDisks {target} (is the session gone?)"),
                 format!(
-                    "GetVolumeIDFromTargetPath {mnt} (dangling mount point); Mkdir {mnt} over it"
+                    "GetVolumeIDFromTargetPath {mnt} (dangling mount point); Mkdir {mnt} over it; UnmountVolume \
+                     of the gone volume there"
                 ),
                 format!("DisconnectTarget {} (not connected)", t.iqn),
                 format!("cleanup: UnmountVolume / Rmdir {mnt}"),

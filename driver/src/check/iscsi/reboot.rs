@@ -104,6 +104,25 @@ pub(in crate::check) async fn after_reboot<H: Host>(cx: &mut Ctx<'_, H>) -> Resu
         Vec::new()
     };
     c.observe("mkdir_over_dangling", o, over);
+    // The driver's unstage after a reboot relies on this: `UnmountVolume` flushes the volume first, which fails
+    // "not found" for a volume whose session is gone, and the mount point is then removed with a non-forced `Rmdir`.
+    let (o, _) = cx
+        .call(
+            HostOp::UnmountVolume,
+            &format!("{volume} from {mnt} (the volume is gone)"),
+            h.unmount_volume(&volume, &mnt, cx.d()),
+        )
+        .await;
+    let gone = if rebooted {
+        vec![Claim::all(
+            Ref::NodeCheck(7),
+            Expect::err_kind("NotFound"),
+            false,
+        )]
+    } else {
+        Vec::new()
+    };
+    c.observe("unmount_gone_volume", o, gone);
     if rebooted {
         let (o, r) = cx
             .call(

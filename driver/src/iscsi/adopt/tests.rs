@@ -158,7 +158,6 @@ async fn a_wiped_state_directory_is_unstaged_lun_by_lun_and_a_shared_session_is_
                 ListDiskLocations,
                 ListDiskIDs,
                 GetVolumeIDFromTargetPath,
-                WriteVolumeCache,
                 UnmountVolume,
                 Rmdir,
                 GetTargetDisks,

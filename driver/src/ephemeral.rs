@@ -351,7 +351,7 @@ mod tests {
             env.ops(),
             vec![
                 Mkdir,
-                PathExists,
+                Rmdir,
                 NewSmbGlobalMapping,
                 IsSymlink,
                 CreateSymlink

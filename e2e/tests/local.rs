@@ -591,8 +591,9 @@ async fn kubelet_makes_the_staging_directory_and_removes_its_mount_directories()
             .map(|e| e.rpc)
             .collect();
         if v.handle == smb.handle {
-            // The SMB stage replaces kubelet's empty directory with its link.
-            assert_eq!(&rpcs[..2], ["PathExists", "Rmdir"], "{rpcs:?}");
+            // The SMB stage replaces kubelet's empty directory with its link (a non-forced `Rmdir` first, no
+            // `PathExists`).
+            assert_eq!(&rpcs[..2], ["Rmdir", "NewSmbGlobalMapping"], "{rpcs:?}");
         }
     }
     for v in [&smb, &lun] {

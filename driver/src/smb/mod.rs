@@ -8,10 +8,10 @@
 //!
 //! | Operation | Host calls |
 //! | --- | --- |
-//! | first stage | `PathExists(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink(staging)` (plus `Rmdir(staging)` first when kubelet left a directory there) |
-//! | first stage with subDir | `PathExists` → `NewSmbGlobalMapping(root+source, link=staging)` → `Mkdir(staging\subDir)` (creates it on the share, through the link) → `Rmdir(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink` |
+//! | first stage | `Rmdir(staging)` (kubelet's empty directory; "not found" when there is none) → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink(staging)` |
+//! | first stage with subDir | `Rmdir(staging)` → `NewSmbGlobalMapping(root+source, link=staging)` → `Mkdir(staging\subDir)` (creates it on the share, through the link) → `Rmdir(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink` |
 //! | repeated stage | `IsSymlink(staging)` (true: a link whose target exists, so the path exists too) |
-//! | re-stage after a reboot (Disconnected mapping) | `IsSymlink` (false or an error) → `PathExists` → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
+//! | re-stage after a reboot (Disconnected mapping) | `IsSymlink` (false or an error) → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
 //! | unstage | `Rmdir(staging)` ("not found": already gone) → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
 //! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` |

@@ -78,7 +78,7 @@ pub(super) async fn stage<H: Host>(
 
     // A repeated stage asks `IsSymlink` alone: true only for a link whose own target exists, so the path exists too
     // (on every csi-proxy release, `os.Lstat` first, and the native backend), one call where `PathExists` first made
-    // two. Anything else goes the repair way below, which starts by asking whether the path exists.
+    // two. Anything else goes the repair way below.
     if let Some(rec) = &existing
         && rec.phase == Phase::Staged
     {
@@ -94,10 +94,17 @@ pub(super) async fn stage<H: Host>(
             }
         }
     }
-    let exists = match h.path_exists(staging).await {
-        Ok(exists) => exists,
+    // What is at the staging path goes first: kubelet's empty directory (kubelet makes it before NodeStage) or the
+    // link of a stage being repaired. A non-forced `Rmdir` never removes data (a non-empty directory is refused), and
+    // "not found" means nothing is there on every csi-proxy release (Go's `os.Remove`: Windows errors 2/3) and the
+    // native backend: no `PathExists` first. Before the mapping's lock, so stages of one share do this at once.
+    match h.rmdir(staging).await {
+        Ok(()) => {
+            debug!(staging = %staging, "removed what was at the staging path (kubelet's directory or an old link)")
+        }
+        Err(e) if e.kind == HostErrorKind::NotFound => {}
         Err(e) => return Err(forget_fresh(cx, fresh, volume_id, host_error(e, staging)).await?),
-    };
+    }
 
     // From here on the record (phase staging) counts as a user of the mapping (a fresh one was written with the
     // claim above).
@@ -123,10 +130,6 @@ pub(super) async fn stage<H: Host>(
     let mut link_ours = false;
     let cred = vol.credential.as_ref();
     let result = async {
-        if exists {
-            debug!(staging = %staging, "removing what is at the staging path (kubelet's directory or an old link)");
-            h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
-        }
         if !vol.sub_dir.is_empty() {
             let sub = staging.join(&vol.sub_dir.join("\\"), cx.kubelet_root())?;
             debug!(sub_dir = %vol.full_path(), "ensuring subDir exists on the share through a temporary link");

@@ -131,7 +131,7 @@ async fn first_and_repeated_stage() {
     assert_eq!(
         env.calls(),
         vec![
-            Call::PathExists(norm_staging("v1")),
+            Call::Rmdir(norm_staging("v1"), false),
             Call::NewSmbGlobalMapping {
                 remote: r"\\srv\share\base".into(),
                 link: Some(norm_staging("v1")),
@@ -167,7 +167,7 @@ async fn stage_replaces_kubelets_empty_directory() {
         .expect("stage");
     assert_eq!(
         env.take_ops(),
-        vec![PathExists, Rmdir, NewSmbGlobalMapping, IsSymlink]
+        vec![Rmdir, NewSmbGlobalMapping, IsSymlink]
     );
     assert!(env.calls().is_empty());
 }
@@ -184,7 +184,7 @@ async fn stage_refuses_non_empty_staging_directory_and_leaves_nothing() {
         matches!(&err, Error::FailedPrecondition(m) if m.contains("non-empty")),
         "{err:?}"
     );
-    assert_eq!(env.take_ops(), vec![PathExists, Rmdir]);
+    assert_eq!(env.take_ops(), vec![Rmdir]);
     assert!(env.mgr.store().volume("v1").expect("read").is_none());
     assert!(env.exists(&format!(r"{}\data", staging("v1"))));
 }
@@ -207,7 +207,7 @@ async fn stage_with_sub_dir_template_creates_it_on_the_share() {
     assert_eq!(
         env.take_ops(),
         vec![
-            PathExists,
+            Rmdir,
             NewSmbGlobalMapping,
             Mkdir,
             Rmdir,
@@ -621,7 +621,7 @@ async fn conflicting_principals_fail_with_1219_advice() {
         matches!(&err, Error::FailedPrecondition(m) if m.contains("1219") && m.contains(r"\\nas\data")),
         "{err:?}"
     );
-    assert_eq!(env.take_ops(), vec![PathExists, NewSmbGlobalMapping]);
+    assert_eq!(env.take_ops(), vec![Rmdir, NewSmbGlobalMapping]);
     assert!(
         env.mgr.store().volume("v3").expect("read").is_none(),
         "fresh record rolled back"
@@ -644,7 +644,7 @@ async fn definite_failures_roll_back() {
     assert_eq!(
         env.take_ops(),
         vec![
-            PathExists,
+            Rmdir,
             NewSmbGlobalMapping,
             IsSymlink,
             Rmdir,
@@ -666,7 +666,7 @@ async fn definite_failures_roll_back() {
     assert_eq!(
         env.take_ops(),
         vec![
-            PathExists,
+            Rmdir,
             NewSmbGlobalMapping,
             Mkdir,
             Rmdir,
@@ -811,7 +811,7 @@ async fn reboot_stats_reconcile_and_restage() {
         .expect("restage");
     assert_eq!(
         env.take_ops(),
-        vec![PathExists, NewSmbGlobalMapping, IsSymlink]
+        vec![Rmdir, NewSmbGlobalMapping, IsSymlink]
     );
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
     assert!(env.resolves(&target("p1")));
@@ -832,14 +832,14 @@ async fn disconnected_mapping_that_blocks_create_is_replaced() {
         .await
         .expect("restage");
     let csi_proxy = vec![
-        PathExists,
+        Rmdir,
         NewSmbGlobalMapping,
         RemoveSmbGlobalMapping,
         NewSmbGlobalMapping,
         IsSymlink,
     ];
     // The native backend sees the Disconnected mapping and repairs it inside NewSmbGlobalMapping.
-    let native = vec![PathExists, NewSmbGlobalMapping, IsSymlink];
+    let native = vec![Rmdir, NewSmbGlobalMapping, IsSymlink];
     assert_eq!(env.take_ops(), env.per_backend(csi_proxy, native));
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
 }
@@ -1107,7 +1107,7 @@ async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
         .await
         .expect("v3");
     let csi_proxy = vec![
-        PathExists,
+        Rmdir,
         NewSmbGlobalMapping,
         NewSmbGlobalMapping,
         RemoveSmbGlobalMapping,
@@ -1116,7 +1116,7 @@ async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
     ];
     // The native backend repairs the Disconnected mapping inside one NewSmbGlobalMapping (under the shared side:
     // it removes and re-creates the mapping the other staged volumes use; their links resolve again at once).
-    let native = vec![PathExists, NewSmbGlobalMapping, IsSymlink];
+    let native = vec![Rmdir, NewSmbGlobalMapping, IsSymlink];
     assert_eq!(env.take_ops(), env.per_backend(csi_proxy, native));
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
     assert!(
@@ -1191,7 +1191,6 @@ async fn after_a_reboot_the_next_stage_repairs_the_volume_on_every_release() {
             env.take_ops(),
             vec![
                 IsSymlink,
-                PathExists,
                 Rmdir,
                 NewSmbGlobalMapping,
                 RemoveSmbGlobalMapping,
@@ -1344,7 +1343,7 @@ async fn concurrent_stages_with_two_principals_on_one_server_exactly_one_wins() 
     // first stage is held at its first host call; the second, with another account on the same share, must not ride
     // on the mapping the first is about to make.
     let env = new_env(false);
-    env.hold_nth(PathExists, 1);
+    env.hold_nth(Rmdir, 1);
     let bob = stage_req("v1", SHARE, None, "bob");
     let first = env.stage(&bob, d());
     tokio::pin!(first);
@@ -1490,11 +1489,11 @@ async fn first_users_queued_behind_the_maker_go_on_once_the_share_is_mapped() {
         r = &mut first => panic!("the maker finished while held: {r:?}"),
         () = env.hung() => {}
     }
-    // v2, also a first user of the share, checks its staging path and queues for the exclusive side.
+    // v2, also a first user of the share, clears its staging path and queues for the exclusive side.
     let second = tokio::time::timeout(NEVER, env.stage(&r2, d()));
     tokio::pin!(second);
     let queued = async {
-        while env.ops().iter().filter(|op| **op == PathExists).count() < 2 {
+        while env.ops().iter().filter(|op| **op == Rmdir).count() < 2 {
             tokio::task::yield_now().await;
         }
         // Its answer back through the transport to the lock (no host call in between).

@@ -349,13 +349,7 @@ mod tests {
         env.publish(&req("smb-creds"), d()).await.expect("publish");
         assert_eq!(
             env.ops(),
-            vec![
-                Mkdir,
-                Rmdir,
-                NewSmbGlobalMapping,
-                IsSymlink,
-                CreateSymlink
-            ]
+            vec![Mkdir, Rmdir, NewSmbGlobalMapping, IsSymlink, CreateSymlink]
         );
         let private = staging_path(mgr, "csi-eph-1").expect("path");
         assert!(

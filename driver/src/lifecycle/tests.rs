@@ -673,7 +673,8 @@ async fn reconciliation_checks_every_volume_when_one_fails() {
         staged(&env, id, SHARE, SINGLE_NODE_MULTI_WRITER).await;
     }
     env.clear_calls();
-    env.unavailable_nth(HostOp::PathExists, 1);
+    // The first volume's check (its `IsSymlink`) finds csi-proxy unavailable.
+    env.unavailable_nth(HostOp::IsSymlink, 1);
     let report = env.mgr.reconcile(d()).await.expect("reconcile");
     assert_eq!(report.checked, 3);
     assert_eq!(report.failed.len(), 1, "{report:?}");
@@ -688,6 +689,8 @@ async fn reconciliation_checks_every_volume_when_one_fails() {
         "the other two volumes were checked: {}",
         env.calls_text()
     );
+    // Healthy: nothing removed, nothing marked.
+    assert!(!env.ops().contains(&HostOp::Rmdir), "{}", env.calls_text());
 }
 
 /// A protocol that adopts an SMB staging link it is told about: it stands for a backend that can read a link's

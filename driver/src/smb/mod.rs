@@ -15,7 +15,7 @@
 //! | unstage | `Rmdir(staging)` ("not found": already gone) → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
 //! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` |
-//! | startup reconcile (staged record) | `PathExists(staging)` → `IsSymlink(staging)` (→ `Rmdir(staging)` when it does not reach the share) |
+//! | startup reconcile (staged record) | `IsSymlink(staging)` (→ `Rmdir(staging)` when it does not reach the share; "not found": nothing was there) |
 //! | publish readiness | `IsSymlink(staging)` |
 //!
 //! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`);
@@ -400,18 +400,16 @@ async fn check<H: Host>(
     d: Deadline,
 ) -> Result<Health, Error> {
     let h = cx.calls(d);
-    let exists = h
-        .path_exists(staging)
-        .await
-        .map_err(|e| host_error(e, staging))?;
-    if exists {
-        match reaches_share(&h, staging).await? {
-            Ok(()) => return Ok(Health::Healthy),
-            Err(why) => {
-                debug!(staging = %staging, why = %why, "staging link does not reach the share")
-            }
-        }
-        h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
+    // `IsSymlink` alone first (true: a link whose target exists, as for a repeated stage); anything else is removed
+    // with a non-forced `Rmdir`, for which "not found" means nothing was there.
+    match reaches_share(&h, staging).await? {
+        Ok(()) => return Ok(Health::Healthy),
+        Err(why) => debug!(staging = %staging, why = %why, "staging link does not reach the share"),
+    }
+    match h.rmdir(staging).await {
+        Ok(()) => {}
+        Err(e) if e.kind == HostErrorKind::NotFound => {}
+        Err(e) => return Err(host_error(e, staging)),
     }
     cx.mark_needs_restage(rec).await?;
     info!(volume_id = %rec.volume_id, staging = %staging, "staging link broken: removed, volume \

@@ -165,10 +165,7 @@ async fn stage_replaces_kubelets_empty_directory() {
     env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("stage");
-    assert_eq!(
-        env.take_ops(),
-        vec![Rmdir, NewSmbGlobalMapping, IsSymlink]
-    );
+    assert_eq!(env.take_ops(), vec![Rmdir, NewSmbGlobalMapping, IsSymlink]);
     assert!(env.calls().is_empty());
 }
 
@@ -801,18 +798,12 @@ async fn reboot_stats_reconcile_and_restage() {
         env.mgr.store().volume("v1").expect("r").expect("r").phase,
         Phase::NeedsRestage
     );
-    assert_eq!(
-        env.take_ops(),
-        vec![PathExists, IsSymlink, Rmdir, PathExists]
-    );
+    assert_eq!(env.take_ops(), vec![IsSymlink, Rmdir, PathExists]);
     // kubelet re-stages: the Disconnected mapping is re-created and the target resolves again.
     env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("restage");
-    assert_eq!(
-        env.take_ops(),
-        vec![Rmdir, NewSmbGlobalMapping, IsSymlink]
-    );
+    assert_eq!(env.take_ops(), vec![Rmdir, NewSmbGlobalMapping, IsSymlink]);
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
     assert!(env.resolves(&target("p1")));
     let report = env.mgr.reconcile(d()).await.expect("reconcile");

@@ -238,6 +238,15 @@ impl Env {
         })
     }
 
+    /// Another driver over this host and state directory whose records go through `store` (tests that stop or fail
+    /// its commits: `StateStore::open_with_dir_sync_hook`).
+    pub(crate) fn manager_with_store(&self, store: crate::state::StateStore) -> Manager<TestHost> {
+        let mgr = Self::manager(self.backend, &self.inproc, &self.tap, self.dir.path(), None);
+        Arc::into_inner(mgr)
+            .expect("a new manager")
+            .with_store(store)
+    }
+
     /// Read inline volumes' Secrets from `source` (now and after restarts).
     pub(crate) fn set_secret_source(&mut self, source: Arc<dyn SecretSource>) {
         self.secrets = Some(source);

@@ -116,14 +116,10 @@ pub(super) async fn stage<H: Host>(
                 }
             };
             // A joining stage's record becomes durable outside the target's lock (other LUNs need not wait for it),
-            // before any host call of its own.
-            let joined = match joined {
-                Some(claim) => {
-                    claim.await?;
-                    true
-                }
-                None => false,
-            };
+            // and only before the first of its own host calls that may create something (`disk_steps`, step 6): its
+            // reads of the disks and `SetDiskState(online)` create nothing a retry, rollback or unstage must find,
+            // and other stages already see the record in the store. The write goes on meanwhile.
+            let (joined, claim) = (joined.is_some(), joined);
             // The disk is the LUN's own: other LUNs of the target go on at once. Its lock keeps two volumes that name
             // one LUN from both judging its disk empty, partitioning or formatting it.
             let _lun = cx.object_locks().lock(&rec.lun_key()).await;
@@ -136,7 +132,7 @@ pub(super) async fn stage<H: Host>(
                 vol,
                 &mut rec,
                 &portal,
-                joined,
+                claim,
                 mounted.clone(),
                 retry,
             )
@@ -336,10 +332,13 @@ async fn disk_steps<H: Host>(
     vol: &IscsiVolume,
     rec: &mut IscsiRecord,
     portal: &crate::host::Portal,
-    joined: bool,
+    claim: Option<crate::state::Commit>,
     mounted: Option<String>,
     retry: bool,
 ) -> Result<Steps, Error> {
+    // A joined session's stage carries its claim (the record counting it as a user of the session) still on its way
+    // to disk.
+    let joined = claim.is_some();
     let d = h.deadline();
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     let iqn = rec.target_iqn.clone().unwrap_or_else(|| vol.iqn.clone());
@@ -373,6 +372,11 @@ async fn disk_steps<H: Host>(
             h.host().set_disk_online_writable(number, d),
         )
         .await?;
+    }
+    // The claim is durable before anything below may create something on the host (normally long since: the calls
+    // above took it).
+    if let Some(claim) = claim {
+        claim.await?;
     }
     // 6. The volume: created only on a disk proven empty; a foreign layout is never touched.
     let vid = volume_of(cx, h, volume_id, staging, rec, number, &disk).await?;

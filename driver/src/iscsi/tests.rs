@@ -1843,3 +1843,115 @@ async fn luns_staged_together_share_one_disk_listing() {
     }
     env.assert_clean();
 }
+
+// ---- issue 18 item 2: a joining stage's claim is durable before step 6, not before its reads ----
+
+/// A store whose directory `fsync`s stop, once `armed`, until the test answers on `release` (as a crash or a full disk
+/// would, with an error); `reached` says when one is waiting.
+struct HeldCommits {
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reached: tokio::sync::mpsc::UnboundedReceiver<()>,
+    release: std::sync::mpsc::Sender<std::io::Result<()>>,
+}
+
+fn held_commits(
+    env: &Env,
+) -> (
+    crate::backend::Manager<crate::host::native::testing::TestHost>,
+    HeldCommits,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let armed = std::sync::Arc::new(AtomicBool::new(false));
+    let (reached_tx, reached) = tokio::sync::mpsc::unbounded_channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let on = std::sync::Arc::clone(&armed);
+    let store = crate::state::StateStore::open_with_dir_sync_hook(env.dir.path(), move |_| {
+        if !on.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let _ = reached_tx.send(());
+        release_rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .recv()
+            .unwrap_or(Ok(()))
+    })
+    .expect("store");
+    let held = HeldCommits {
+        armed,
+        reached,
+        release,
+    };
+    (env.manager_with_store(store), held)
+}
+
+#[tokio::test]
+async fn a_joining_stage_reads_its_disk_while_its_claim_is_written_and_creates_nothing_before_it_is_durable()
+ {
+    for power_lost in [false, true] {
+        let env = Env::new();
+        let (mgr, mut held) = held_commits(&env);
+        mgr.stage(&stage_req("v0", 0, &[], &[]), d())
+            .await
+            .expect("v0 logs in");
+        env.clear_calls();
+        held.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let req = stage_req("v1", 1, &[], &[]);
+        let stage = mgr.stage(&req, d());
+        tokio::pin!(stage);
+        // The claim reaches its directory fsync and stops there; the stage reads its disk meanwhile, then waits.
+        let waiting = async {
+            held.reached.recv().await.expect("the claim is committed");
+            // Bounded (a stage that waited for its claim first never gets there: the assertion below says so).
+            for _ in 0..1_000_000 {
+                if env.0.ops().contains(&SetDiskState) {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            // SetDiskState's answer back through the transport to the wait (no host call in between).
+            for _ in 0..256 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::select! {
+            r = &mut stage => panic!("the stage finished before its claim was durable: {r:?}"),
+            () = waiting => {}
+        }
+        assert_eq!(
+            env.ops(),
+            [GetTargetDisks, ListDiskLocations, ListDiskIDs, SetDiskState],
+            "joined: no login calls, and nothing past the disk's reads before the claim is durable"
+        );
+        // Only the claim's commit is held: the rollback's or the `Staged` record's go through.
+        held.armed.store(false, std::sync::atomic::Ordering::SeqCst);
+        if power_lost {
+            held.release
+                .send(Err(std::io::Error::other("power lost")))
+                .expect("release");
+            let err = stage.await.expect_err("the stage fails with its claim");
+            assert!(
+                matches!(&err, Error::Internal(m) if m.contains("power lost")),
+                "{err:?}"
+            );
+            assert!(!env.ops().contains(&PartitionDisk), "{}", env.calls_text());
+            assert!(
+                env.state(|s| s
+                    .disks()
+                    .iter()
+                    .all(|d| d.id != "lun1" || d.partitions.is_empty())),
+                "LUN 1 was touched"
+            );
+        } else {
+            held.release.send(Ok(())).expect("release");
+            stage.await.expect("v1");
+            assert!(env.ops().contains(&MountVolume), "{}", env.calls_text());
+        }
+        drop(held);
+        for id in ["v0", "v1"] {
+            mgr.unstage(&unstage_req(id), d()).await.expect("unstage");
+        }
+        env.assert_clean();
+    }
+}

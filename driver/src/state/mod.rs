@@ -32,8 +32,10 @@
 //! Several changes of one record in a group write only the last; a write that changes nothing waits for the
 //! record's earlier writes instead of writing again.
 //!
-//! **The write-before-host-object rule holds because a caller awaits its [`Commit`] before its next host call.** A
-//! group that fails (or a crash before its directory `fsync`) never wakes its callers with `Ok`: they fail, and
+//! **The write-before-host-object rule holds because a caller awaits its [`Commit`] before its next host call** —
+//! or at least before its next call that may create something a retry, rollback or unstage must find: a stage that
+//! joins another LUN's iSCSI session lets its claim become durable while it reads the disks, and awaits it before
+//! step 6 (`iscsi/stage.rs`). A group that fails (or a crash before its directory `fsync`) never wakes its callers with `Ok`: they fail, and
 //! nothing they would have created exists. A change is *visible* to other readers of this process as soon as it is
 //! made (so a check and the claim it guards can be one step under a lock, and the lock released before the `fsync`);
 //! that is safe because readers of another volume's record only ever act conservatively on it (keep a shared host

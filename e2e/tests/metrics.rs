@@ -82,6 +82,17 @@ async fn metrics_count_kubelets_rpcs_and_every_host_call() {
         0.0
     );
     assert_eq!(value("wincsi_host_backend_up{backend=\"csi-proxy\"}"), 1.0);
+    // A stage (its claim, its Staged record) and a publish (its record) each waited for a durable change.
+    let changes = value("wincsi_state_commit_changes_total");
+    assert!(changes >= 3.0, "{text}");
+    assert!(
+        value("wincsi_state_commit_wait_seconds_count") >= 3.0,
+        "{text}"
+    );
+    assert!(
+        value("wincsi_state_commit_duration_seconds_count") >= changes,
+        "{text}"
+    );
     let info = text
         .lines()
         .find(|l| l.starts_with("wincsi_build_info{"))

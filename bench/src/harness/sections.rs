@@ -305,7 +305,8 @@ pub(crate) struct Attribution {
     pub(crate) sim_ms: f64,
     /// Waits for shared host objects' locks, by lock kind (`wincsi_lock_wait_seconds`).
     pub(crate) lock_wait_ms: BTreeMap<String, f64>,
-    /// Waits for state records to be durable (`wincsi_state_commit_duration_seconds`).
+    /// Time callers waited for state records to be durable (`wincsi_state_commit_wait_seconds`: a change awaited after
+    /// other work counts only the time its caller was blocked).
     pub(crate) commit_wait_ms: f64,
     /// Commit groups in the level and the changes they carried (changes / groups = the mean group size).
     pub(crate) commit_groups: u64,
@@ -416,7 +417,7 @@ impl Attribution {
             host_ms: per(delta("wincsi_host_call_duration_seconds_sum", &[])),
             sim_ms: sim.as_secs_f64() * 1e3 / n.max(1) as f64,
             lock_wait_ms,
-            commit_wait_ms: per(delta("wincsi_state_commit_duration_seconds_sum", &[])),
+            commit_wait_ms: per(delta("wincsi_state_commit_wait_seconds_sum", &[])),
             commit_groups: delta("wincsi_state_commit_groups_total", &[]) as u64,
             commit_changes: delta("wincsi_state_commit_changes_total", &[]) as u64,
             cpu_ms,

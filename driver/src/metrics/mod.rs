@@ -16,6 +16,7 @@
 //! | `wincsi_state_record_problems` | gauge | `problem` | the record store / lifecycle, at each scrape |
 //! | `wincsi_host_backend_up` | gauge | `backend` | the readiness check, at each scrape |
 //! | `wincsi_state_commit_duration_seconds` | histogram | — | the record store: a change queued → durable on disk |
+//! | `wincsi_state_commit_wait_seconds` | histogram | — | the record store: how long a caller waited for its change to be durable (less than the above when it awaited it later) |
 //! | `wincsi_state_commit_groups_total` | counter | — | the record store: groups committed (one directory `fsync` each) |
 //! | `wincsi_state_commit_changes_total` | counter | — | the record store: changes committed in those groups |
 //! | `wincsi_lock_wait_seconds` | histogram | `lock` | the lifecycle: waiting for a shared host object's lock; iSCSI: for a shared disk listing (`disk-listing`) |
@@ -142,6 +143,7 @@ pub struct Metrics {
     problems: Family<ProblemLabels, Gauge>,
     backend_up: Family<BackendLabels, Gauge>,
     commit_duration: Histogram,
+    commit_wait: Histogram,
     commit_groups: Counter,
     commit_changes: Counter,
     lock_wait: HistogramFamily<LockLabels>,
@@ -175,6 +177,7 @@ impl Metrics {
         let problems = Family::<ProblemLabels, Gauge>::default();
         let backend_up = Family::<BackendLabels, Gauge>::default();
         let commit_duration = wait_histogram();
+        let commit_wait = wait_histogram();
         let commit_groups = Counter::default();
         let commit_changes = Counter::default();
         let lock_wait = HistogramFamily::<LockLabels>::new_with_constructor(wait_histogram);
@@ -225,6 +228,11 @@ impl Metrics {
             commit_duration.clone(),
         );
         registry.register(
+            "wincsi_state_commit_wait_seconds",
+            "Time a caller waited for its state record change to be durable (from when it started waiting)",
+            commit_wait.clone(),
+        );
+        registry.register(
             "wincsi_state_commit_groups",
             "Groups of state record changes committed (each with one fsync per directory)",
             commit_groups.clone(),
@@ -262,6 +270,7 @@ impl Metrics {
             problems,
             backend_up,
             commit_duration,
+            commit_wait,
             commit_groups,
             commit_changes,
             lock_wait,
@@ -306,6 +315,11 @@ impl Metrics {
     /// One state record change became durable `seconds` after it was queued.
     pub fn observe_state_commit(&self, seconds: f64) {
         self.commit_duration.observe(seconds);
+    }
+
+    /// A caller waited `seconds` for its state record change to be durable.
+    pub fn observe_state_wait(&self, seconds: f64) {
+        self.commit_wait.observe(seconds);
     }
 
     /// An operation waited `seconds` for the lock of a shared host object of kind `lock`.

@@ -313,6 +313,9 @@ pub fn file_key(text: &str) -> String {
 #[derive(Debug)]
 pub struct Commit {
     state: CommitState,
+    /// When the caller first waited (the `wincsi_state_commit_wait_seconds` metric: what it cost the caller, which
+    /// is less than queued → durable when it awaited the change later).
+    waiting_since: Option<std::time::Instant>,
 }
 
 #[derive(Debug)]
@@ -325,6 +328,14 @@ impl Commit {
     fn done(result: Result<(), Error>) -> Self {
         Self {
             state: CommitState::Done(Some(result)),
+            waiting_since: None,
+        }
+    }
+
+    fn waiting(rx: oneshot::Receiver<Result<(), String>>) -> Self {
+        Self {
+            state: CommitState::Waiting(rx),
+            waiting_since: None,
         }
     }
 }
@@ -333,15 +344,26 @@ impl Future for Commit {
     type Output = Result<(), Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        match &mut self.state {
+        let this = &mut *self;
+        match &mut this.state {
             CommitState::Done(result) => Poll::Ready(result.take().unwrap_or_else(|| Ok(()))),
-            CommitState::Waiting(rx) => Pin::new(rx).poll(cx).map(|r| match r {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(Error::Internal(format!("state store: {e}"))),
-                Err(_) => Err(Error::Internal(
-                    "state store: the committer stopped before the change was durable".to_owned(),
-                )),
-            }),
+            CommitState::Waiting(rx) => {
+                let since = *this
+                    .waiting_since
+                    .get_or_insert_with(std::time::Instant::now);
+                let answer = std::task::ready!(Pin::new(rx).poll(cx));
+                if let Some(m) = crate::metrics::installed() {
+                    m.observe_state_wait(since.elapsed().as_secs_f64());
+                }
+                Poll::Ready(match answer {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(Error::Internal(format!("state store: {e}"))),
+                    Err(_) => Err(Error::Internal(
+                        "state store: the committer stopped before the change was durable"
+                            .to_owned(),
+                    )),
+                })
+            }
         }
     }
 }
@@ -444,9 +466,7 @@ impl StateStore {
         if start {
             self.committer.start();
         }
-        Commit {
-            state: CommitState::Waiting(rx),
-        }
+        Commit::waiting(rx)
     }
 
     fn put<T: Serialize>(&self, kind: Kind, key: String, after: FileSlot, value: &T) -> Commit {
@@ -587,9 +607,7 @@ impl StateStore {
         if self.committer.push(Job::Refresh(done)) {
             self.committer.start();
         }
-        Commit {
-            state: CommitState::Waiting(rx),
-        }
+        Commit::waiting(rx)
     }
 
     /// The record of `volume_id`, if any (an error naming the file when it is quarantined). Shared with the index, not

@@ -314,25 +314,40 @@ pub(crate) fn sync_volume_links(st: &mut State) -> Result<()> {
             }
         }
     }
-    if let Ok(rd) = std::fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if visible.get(&name) != Some(&true) {
-                super::fs::remove_link(&e.path()).map_err(|err| Error::io(e.path(), err))?;
-            }
+    // What the directory holds: the set this function left (a failure below leaves it unknown, so the next call
+    // reads the directory again).
+    let present = match st.volume_links.take() {
+        Some(present) => present,
+        None => std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let mut now = std::collections::BTreeSet::new();
+    for name in present {
+        if visible.get(&name) == Some(&true) {
+            now.insert(name);
+        } else {
+            let path = dir.join(&name);
+            super::fs::remove_link(&path).map_err(|err| Error::io(&path, err))?;
         }
     }
     for (guid, vis) in visible {
-        let link = st.layout.volume_link(&guid);
-        if vis && link.symlink_metadata().is_err() {
+        if vis && !now.contains(&guid) {
+            let link = st.layout.volume_link(&guid);
             let store = st.layout.volume_store(&guid);
             std::fs::create_dir_all(&store).map_err(|e| Error::io(&store, e))?;
             st.layout
                 .links()
                 .create(&store, &link)
                 .map_err(|e| Error::io(&link, e))?;
+            now.insert(guid);
         }
     }
+    st.volume_links = Some(now);
     Ok(())
 }
 

@@ -216,6 +216,11 @@ pub struct State {
     pub(crate) file_links: BTreeSet<PathBuf>,
     /// Set by a host call that kills the csi-proxy process (taken by [`crate::SimHost`]).
     pub(crate) crash: Option<String>,
+    /// The names in the `volumes/` directory as [`disk::sync_volume_links`] left them (`None`: not known, read the
+    /// directory). Only that function changes the directory, so it compares the state with this set instead of
+    /// reading and `stat`ing every entry after each change (which made every disk change O(volumes) in system calls,
+    /// under the state lock).
+    pub(crate) volume_links: Option<BTreeSet<String>>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -305,6 +310,7 @@ impl State {
             behaviour: h.behaviour,
             file_links: BTreeSet::new(),
             crash: None,
+            volume_links: None,
         };
         let mut dirs = vec![st.cfg.kubelet_path.clone()];
         dirs.extend(st.cfg.working_dirs.iter().cloned());

@@ -9,6 +9,7 @@ use super::{
 };
 use crate::error::Error;
 use crate::host::{Host, HostErrorKind, HostPath};
+use crate::lifecycle::context::Calls;
 use crate::locks::Deadline;
 use crate::state::{AccessRecord, Phase, PublishRecord, RECORD_VERSION, VolumeRecord};
 
@@ -199,60 +200,12 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             access: Some(access),
         };
         if existing.is_none() {
-            // A first publish at this target: kubelet made only the target's parent, so the link is made at once
-            // (no `PathExists` first: one call fewer). `CreateSymlink` fails when something is at the path, on every
-            // csi-proxy release (Go's `os.Symlink`) and the native backend, and creates nothing then; only that
-            // failure asks what is there.
             if let Some(rec) = record {
                 self.protocol.ready(self.context(), rec, staging, d).await?;
             }
-            self.store
-                .put_publication(&target.key(), &record_of(access))
-                .await?;
-            match h.create_symlink(target, staging).await {
-                Ok(()) => {
-                    info!(target = %target, readonly, "volume published");
-                    return Ok(());
-                }
-                Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
-                Err(e) => {
-                    if !h
-                        .path_exists(target)
-                        .await
-                        .map_err(|e| host_error(e, target))?
-                    {
-                        // Nothing is there: the failure is the link's own (the record stays, as for any failed
-                        // link: kubelet retries or unpublishes).
-                        return Err(host_error(e, target));
-                    }
-                    if h.is_symlink(target)
-                        .await
-                        .map_err(|e| host_error(e, target))?
-                    {
-                        // A link that resolves, made before this call and not by this driver (its record would
-                        // be there): not ours to replace, and the record just written must not claim it.
-                        self.remove_publication(target).await?;
-                        return Err(Error::AlreadyExists(format!(
-                            "{target} is already a link this driver did not make; refusing to replace it"
-                        )));
-                    }
-                    debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
-                    match h.rmdir(target).await {
-                        Ok(()) => {}
-                        Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
-                        Err(e) => {
-                            // Still not ours (a non-empty directory is never removed): neither is the record.
-                            self.remove_publication(target).await?;
-                            return Err(host_error(e, target));
-                        }
-                    }
-                    h.create_symlink(target, staging)
-                        .await
-                        .map_err(|e| host_error(e, target))?;
-                    info!(target = %target, readonly, "volume published");
-                    return Ok(());
-                }
-            }
+            return self
+                .link_new_target(&h, target, staging, &record_of(access))
+                .await;
         }
         let ours = existing
             .as_ref()
@@ -293,6 +246,64 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .await
             .map_err(|e| host_error(e, target))?;
         info!(target = %target, readonly, "volume published");
+        Ok(())
+    }
+
+    /// A first publish at `target` (no record names it; the caller checked the staging side): kubelet made only the
+    /// target's parent, so the link is made at once, without a `PathExists` first. `CreateSymlink` fails when something
+    /// is at the path, on every csi-proxy release (Go's `os.Symlink`) and the native backend, and creates nothing
+    /// then; only that failure asks what is there. `record` is durable before the link, and goes again when what is
+    /// there is not this driver's (a resolving link it did not make, a non-empty directory).
+    async fn link_new_target(
+        &self,
+        h: &Calls<'_, H>,
+        target: &HostPath,
+        staging: &HostPath,
+        record: &PublishRecord,
+    ) -> Result<(), Error> {
+        self.store.put_publication(&target.key(), record).await?;
+        let failed = match h.create_symlink(target, staging).await {
+            Ok(()) => {
+                info!(target = %target, readonly = record.readonly, "volume published");
+                return Ok(());
+            }
+            Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
+            Err(e) => e,
+        };
+        if !h
+            .path_exists(target)
+            .await
+            .map_err(|e| host_error(e, target))?
+        {
+            // Nothing is there: the failure is the link's own (the record stays, as for any failed link: kubelet
+            // retries or unpublishes).
+            return Err(host_error(failed, target));
+        }
+        if h.is_symlink(target)
+            .await
+            .map_err(|e| host_error(e, target))?
+        {
+            // A link that resolves, made before this call and not by this driver (its record would be there): not
+            // ours to replace, and the record just written must not claim it.
+            self.remove_publication(target).await?;
+            return Err(Error::AlreadyExists(format!(
+                "{target} is already a link this driver did not make; refusing to replace it"
+            )));
+        }
+        debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
+        match h.rmdir(target).await {
+            Ok(()) => {}
+            Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
+            Err(e) => {
+                // Still not ours (a non-empty directory is never removed): neither is the record.
+                self.remove_publication(target).await?;
+                return Err(host_error(e, target));
+            }
+        }
+        h.create_symlink(target, staging)
+            .await
+            .map_err(|e| host_error(e, target))?;
+        info!(target = %target, readonly = record.readonly, "volume published");
         Ok(())
     }
 

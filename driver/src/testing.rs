@@ -465,3 +465,43 @@ impl Env {
         );
     }
 }
+
+/// A record store whose directory `fsync`s stop, while [`HeldCommits::armed`], until the test answers on
+/// [`HeldCommits::release`] (`Ok`, or an error as a crash or a full disk would give): for tests of the
+/// write-before-host-object rule.
+pub(crate) struct HeldCommits {
+    /// Whether the next directory `fsync`s stop.
+    pub(crate) armed: Arc<std::sync::atomic::AtomicBool>,
+    /// The directory of each `fsync` that stopped, as it stops.
+    pub(crate) reached: tokio::sync::mpsc::UnboundedReceiver<std::path::PathBuf>,
+    /// Lets one stopped `fsync` go on with this outcome (dropping it lets every one go on).
+    pub(crate) release: std::sync::mpsc::Sender<std::io::Result<()>>,
+}
+
+/// A store over `dir` whose commits can be held (see [`HeldCommits`]), armed from the start or not.
+pub(crate) fn held_commits(dir: &Path, armed: bool) -> (crate::state::StateStore, HeldCommits) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let armed = Arc::new(AtomicBool::new(armed));
+    let (reached_tx, reached) = tokio::sync::mpsc::unbounded_channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let on = Arc::clone(&armed);
+    let store = crate::state::StateStore::open_with_dir_sync_hook(dir, move |d| {
+        if !on.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let _ = reached_tx.send(d.to_path_buf());
+        release_rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .recv()
+            .unwrap_or(Ok(()))
+    })
+    .expect("store");
+    let held = HeldCommits {
+        armed,
+        reached,
+        release,
+    };
+    (store, held)
+}

@@ -91,7 +91,7 @@ pub(super) async fn stage<H: Host>(
             // record that counts this volume as a user of the session is in the store before the lock is released
             // (durable before the first call that may create the session, see `session_steps`), so an unstage of
             // another LUN never logs out a session this stage needs.
-            let (portal, joined) = {
+            let (portal, claim) = {
                 let _target = cx.object_locks().lock(&key).await;
                 match sessions.joinable(&key, vol).filter(|_| may_join) {
                     Some(s) => {
@@ -119,7 +119,7 @@ pub(super) async fn stage<H: Host>(
             // and only before the first of its own host calls that may create something (`disk_steps`, step 6): its
             // reads of the disks and `SetDiskState(online)` create nothing a retry, rollback or unstage must find,
             // and other stages already see the record in the store. The write goes on meanwhile.
-            let (joined, claim) = (joined.is_some(), joined);
+            let joined = claim.is_some();
             // The disk is the LUN's own: other LUNs of the target go on at once. Its lock keeps two volumes that name
             // one LUN from both judging its disk empty, partitioning or formatting it.
             let _lun = cx.object_locks().lock(&rec.lun_key()).await;

@@ -1846,52 +1846,13 @@ async fn luns_staged_together_share_one_disk_listing() {
 
 // ---- issue 18 item 2: a joining stage's claim is durable before step 6, not before its reads ----
 
-/// A store whose directory `fsync`s stop, once `armed`, until the test answers on `release` (as a crash or a full disk
-/// would, with an error); `reached` says when one is waiting.
-struct HeldCommits {
-    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    reached: tokio::sync::mpsc::UnboundedReceiver<()>,
-    release: std::sync::mpsc::Sender<std::io::Result<()>>,
-}
-
-fn held_commits(
-    env: &Env,
-) -> (
-    crate::backend::Manager<crate::host::native::testing::TestHost>,
-    HeldCommits,
-) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let armed = std::sync::Arc::new(AtomicBool::new(false));
-    let (reached_tx, reached) = tokio::sync::mpsc::unbounded_channel();
-    let (release, release_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
-    let release_rx = std::sync::Mutex::new(release_rx);
-    let on = std::sync::Arc::clone(&armed);
-    let store = crate::state::StateStore::open_with_dir_sync_hook(env.dir.path(), move |_| {
-        if !on.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        let _ = reached_tx.send(());
-        release_rx
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .recv()
-            .unwrap_or(Ok(()))
-    })
-    .expect("store");
-    let held = HeldCommits {
-        armed,
-        reached,
-        release,
-    };
-    (env.manager_with_store(store), held)
-}
-
 #[tokio::test]
 async fn a_joining_stage_reads_its_disk_while_its_claim_is_written_and_creates_nothing_before_it_is_durable()
  {
     for power_lost in [false, true] {
         let env = Env::new();
-        let (mgr, mut held) = held_commits(&env);
+        let (store, mut held) = testing::held_commits(env.dir.path(), false);
+        let mgr = env.manager_with_store(store);
         mgr.stage(&stage_req("v0", 0, &[], &[]), d())
             .await
             .expect("v0 logs in");

@@ -909,18 +909,7 @@ impl Env {
 #[tokio::test]
 async fn a_stage_waits_for_its_record_to_be_durable_and_a_crash_before_that_creates_nothing() {
     let env = env();
-    let (reached_tx, mut reached) = tokio::sync::mpsc::unbounded_channel();
-    let (release, release_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
-    let release_rx = std::sync::Mutex::new(release_rx);
-    let store = StateStore::open_with_dir_sync_hook(env.dir.path(), move |dir| {
-        let _ = reached_tx.send(dir.to_path_buf());
-        release_rx
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .recv()
-            .unwrap_or(Ok(()))
-    })
-    .expect("store");
+    let (store, mut held) = crate::testing::held_commits(env.dir.path(), true);
     let mgr = adopting(&env).with_store(store);
     env.clear_calls();
     let req = stage_req("v1", SHARE, mount(SINGLE_NODE_MULTI_WRITER));
@@ -931,7 +920,7 @@ async fn a_stage_waits_for_its_record_to_be_durable_and_a_crash_before_that_crea
     // The stage runs until its intent record is on its way to disk; the commit stops before the directory fsync.
     let dir = tokio::select! {
         r = &mut stage => panic!("the stage finished before its record was durable: {r:?}"),
-        dir = reached.recv() => dir.expect("a commit reaches the directory fsync"),
+        dir = held.reached.recv() => dir.expect("a commit reaches the directory fsync"),
     };
     assert!(dir.ends_with("volumes"), "{}", dir.display());
     assert!(
@@ -940,7 +929,7 @@ async fn a_stage_waits_for_its_record_to_be_durable_and_a_crash_before_that_crea
         env.calls_text()
     );
     // The node dies in that fsync: the stage fails and nothing was created on the host.
-    release
+    held.release
         .send(Err(std::io::Error::other("power lost")))
         .expect("release");
     let err = stage
@@ -957,7 +946,7 @@ async fn a_stage_waits_for_its_record_to_be_durable_and_a_crash_before_that_crea
     );
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
     // kubelet's retry, with a working disk, converges.
-    drop(release);
+    drop(held);
     mgr.stage(&req, d()).await.expect("retry");
     assert!(env.resolves(&staging("v1")));
 }

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "wincsi-bench", version)]
 pub(crate) struct Args {
-    /// Internal helper processes (the plain-gRPC floor server).
+    /// Internal helper processes (the plain-gRPC floor server, the concurrency floor's relay).
     #[command(subcommand)]
     pub(crate) command: Option<Command>,
 
@@ -85,6 +85,25 @@ pub(crate) enum Command {
         /// Socket path to bind.
         #[arg(long)]
         socket: PathBuf,
+        /// Wait this long before each answer (the concurrency floor's host).
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
+    },
+    /// Serves CSI stage and publish by making plain calls to an echo server (the concurrency floor).
+    #[command(hide = true)]
+    RelayServer {
+        /// Socket path to bind.
+        #[arg(long)]
+        socket: PathBuf,
+        /// The echo server's socket.
+        #[arg(long)]
+        upstream: PathBuf,
+        /// Upstream calls per `NodeStageVolume`.
+        #[arg(long)]
+        stage_calls: usize,
+        /// Upstream calls per `NodePublishVolume`.
+        #[arg(long)]
+        publish_calls: usize,
     },
 }
 

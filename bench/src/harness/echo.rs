@@ -1,6 +1,8 @@
 //! The floor: a trivial CSI Identity server in a separate process on a Unix socket, so one plain gRPC round
 //! trip is measured on the same kind of socket, through the same tonic/hyper stack, across the same process
-//! boundary as a call to the driver or from the driver to csi-proxy.
+//! boundary as a call to the driver or from the driver to csi-proxy. With a latency, it is the host of the
+//! concurrency floor (`super::relay`): each `GetPluginInfo` waits that long before it answers, as the simulator waits
+//! the injected latency before each host call.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -21,7 +23,9 @@ use super::error::{Error, Result};
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Default)]
-struct Echo;
+struct Echo {
+    latency: Duration,
+}
 
 #[tonic::async_trait]
 impl Identity for Echo {
@@ -29,6 +33,9 @@ impl Identity for Echo {
         &self,
         _: Request<GetPluginInfoRequest>,
     ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
         Ok(Response::new(GetPluginInfoResponse {
             name: wincsi_e2e::DRIVER_NAME.to_owned(),
             vendor_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -48,21 +55,24 @@ impl Identity for Echo {
     }
 }
 
-/// `wincsi-bench echo-server --socket PATH`: binds, prints `ready`, serves until killed.
-pub(crate) async fn serve(socket: &Path) -> Result<()> {
+/// Tells the process that started this helper that it serves.
+pub(crate) fn ready_line() -> Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(b"ready\n")
+        .and_then(|()| out.flush())
+        .map_err(Error::io("writing the ready line"))
+}
+
+/// `wincsi-bench echo-server --socket PATH [--latency-ms MS]`: binds, prints `ready`, serves until killed.
+pub(crate) async fn serve(socket: &Path, latency: Duration) -> Result<()> {
     let _ = std::fs::remove_file(socket);
     let listener = tokio::net::UnixListener::bind(socket)
         .map_err(Error::io(format!("binding {}", socket.display())))?;
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    {
-        use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        out.write_all(b"ready\n")
-            .and_then(|()| out.flush())
-            .map_err(Error::io("writing the ready line"))?;
-    }
+    ready_line()?;
     tonic::transport::Server::builder()
-        .add_service(IdentityServer::new(Echo))
+        .add_service(IdentityServer::new(Echo { latency }))
         .serve_with_incoming(incoming)
         .await
         .map_err(|e| Error::Setup(format!("floor server: {e}")))
@@ -71,17 +81,19 @@ pub(crate) async fn serve(socket: &Path) -> Result<()> {
 /// The floor server started from this executable; killed on drop.
 #[derive(Debug)]
 pub(crate) struct EchoProcess {
-    _child: Child,
+    child: Child,
 }
 
 impl EchoProcess {
-    /// Starts `<this exe> echo-server --socket socket` and waits for its ready line.
-    pub(crate) async fn start(socket: &Path) -> Result<EchoProcess> {
+    /// Starts `<this exe> echo-server --socket socket --latency-ms ...` and waits for its ready line.
+    pub(crate) async fn start(socket: &Path, latency: Duration) -> Result<EchoProcess> {
         let exe = std::env::current_exe().map_err(Error::io("locating wincsi-bench"))?;
         let mut child = Command::new(exe)
             .arg("echo-server")
             .arg("--socket")
             .arg(socket)
+            .arg("--latency-ms")
+            .arg(latency.as_millis().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -94,10 +106,15 @@ impl EchoProcess {
             .ok_or_else(|| Error::Setup("floor server stdout not piped".to_owned()))?;
         let mut lines = BufReader::new(stdout).lines();
         match tokio::time::timeout(READY_TIMEOUT, lines.next_line()).await {
-            Ok(Ok(Some(l))) if l == "ready" => Ok(EchoProcess { _child: child }),
+            Ok(Ok(Some(l))) if l == "ready" => Ok(EchoProcess { child }),
             other => Err(Error::Setup(format!(
                 "floor server did not become ready: {other:?}"
             ))),
         }
+    }
+
+    /// The server's pid (for its CPU time).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 }

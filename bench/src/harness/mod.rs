@@ -3,6 +3,7 @@
 mod echo;
 mod error;
 mod node;
+mod relay;
 mod report;
 mod sections;
 mod stats;
@@ -31,7 +32,20 @@ pub(crate) fn main(args: Args) -> ExitCode {
         Err(e) => return fail(&format!("starting the tokio runtime: {e}")),
     };
     let outcome = match &args.command {
-        Some(Command::EchoServer { socket }) => rt.block_on(echo::serve(socket)).map(|()| true),
+        Some(Command::EchoServer { socket, latency_ms }) => rt
+            .block_on(echo::serve(
+                socket,
+                std::time::Duration::from_millis(*latency_ms),
+            ))
+            .map(|()| true),
+        Some(Command::RelayServer {
+            socket,
+            upstream,
+            stage_calls,
+            publish_calls,
+        }) => rt
+            .block_on(relay::serve(socket, upstream, *stage_calls, *publish_calls))
+            .map(|()| true),
         None => rt.block_on(bench(args)),
     };
     match outcome {
@@ -160,12 +174,32 @@ async fn bench(args: Args) -> Result<bool> {
         "concurrency: N = {:?} at {} ms per host call",
         args.concurrency, args.latency_ms
     ));
-    let concurrency = sections::concurrency(
+    let mut concurrency = sections::concurrency(
         &node,
         &alloc,
         &args.concurrency,
         args.latency_ms,
         &mut errors,
+    )
+    .await?;
+    say("concurrency floor: the same levels against a relay that only makes as many gRPC calls");
+    let calls: Vec<_> = volumes::Protocol::ALL
+        .into_iter()
+        .map(|p| {
+            let count = |op: &str| {
+                operations
+                    .iter()
+                    .find(|o| o.protocol == p && o.operation == op)
+                    .map_or(0, |o| o.host_calls)
+            };
+            (p, count("first-time stage"), count("publish"))
+        })
+        .collect();
+    concurrency.floor = relay::concurrency_floor(
+        work.path(),
+        &args.concurrency,
+        std::time::Duration::from_millis(args.latency_ms),
+        &calls,
     )
     .await?;
 

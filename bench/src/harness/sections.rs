@@ -55,7 +55,7 @@ async fn time_identity(conn: &CsiConn, n: usize) -> Result<Stats> {
 /// The plain-gRPC round trip on a Unix socket to a separate trivial server process.
 pub(crate) async fn echo_floor(dir: &Path, n: usize) -> Result<Stats> {
     let socket = dir.join("floor.sock");
-    let _server = EchoProcess::start(&socket).await?;
+    let _server = EchoProcess::start(&socket, Duration::ZERO).await?;
     let conn = CsiConn::connect(&format!("unix://{}", socket.display()))?;
     time_identity(&conn, n).await
 }
@@ -436,6 +436,18 @@ pub(crate) struct Concurrency {
     pub(crate) peak_sampled_rss_kib: u64,
     /// Driver VmHWM right after the largest N, KiB.
     pub(crate) hwm_after_kib: u64,
+    /// The same levels against the concurrency floor (`super::relay`): the machine's own ratio for as many gRPC
+    /// exchanges with nothing else done.
+    pub(crate) floor: Vec<super::relay::FloorRow>,
+}
+
+impl Concurrency {
+    /// The floor's row for `protocol` at `n`.
+    pub(crate) fn floor_of(&self, protocol: Protocol, n: usize) -> Option<&super::relay::FloorRow> {
+        self.floor
+            .iter()
+            .find(|f| f.protocol == protocol && f.n == n)
+    }
 }
 
 /// Samples the driver's VmRSS every 5 ms until `stop` fires; returns the max.
@@ -572,6 +584,7 @@ pub(crate) async fn concurrency(
         rows,
         peak_sampled_rss_kib: peak_sampled,
         hwm_after_kib: hwm_after,
+        floor: Vec::new(),
     })
 }
 

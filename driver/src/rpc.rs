@@ -68,8 +68,6 @@ where
         volume_id = fields.volume_id,
         staging_target_path = fields.staging_target_path,
         target_path = fields.target_path,
-        grpc_code = tracing::field::Empty,
-        duration_ms = tracing::field::Empty,
     );
     let start = Instant::now();
     // Counted when dropped: after the body, or when tonic drops the call unfinished (kubelet cancelled it).
@@ -88,21 +86,23 @@ where
         meter.code = code;
     }
     drop(meter);
-    let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
-    span.record("grpc_code", tracing::field::debug(code));
-    span.record("duration_ms", elapsed_ms);
+    let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
+    // The outcome goes on the closing event, not recorded into the span: recording into a span makes the JSON
+    // formatter parse and rewrite the span's fields each time.
     let _entered = span.enter();
     let chatty = matches!(
         method,
         "Probe" | "GetPluginInfo" | "GetPluginCapabilities" | "NodeGetCapabilities" | "NodeGetInfo"
     );
     match &result {
-        Ok(_) if chatty => tracing::debug!("rpc ok"),
-        Ok(_) => tracing::info!("rpc ok"),
+        Ok(_) if chatty => tracing::debug!(grpc_code = ?code, duration_ms, "rpc ok"),
+        Ok(_) => tracing::info!(grpc_code = ?code, duration_ms, "rpc ok"),
         Err(status) if status.code() == Code::Internal => {
-            tracing::error!(message = status.message(), "rpc failed");
+            tracing::error!(grpc_code = ?code, duration_ms, message = status.message(), "rpc failed");
         }
-        Err(status) => tracing::warn!(message = status.message(), "rpc failed"),
+        Err(status) => {
+            tracing::warn!(grpc_code = ?code, duration_ms, message = status.message(), "rpc failed");
+        }
     }
     result.map(Response::new)
 }

@@ -504,9 +504,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         }
         Ok(self
             .store
-            .select_volumes(|r| path.is(&r.staging_path))?
-            .into_iter()
-            .next()
+            .first_volume(|r| path.is(&r.staging_path))?
             .map(|r| (r.volume_id, Owner::Staging)))
     }
 

@@ -26,7 +26,9 @@ const MAX_GROUP: usize = 512;
 /// a journal to batch concurrent `fsync`s in (ext4 without one, NTFS's `FlushFileBuffers`) makes each a synchronous
 /// write, so a group of many records finishes only as fast as the device takes them in parallel: with 256 volumes
 /// staged at once on the bench's disk, 32 threads instead of 8 cut the wait for durable records per volume from 193 to
-/// 70 ms (SMB) and 202 to 122 ms (iSCSI). Each thread has a 64 KiB stack and lives for one group.
+/// 70 ms (SMB) and 202 to 122 ms (iSCSI). Each thread has a 64 KiB stack and lives for one group; threads are started
+/// only once flushing in turn proved slow ([`SERIAL_SYNC_BUDGET`]), so a file system with a cheap `fsync` pays for
+/// none.
 const SYNC_THREADS: usize = 32;
 
 /// What a change does to its record file.
@@ -439,7 +441,12 @@ impl Worker {
     }
 }
 
-/// `fsync` every written file, concurrently when there are several.
+/// How long a group's files are flushed one after another before the rest is spread over threads. A file system
+/// whose `fsync` returns at once (tmpfs, a journal that batches) finishes a whole group within it and starts no
+/// thread; one that writes each file synchronously exceeds it at the first file or two.
+const SERIAL_SYNC_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// `fsync` every written file: in turn while that is fast, then the rest concurrently.
 fn sync_files(writes: &mut [Write]) {
     fn sync(w: &mut Write) {
         if w.synced {
@@ -452,6 +459,13 @@ fn sync_files(writes: &mut [Write]) {
             w.result = Err(format!("cannot flush {}: {e}", w.tmp.display()));
         }
     }
+    let started = Instant::now();
+    let mut done = 0;
+    while done < writes.len() && started.elapsed() < SERIAL_SYNC_BUDGET {
+        sync(&mut writes[done]);
+        done += 1;
+    }
+    let writes = &mut writes[done..];
     let open = writes.iter().filter(|w| w.file.is_some()).count();
     if open <= 1 {
         writes.iter_mut().for_each(sync);

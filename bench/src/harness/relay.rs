@@ -313,7 +313,9 @@ async fn up_all(socket: &Path, vols: &[RelayVolume]) -> Result<Duration> {
     let results = join_all(vols.iter().zip(&conns).map(|(v, c)| v.up(c))).await;
     let wall = start.elapsed();
     if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
-        return Err(Error::Setup(format!("the concurrency floor's relay failed: {e}")));
+        return Err(Error::Setup(format!(
+            "the concurrency floor's relay failed: {e}"
+        )));
     }
     Ok(wall)
 }

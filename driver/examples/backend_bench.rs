@@ -1,9 +1,10 @@
-//! Host calls and latency per host backend, on the simulated host, both in-process: the csi-proxy backend over the
-//! simulated csi-proxy's gRPC services (in-memory HTTP/2 connections) and the native backend over the simulated
-//! host's Windows view (the `winhost` facade). Prints the Markdown table of BENCHMARKS.md §6:
+//! Host calls and latency per host backend and per csi-proxy release, on the simulated host, all in-process: the
+//! csi-proxy backend over the simulated csi-proxy's gRPC services (in-memory HTTP/2 connections) with the host playing
+//! each release profile (v1.1.3, v1.2.1, v1.3.0, master), and the native backend over the simulated host's Windows view
+//! (the `winhost` facade). Prints the Markdown tables of BENCHMARKS.md §6:
 //!
 //! ```sh
-//! cargo run --release -p wincsi-driver --example backend_bench            # 200 rounds per backend
+//! cargo run --release -p wincsi-driver --example backend_bench            # 200 rounds per column
 //! cargo run --release -p wincsi-driver --example backend_bench -- 50      # fewer
 //! ```
 //!
@@ -34,10 +35,37 @@ use wincsi::smb::Secrets;
 
 const OPS: [&str; 4] = ["stage", "publish", "unpublish", "unstage"];
 
-fn scenario() -> Scenario {
+/// The csi-proxy releases the simulated host plays (`shared/reference/csi-proxy-versions.md`).
+const RELEASES: [&str; 4] = ["v1.1.3", "v1.2.1", "v1.3.0", "master"];
+
+/// One column of the tables: a backend, and for csi-proxy the release the host plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Column {
+    CsiProxy(&'static str),
+    Native,
+}
+
+impl Column {
+    fn all() -> Vec<Column> {
+        RELEASES
+            .iter()
+            .map(|&r| Column::CsiProxy(r))
+            .chain([Column::Native])
+            .collect()
+    }
+
+    fn heading(self) -> String {
+        match self {
+            Column::CsiProxy(r) => format!("csi-proxy {r}"),
+            Column::Native => "native (WMI + Win32)".to_owned(),
+        }
+    }
+}
+
+fn scenario(release: &str) -> Scenario {
     Scenario::from_json(
         &json!({
-            "host": {"csi_proxy_version": "v1.3.0",
+            "host": {"csi_proxy_version": release,
                      "directories": [r"C:\var\lib\kubelet\plugins\b", r"C:\var\lib\kubelet\pods\p"]},
             "smb": {"servers": [{"name": "fs1",
                 "accounts": [{"user": "bob", "password": "Bench-Pw-0123!", "domain": "CORP"}],
@@ -122,14 +150,24 @@ fn requests(
 struct Cell {
     times: Vec<Duration>,
     calls: usize,
+    sequence: Vec<String>,
 }
 
-type Table = BTreeMap<(TestBackend, &'static str, &'static str), Cell>;
+type Table = BTreeMap<(Column, &'static str, &'static str), Cell>;
 
-async fn round(backend: TestBackend, table: &mut Table) {
+async fn round(column: Column, table: &mut Table) {
     let sandbox = tempfile::tempdir().expect("tmp");
     let state = tempfile::tempdir().expect("tmp");
-    let sim = SimHost::new(&scenario(), sandbox.path(), HostOptions::default()).expect("sim");
+    let release = match column {
+        Column::CsiProxy(r) => r,
+        Column::Native => "v1.3.0",
+    };
+    let sim =
+        SimHost::new(&scenario(release), sandbox.path(), HostOptions::default()).expect("sim");
+    let backend = match column {
+        Column::CsiProxy(_) => TestBackend::CsiProxy,
+        Column::Native => TestBackend::Native,
+    };
     let host = match backend {
         TestBackend::CsiProxy => {
             TestHost::CsiProxy(CsiProxyHost::new(InProcess::new(sim.clone()).client()))
@@ -158,10 +196,12 @@ async fn round(backend: TestBackend, table: &mut Table) {
                 _ => mgr.unstage(&unstage, d()).await,
             };
             let elapsed = t.elapsed();
-            r.unwrap_or_else(|e| panic!("{backend} {protocol} {op}: {e:?}"));
-            let cell = table.entry((backend, protocol, op)).or_default();
+            r.unwrap_or_else(|e| panic!("{column:?} {protocol} {op}: {e:?}"));
+            let cell = table.entry((column, protocol, op)).or_default();
             cell.times.push(elapsed);
-            cell.calls = sim.audit(0).len();
+            let audit = sim.audit(0);
+            cell.calls = audit.len();
+            cell.sequence = audit.into_iter().map(|e| e.rpc).collect();
         }
     }
     assert!(sim.invariants().ok(), "{:?}", sim.invariants());
@@ -188,33 +228,81 @@ fn main() {
         .build()
         .expect("runtime");
     let mut table = Table::new();
+    let columns = Column::all();
     rt.block_on(async {
-        for backend in [TestBackend::CsiProxy, TestBackend::Native] {
+        for &column in &columns {
             // One warm-up round, not counted.
-            round(backend, &mut Table::new()).await;
+            round(column, &mut Table::new()).await;
             for _ in 0..rounds {
-                round(backend, &mut table).await;
+                round(column, &mut table).await;
             }
         }
     });
+    let headings: Vec<String> = columns.iter().map(|c| c.heading()).collect();
     println!(
-        "| Protocol | Operation | csi-proxy: host calls | csi-proxy: p50 | csi-proxy: p90 | native: host calls (WMI + Win32) | native: p50 | native: p90 |"
+        "Host calls per operation (csi-proxy RPCs; for native, WMI queries and methods plus Win32 calls):\n"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| Protocol | Operation | {} |", headings.join(" | "));
+    println!("| --- | --- |{}", " --- |".repeat(columns.len()));
     for protocol in ["SMB", "iSCSI"] {
         for op in OPS {
-            let c = &table[&(TestBackend::CsiProxy, protocol, op)];
-            let n = &table[&(TestBackend::Native, protocol, op)];
+            let cells: Vec<String> = columns
+                .iter()
+                .map(|&c| table[&(c, protocol, op)].calls.to_string())
+                .collect();
+            println!("| {protocol} | {op} | {} |", cells.join(" | "));
+        }
+    }
+    println!("\nLatency per operation through the driver's `VolumeManager`, p50 / p90:\n");
+    println!("| Protocol | Operation | {} |", headings.join(" | "));
+    println!("| --- | --- |{}", " --- |".repeat(columns.len()));
+    for protocol in ["SMB", "iSCSI"] {
+        for op in OPS {
+            let cells: Vec<String> = columns
+                .iter()
+                .map(|&c| {
+                    let t = &table[&(c, protocol, op)].times;
+                    format!("{} / {}", ms(pct(t, 0.5)), ms(pct(t, 0.9)))
+                })
+                .collect();
+            println!("| {protocol} | {op} | {} |", cells.join(" | "));
+        }
+    }
+    let reference = Column::CsiProxy("v1.3.0");
+    let mut differ = Vec::new();
+    for protocol in ["SMB", "iSCSI"] {
+        for op in OPS {
+            let want = &table[&(reference, protocol, op)].sequence;
+            for &c in &columns {
+                let got = &table[&(c, protocol, op)].sequence;
+                if matches!(c, Column::CsiProxy(_)) && got != want {
+                    differ.push(format!(
+                        "- {protocol} {op}, {}: {}",
+                        c.heading(),
+                        got.join(" → ")
+                    ));
+                }
+            }
+        }
+    }
+    if differ.is_empty() {
+        println!(
+            "\nEvery csi-proxy release profile got the same call sequence for every operation as v1.3.0."
+        );
+    } else {
+        println!("\nSequences that differ from v1.3.0's:\n");
+        for d in differ {
+            println!("{d}");
+        }
+    }
+    println!("\nThe native backend's calls:\n");
+    for protocol in ["SMB", "iSCSI"] {
+        for op in OPS {
             println!(
-                "| {protocol} | {op} | {} | {} | {} | {} | {} | {} |",
-                c.calls,
-                ms(pct(&c.times, 0.5)),
-                ms(pct(&c.times, 0.9)),
-                n.calls,
-                ms(pct(&n.times, 0.5)),
-                ms(pct(&n.times, 0.9)),
+                "- {protocol} {op}: {}",
+                table[&(Column::Native, protocol, op)].sequence.join(" → ")
             );
         }
     }
-    println!("\n{rounds} rounds per backend, each on a fresh simulated host.");
+    println!("\n{rounds} rounds per column, each on a fresh simulated host.");
 }

@@ -64,6 +64,9 @@ where
                 .json()
                 .flatten_event(true)
                 .with_current_span(true)
+                // The RPC's span once ("span"), not again as a one-element "spans" list: each costs a parse of the
+                // span's stored fields per event, and the list repeats what "span" says.
+                .with_span_list(false)
                 .finish(),
         ),
     })
@@ -211,6 +214,36 @@ mod tests {
         assert_eq!(first["span"]["volume_id"], EVIL);
         let second: serde_json::Value = serde_json::from_str(lines[1]).expect("a JSON line");
         assert_eq!(second["error"], format!("failed for {EVIL}"));
+    }
+
+    #[test]
+    fn an_rpc_logs_one_json_line_with_its_outcome_and_its_span_once() {
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let sub = subscriber(LogFormat::Json, LogLevel::Info, move || writer.clone())
+            .expect("subscriber");
+        tracing::subscriber::with_default(sub, || {
+            let fields = crate::rpc::RpcFields::volume("vol-1").staging(r"c:\var\lib\kubelet\g");
+            futures::executor::block_on(crate::rpc::rpc("NodeStageVolume", fields, async {
+                Ok::<_, crate::error::Error>(())
+            }))
+            .expect("ok");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            .expect("utf-8");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 1, "{out}");
+        let line: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON line");
+        assert_eq!(line["message"], "rpc ok");
+        assert_eq!(line["grpc_code"], "Ok");
+        assert!(line["duration_ms"].is_f64(), "{line}");
+        assert_eq!(line["span"]["method"], "NodeStageVolume");
+        assert_eq!(line["span"]["volume_id"], "vol-1");
+        assert!(line["span"].get("grpc_code").is_none(), "{line}");
+        assert!(
+            line.get("spans").is_none(),
+            "the span once, not again as a list: {line}"
+        );
     }
 
     #[test]

@@ -217,6 +217,22 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// A Markdown table: a row per protocol and operation, a column per [`Column`], each cell `cell` of its [`Cell`].
+fn print_table(table: &Table, columns: &[Column], cell: impl Fn(&Cell) -> String) {
+    let headings: Vec<String> = columns.iter().map(|c| c.heading()).collect();
+    println!("| Protocol | Operation | {} |", headings.join(" | "));
+    println!("| --- | --- |{}", " --- |".repeat(columns.len()));
+    for protocol in ["SMB", "iSCSI"] {
+        for op in OPS {
+            let cells: Vec<String> = columns
+                .iter()
+                .map(|&c| cell(&table[&(c, protocol, op)]))
+                .collect();
+            println!("| {protocol} | {op} | {} |", cells.join(" | "));
+        }
+    }
+}
+
 fn main() {
     let rounds: usize = std::env::args()
         .nth(1)
@@ -238,36 +254,18 @@ fn main() {
             }
         }
     });
-    let headings: Vec<String> = columns.iter().map(|c| c.heading()).collect();
     println!(
         "Host calls per operation (csi-proxy RPCs; for native, WMI queries and methods plus Win32 calls):\n"
     );
-    println!("| Protocol | Operation | {} |", headings.join(" | "));
-    println!("| --- | --- |{}", " --- |".repeat(columns.len()));
-    for protocol in ["SMB", "iSCSI"] {
-        for op in OPS {
-            let cells: Vec<String> = columns
-                .iter()
-                .map(|&c| table[&(c, protocol, op)].calls.to_string())
-                .collect();
-            println!("| {protocol} | {op} | {} |", cells.join(" | "));
-        }
-    }
+    print_table(&table, &columns, |cell| cell.calls.to_string());
     println!("\nLatency per operation through the driver's `VolumeManager`, p50 / p90:\n");
-    println!("| Protocol | Operation | {} |", headings.join(" | "));
-    println!("| --- | --- |{}", " --- |".repeat(columns.len()));
-    for protocol in ["SMB", "iSCSI"] {
-        for op in OPS {
-            let cells: Vec<String> = columns
-                .iter()
-                .map(|&c| {
-                    let t = &table[&(c, protocol, op)].times;
-                    format!("{} / {}", ms(pct(t, 0.5)), ms(pct(t, 0.9)))
-                })
-                .collect();
-            println!("| {protocol} | {op} | {} |", cells.join(" | "));
-        }
-    }
+    print_table(&table, &columns, |cell| {
+        format!(
+            "{} / {}",
+            ms(pct(&cell.times, 0.5)),
+            ms(pct(&cell.times, 0.9))
+        )
+    });
     let reference = Column::CsiProxy("v1.3.0");
     let mut differ = Vec::new();
     for protocol in ["SMB", "iSCSI"] {

@@ -84,33 +84,44 @@ pub(crate) struct EchoProcess {
     child: Child,
 }
 
+/// Starts `<this exe> <args>` (a helper process: the floor server, the relay) and waits for its `ready` line; the
+/// child is killed on drop.
+pub(crate) async fn start_helper(args: &[&std::ffi::OsStr], what: &str) -> Result<Child> {
+    let exe = std::env::current_exe().map_err(Error::io("locating wincsi-bench"))?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(Error::io(format!("starting the {what}")))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| Error::Setup(format!("{what} stdout not piped")))?;
+    let mut lines = BufReader::new(stdout).lines();
+    match tokio::time::timeout(READY_TIMEOUT, lines.next_line()).await {
+        Ok(Ok(Some(l))) if l == "ready" => Ok(child),
+        other => Err(Error::Setup(format!(
+            "{what} did not become ready: {other:?}"
+        ))),
+    }
+}
+
 impl EchoProcess {
     /// Starts `<this exe> echo-server --socket socket --latency-ms ...` and waits for its ready line.
     pub(crate) async fn start(socket: &Path, latency: Duration) -> Result<EchoProcess> {
-        let exe = std::env::current_exe().map_err(Error::io("locating wincsi-bench"))?;
-        let mut child = Command::new(exe)
-            .arg("echo-server")
-            .arg("--socket")
-            .arg(socket)
-            .arg("--latency-ms")
-            .arg(latency.as_millis().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(Error::io("starting the floor server"))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Setup("floor server stdout not piped".to_owned()))?;
-        let mut lines = BufReader::new(stdout).lines();
-        match tokio::time::timeout(READY_TIMEOUT, lines.next_line()).await {
-            Ok(Ok(Some(l))) if l == "ready" => Ok(EchoProcess { child }),
-            other => Err(Error::Setup(format!(
-                "floor server did not become ready: {other:?}"
-            ))),
-        }
+        let latency = latency.as_millis().to_string();
+        let args = [
+            "echo-server".as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+            "--latency-ms".as_ref(),
+            latency.as_ref(),
+        ];
+        let child = start_helper(&args, "floor server").await?;
+        Ok(EchoProcess { child })
     }
 
     /// The server's pid (for its CPU time).

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use csi::v1::identity_client::IdentityClient;
@@ -25,19 +24,15 @@ use csi::v1::{
 };
 use futures::future::join_all;
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use wincsi_e2e::CsiConn;
 
-use super::echo::EchoProcess;
+use super::echo::{EchoProcess, start_helper};
 use super::error::{Error, Result};
-use super::sys;
+use super::sections::CpuMark;
 use super::volumes::Protocol;
-
-/// Upper bound for the relay to print its ready line.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 struct Relay {
@@ -156,34 +151,20 @@ impl RelayProcess {
         stage_calls: usize,
         publish_calls: usize,
     ) -> Result<RelayProcess> {
-        let exe = std::env::current_exe().map_err(Error::io("locating wincsi-bench"))?;
-        let mut child = Command::new(exe)
-            .arg("relay-server")
-            .arg("--socket")
-            .arg(socket)
-            .arg("--upstream")
-            .arg(upstream)
-            .arg("--stage-calls")
-            .arg(stage_calls.to_string())
-            .arg("--publish-calls")
-            .arg(publish_calls.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(Error::io("starting the relay"))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Setup("relay stdout not piped".to_owned()))?;
-        let mut lines = BufReader::new(stdout).lines();
-        match tokio::time::timeout(READY_TIMEOUT, lines.next_line()).await {
-            Ok(Ok(Some(l))) if l == "ready" => Ok(RelayProcess { child }),
-            other => Err(Error::Setup(format!(
-                "relay did not become ready: {other:?}"
-            ))),
-        }
+        let (stage_calls, publish_calls) = (stage_calls.to_string(), publish_calls.to_string());
+        let args = [
+            "relay-server".as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+            "--upstream".as_ref(),
+            upstream.as_os_str(),
+            "--stage-calls".as_ref(),
+            stage_calls.as_ref(),
+            "--publish-calls".as_ref(),
+            publish_calls.as_ref(),
+        ];
+        let child = start_helper(&args, "relay").await?;
+        Ok(RelayProcess { child })
     }
 
     /// The relay's pid (for its CPU time).
@@ -298,10 +279,6 @@ pub(crate) struct FloorCpu {
     pub(crate) machine_busy: f64,
 }
 
-fn cpu(pid: Option<u32>) -> f64 {
-    pid.and_then(|p| sys::cpu_ms(p).ok()).unwrap_or(0.0)
-}
-
 /// Brings `vols` up at once against the relay, a connection each; the wall time.
 async fn up_all(socket: &Path, vols: &[RelayVolume]) -> Result<Duration> {
     let endpoint = format!("unix://{}", socket.display());
@@ -342,15 +319,9 @@ pub(crate) async fn concurrency_floor(
         let single = singles[singles.len() / 2];
         for &n in levels {
             let vols: Vec<RelayVolume> = (0..n).map(RelayVolume::new).collect();
-            let before = (
-                cpu(relay.pid()),
-                cpu(host.pid()),
-                cpu(Some(std::process::id())),
-                sys::machine_cpu_ms(),
-            );
+            let before = CpuMark::now(relay.pid(), host.pid());
             let wall = up_all(&socket, &vols).await?;
-            let (busy, total) = sys::machine_cpu_ms();
-            let per = |a: f64, b: f64| (b - a) / n.max(1) as f64;
+            let cpu = before.per_volume(CpuMark::now(relay.pid(), host.pid()), n);
             rows.push(FloorRow {
                 protocol,
                 n,
@@ -359,14 +330,10 @@ pub(crate) async fn concurrency_floor(
                 single_ms: single.as_secs_f64() * 1e3,
                 ratio: wall.as_secs_f64() / single.as_secs_f64(),
                 cpu_ms: FloorCpu {
-                    relay: per(before.0, cpu(relay.pid())),
-                    host: per(before.1, cpu(host.pid())),
-                    harness: per(before.2, cpu(Some(std::process::id()))),
-                    machine_busy: if total > before.3.1 {
-                        (busy - before.3.0) / (total - before.3.1)
-                    } else {
-                        0.0
-                    },
+                    relay: cpu.driver,
+                    host: cpu.sim,
+                    harness: cpu.harness,
+                    machine_busy: cpu.machine_busy,
                 },
             });
         }

@@ -330,9 +330,9 @@ pub(crate) struct Cpu {
     pub(crate) machine_busy: f64,
 }
 
-/// CPU counters read before and after a level.
+/// CPU counters read before and after a level (of the driver and the simulator, or whatever runs in their places).
 #[derive(Debug, Clone, Copy)]
-struct CpuMark {
+pub(crate) struct CpuMark {
     driver: f64,
     sim: f64,
     harness: f64,
@@ -341,10 +341,10 @@ struct CpuMark {
 }
 
 impl CpuMark {
-    fn now(driver: u32, sim: Option<u32>) -> Self {
+    pub(crate) fn now(driver: Option<u32>, sim: Option<u32>) -> Self {
         let (busy, total) = sys::machine_cpu_ms();
         CpuMark {
-            driver: sys::cpu_ms(driver).unwrap_or(0.0),
+            driver: driver.and_then(|p| sys::cpu_ms(p).ok()).unwrap_or(0.0),
             sim: sim.and_then(|p| sys::cpu_ms(p).ok()).unwrap_or(0.0),
             harness: sys::cpu_ms(std::process::id()).unwrap_or(0.0),
             busy,
@@ -352,7 +352,7 @@ impl CpuMark {
         }
     }
 
-    fn per_volume(self, after: CpuMark, n: usize) -> Cpu {
+    pub(crate) fn per_volume(self, after: CpuMark, n: usize) -> Cpu {
         let per = |a: f64, b: f64| (b - a) / n.max(1) as f64;
         Cpu {
             driver: per(self.driver, after.driver),
@@ -546,9 +546,10 @@ pub(crate) async fn concurrency(
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     (tx, sample_rss(node.driver_pid(), rx))
                 });
-                let cpu_before = CpuMark::now(node.driver_pid(), node.sim_pid());
+                let cpu_before = CpuMark::now(Some(node.driver_pid()), node.sim_pid());
                 let up = up_all(node, &vols).await?;
-                let cpu = cpu_before.per_volume(CpuMark::now(node.driver_pid(), node.sim_pid()), n);
+                let cpu =
+                    cpu_before.per_volume(CpuMark::now(Some(node.driver_pid()), node.sim_pid()), n);
                 if let Some((tx, task)) = sampler {
                     let _ = tx.send(());
                     peak_sampled = peak_sampled.max(task.await.unwrap_or(0));

@@ -1,24 +1,60 @@
 //! The Kubernetes side of inline ephemeral volumes: [`KubeSecrets`] reads the Secret an inline volume names
 //! (`secretName`, in the pod's namespace) from the Kubernetes API, as the lifecycle's
 //! [`SecretSource`]. The publish flow itself is [`crate::lifecycle::inline`].
+//!
+//! The read is one `GET /api/v1/namespaces/<ns>/secrets/<name>` over HTTPS, made here on hyper's HTTP/1 client and
+//! rustls rather than through the `kube` crate: the driver needs nothing else of the API, and `kube`'s client,
+//! kubeconfig (YAML) and auth-plugin stack cost the Windows executable about 1.5 MB (`BENCHMARKS.md`, Windows
+//! release binary). What it keeps of a Kubernetes client's in-cluster behaviour:
+//!
+//! - the API server is `KUBERNETES_SERVICE_HOST`:`KUBERNETES_SERVICE_PORT` (both required, as client-go's
+//!   `rest.InClusterConfig`); its certificate is verified against the service account's `ca.crt` only (no system
+//!   roots, no skipping);
+//! - the service account's `token` is read again for every request, so kubelet's rotation of bound tokens (hourly
+//!   by default) never leaves the driver with an expired one;
+//! - the service account directory is `/var/run/secrets/kubernetes.io/serviceaccount`, else (a HostProcess pod on
+//!   containerd 1.6, which places volume mounts under the container's sandbox) the same path under
+//!   `%CONTAINER_SANDBOX_MOUNT_POINT%` (kubernetes.io, "Create a Windows HostProcess Pod", *Volume mounts*), or the
+//!   directory `WINCSI_SERVICE_ACCOUNT_DIR` names (out-of-cluster runs and tests; then only that one).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::body::Bytes;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::error::Error;
 use crate::lifecycle::{SecretSource, Secrets};
 
-/// Reads Secrets from the Kubernetes API (`GET /api/v1/namespaces/<ns>/secrets/<name>`). The client is built on
-/// first use, so a driver without any Kubernetes config still starts and serves every other volume; only an inline
-/// volume that names a `secretName` then fails, with `FAILED_PRECONDITION`.
+/// Where a pod's service account token and CA are mounted.
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// Names a service account directory (with `token` and `ca.crt`) to use instead of the in-cluster ones.
+pub const SERVICE_ACCOUNT_DIR_ENV: &str = "WINCSI_SERVICE_ACCOUNT_DIR";
+
+/// The longest one Secret read may take, connection included, whatever the RPC's own deadline.
+const REQUEST_BUDGET: Duration = Duration::from_secs(15);
+
+/// The largest response body read (a Secret holds at most 1 MiB of data; base64 and metadata add to it).
+const MAX_BODY: usize = 4 << 20;
+
+/// Reads Secrets from the Kubernetes API (`GET /api/v1/namespaces/<ns>/secrets/<name>`). The API access is resolved
+/// on first use, so a driver without any Kubernetes access still starts and serves every other volume; only an
+/// inline volume that names a `secretName` then fails, with `FAILED_PRECONDITION`.
 pub struct KubeSecrets {
-    config: ConfigSource,
-    client: tokio::sync::OnceCell<kube::Client>,
+    source: Source,
+    api: tokio::sync::OnceCell<ApiAccess>,
 }
 
-/// Where the API client's config comes from.
-enum ConfigSource {
-    /// In-cluster first, then `KUBECONFIG` (see [`KubeSecrets::in_cluster`]).
-    Environment,
-    /// A fixed config (tests).
-    Fixed(Box<kube::Config>),
+/// Where the API access comes from.
+enum Source {
+    /// The pod's service account (see [`KubeSecrets::in_cluster`]).
+    InCluster,
+    /// A given access (tests).
+    Fixed(ApiAccess),
 }
 
 impl std::fmt::Debug for KubeSecrets {
@@ -28,101 +64,90 @@ impl std::fmt::Debug for KubeSecrets {
 }
 
 impl KubeSecrets {
-    /// The config a DaemonSet pod expects, resolved on first use:
+    /// The access a DaemonSet pod has: its service account (module docs), resolved on first use.
     ///
-    /// 1. **in-cluster**: the pod's service account token and `KUBERNETES_SERVICE_HOST`/`_PORT`;
-    /// 2. otherwise **`KUBECONFIG`**, when that variable is set (its current context; outside a cluster, e.g. a
-    ///    driver run by hand or in tests against a fake API server; `http://` servers are accepted).
-    ///
-    /// This is deliberately *not* `kube::Config::infer()`: that tries a kubeconfig first, including the default
-    /// `~/.kube/config`, and a HostProcess container sees the node's filesystem, so an administrator's kubeconfig
-    /// on the node could silently replace the pod's own service account (and its RBAC). The home-directory
-    /// kubeconfig is never read. With neither source, reading a Secret fails with `FAILED_PRECONDITION` naming both.
+    /// A kubeconfig is never read: a HostProcess container sees the node's filesystem, and an administrator's
+    /// kubeconfig there must not silently replace the pod's own service account (and its RBAC). Without in-cluster
+    /// access, reading a Secret fails with `FAILED_PRECONDITION` saying what is missing.
     pub fn in_cluster() -> Self {
         Self {
-            config: ConfigSource::Environment,
-            client: tokio::sync::OnceCell::new(),
+            source: Source::InCluster,
+            api: tokio::sync::OnceCell::new(),
         }
     }
 
-    /// A given config (tests point it at a fake API server).
-    pub fn from_config(config: kube::Config) -> Self {
+    /// A given access (tests point it at a fake API server).
+    pub fn from_access(access: ApiAccess) -> Self {
         Self {
-            config: ConfigSource::Fixed(Box::new(config)),
-            client: tokio::sync::OnceCell::new(),
+            source: Source::Fixed(access),
+            api: tokio::sync::OnceCell::new(),
         }
     }
 
-    async fn load_config(&self) -> Result<kube::Config, String> {
-        match &self.config {
-            ConfigSource::Fixed(c) => Ok((**c).clone()),
-            ConfigSource::Environment => {
-                let in_cluster = match kube::Config::incluster() {
-                    Ok(c) => return Ok(c),
-                    Err(e) => e,
-                };
-                match kube::config::Kubeconfig::from_env() {
-                    Ok(Some(kubeconfig)) => kube::Config::from_custom_kubeconfig(
-                        kubeconfig,
-                        &kube::config::KubeConfigOptions::default(),
-                    )
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "no in-cluster config ({in_cluster}) and KUBECONFIG is unusable: {}",
-                            kubeconfig_error_text(&e)
-                        )
-                    }),
-                    Ok(None) => Err(format!(
-                        "no in-cluster config ({in_cluster}) and KUBECONFIG is not set"
-                    )),
-                    Err(e) => Err(format!(
-                        "no in-cluster config ({in_cluster}) and KUBECONFIG cannot be read: {}",
-                        kubeconfig_error_text(&e)
-                    )),
-                }
-            }
-        }
-    }
-
-    async fn client(&self) -> Result<&kube::Client, Error> {
-        self.client
+    async fn api(&self) -> Result<&ApiAccess, Error> {
+        self.api
             .get_or_try_init(|| async {
-                let config = self.load_config().await.map_err(|e| {
+                match &self.source {
+                    Source::Fixed(a) => Ok(a.clone()),
+                    Source::InCluster => ApiAccess::in_cluster(&|k| std::env::var_os(k)),
+                }
+                .map_err(|e| {
                     Error::FailedPrecondition(format!(
                         "inline ephemeral volumes need Kubernetes API access to read their Secret: {e}"
                     ))
-                })?;
-                kube::Client::try_from(config)
-                    .map_err(|e| Error::Internal(format!("cannot build the Kubernetes API client: {e}")))
+                })
             })
             .await
     }
 
     async fn read(&self, namespace: &str, name: &str) -> Result<Secrets, Error> {
         use k8s_openapi::api::core::v1::Secret;
-        let api: kube::Api<Secret> = kube::Api::namespaced(self.client().await?.clone(), namespace);
-        let secret = match api.get(name).await {
-            Ok(s) => s,
-            Err(kube::Error::Api(status)) if status.is_not_found() => {
+        // Both go into the request's path: only names Kubernetes itself accepts (no `/`, `?`, `%`, `..`).
+        if !is_dns_label(namespace) {
+            return Err(Error::InvalidArgument(format!(
+                "namespace {namespace:?} of the inline volume's Secret is not a valid Kubernetes namespace name"
+            )));
+        }
+        if !is_dns_subdomain(name) {
+            return Err(Error::InvalidArgument(format!(
+                "secretName {name:?} of the inline volume is not a valid Kubernetes Secret name"
+            )));
+        }
+        let api = self.api().await?;
+        let path = format!("/api/v1/namespaces/{namespace}/secrets/{name}");
+        let (status, body) = api.get(&path).await.map_err(|e| {
+            Error::Unavailable(format!(
+                "cannot read Secret {namespace}/{name} from the Kubernetes API: {e}"
+            ))
+        })?;
+        match status.as_u16() {
+            200 => {}
+            404 => {
                 return Err(Error::FailedPrecondition(format!(
                     "Secret {namespace}/{name} named by the inline volume does not exist"
                 )));
             }
-            Err(kube::Error::Api(status)) => {
-                // The API's status message never carries the Secret's data.
-                return Err(Error::FailedPrecondition(format!(
-                    "cannot read Secret {namespace}/{name}: {} {} (check the driver's RBAC: get secrets)",
-                    status.code, status.reason
-                )));
+            code => {
+                // Only the status's reason (a CamelCase word such as `Forbidden`): its message is not echoed.
+                let reason = status_reason(&body)
+                    .unwrap_or_else(|| status.canonical_reason().unwrap_or("").replace(' ', ""));
+                let text = format!("cannot read Secret {namespace}/{name}: {code} {reason}");
+                return Err(if code == 429 || code >= 500 {
+                    Error::Unavailable(text)
+                } else {
+                    Error::FailedPrecondition(format!(
+                        "{text} (check the driver's RBAC: get secrets, and its service account token)"
+                    ))
+                });
             }
-            Err(_) => {
-                // Other errors (transport, decoding) are not echoed: a decoding error could quote Secret data.
-                return Err(Error::Unavailable(format!(
-                    "cannot read Secret {namespace}/{name} from the Kubernetes API (transport or decoding failure)"
-                )));
-            }
-        };
+        }
+        // A decoding error is not echoed either: it could quote the Secret's data.
+        let secret: Secret = serde_json::from_slice(&body).map_err(|_| {
+            Error::Unavailable(format!(
+                "cannot read Secret {namespace}/{name}: the Kubernetes API's answer is not a Secret (details \
+                 withheld: they could quote its data)"
+            ))
+        })?;
         let mut entries = Vec::new();
         for (key, value) in secret.data.unwrap_or_default() {
             let text = String::from_utf8(value.0).map_err(|_| {
@@ -133,18 +158,6 @@ impl KubeSecrets {
             entries.push((key, text));
         }
         Ok(Secrets::new(entries))
-    }
-}
-
-/// A kubeconfig error for logs and gRPC status text. A YAML parse error may quote the offending value, which can be a
-/// token or key, so its details are withheld.
-fn kubeconfig_error_text(e: &kube::config::KubeconfigError) -> String {
-    match e {
-        kube::config::KubeconfigError::Parse(_) => {
-            "failed to parse kubeconfig YAML (details withheld: they could quote credentials)"
-                .to_owned()
-        }
-        other => other.to_string(),
     }
 }
 
@@ -160,27 +173,274 @@ impl SecretSource for KubeSecrets {
     }
 }
 
-/// A tiny fake Kubernetes API server on loopback for tests: serves `GET /api/v1/namespaces/<ns>/secrets/<name>` from
-/// a fixed map of `(namespace, name) → JSON body`, 404 otherwise. Bound before it is returned; never sleeps.
+/// How to reach the Kubernetes API: its HTTPS address, the CA that signs its certificate, and the bearer token's
+/// file (read again for every request).
+#[derive(Clone)]
+pub struct ApiAccess {
+    host: String,
+    port: u16,
+    server_name: ServerName<'static>,
+    token_file: PathBuf,
+    tls: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for ApiAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiAccess")
+            .field("authority", &self.authority())
+            .field("token_file", &self.token_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiAccess {
+    /// The API server at `host:port` (a DNS name or an IP address, IPv6 without brackets), whose certificate must
+    /// chain to one of the PEM certificates in `ca_pem` and name `host`, with the bearer token in `token_file`.
+    pub fn new(host: &str, port: u16, ca_pem: &[u8], token_file: PathBuf) -> Result<Self, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_pem) {
+            let cert = cert.map_err(|e| format!("the CA bundle is not PEM: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("the CA bundle holds an unusable certificate: {e}"))?;
+        }
+        if roots.is_empty() {
+            return Err("the CA bundle holds no certificate".to_owned());
+        }
+        let server_name = ServerName::try_from(host.to_owned())
+            .map_err(|_| format!("{host:?} is neither a host name nor an IP address"))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS set-up: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+            server_name,
+            token_file,
+            tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    /// The pod's in-cluster access (module docs), from the environment `var` reads.
+    fn in_cluster(var: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Result<Self, String> {
+        let text = |k: &str| {
+            var(k)
+                .and_then(|v| v.into_string().ok())
+                .filter(|v| !v.is_empty())
+        };
+        let (Some(host), Some(port)) = (
+            text("KUBERNETES_SERVICE_HOST"),
+            text("KUBERNETES_SERVICE_PORT"),
+        ) else {
+            return Err(
+                "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must both be set".to_owned(),
+            );
+        };
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("KUBERNETES_SERVICE_PORT {port:?} is not a port number"))?;
+        let candidates: Vec<PathBuf> = match var(SERVICE_ACCOUNT_DIR_ENV).filter(|v| !v.is_empty())
+        {
+            Some(dir) => vec![PathBuf::from(dir)],
+            None => {
+                let mut c = vec![PathBuf::from(SERVICE_ACCOUNT_DIR)];
+                if let Some(sandbox) =
+                    var("CONTAINER_SANDBOX_MOUNT_POINT").filter(|v| !v.is_empty())
+                {
+                    c.push(Path::new(&sandbox).join(SERVICE_ACCOUNT_DIR.trim_start_matches('/')));
+                }
+                c
+            }
+        };
+        let Some(dir) = candidates.iter().find(|d| d.join("token").is_file()) else {
+            let tried: Vec<String> = candidates.iter().map(|d| d.display().to_string()).collect();
+            return Err(format!(
+                "no service account token (automountServiceAccountToken off?) in {}",
+                tried.join(" or ")
+            ));
+        };
+        let ca_file = dir.join("ca.crt");
+        let ca = std::fs::read(&ca_file)
+            .map_err(|e| format!("cannot read the API server's CA {}: {e}", ca_file.display()))?;
+        Self::new(&host, port, &ca, dir.join("token"))
+            .map_err(|e| format!("{} (CA {})", e, ca_file.display()))
+    }
+
+    /// `host:port` for the request's `Host` header (an IPv6 address in brackets).
+    fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// `GET path`: the answer's status and body. An error here is the transport's (connection, TLS, timeout), never
+    /// a status; its text holds no token or body.
+    async fn get(&self, path: &str) -> Result<(http::StatusCode, Bytes), String> {
+        match tokio::time::timeout(REQUEST_BUDGET, self.get_unbounded(path)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "no answer from {} within {} s",
+                self.authority(),
+                REQUEST_BUDGET.as_secs()
+            )),
+        }
+    }
+
+    async fn get_unbounded(&self, path: &str) -> Result<(http::StatusCode, Bytes), String> {
+        let authority = self.authority();
+        let token = tokio::fs::read_to_string(&self.token_file)
+            .await
+            .map_err(|e| format!("cannot read the token {}: {e}", self.token_file.display()))?;
+        let mut bearer =
+            http::HeaderValue::try_from(format!("Bearer {}", token.trim())).map_err(|_| {
+                format!(
+                    "the token in {} is not a header value",
+                    self.token_file.display()
+                )
+            })?;
+        bearer.set_sensitive(true);
+        let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| format!("cannot connect to {authority}: {e}"))?;
+        let tls = self
+            .tls
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .map_err(|e| format!("TLS with {authority}: {e}"))?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .map_err(|e| format!("HTTP with {authority}: {e}"))?;
+        // The connection's own task ends with the exchange (the sender is dropped below) or the budget.
+        tokio::spawn(tokio::time::timeout(REQUEST_BUDGET, connection));
+        let request = http::Request::get(path)
+            .header(http::header::HOST, &authority)
+            .header(http::header::ACCEPT, "application/json")
+            .header(
+                http::header::USER_AGENT,
+                concat!("wincsi-node/", env!("CARGO_PKG_VERSION")),
+            )
+            .header(http::header::AUTHORIZATION, bearer)
+            .body(http_body_util::Empty::<Bytes>::new())
+            .map_err(|e| format!("request for {authority}: {e}"))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("HTTP with {authority}: {e}"))?;
+        let status = response.status();
+        let body = http_body_util::Limited::new(response.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer of {authority}: {e}"))?
+            .to_bytes();
+        Ok((status, body))
+    }
+}
+
+/// The `reason` of a Kubernetes `Status` body, when it is one short CamelCase word.
+fn status_reason(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let reason = v.get("reason")?.as_str()?;
+    (!reason.is_empty() && reason.len() <= 64 && reason.bytes().all(|b| b.is_ascii_alphanumeric()))
+        .then(|| reason.to_owned())
+}
+
+/// An RFC 1123 label, as Kubernetes namespace names are: lower-case alphanumerics and `-`, at most 63, alphanumeric
+/// at both ends.
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// An RFC 1123 subdomain, as Kubernetes Secret names are: labels joined by `.`, at most 253 in all.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// A fake Kubernetes API server on loopback for tests, over TLS with a throwaway CA as a cluster's is: serves
+/// `GET /api/v1/namespaces/<ns>/secrets/<name>` from a fixed map to requests that carry its current bearer token
+/// (401 without it), 404 for anything else, and records each request line. Bound before it is returned; never sleeps.
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake_api {
     use std::collections::BTreeMap;
-    use std::sync::Arc;
+    use std::path::Path;
+    use std::sync::{Arc, Mutex, PoisonError};
 
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+
+    use super::ApiAccess;
 
     /// A running fake API server.
     #[derive(Debug)]
     pub struct FakeApiServer {
-        /// `http://127.0.0.1:<port>`.
-        pub url: String,
+        /// `127.0.0.1`, the name its certificate is for.
+        pub host: String,
+        /// Its port.
+        pub port: u16,
+        /// The PEM of the CA that signed its certificate.
+        pub ca_pem: String,
+        token: Arc<Mutex<String>>,
+        requests: Arc<Mutex<Vec<String>>>,
         task: tokio::task::JoinHandle<()>,
     }
 
     impl Drop for FakeApiServer {
         fn drop(&mut self) {
             self.task.abort();
+        }
+    }
+
+    impl FakeApiServer {
+        /// The bearer token it accepts now.
+        pub fn token(&self) -> String {
+            self.token
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        }
+
+        /// Accept `token` from now on, and no longer the one before (a rotation).
+        pub fn rotate_token(&self, token: &str) {
+            *self.token.lock().unwrap_or_else(PoisonError::into_inner) = token.to_owned();
+        }
+
+        /// Each request so far: its request line and ` auth=<whether it carried the current token>`.
+        pub fn requests(&self) -> Vec<String> {
+            self.requests
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        }
+
+        /// Write a service account directory for it into `dir`: `token` (the current one) and `ca.crt`.
+        pub fn write_service_account(&self, dir: &Path) -> std::io::Result<()> {
+            std::fs::write(dir.join("token"), self.token())?;
+            std::fs::write(dir.join("ca.crt"), &self.ca_pem)
+        }
+
+        /// The access the driver would resolve from a service account directory written by
+        /// [`write_service_account`](Self::write_service_account) into `dir`.
+        pub fn access(&self, dir: &Path) -> ApiAccess {
+            ApiAccess::new(
+                &self.host,
+                self.port,
+                self.ca_pem.as_bytes(),
+                dir.join("token"),
+            )
+            .expect("the fake API's access")
         }
     }
 
@@ -219,17 +479,60 @@ pub mod fake_api {
         out
     }
 
-    /// Start serving `secrets` (`(namespace, name) → Secret JSON`).
+    fn status(code: u16, reason: &str) -> String {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": format!("fake API: {reason}"), "reason": reason, "code": code})
+        .to_string()
+    }
+
+    /// Start serving `secrets` (`(namespace, name) → response body`, normally [`secret_json`]) to the token
+    /// `initial-token`.
     pub async fn serve(
         secrets: BTreeMap<(String, String), String>,
     ) -> std::io::Result<FakeApiServer> {
+        let err = |e: rcgen::Error| std::io::Error::other(e.to_string());
+        let ca_key = rcgen::KeyPair::generate().map_err(err)?;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "wincsi fake API CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).map_err(err)?;
+        let key = rcgen::KeyPair::generate().map_err(err)?;
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .map_err(err)?
+            .signed_by(&key, &ca)
+            .map_err(err)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .and_then(|b| {
+                b.with_no_client_auth().with_single_cert(
+                    vec![CertificateDer::from(cert.der().to_vec())],
+                    PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+                )
+            })
+            .map_err(std::io::Error::other)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+
         let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
+        let port = listener.local_addr()?.port();
+        let token = Arc::new(Mutex::new("initial-token".to_owned()));
+        let requests = Arc::new(Mutex::new(Vec::new()));
         let secrets = Arc::new(secrets);
+        let (tok, log) = (Arc::clone(&token), Arc::clone(&requests));
         let task = tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let secrets = Arc::clone(&secrets);
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (secrets, tok, log, acceptor) = (
+                    Arc::clone(&secrets),
+                    Arc::clone(&tok),
+                    Arc::clone(&log),
+                    acceptor.clone(),
+                );
                 tokio::spawn(async move {
+                    let Ok(mut conn) = acceptor.accept(tcp).await else {
+                        return;
+                    };
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
                     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -238,33 +541,39 @@ pub mod fake_api {
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
                     }
-                    let head = String::from_utf8_lossy(&buf);
-                    let path = head
-                        .split_whitespace()
-                        .nth(1)
-                        .unwrap_or("")
-                        .split('?')
-                        .next()
-                        .unwrap_or("");
+                    let head = String::from_utf8_lossy(&buf).into_owned();
+                    let line = head.lines().next().unwrap_or("").to_owned();
+                    let expected = format!(
+                        "bearer {}",
+                        tok.lock().unwrap_or_else(PoisonError::into_inner)
+                    );
+                    let authorised = head.lines().any(|l| {
+                        l.split_once(':').is_some_and(|(k, v)| {
+                            k.eq_ignore_ascii_case("authorization")
+                                && v.trim().eq_ignore_ascii_case(&expected)
+                        })
+                    });
+                    log.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(format!("{line} auth={authorised}"));
+                    let path = line.split_whitespace().nth(1).unwrap_or("");
                     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-                    let found = match parts.as_slice() {
-                        ["api", "v1", "namespaces", ns, "secrets", name] => secrets
-                            .get(&((*ns).to_owned(), (*name).to_owned()))
-                            .cloned(),
-                        _ => None,
-                    };
-                    let (status, body) = match found {
-                        Some(body) => ("200 OK", body),
-                        None => (
-                            "404 Not Found",
-                            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                "message": "not found", "reason": "NotFound", "code": 404})
-                            .to_string(),
-                        ),
+                    let (status_line, body) = if !authorised {
+                        ("401 Unauthorized", status(401, "Unauthorized"))
+                    } else {
+                        match parts.as_slice() {
+                            ["api", "v1", "namespaces", ns, "secrets", name] => {
+                                match secrets.get(&((*ns).to_owned(), (*name).to_owned())) {
+                                    Some(body) => ("200 OK", body.clone()),
+                                    None => ("404 Not Found", status(404, "NotFound")),
+                                }
+                            }
+                            _ => ("404 Not Found", status(404, "NotFound")),
+                        }
                     };
                     let response = format!(
-                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: \
-                         close\r\n\r\n{body}",
+                        "HTTP/1.1 {status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                         connection: close\r\n\r\n{body}",
                         body.len()
                     );
                     let _ = conn.write_all(response.as_bytes()).await;
@@ -272,145 +581,16 @@ pub mod fake_api {
                 });
             }
         });
-        Ok(FakeApiServer { url, task })
+        Ok(FakeApiServer {
+            host: "127.0.0.1".to_owned(),
+            port,
+            ca_pem: ca.pem(),
+            token,
+            requests,
+            task,
+        })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-
-    use super::fake_api;
-    use super::*;
-    use crate::host::HostOp::*;
-    use crate::lifecycle::inline::staging_path;
-    use crate::lifecycle::{
-        AccessType, Capability, EPHEMERAL_KEY, PublishRequest, UnpublishRequest,
-    };
-    use crate::testing::{Env, d};
-
-    const PASSWORD: &str = "Eph-S3cret!";
-
-    /// Share `\\srv\share` (with `apps`) that only `CORP\bob` with [`PASSWORD`] may map, and the Kubernetes API
-    /// serving that credential as Secret `team/smb-creds`.
-    async fn setup() -> (Env, fake_api::FakeApiServer) {
-        let mut env = Env::new(&serde_json::json!({"smb": {"servers": [{"name": "srv",
-            "accounts": [{"user": "bob", "password": PASSWORD, "domain": "CORP"}],
-            "shares": [{"name": "share", "files": {"apps/readme.txt": "hello"}}]}]}}));
-        let secrets: BTreeMap<_, _> = [(
-            ("team".to_owned(), "smb-creds".to_owned()),
-            fake_api::secret_json(
-                "team",
-                "smb-creds",
-                &[
-                    ("username", "bob"),
-                    ("password", PASSWORD),
-                    ("domain", "CORP"),
-                ],
-            ),
-        )]
-        .into();
-        let api = fake_api::serve(secrets).await.expect("fake api");
-        let config = kube::Config::new(api.url.parse().expect("url"));
-        env.set_secret_source(Arc::new(KubeSecrets::from_config(config)));
-        (env, api)
-    }
-
-    fn req(secret_name: &str) -> PublishRequest {
-        let ctx: BTreeMap<String, String> = [
-            (EPHEMERAL_KEY, "true"),
-            ("source", r"\\srv\share\apps"),
-            ("secretName", secret_name),
-            ("csi.storage.k8s.io/pod.namespace", "team"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        PublishRequest {
-            volume_id: "csi-eph-1".into(),
-            target_path: r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount".into(),
-            capability: Some(Capability {
-                access_type: AccessType::Mount {
-                    fs_type: String::new(),
-                    mount_flags: vec![],
-                },
-                access_mode: 1,
-            }),
-            volume_context: ctx,
-            ..Default::default()
-        }
-    }
-
-    #[tokio::test]
-    async fn ephemeral_publish_stages_privately_and_unpublish_cleans_up() {
-        let (env, _api) = setup().await;
-        let mgr = &env.mgr;
-        env.publish(&req("smb-creds"), d()).await.expect("publish");
-        assert_eq!(
-            env.ops(),
-            vec![Mkdir, Rmdir, NewSmbGlobalMapping, IsSymlink, CreateSymlink]
-        );
-        let private = staging_path(mgr, "csi-eph-1").expect("path");
-        assert!(
-            private
-                .as_str()
-                .starts_with(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\ephemeral\")
-        );
-        assert!(env.resolves(r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount"));
-        let rec = mgr
-            .store()
-            .volume("csi-eph-1")
-            .expect("read")
-            .expect("record");
-        assert!(rec.ephemeral);
-        env.clear_calls();
-        env.publish(&req("smb-creds"), d()).await.expect("repeat");
-        // The private stage's `IsSymlink` (healthy), then the target's `PathExists` + `IsSymlink` (published).
-        assert_eq!(env.ops(), vec![IsSymlink, PathExists, IsSymlink]);
-        env.clear_calls();
-        let un = UnpublishRequest {
-            volume_id: "csi-eph-1".into(),
-            target_path: req("x").target_path,
-        };
-        mgr.unpublish(&un, d()).await.expect("unpublish");
-        assert_eq!(env.ops(), vec![Rmdir, Rmdir, RemoveSmbGlobalMapping]);
-        env.assert_clean();
-    }
-
-    #[tokio::test]
-    async fn missing_secret_and_namespace() {
-        let (env, _api) = setup().await;
-        let mgr = &env.mgr;
-        let err = mgr.publish(&req("nope"), d()).await.expect_err("missing");
-        assert!(
-            matches!(&err, Error::FailedPrecondition(m) if m.contains("team/nope")),
-            "{err:?}"
-        );
-        let mut r = req("smb-creds");
-        r.volume_context.remove("csi.storage.k8s.io/pod.namespace");
-        assert!(matches!(
-            mgr.publish(&r, d()).await,
-            Err(Error::InvalidArgument(_))
-        ));
-        let mut r = req("smb-creds");
-        r.volume_context
-            .insert("secretNamespace".into(), "other".into());
-        assert!(matches!(
-            mgr.publish(&r, d()).await,
-            Err(Error::FailedPrecondition(_))
-        ));
-        assert!(env.calls().is_empty());
-    }
-
-    #[test]
-    fn kubeconfig_parse_errors_never_quote_the_file() {
-        let token = "kubeconfig-t0ken-value";
-        let e = kube::config::Kubeconfig::from_yaml(&format!("users: {token}\n"))
-            .expect_err("a string where a list belongs");
-        assert!(matches!(e, kube::config::KubeconfigError::Parse(_)), "{e}");
-        let text = kubeconfig_error_text(&e);
-        assert!(!text.contains(token), "{text}");
-        assert!(text.contains("kubeconfig"), "{text}");
-    }
-}
+mod tests;

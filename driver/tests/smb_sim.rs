@@ -531,11 +531,13 @@ async fn inline_ephemeral_volume_reads_its_secret_from_the_api() {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    let kube_cfg = kube::Config::new(api.url.parse().expect("url"));
+    let sa = tempfile::tempdir().expect("tempdir");
+    api.write_service_account(sa.path())
+        .expect("service account");
     let mgr = wincsi::backend::manager(CsiProxyHost::new(env.proxy.clone()), cfg, env.state.path())
         .expect("mgr")
-        .with_secret_source(Arc::new(wincsi::ephemeral::KubeSecrets::from_config(
-            kube_cfg,
+        .with_secret_source(Arc::new(wincsi::ephemeral::KubeSecrets::from_access(
+            api.access(sa.path()),
         )));
     let req = PublishRequest {
         volume_id: "csi-0123".into(),

@@ -88,7 +88,7 @@ fn spawn(bin: &Path, what: &str, args: &[String], env: &[(String, String)]) -> R
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    // Only what we pass: a developer's LOG_LEVEL, CSI_ENDPOINT, KUBECONFIG... must not leak into a test.
+    // Only what we pass: a developer's LOG_LEVEL, CSI_ENDPOINT, KUBERNETES_SERVICE_HOST... must not leak into a test.
     for var in [
         "CSI_ENDPOINT",
         "KUBE_NODE_NAME",
@@ -98,9 +98,11 @@ fn spawn(bin: &Path, what: &str, args: &[String], env: &[(String, String)]) -> R
         "STATE_DIR",
         "LOG_LEVEL",
         "KUBECONFIG",
-        // In-cluster config comes before KUBECONFIG in the driver: a CI pod's service env must not win.
+        // The driver's Kubernetes API access (inline volumes' Secrets): a CI pod's own must not win.
         "KUBERNETES_SERVICE_HOST",
         "KUBERNETES_SERVICE_PORT",
+        "WINCSI_SERVICE_ACCOUNT_DIR",
+        "CONTAINER_SANDBOX_MOUNT_POINT",
     ] {
         cmd.env_remove(var);
     }

@@ -485,8 +485,8 @@ async fn full_teardown_of_many_volumes_leaves_no_mapping_session_mount_link_or_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_volume_with_a_secret_name_but_no_api_access_fails_cleanly() {
-    // The driver binary reads inline volumes' Secrets with in-cluster config, else KUBECONFIG; the harness clears
-    // both, so it must refuse with FailedPrecondition, leave nothing on the host, and keep serving.
+    // The driver binary reads inline volumes' Secrets with its pod's service account; the harness clears the
+    // service env, so it must refuse with FailedPrecondition, leave nothing on the host, and keep serving.
     let node = node().await;
     let k = node
         .kubelet()

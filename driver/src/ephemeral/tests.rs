@@ -1,0 +1,362 @@
+//! Tests of the Secret reader: the inline flow against the simulated host, and the API access itself.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::fake_api;
+use super::*;
+use crate::host::HostOp::*;
+use crate::lifecycle::inline::staging_path;
+use crate::lifecycle::{AccessType, Capability, EPHEMERAL_KEY, PublishRequest, UnpublishRequest};
+use crate::testing::{Env, d};
+
+const PASSWORD: &str = "Eph-S3cret!";
+
+/// Share `\\srv\share` (with `apps`) that only `CORP\bob` with [`PASSWORD`] may map, and the Kubernetes API
+/// serving that credential as Secret `team/smb-creds`.
+async fn setup() -> (Env, fake_api::FakeApiServer, tempfile::TempDir) {
+    let mut env = Env::new(&serde_json::json!({"smb": {"servers": [{"name": "srv",
+        "accounts": [{"user": "bob", "password": PASSWORD, "domain": "CORP"}],
+        "shares": [{"name": "share", "files": {"apps/readme.txt": "hello"}}]}]}}));
+    let secrets: BTreeMap<_, _> = [(
+        ("team".to_owned(), "smb-creds".to_owned()),
+        fake_api::secret_json(
+            "team",
+            "smb-creds",
+            &[
+                ("username", "bob"),
+                ("password", PASSWORD),
+                ("domain", "CORP"),
+            ],
+        ),
+    )]
+    .into();
+    let api = fake_api::serve(secrets).await.expect("fake api");
+    let dir = tempfile::tempdir().expect("tempdir");
+    api.write_service_account(dir.path())
+        .expect("service account");
+    env.set_secret_source(Arc::new(KubeSecrets::from_access(api.access(dir.path()))));
+    (env, api, dir)
+}
+
+fn req(secret_name: &str) -> PublishRequest {
+    let ctx: BTreeMap<String, String> = [
+        (EPHEMERAL_KEY, "true"),
+        ("source", r"\\srv\share\apps"),
+        ("secretName", secret_name),
+        ("csi.storage.k8s.io/pod.namespace", "team"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    PublishRequest {
+        volume_id: "csi-eph-1".into(),
+        target_path: r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount".into(),
+        capability: Some(Capability {
+            access_type: AccessType::Mount {
+                fs_type: String::new(),
+                mount_flags: vec![],
+            },
+            access_mode: 1,
+        }),
+        volume_context: ctx,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn ephemeral_publish_stages_privately_and_unpublish_cleans_up() {
+    let (env, _api, _sa) = setup().await;
+    let mgr = &env.mgr;
+    env.publish(&req("smb-creds"), d()).await.expect("publish");
+    assert_eq!(
+        env.ops(),
+        vec![Mkdir, Rmdir, NewSmbGlobalMapping, IsSymlink, CreateSymlink]
+    );
+    let private = staging_path(mgr, "csi-eph-1").expect("path");
+    assert!(
+        private
+            .as_str()
+            .starts_with(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\ephemeral\")
+    );
+    assert!(env.resolves(r"c:\var\lib\kubelet\pods\u1\volumes\kubernetes.io~csi\data\mount"));
+    let rec = mgr
+        .store()
+        .volume("csi-eph-1")
+        .expect("read")
+        .expect("record");
+    assert!(rec.ephemeral);
+    env.clear_calls();
+    env.publish(&req("smb-creds"), d()).await.expect("repeat");
+    // The private stage's `IsSymlink` (healthy), then the target's `PathExists` + `IsSymlink` (published).
+    assert_eq!(env.ops(), vec![IsSymlink, PathExists, IsSymlink]);
+    env.clear_calls();
+    let un = UnpublishRequest {
+        volume_id: "csi-eph-1".into(),
+        target_path: req("x").target_path,
+    };
+    mgr.unpublish(&un, d()).await.expect("unpublish");
+    assert_eq!(env.ops(), vec![Rmdir, Rmdir, RemoveSmbGlobalMapping]);
+    env.assert_clean();
+}
+
+#[tokio::test]
+async fn missing_secret_and_namespace() {
+    let (env, _api, _sa) = setup().await;
+    let mgr = &env.mgr;
+    let err = mgr.publish(&req("nope"), d()).await.expect_err("missing");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("team/nope")),
+        "{err:?}"
+    );
+    let mut r = req("smb-creds");
+    r.volume_context.remove("csi.storage.k8s.io/pod.namespace");
+    assert!(matches!(
+        mgr.publish(&r, d()).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut r = req("smb-creds");
+    r.volume_context
+        .insert("secretNamespace".into(), "other".into());
+    assert!(matches!(
+        mgr.publish(&r, d()).await,
+        Err(Error::FailedPrecondition(_))
+    ));
+    assert!(env.calls().is_empty());
+}
+
+/// A reader of `api`'s Secrets through a service account directory written for it (kept alive by the caller).
+fn reader(api: &fake_api::FakeApiServer) -> (KubeSecrets, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    api.write_service_account(dir.path())
+        .expect("service account");
+    (KubeSecrets::from_access(api.access(dir.path())), dir)
+}
+
+async fn one_secret() -> fake_api::FakeApiServer {
+    let secrets: BTreeMap<_, _> = [(
+        ("team".to_owned(), "creds".to_owned()),
+        fake_api::secret_json(
+            "team",
+            "creds",
+            &[("username", "bob"), ("password", PASSWORD)],
+        ),
+    )]
+    .into();
+    fake_api::serve(secrets).await.expect("fake api")
+}
+
+#[tokio::test]
+async fn reads_a_secret_over_verified_tls_with_the_bearer_token() {
+    let api = one_secret().await;
+    let (secrets, _sa) = reader(&api);
+    let s = secrets.read("team", "creds").await.expect("read");
+    assert_eq!(s.get("username").map(|v| v.expose()), Some("bob"));
+    assert_eq!(s.get("password").map(|v| v.expose()), Some(PASSWORD));
+    assert_eq!(
+        api.requests(),
+        vec!["GET /api/v1/namespaces/team/secrets/creds HTTP/1.1 auth=true".to_owned()]
+    );
+}
+
+#[tokio::test]
+async fn a_rotated_token_is_read_again_for_the_next_request() {
+    let api = one_secret().await;
+    let (secrets, sa) = reader(&api);
+    secrets.read("team", "creds").await.expect("first read");
+    // kubelet rotates the projected token: the server takes only the new one, the file holds the new one.
+    api.rotate_token("rotated-token");
+    std::fs::write(sa.path().join("token"), "rotated-token\n").expect("rotate");
+    secrets
+        .read("team", "creds")
+        .await
+        .expect("read after rotation");
+    // A token the server no longer takes is refused as the API refuses it, with its reason, never the token.
+    api.rotate_token("third-token");
+    let err = secrets
+        .read("team", "creds")
+        .await
+        .expect_err("stale token");
+    let text = err.to_string();
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    assert!(
+        text.contains("401 Unauthorized") && !text.contains("rotated-token"),
+        "{text}"
+    );
+    let auth: Vec<bool> = api
+        .requests()
+        .iter()
+        .map(|r| r.ends_with("auth=true"))
+        .collect();
+    assert_eq!(auth, vec![true, true, false]);
+}
+
+#[tokio::test]
+async fn a_server_the_ca_did_not_sign_gets_no_request() {
+    let api = one_secret().await;
+    let other = one_secret().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    api.write_service_account(dir.path())
+        .expect("service account");
+    // The CA of another cluster: the handshake fails before any request (and any token) is sent.
+    let access = ApiAccess::new(
+        &api.host,
+        api.port,
+        other.ca_pem.as_bytes(),
+        dir.path().join("token"),
+    )
+    .expect("access");
+    let err = KubeSecrets::from_access(access)
+        .read("team", "creds")
+        .await
+        .expect_err("unknown issuer");
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("TLS")),
+        "{err:?}"
+    );
+    assert!(api.requests().is_empty(), "{:?}", api.requests());
+}
+
+#[tokio::test]
+async fn names_kubernetes_would_refuse_never_reach_the_request_path() {
+    let api = one_secret().await;
+    let (secrets, _sa) = reader(&api);
+    for (ns, name) in [
+        ("team", "../../namespaces/kube-system/secrets/x"),
+        ("team", "creds?watch=1"),
+        ("team", "Creds"),
+        ("team", ""),
+        ("team", "a..b"),
+        ("Team", "creds"),
+        ("te/am", "creds"),
+        ("-team", "creds"),
+        ("team", &"a".repeat(254)),
+    ] {
+        let err = secrets.read(ns, name).await.expect_err("refused");
+        assert!(
+            matches!(err, Error::InvalidArgument(_)),
+            "{ns}/{name}: {err:?}"
+        );
+    }
+    assert!(api.requests().is_empty());
+    secrets.read("team", "creds").await.expect("a valid name");
+    assert!(
+        is_dns_subdomain("smb-creds.v2")
+            && is_dns_label(&"a".repeat(63))
+            && !is_dns_label(&"a".repeat(64))
+    );
+}
+
+#[tokio::test]
+async fn an_answer_that_is_not_a_secret_is_not_quoted() {
+    let leaked = "do-not-echo-this-value";
+    let secrets: BTreeMap<_, _> = [
+        (
+            ("team".to_owned(), "broken".to_owned()),
+            format!("{{\"kind\": \"Secret\", \"data\": {{\"password\": \"{leaked}\"}}"),
+        ),
+        (
+            ("team".to_owned(), "not-base64".to_owned()),
+            format!("{{\"kind\": \"Secret\", \"data\": {{\"password\": \"{leaked}!\"}}}}"),
+        ),
+    ]
+    .into();
+    let api = fake_api::serve(secrets).await.expect("fake api");
+    let (reader, _sa) = reader(&api);
+    for name in ["broken", "not-base64"] {
+        let err = reader.read("team", name).await.expect_err("not a Secret");
+        assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+        assert!(!err.to_string().contains(leaked), "{err}");
+    }
+}
+
+#[test]
+fn in_cluster_access_comes_from_the_service_env_and_account_directory() {
+    let api_ca = {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
+        rt.block_on(async { one_secret().await.ca_pem.clone() })
+    };
+    let sandbox = tempfile::tempdir().expect("tempdir");
+    let sa = sandbox
+        .path()
+        .join("var/run/secrets/kubernetes.io/serviceaccount");
+    std::fs::create_dir_all(&sa).expect("mkdir");
+    let env = |pairs: &[(&str, String)]| {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        move |k: &str| map.get(k).map(std::ffi::OsString::from)
+    };
+    let svc = [
+        ("KUBERNETES_SERVICE_HOST", "10.96.0.1".to_owned()),
+        ("KUBERNETES_SERVICE_PORT", "443".to_owned()),
+    ];
+
+    // Not in a cluster: both variables are named.
+    let e = ApiAccess::in_cluster(&env(&svc[..1])).expect_err("no port");
+    assert!(
+        e.contains("KUBERNETES_SERVICE_HOST") && e.contains("KUBERNETES_SERVICE_PORT"),
+        "{e}"
+    );
+    let e = ApiAccess::in_cluster(&env(&[
+        svc[0].clone(),
+        ("KUBERNETES_SERVICE_PORT", "https".into()),
+    ]))
+    .expect_err("bad port");
+    assert!(e.contains("not a port"), "{e}");
+
+    // No token anywhere: every directory tried is named (the sandbox's too, on a HostProcess pod).
+    let sandbox_env = (
+        "CONTAINER_SANDBOX_MOUNT_POINT",
+        sandbox.path().display().to_string(),
+    );
+    let e = ApiAccess::in_cluster(&env(&[svc[0].clone(), svc[1].clone(), sandbox_env.clone()]))
+        .expect_err("no token");
+    assert!(
+        e.contains(SERVICE_ACCOUNT_DIR) && e.contains(&sa.display().to_string()),
+        "{e}"
+    );
+
+    // A HostProcess pod on containerd 1.6: the token is under the sandbox mount point.
+    std::fs::write(sa.join("token"), "t").expect("token");
+    let e = ApiAccess::in_cluster(&env(&[svc[0].clone(), svc[1].clone(), sandbox_env.clone()]))
+        .expect_err("no CA yet");
+    assert!(e.contains("ca.crt"), "{e}");
+    std::fs::write(sa.join("ca.crt"), &api_ca).expect("ca");
+    let a = ApiAccess::in_cluster(&env(&[svc[0].clone(), svc[1].clone(), sandbox_env.clone()]))
+        .expect("sandbox");
+    assert_eq!(a.token_file, sa.join("token"));
+    assert_eq!(a.authority(), "10.96.0.1:443");
+
+    // WINCSI_SERVICE_ACCOUNT_DIR names the only directory tried.
+    let other = tempfile::tempdir().expect("tempdir");
+    let e = ApiAccess::in_cluster(&env(&[
+        svc[0].clone(),
+        svc[1].clone(),
+        sandbox_env,
+        (SERVICE_ACCOUNT_DIR_ENV, other.path().display().to_string()),
+    ]))
+    .expect_err("override without a token");
+    assert!(!e.contains(SERVICE_ACCOUNT_DIR), "{e}");
+
+    // An IPv6 service address goes in brackets in the Host header; a CA file without a certificate is refused.
+    let a = ApiAccess::in_cluster(&env(&[
+        ("KUBERNETES_SERVICE_HOST", "fd00:10:96::1".into()),
+        svc[1].clone(),
+        (SERVICE_ACCOUNT_DIR_ENV, sa.display().to_string()),
+    ]))
+    .expect("ipv6");
+    assert_eq!(a.authority(), "[fd00:10:96::1]:443");
+    std::fs::write(sa.join("ca.crt"), "not a certificate").expect("ca");
+    let e = ApiAccess::in_cluster(&env(&[
+        svc[0].clone(),
+        svc[1].clone(),
+        (SERVICE_ACCOUNT_DIR_ENV, sa.display().to_string()),
+    ]))
+    .expect_err("empty CA");
+    assert!(e.contains("no certificate"), "{e}");
+}

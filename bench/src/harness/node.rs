@@ -116,15 +116,22 @@ impl BenchNode {
         self.pid
     }
 
-    /// The driver's `wincsi_state_commit_changes_total`: state-record changes (file writes and removals) it has
-    /// committed durably since it started, scraped from its `/metrics`.
-    pub(crate) async fn committed_changes(&self) -> Result<u64> {
+    /// From one scrape of the driver's `/metrics`: the state-record changes (file writes and removals) it has
+    /// committed durably since it started (`wincsi_state_commit_changes_total`), and the seconds it has spent so far
+    /// in host calls (`wincsi_host_call_duration_seconds_sum`, every operation) and waiting for its records to be
+    /// durable (`wincsi_state_commit_wait_seconds_sum`).
+    pub(crate) async fn progress(&self) -> Result<Progress> {
         const NAME: &str = "wincsi_state_commit_changes_total";
-        self.metrics()
-            .await?
+        let m = self.metrics().await?;
+        let changes = m
             .get(NAME)
             .map(|v| v as u64)
-            .ok_or_else(|| Error::Setup(format!("{NAME} not in the driver's /metrics")))
+            .ok_or_else(|| Error::Setup(format!("{NAME} not in the driver's /metrics")))?;
+        Ok(Progress {
+            changes,
+            host_s: m.sum("wincsi_host_call_duration_seconds_sum", &[]),
+            commit_wait_s: m.sum("wincsi_state_commit_wait_seconds_sum", &[]),
+        })
     }
 
     /// Every sample of the driver's `/metrics` now.
@@ -193,6 +200,17 @@ async fn scrape(addr: std::net::SocketAddr) -> Result<String> {
             text.lines().next()
         ))),
     }
+}
+
+/// The driver's running totals that [`BenchNode::progress`] reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Progress {
+    /// Durable state-record changes committed.
+    pub(crate) changes: u64,
+    /// Seconds spent in host calls.
+    pub(crate) host_s: f64,
+    /// Seconds callers waited for durable records.
+    pub(crate) commit_wait_s: f64,
 }
 
 /// The samples of one scrape, by series (`name` or `name{labels}`, exactly as exposed).

@@ -170,6 +170,54 @@ pub(crate) fn durable_ratio(op: &OpMeasure, floor: &Floor) -> (f64, f64) {
     (f, op.latency.p50_us / f)
 }
 
+/// §1's second table: each RPC's p50 split into its host calls as the driver timed them and the driver's own part
+/// (per sample: the RPC less those host calls), each set against its share of the floor.
+fn attribution(r: &Results, f: &Floor, out: &mut String) {
+    out.push_str(
+        "\nWhere each RPC's time went (p50s over the same samples; the driver's host-call time from its \
+         `wincsi_host_call_duration_seconds`, read between RPCs). Host calls: the csi-proxy client, the transport, the \
+         simulator's gRPC server and its work (inside the simulator), set against k round trips. The driver's own part: \
+         each sample's RPC less its host calls — the CSI call's own transport, the handler's checks, locks, logging \
+         and metrics, and its durable records (the waits for them also shown alone) — set against one round trip plus its w record changes at their cost \
+         above (round trips only on tmpfs, as the target).\n\n\
+         | Protocol | RPC | p50 | Host calls k | Host calls as the driver timed them | Inside the simulator | Host calls ÷ k round trips | Driver's own | Of which durable waits | Own floor | Own ratio |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for o in &r.operations {
+        let durable = if on_tmpfs(r) {
+            0.0
+        } else {
+            o.record_writes as f64 * f.durable_write.p50_us
+                + o.record_removals as f64 * f.durable_remove.p50_us
+        };
+        let own_floor = f.echo.p50_us + durable;
+        let host_floor = o.host_calls as f64 * f.echo.p50_us;
+        let name = if o.operation == "repeated stage" {
+            format!("{} (repeated)", o.rpc)
+        } else {
+            o.rpc.to_owned()
+        };
+        let host_ratio = if host_floor > 0.0 {
+            format!("{:.2}", o.host_timed.p50_us / host_floor)
+        } else {
+            "—".to_owned()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {name} | {} | {} | {} | {} | {host_ratio} | {} | {} | {} | {:.2} |",
+            o.protocol.name(),
+            ms(o.latency.p50_us),
+            o.host_calls,
+            ms(o.host_timed.p50_us),
+            ms(o.in_host.p50_us),
+            ms(o.own.p50_us),
+            ms(o.durable_wait.p50_us),
+            ms(own_floor),
+            o.own.p50_us / own_floor
+        );
+    }
+}
+
 /// Whether the state directory was on tmpfs (the overhead target then counts round trips only).
 fn on_tmpfs(r: &Results) -> bool {
     r.meta.work_fs == "tmpfs"
@@ -406,6 +454,8 @@ pub(crate) fn markdown(r: &Results) -> String {
             ms(fw)
         );
     }
+
+    attribution(r, f, &mut out);
 
     out.push_str(
         "\n### 2. Host round trips per operation (simulator audit log)\n\n\

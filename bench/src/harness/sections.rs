@@ -156,6 +156,15 @@ pub(crate) struct OpMeasure {
     pub(crate) latency: Stats,
     /// Time the simulator spent inside this RPC's host calls (its own processing, summed per RPC).
     pub(crate) in_host: Stats,
+    /// This RPC's host calls as the driver timed them (`wincsi_host_call_duration_seconds_sum`, read between RPCs):
+    /// the csi-proxy client, the transport and the simulator's server and work.
+    pub(crate) host_timed: Stats,
+    /// The driver's own part of each sample: the RPC's latency less its host calls as the driver timed them (the
+    /// CSI transport, the handler, its records).
+    pub(crate) own: Stats,
+    /// Of the driver's own part, the time the RPC waited for its records to be durable
+    /// (`wincsi_state_commit_wait_seconds_sum`, read between RPCs): the committer's hand-off and its `fsync`s.
+    pub(crate) durable_wait: Stats,
     /// Host calls: median, min, max over every iteration.
     pub(crate) host_calls: usize,
     /// Fewest host calls seen.
@@ -195,6 +204,9 @@ pub(crate) async fn per_rpc(
     for protocol in Protocol::ALL {
         let mut lat: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
         let mut inside: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
+        let mut timed: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
+        let mut own: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
+        let mut waited: BTreeMap<usize, Vec<Duration>> = BTreeMap::new();
         let mut counts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let mut seqs: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         let mut writes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -203,7 +215,7 @@ pub(crate) async fn per_rpc(
             let v = alloc.fresh(protocol)?;
             v.prepare(host).await?;
             host_calls_since(host, &mut cursor).await?;
-            let mut changes = node.committed_changes().await?;
+            let mut progress = node.progress().await?;
             let mut records = sys::list_files(node.state_dir());
             for (op, (_, rpc)) in OPERATIONS.iter().enumerate() {
                 let took = match v.call(conn, *rpc).await {
@@ -218,19 +230,29 @@ pub(crate) async fn per_rpc(
                 };
                 let (calls, in_host) = host_calls_timed(host, &mut cursor).await?;
                 // The RPC returned only once its changes were durable, so they are all counted by now.
-                let changes_now = node.committed_changes().await?;
+                let now = node.progress().await?;
+                let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+                let host_took = secs(now.host_s - progress.host_s);
+                let durable_wait = secs(now.commit_wait_s - progress.commit_wait_s);
+                let changes =
+                    usize::try_from(now.changes.saturating_sub(progress.changes)).unwrap_or(0);
+                progress = now;
                 let records_now = sys::list_files(node.state_dir());
-                let changed = usize::try_from(changes_now.saturating_sub(changes)).unwrap_or(0);
                 let removed = records.difference(&records_now).count();
                 writes
                     .entry(op)
                     .or_default()
-                    .push(changed.saturating_sub(removed));
+                    .push(changes.saturating_sub(removed));
                 removals.entry(op).or_default().push(removed);
-                (changes, records) = (changes_now, records_now);
+                records = records_now;
                 if i >= WARMUP {
                     lat.entry(op).or_default().push(took);
                     inside.entry(op).or_default().push(in_host);
+                    timed.entry(op).or_default().push(host_took);
+                    waited.entry(op).or_default().push(durable_wait);
+                    own.entry(op)
+                        .or_default()
+                        .push(took.saturating_sub(host_took));
                     durable.sample(fsync_dir)?;
                 }
                 counts.entry(op).or_default().push(calls.len());
@@ -248,6 +270,9 @@ pub(crate) async fn per_rpc(
                 rpc: rpc.name(),
                 latency: Stats::of(&lat.remove(&op).unwrap_or_default()),
                 in_host: Stats::of(&inside.remove(&op).unwrap_or_default()),
+                host_timed: Stats::of(&timed.remove(&op).unwrap_or_default()),
+                own: Stats::of(&own.remove(&op).unwrap_or_default()),
+                durable_wait: Stats::of(&waited.remove(&op).unwrap_or_default()),
                 host_calls: median(&c),
                 host_calls_min: c.iter().copied().min().unwrap_or(0),
                 host_calls_max: c.iter().copied().max().unwrap_or(0),

@@ -60,8 +60,8 @@ const LONG_VERSION: &str = concat!(
     after_help = "Kubernetes API access is needed only by inline ephemeral SMB volumes that name a secretName: \
                   the pod's service account (KUBERNETES_SERVICE_HOST/_PORT; token and ca.crt in \
                   /var/run/secrets/kubernetes.io/serviceaccount, else under %CONTAINER_SANDBOX_MOUNT_POINT%, or in \
-                  the directory WINCSI_SERVICE_ACCOUNT_DIR names). No kubeconfig is read. It is resolved on first \
-                  use, so the driver starts without it; such a volume then fails with FAILED_PRECONDITION.\n\n`wincsi-node check-node --help`: \
+                  the directory WINCSI_SERVICE_ACCOUNT_DIR names). No kubeconfig is read. It is resolved for each \
+                  read, so the driver starts without it; such a volume then fails with FAILED_PRECONDITION.\n\n`wincsi-node check-node --help`: \
                   check a node's host backend on scratch objects (docs/real-node-checks.md)."
 )]
 pub struct Config {

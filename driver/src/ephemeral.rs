@@ -11,7 +11,8 @@
 //!   `rest.InClusterConfig`); its certificate is verified against the service account's `ca.crt` only (no system
 //!   roots, no skipping);
 //! - the service account's `token` is read again for every request, so kubelet's rotation of bound tokens (hourly
-//!   by default) never leaves the driver with an expired one;
+//!   by default) never leaves the driver with an expired one; so are the environment and `ca.crt` (a Secret read is
+//!   rare — one per inline volume's publish — and a rotated cluster CA then needs no restart);
 //! - the service account directory is `/var/run/secrets/kubernetes.io/serviceaccount`, else (a HostProcess pod on
 //!   containerd 1.6, which places volume mounts under the container's sandbox) the same path under
 //!   `%CONTAINER_SANDBOX_MOUNT_POINT%` (kubernetes.io, "Create a Windows HostProcess Pod", *Volume mounts*), or the
@@ -35,6 +36,14 @@ const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount
 /// Names a service account directory (with `token` and `ca.crt`) to use instead of the in-cluster ones.
 pub const SERVICE_ACCOUNT_DIR_ENV: &str = "WINCSI_SERVICE_ACCOUNT_DIR";
 
+/// The environment variables in-cluster access reads.
+const IN_CLUSTER_VARS: [&str; 4] = [
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    SERVICE_ACCOUNT_DIR_ENV,
+    "CONTAINER_SANDBOX_MOUNT_POINT",
+];
+
 /// The longest one Secret read may take, connection included, whatever the RPC's own deadline.
 const REQUEST_BUDGET: Duration = Duration::from_secs(15);
 
@@ -42,17 +51,19 @@ const REQUEST_BUDGET: Duration = Duration::from_secs(15);
 const MAX_BODY: usize = 4 << 20;
 
 /// Reads Secrets from the Kubernetes API (`GET /api/v1/namespaces/<ns>/secrets/<name>`). The API access is resolved
-/// on first use, so a driver without any Kubernetes access still starts and serves every other volume; only an
+/// for each read, so a driver without any Kubernetes access still starts and serves every other volume; only an
 /// inline volume that names a `secretName` then fails, with `FAILED_PRECONDITION`.
 pub struct KubeSecrets {
     source: Source,
-    api: tokio::sync::OnceCell<ApiAccess>,
 }
+
+/// Reads one environment variable.
+type EnvReader = dyn Fn(&str) -> Option<std::ffi::OsString> + Send + Sync;
 
 /// Where the API access comes from.
 enum Source {
-    /// The pod's service account (see [`KubeSecrets::in_cluster`]).
-    InCluster,
+    /// The pod's service account (see [`KubeSecrets::in_cluster`]), from this environment.
+    InCluster(Box<EnvReader>),
     /// A given access (tests).
     Fixed(ApiAccess),
 }
@@ -70,9 +81,15 @@ impl KubeSecrets {
     /// kubeconfig there must not silently replace the pod's own service account (and its RBAC). Without in-cluster
     /// access, reading a Secret fails with `FAILED_PRECONDITION` saying what is missing.
     pub fn in_cluster() -> Self {
+        Self::in_cluster_with(|k| std::env::var_os(k))
+    }
+
+    /// [`in_cluster`](Self::in_cluster) with the environment `env` reads (tests).
+    pub(crate) fn in_cluster_with(
+        env: impl Fn(&str) -> Option<std::ffi::OsString> + Send + Sync + 'static,
+    ) -> Self {
         Self {
-            source: Source::InCluster,
-            api: tokio::sync::OnceCell::new(),
+            source: Source::InCluster(Box::new(env)),
         }
     }
 
@@ -80,24 +97,31 @@ impl KubeSecrets {
     pub fn from_access(access: ApiAccess) -> Self {
         Self {
             source: Source::Fixed(access),
-            api: tokio::sync::OnceCell::new(),
         }
     }
 
-    async fn api(&self) -> Result<&ApiAccess, Error> {
-        self.api
-            .get_or_try_init(|| async {
-                match &self.source {
-                    Source::Fixed(a) => Ok(a.clone()),
-                    Source::InCluster => ApiAccess::in_cluster(&|k| std::env::var_os(k)),
-                }
-                .map_err(|e| {
-                    Error::FailedPrecondition(format!(
-                        "inline ephemeral volumes need Kubernetes API access to read their Secret: {e}"
-                    ))
-                })
-            })
-            .await
+    /// The access for one read: the fixed one, or the service account's as it is now (two small files).
+    async fn api(&self) -> Result<std::borrow::Cow<'_, ApiAccess>, Error> {
+        match &self.source {
+            Source::Fixed(a) => Ok(std::borrow::Cow::Borrowed(a)),
+            Source::InCluster(env) => {
+                // The variables it reads, then its file reads off the async workers.
+                let vars: std::collections::HashMap<&'static str, std::ffi::OsString> =
+                    IN_CLUSTER_VARS
+                        .iter()
+                        .filter_map(|&k| env(k).map(|v| (k, v)))
+                        .collect();
+                tokio::task::spawn_blocking(move || ApiAccess::in_cluster(&|k| vars.get(k).cloned()))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("resolving the service account failed: {e}")))
+                    .map(std::borrow::Cow::Owned)
+                    .map_err(|e| {
+                        Error::FailedPrecondition(format!(
+                            "inline ephemeral volumes need Kubernetes API access to read their Secret: {e}"
+                        ))
+                    })
+            }
+        }
     }
 
     async fn read(&self, namespace: &str, name: &str) -> Result<Secrets, Error> {

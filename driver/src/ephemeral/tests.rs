@@ -360,3 +360,43 @@ fn in_cluster_access_comes_from_the_service_env_and_account_directory() {
     .expect_err("empty CA");
     assert!(e.contains("no certificate"), "{e}");
 }
+
+#[tokio::test]
+async fn in_cluster_access_is_read_again_for_each_secret_so_a_rotated_ca_needs_no_restart() {
+    // The API server now presents a certificate of a new CA; the pod's ca.crt still holds the old one.
+    let old_ca = one_secret().await.ca_pem.clone();
+    let api = one_secret().await;
+    let sa = tempfile::tempdir().expect("tempdir");
+    api.write_service_account(sa.path())
+        .expect("service account");
+    std::fs::write(sa.path().join("ca.crt"), &old_ca).expect("old CA");
+    let vars: BTreeMap<String, String> = [
+        ("KUBERNETES_SERVICE_HOST", api.host.clone()),
+        ("KUBERNETES_SERVICE_PORT", api.port.to_string()),
+        (SERVICE_ACCOUNT_DIR_ENV, sa.path().display().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let secrets = KubeSecrets::in_cluster_with(move |k| vars.get(k).map(std::ffi::OsString::from));
+    let err = secrets.read("team", "creds").await.expect_err("old CA");
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("TLS")),
+        "{err:?}"
+    );
+    assert!(api.requests().is_empty());
+    // kubelet updates the projected ca.crt: the next read uses it, same reader, no restart.
+    std::fs::write(sa.path().join("ca.crt"), &api.ca_pem).expect("new CA");
+    let s = secrets
+        .read("team", "creds")
+        .await
+        .expect("read with the new CA");
+    assert_eq!(s.get("username").map(|v| v.expose()), Some("bob"));
+    // Without the service env the same reader fails as "no access", not as a transport error.
+    let none = KubeSecrets::in_cluster_with(|_| None);
+    let err = none.read("team", "creds").await.expect_err("no env");
+    assert!(
+        matches!(&err, Error::FailedPrecondition(m) if m.contains("KUBERNETES_SERVICE_HOST")),
+        "{err:?}"
+    );
+}

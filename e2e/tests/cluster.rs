@@ -1,7 +1,9 @@
 //! Opt-in suite against a real cluster with Windows nodes running wincsi (installed separately, e.g. with the
 //! chart). It creates a Secret, a PersistentVolume, a PersistentVolumeClaim and a Windows Pod that writes a file to
 //! the volume and reads it back, waits (bounded) for the Pod to succeed, checks its output, and deletes everything it
-//! created. It installs nothing. Run it as `e2e/README.md` explains:
+//! created. The inline case puts the volume in the Pod itself (`csi:` with `secretName`): the driver then reads the
+//! Secret from the API server with its own service account, the one path a fake API server cannot settle. It
+//! installs nothing. Run it as `e2e/README.md` explains:
 //!
 //! ```text
 //! KUBECONFIG=... WINCSI_E2E_SMB_SOURCE='\\server\share' WINCSI_E2E_SMB_USERNAME=... WINCSI_E2E_SMB_PASSWORD=... \
@@ -14,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Container, PersistentVolume, PersistentVolumeClaim,
+    CSIPersistentVolumeSource, CSIVolumeSource, Container, PersistentVolume, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod,
     PodSpec, Secret, SecretReference, Volume, VolumeMount, VolumeResourceRequirements,
 };
@@ -77,6 +79,8 @@ struct Case {
     attributes: BTreeMap<String, String>,
     secret: BTreeMap<String, String>,
     access_mode: &'static str,
+    /// An inline ephemeral volume naming the Secret (`secretName`) instead of a PersistentVolume and its claim.
+    inline: bool,
 }
 
 async fn run_case(case: Case) {
@@ -98,43 +102,29 @@ async fn run_case(case: Case) {
             ..Secret::default()
         };
         secrets.create(&PostParams::default(), &secret).await.map_err(|e| format!("create Secret: {e}"))?;
-        let pv = PersistentVolume {
-            metadata: meta(&name, None),
-            spec: Some(PersistentVolumeSpec {
-                capacity: Some(BTreeMap::from([("storage".to_owned(), Quantity("1Gi".to_owned()))])),
-                access_modes: Some(vec![case.access_mode.to_owned()]),
-                persistent_volume_reclaim_policy: Some("Retain".to_owned()),
-                storage_class_name: Some(String::new()),
-                csi: Some(CSIPersistentVolumeSource {
+        let volume = if case.inline {
+            let mut attributes = case.attributes.clone();
+            attributes.insert("secretName".to_owned(), name.clone());
+            Volume {
+                name: "data".to_owned(),
+                csi: Some(CSIVolumeSource {
                     driver: env.driver.clone(),
-                    volume_handle: name.clone(),
-                    volume_attributes: Some(case.attributes.clone()),
-                    node_stage_secret_ref: Some(SecretReference {
-                        name: Some(name.clone()),
-                        namespace: Some(env.namespace.clone()),
-                    }),
-                    ..CSIPersistentVolumeSource::default()
+                    volume_attributes: Some(attributes),
+                    ..CSIVolumeSource::default()
                 }),
-                ..PersistentVolumeSpec::default()
-            }),
-            ..PersistentVolume::default()
-        };
-        pvs.create(&PostParams::default(), &pv).await.map_err(|e| format!("create PersistentVolume: {e}"))?;
-        let pvc = PersistentVolumeClaim {
-            metadata: meta(&name, Some(&env.namespace)),
-            spec: Some(PersistentVolumeClaimSpec {
-                access_modes: Some(vec![case.access_mode.to_owned()]),
-                storage_class_name: Some(String::new()),
-                volume_name: Some(name.clone()),
-                resources: Some(VolumeResourceRequirements {
-                    requests: Some(BTreeMap::from([("storage".to_owned(), Quantity("1Gi".to_owned()))])),
-                    ..VolumeResourceRequirements::default()
+                ..Volume::default()
+            }
+        } else {
+            create_claim(&case, &env, &name, &pvs, &pvcs).await?;
+            Volume {
+                name: "data".to_owned(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: name.clone(),
+                    read_only: None,
                 }),
-                ..PersistentVolumeClaimSpec::default()
-            }),
-            ..PersistentVolumeClaim::default()
+                ..Volume::default()
+            }
         };
-        pvcs.create(&PostParams::default(), &pvc).await.map_err(|e| format!("create PersistentVolumeClaim: {e}"))?;
         let script = format!(
             "Set-Content -Path C:\\data\\e2e.txt -Value '{token}'; Get-Content -Path C:\\data\\e2e.txt"
         );
@@ -154,39 +144,13 @@ async fn run_case(case: Case) {
                     }]),
                     ..Container::default()
                 }],
-                volumes: Some(vec![Volume {
-                    name: "data".to_owned(),
-                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                        claim_name: name.clone(),
-                        read_only: None,
-                    }),
-                    ..Volume::default()
-                }]),
+                volumes: Some(vec![volume]),
                 ..PodSpec::default()
             }),
             ..Pod::default()
         };
         pods.create(&PostParams::default(), &pod).await.map_err(|e| format!("create Pod: {e}"))?;
-
-        // Bounded wait for the Pod to finish (polling a real API server; there is nothing local to wait on).
-        let deadline = tokio::time::Instant::now() + env.timeout;
-        loop {
-            let p = pods.get(&name).await.map_err(|e| format!("get Pod: {e}"))?;
-            match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
-                Some("Succeeded") => break,
-                Some("Failed") => {
-                    let logs = pods.logs(&name, &LogParams::default()).await.unwrap_or_default();
-                    return Err(format!("the Pod failed; its output:\n{logs}"));
-                }
-                _ => {}
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!("the Pod did not finish within {:?}: {:?}", env.timeout, p.status));
-            }
-            tokio::time::sleep(Duration::from_secs(5)).await;
-        }
-        let logs = pods.logs(&name, &LogParams::default()).await.map_err(|e| format!("Pod logs: {e}"))?;
-        if logs.contains(&token) { Ok(()) } else { Err(format!("the Pod did not read back {token:?}; output:\n{logs}")) }
+        wait_and_check(&pods, &name, &token, env.timeout).await
     }
     .await;
 
@@ -198,6 +162,108 @@ async fn run_case(case: Case) {
     let _ = secrets.delete(&name, &dp).await;
     if let Err(e) = result {
         panic!("{} volume on the cluster: {e}", case.kind);
+    }
+}
+
+/// The PersistentVolume and its claim, bound by name.
+async fn create_claim(
+    case: &Case,
+    env: &Env,
+    name: &str,
+    pvs: &Api<PersistentVolume>,
+    pvcs: &Api<PersistentVolumeClaim>,
+) -> Result<(), String> {
+    let name = name.to_owned();
+    let pv = PersistentVolume {
+        metadata: meta(&name, None),
+        spec: Some(PersistentVolumeSpec {
+            capacity: Some(BTreeMap::from([(
+                "storage".to_owned(),
+                Quantity("1Gi".to_owned()),
+            )])),
+            access_modes: Some(vec![case.access_mode.to_owned()]),
+            persistent_volume_reclaim_policy: Some("Retain".to_owned()),
+            storage_class_name: Some(String::new()),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: env.driver.clone(),
+                volume_handle: name.clone(),
+                volume_attributes: Some(case.attributes.clone()),
+                node_stage_secret_ref: Some(SecretReference {
+                    name: Some(name.clone()),
+                    namespace: Some(env.namespace.clone()),
+                }),
+                ..CSIPersistentVolumeSource::default()
+            }),
+            ..PersistentVolumeSpec::default()
+        }),
+        ..PersistentVolume::default()
+    };
+    pvs.create(&PostParams::default(), &pv)
+        .await
+        .map_err(|e| format!("create PersistentVolume: {e}"))?;
+    let pvc = PersistentVolumeClaim {
+        metadata: meta(&name, Some(&env.namespace)),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec![case.access_mode.to_owned()]),
+            storage_class_name: Some(String::new()),
+            volume_name: Some(name.clone()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity("1Gi".to_owned()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    };
+    pvcs.create(&PostParams::default(), &pvc)
+        .await
+        .map_err(|e| format!("create PersistentVolumeClaim: {e}"))?;
+    Ok(())
+}
+
+/// Waits (bounded) for Pod `name` to finish and checks that it read back `token`.
+async fn wait_and_check(
+    pods: &Api<Pod>,
+    name: &str,
+    token: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    // Bounded wait for the Pod to finish (polling a real API server; there is nothing local to wait on).
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let p = pods.get(name).await.map_err(|e| format!("get Pod: {e}"))?;
+        match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded") => break,
+            Some("Failed") => {
+                let logs = pods
+                    .logs(name, &LogParams::default())
+                    .await
+                    .unwrap_or_default();
+                return Err(format!("the Pod failed; its output:\n{logs}"));
+            }
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the Pod did not finish within {timeout:?}: {:?}",
+                p.status
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let logs = pods
+        .logs(name, &LogParams::default())
+        .await
+        .map_err(|e| format!("Pod logs: {e}"))?;
+    if logs.contains(token) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the Pod did not read back {token:?}; output:\n{logs}"
+        ))
     }
 }
 
@@ -218,6 +284,33 @@ async fn windows_pod_writes_and_reads_back_a_file_on_an_smb_volume() {
         attributes,
         secret,
         access_mode: "ReadWriteMany",
+        inline: false,
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real cluster with Windows nodes, an SMB share and the chart's rbac.secrets: see e2e/README.md"]
+async fn windows_pod_mounts_an_inline_smb_volume_whose_secret_the_driver_reads_from_the_api() {
+    // The driver reads this Secret itself (its service account; the chart's `rbac.secrets.enabled=true`), over
+    // the API server's TLS with the pod's `ca.crt` and token: what only a real cluster settles.
+    let mut secret = BTreeMap::from([
+        ("username".to_owned(), required("WINCSI_E2E_SMB_USERNAME")),
+        ("password".to_owned(), required("WINCSI_E2E_SMB_PASSWORD")),
+    ]);
+    if let Some(d) = var("WINCSI_E2E_SMB_DOMAIN") {
+        secret.insert("domain".to_owned(), d);
+    }
+    let attributes = BTreeMap::from([
+        ("source".to_owned(), required("WINCSI_E2E_SMB_SOURCE")),
+        ("subDir".to_owned(), "wincsi-e2e-inline".to_owned()),
+    ]);
+    run_case(Case {
+        kind: "smb-inline",
+        attributes,
+        secret,
+        access_mode: "ReadWriteOnce",
+        inline: true,
     })
     .await;
 }
@@ -250,6 +343,7 @@ async fn windows_pod_writes_and_reads_back_a_file_on_an_iscsi_volume() {
         attributes,
         secret,
         access_mode: "ReadWriteOnce",
+        inline: false,
     })
     .await;
 }

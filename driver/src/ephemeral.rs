@@ -4,7 +4,7 @@
 //!
 //! The read is one `GET /api/v1/namespaces/<ns>/secrets/<name>` over HTTPS, made here on hyper's HTTP/1 client and
 //! rustls rather than through the `kube` crate: the driver needs nothing else of the API, and `kube`'s client,
-//! kubeconfig (YAML) and auth-plugin stack cost the Windows executable about 1.5 MB (`BENCHMARKS.md`, Windows
+//! kubeconfig (YAML) and auth-plugin stack cost the Windows executable about 3.4 MB (`BENCHMARKS.md`, Windows
 //! release binary). What it keeps of a Kubernetes client's in-cluster behaviour:
 //!
 //! - the API server is `KUBERNETES_SERVICE_HOST`:`KUBERNETES_SERVICE_PORT` (both required, as client-go's

@@ -149,6 +149,7 @@ async fn bench(args: Args) -> Result<bool> {
     .await?;
     let idle = sys::memory(node.driver_pid())?;
     let driver_get_plugin_info = sections::driver_floor(&node, args.floor_iterations).await?;
+    let sim_call = sections::sim_floor(&node, args.floor_iterations).await?;
 
     say(&format!("start to serving: {} starts", args.starts));
     let mut starts = Vec::new();
@@ -295,6 +296,7 @@ async fn bench(args: Args) -> Result<bool> {
         floor: sections::Floor {
             echo,
             driver_get_plugin_info,
+            sim_call,
             durable_write: Stats::of(&durable.writes),
             durable_remove: Stats::of(&durable.removals),
         },

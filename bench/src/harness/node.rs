@@ -111,6 +111,11 @@ impl BenchNode {
         self.sim_pid
     }
 
+    /// How the simulator serves the csi-proxy API.
+    pub(crate) fn proxy_wiring(&self) -> &ProxyWiring {
+        self.sim.wiring()
+    }
+
     /// The driver's pid.
     pub(crate) fn driver_pid(&self) -> u32 {
         self.pid

@@ -176,12 +176,13 @@ fn attribution(r: &Results, f: &Floor, out: &mut String) {
     out.push_str(
         "\nWhere each RPC's time went (p50s over the same samples; the driver's host-call time from its \
          `wincsi_host_call_duration_seconds`, read between RPCs). Host calls: the csi-proxy client, the transport, the \
-         simulator's gRPC server and its work (inside the simulator), set against k round trips. The driver's own part: \
+         simulator's gRPC server and its work (inside the simulator), set against k round trips and against k of the \
+         simulator's own cheapest round trips (above). The driver's own part: \
          each sample's RPC less its host calls — the CSI call's own transport, the handler's checks, locks, logging \
          and metrics, and its durable records (the waits for them also shown alone) — set against one round trip plus its w record changes at their cost \
          above (round trips only on tmpfs, as the target).\n\n\
-         | Protocol | RPC | p50 | Host calls k | Host calls as the driver timed them | Inside the simulator | Host calls ÷ k round trips | Driver's own | Of which durable waits | Own floor | Own ratio |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+         | Protocol | RPC | p50 | Host calls k | Host calls as the driver timed them | Inside the simulator | Host calls ÷ k round trips | Host calls ÷ k simulator round trips | Driver's own | Of which durable waits | Own floor | Own ratio |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for o in &r.operations {
         let durable = if on_tmpfs(r) {
@@ -191,20 +192,22 @@ fn attribution(r: &Results, f: &Floor, out: &mut String) {
                 + o.record_removals as f64 * f.durable_remove.p50_us
         };
         let own_floor = f.echo.p50_us + durable;
-        let host_floor = o.host_calls as f64 * f.echo.p50_us;
         let name = if o.operation == "repeated stage" {
             format!("{} (repeated)", o.rpc)
         } else {
             o.rpc.to_owned()
         };
-        let host_ratio = if host_floor > 0.0 {
-            format!("{:.2}", o.host_timed.p50_us / host_floor)
-        } else {
-            "—".to_owned()
+        let per_call = |floor: f64| {
+            if o.host_calls > 0 && floor > 0.0 {
+                format!("{:.2}", o.host_timed.p50_us / (o.host_calls as f64 * floor))
+            } else {
+                "—".to_owned()
+            }
         };
+        let (host_ratio, sim_ratio) = (per_call(f.echo.p50_us), per_call(f.sim_call.p50_us));
         let _ = writeln!(
             out,
-            "| {} | {name} | {} | {} | {} | {} | {host_ratio} | {} | {} | {} | {:.2} |",
+            "| {} | {name} | {} | {} | {} | {} | {host_ratio} | {sim_ratio} | {} | {} | {} | {:.2} |",
             o.protocol.name(),
             ms(o.latency.p50_us),
             o.host_calls,
@@ -400,7 +403,9 @@ pub(crate) fn markdown(r: &Results) -> String {
         out,
         "\n### 1. Per-RPC overhead (zero injected latency)\n\nFloor: one plain gRPC round trip (`GetPluginInfo` to a \
          trivial tonic server in another process, Unix socket): p50 {}, p99 {} (n = {}). The driver's own \
-         `GetPluginInfo`: p50 {}, p99 {}. One durable state-record write as the driver's store does it (temporary \
+         `GetPluginInfo`: p50 {}, p99 {}. The simulated host's cheapest csi-proxy call (`GetBIOSSerialNumber`, from \
+         the harness through the driver's csi-proxy client crate): p50 {}, p99 {}. One durable state-record write as \
+         the driver's store does it (temporary \
          file, fsync, rename, directory fsync) on the same filesystem as `--state-dir`, timed after every timed RPC \
          below: p50 {}, p99 {}. Each RPC: {} sequential lifecycles per protocol on fresh volumes, one \
          CSI connection, after {} warm-up lifecycles. One durable record removal (unlink, directory fsync) on the same \
@@ -410,6 +415,8 @@ pub(crate) fn markdown(r: &Results) -> String {
         f.echo.n,
         ms(f.driver_get_plugin_info.p50_us),
         ms(f.driver_get_plugin_info.p99_us),
+        ms(f.sim_call.p50_us),
+        ms(f.sim_call.p99_us),
         ms(f.durable_write.p50_us),
         ms(f.durable_write.p99_us),
         r.operations.first().map_or(0, |o| o.latency.n),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use serde::Serialize;
 use sim::admin::AdminClient;
-use wincsi_e2e::CsiConn;
+use wincsi_e2e::{CsiConn, ProxyWiring};
 
 use super::echo::EchoProcess;
 use super::error::{Error, Result};
@@ -28,6 +28,9 @@ pub(crate) struct Floor {
     pub(crate) echo: Stats,
     /// The same call to the driver under test (its own trivial RPC, for comparison).
     pub(crate) driver_get_plugin_info: Stats,
+    /// The simulator's cheapest csi-proxy call (`GetBIOSSerialNumber`) from this process through the driver's
+    /// csi-proxy client crate: a host call's round trip with next to no host work.
+    pub(crate) sim_call: Stats,
     /// One durable record write (temp file, fsync, rename, directory fsync) on the state directory's filesystem,
     /// sampled after every timed RPC of the per-RPC section.
     pub(crate) durable_write: Stats,
@@ -45,6 +48,32 @@ async fn time_identity(conn: &CsiConn, n: usize) -> Result<Stats> {
             .get_plugin_info(csi::v1::GetPluginInfoRequest {})
             .await
             .map_err(|s| Error::Setup(format!("GetPluginInfo: {s}")))?;
+        if i >= 100 {
+            samples.push(start.elapsed());
+        }
+    }
+    Ok(Stats::of(&samples))
+}
+
+/// `n` sequential `GetBIOSSerialNumber` calls to the simulator (after 100 unrecorded ones), through the csi-proxy
+/// client crate the driver uses. The audit log records them as the readiness probe's calls, which every count leaves
+/// out.
+pub(crate) async fn sim_floor(node: &BenchNode, n: usize) -> Result<Stats> {
+    let ProxyWiring::UnixSockets(dir) = node.proxy_wiring() else {
+        return Err(Error::Setup(
+            "the simulator's round trip needs its Unix sockets".to_owned(),
+        ));
+    };
+    let client =
+        proxy_client::ProxyClient::new(proxy_client::Transport::UnixSockets { dir: dir.clone() });
+    let system = client.system();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 100 {
+        let start = Instant::now();
+        system
+            .bios_serial()
+            .await
+            .map_err(|e| Error::Setup(format!("GetBIOSSerialNumber: {e}")))?;
         if i >= 100 {
             samples.push(start.elapsed());
         }

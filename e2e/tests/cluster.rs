@@ -267,9 +267,8 @@ async fn wait_and_check(
     }
 }
 
-#[tokio::test]
-#[ignore = "needs a real cluster with Windows nodes and an SMB share: see e2e/README.md"]
-async fn windows_pod_writes_and_reads_back_a_file_on_an_smb_volume() {
+/// The SMB credentials the environment names (`WINCSI_E2E_SMB_USERNAME`, `_PASSWORD`, optional `_DOMAIN`).
+fn smb_secret() -> BTreeMap<String, String> {
     let mut secret = BTreeMap::from([
         ("username".to_owned(), required("WINCSI_E2E_SMB_USERNAME")),
         ("password".to_owned(), required("WINCSI_E2E_SMB_PASSWORD")),
@@ -277,6 +276,13 @@ async fn windows_pod_writes_and_reads_back_a_file_on_an_smb_volume() {
     if let Some(d) = var("WINCSI_E2E_SMB_DOMAIN") {
         secret.insert("domain".to_owned(), d);
     }
+    secret
+}
+
+#[tokio::test]
+#[ignore = "needs a real cluster with Windows nodes and an SMB share: see e2e/README.md"]
+async fn windows_pod_writes_and_reads_back_a_file_on_an_smb_volume() {
+    let secret = smb_secret();
     let mut attributes = BTreeMap::from([("source".to_owned(), required("WINCSI_E2E_SMB_SOURCE"))]);
     attributes.insert("subDir".to_owned(), "wincsi-e2e".to_owned());
     run_case(Case {
@@ -294,13 +300,7 @@ async fn windows_pod_writes_and_reads_back_a_file_on_an_smb_volume() {
 async fn windows_pod_mounts_an_inline_smb_volume_whose_secret_the_driver_reads_from_the_api() {
     // The driver reads this Secret itself (its service account; the chart's `rbac.secrets.enabled=true`), over
     // the API server's TLS with the pod's `ca.crt` and token: what only a real cluster settles.
-    let mut secret = BTreeMap::from([
-        ("username".to_owned(), required("WINCSI_E2E_SMB_USERNAME")),
-        ("password".to_owned(), required("WINCSI_E2E_SMB_PASSWORD")),
-    ]);
-    if let Some(d) = var("WINCSI_E2E_SMB_DOMAIN") {
-        secret.insert("domain".to_owned(), d);
-    }
+    let secret = smb_secret();
     let attributes = BTreeMap::from([
         ("source".to_owned(), required("WINCSI_E2E_SMB_SOURCE")),
         ("subDir".to_owned(), "wincsi-e2e-inline".to_owned()),

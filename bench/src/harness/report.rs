@@ -164,10 +164,23 @@ pub(crate) fn ratios(op: &OpMeasure, floor: &Stats) -> (f64, f64, f64, f64) {
 /// The overhead floor with the durable state work: `(k+1)` round trips (p50) plus, at their p50 on the state
 /// directory's filesystem, the record writes and removals the RPC made; and the RPC's p50 over it.
 pub(crate) fn durable_ratio(op: &OpMeasure, floor: &Floor) -> (f64, f64) {
-    let f = (op.host_calls + 1) as f64 * floor.echo.p50_us
-        + op.record_writes as f64 * floor.durable_write.p50_us
-        + op.record_removals as f64 * floor.durable_remove.p50_us;
+    let f = (op.host_calls + 1) as f64 * floor.echo.p50_us + durable_cost(op, floor);
     (f, op.latency.p50_us / f)
+}
+
+/// The RPC's record writes and removals at their p50 cost on the state directory's filesystem.
+fn durable_cost(op: &OpMeasure, floor: &Floor) -> f64 {
+    op.record_writes as f64 * floor.durable_write.p50_us
+        + op.record_removals as f64 * floor.durable_remove.p50_us
+}
+
+/// An operation's row label: its CSI method, marked when it is the repeated stage.
+fn rpc_label(op: &OpMeasure) -> String {
+    if op.operation == "repeated stage" {
+        format!("{} (repeated)", op.rpc)
+    } else {
+        op.rpc.to_owned()
+    }
 }
 
 /// §1's second table: each RPC's p50 split into its host calls as the driver timed them and the driver's own part
@@ -185,18 +198,9 @@ fn attribution(r: &Results, f: &Floor, out: &mut String) {
          | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for o in &r.operations {
-        let durable = if on_tmpfs(r) {
-            0.0
-        } else {
-            o.record_writes as f64 * f.durable_write.p50_us
-                + o.record_removals as f64 * f.durable_remove.p50_us
-        };
+        let durable = if on_tmpfs(r) { 0.0 } else { durable_cost(o, f) };
         let own_floor = f.echo.p50_us + durable;
-        let name = if o.operation == "repeated stage" {
-            format!("{} (repeated)", o.rpc)
-        } else {
-            o.rpc.to_owned()
-        };
+        let name = rpc_label(o);
         let per_call = |floor: f64| {
             if o.host_calls > 0 && floor > 0.0 {
                 format!("{:.2}", o.host_timed.p50_us / (o.host_calls as f64 * floor))
@@ -440,11 +444,7 @@ pub(crate) fn markdown(r: &Results) -> String {
         } else {
             format!(" ({lo}–{hi})")
         };
-        let name = if o.operation == "repeated stage" {
-            format!("{} (repeated)", o.rpc)
-        } else {
-            o.rpc.to_owned()
-        };
+        let name = rpc_label(o);
         let _ = writeln!(
             out,
             "| {} | {name} | {} | {} | {} | {} | {r50:.2} | {} | {r99:.2} | {} | {} | {} + {}{spread} | {} | {rw:.2} |",

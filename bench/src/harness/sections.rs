@@ -38,21 +38,37 @@ pub(crate) struct Floor {
     pub(crate) durable_remove: Stats,
 }
 
-/// Times `n` sequential `GetPluginInfo` calls on `conn` (after 100 unrecorded ones).
-async fn time_identity(conn: &CsiConn, n: usize) -> Result<Stats> {
-    let mut client = conn.identity();
+/// Times `n` sequential calls of `call` (after 100 unrecorded ones).
+async fn time_calls<F, Fut>(n: usize, mut call: F) -> Result<Stats>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
     let mut samples = Vec::with_capacity(n);
     for i in 0..n + 100 {
         let start = Instant::now();
-        client
-            .get_plugin_info(csi::v1::GetPluginInfoRequest {})
-            .await
-            .map_err(|s| Error::Setup(format!("GetPluginInfo: {s}")))?;
+        call().await?;
         if i >= 100 {
             samples.push(start.elapsed());
         }
     }
     Ok(Stats::of(&samples))
+}
+
+/// Times `n` sequential `GetPluginInfo` calls on `conn` (after 100 unrecorded ones).
+async fn time_identity(conn: &CsiConn, n: usize) -> Result<Stats> {
+    let client = conn.identity();
+    time_calls(n, || {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_plugin_info(csi::v1::GetPluginInfoRequest {})
+                .await
+                .map(drop)
+                .map_err(|s| Error::Setup(format!("GetPluginInfo: {s}")))
+        }
+    })
+    .await
 }
 
 /// `n` sequential `GetBIOSSerialNumber` calls to the simulator (after 100 unrecorded ones), through the csi-proxy
@@ -67,18 +83,14 @@ pub(crate) async fn sim_floor(node: &BenchNode, n: usize) -> Result<Stats> {
     let client =
         proxy_client::ProxyClient::new(proxy_client::Transport::UnixSockets { dir: dir.clone() });
     let system = client.system();
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n + 100 {
-        let start = Instant::now();
+    time_calls(n, || async {
         system
             .bios_serial()
             .await
-            .map_err(|e| Error::Setup(format!("GetBIOSSerialNumber: {e}")))?;
-        if i >= 100 {
-            samples.push(start.elapsed());
-        }
-    }
-    Ok(Stats::of(&samples))
+            .map(drop)
+            .map_err(|e| Error::Setup(format!("GetBIOSSerialNumber: {e}")))
+    })
+    .await
 }
 
 /// The plain-gRPC round trip on a Unix socket to a separate trivial server process.

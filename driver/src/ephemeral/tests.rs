@@ -32,10 +32,8 @@ async fn setup() -> (Env, fake_api::FakeApiServer, tempfile::TempDir) {
     )]
     .into();
     let api = fake_api::serve(secrets).await.expect("fake api");
-    let dir = tempfile::tempdir().expect("tempdir");
-    api.write_service_account(dir.path())
-        .expect("service account");
-    env.set_secret_source(Arc::new(KubeSecrets::from_access(api.access(dir.path()))));
+    let (secrets, dir) = reader(&api);
+    env.set_secret_source(Arc::new(secrets));
     (env, api, dir)
 }
 

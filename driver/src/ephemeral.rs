@@ -395,6 +395,14 @@ fn is_dns_subdomain(s: &str) -> bool {
 /// A fake Kubernetes API server on loopback for tests, over TLS with a throwaway CA as a cluster's is: serves
 /// `GET /api/v1/namespaces/<ns>/secrets/<name>` from a fixed map to requests that carry its current bearer token
 /// (401 without it), 404 for anything else, and records each request line. Bound before it is returned; never sleeps.
+///
+/// What it models, and from where: failures answer with a `Status` object (`kind: Status`, `status: Failure`,
+/// `reason`, `code`) as the API server does (Kubernetes API conventions, `api-conventions.md`, "Response Status
+/// Kind"; reasons `Unauthorized` for a missing or rejected token and `NotFound` for an absent object); a Secret's
+/// `data` values are base64 (core/v1 `Secret`). Unverified against a real server here, and simpler than one: it
+/// speaks HTTP/1.1 only and closes each connection after one answer (a real API server also offers HTTP/2 and keeps
+/// connections open; the reader sends one request per connection and asks for HTTP/1.1 by ALPN, so either way
+/// works), and it checks no RBAC (a 403 `Forbidden` is not produced).
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake_api {
     use std::collections::BTreeMap;

@@ -5,6 +5,8 @@
 #                                   trap names the failing step, its exit code and duration, and the script exits
 #   die "message"                   prints "<script>: error: message" to stderr and exits 1
 #   summary                         prints the table of step durations (call it last)
+#   on_failure (optional)           a function the sourcing script may define: called after a failing step is
+#                                   named (e.g. to print what a failure needs for diagnosis)
 #
 # Steps run the command directly (not inside `if`), so `set -e` stays in force inside step functions.
 
@@ -43,6 +45,9 @@ _wincsi_on_exit() {
     if [ "$rc" -ne 0 ] && [ -n "$_wincsi_step" ]; then
         printf '\n%s: FAILED at step "%s" (exit code %s, after %ss)\n' \
             "$_wincsi_script" "$_wincsi_step" "$rc" "$((SECONDS - _wincsi_step_t0))" >&2
+        if declare -F on_failure >/dev/null; then
+            on_failure >&2 || true
+        fi
     fi
     return "$rc"
 }

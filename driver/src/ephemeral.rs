@@ -13,9 +13,10 @@
 //! - the service account's `token` is read again for every request, so kubelet's rotation of bound tokens (hourly
 //!   by default) never leaves the driver with an expired one; so are the environment and `ca.crt` (a Secret read is
 //!   rare — one per inline volume's publish — and a rotated cluster CA then needs no restart);
-//! - the service account directory is `/var/run/secrets/kubernetes.io/serviceaccount`, else (a HostProcess pod on
-//!   containerd 1.6, which places volume mounts under the container's sandbox) the same path under
-//!   `%CONTAINER_SANDBOX_MOUNT_POINT%` (kubernetes.io, "Create a Windows HostProcess Pod", *Volume mounts*), or the
+//! - the service account directory is, in a HostProcess pod, the path below under
+//!   `%CONTAINER_SANDBOX_MOUNT_POINT%` when it holds a token (containerd 1.6 places volume mounts under the
+//!   container's sandbox: kubernetes.io, "Create a Windows HostProcess Pod", *Volume mounts*; the plain path is then
+//!   an ordinary host directory that must not win), else `/var/run/secrets/kubernetes.io/serviceaccount`, or the
 //!   directory `WINCSI_SERVICE_ACCOUNT_DIR` names (out-of-cluster runs and tests; then only that one).
 
 use std::path::{Path, PathBuf};
@@ -129,12 +130,14 @@ impl KubeSecrets {
         // Both go into the request's path: only names Kubernetes itself accepts (no `/`, `?`, `%`, `..`).
         if !is_dns_label(namespace) {
             return Err(Error::InvalidArgument(format!(
-                "namespace {namespace:?} of the inline volume's Secret is not a valid Kubernetes namespace name"
+                "namespace {} of the inline volume's Secret is not a valid Kubernetes namespace name",
+                quote_short(namespace)
             )));
         }
         if !is_dns_subdomain(name) {
             return Err(Error::InvalidArgument(format!(
-                "secretName {name:?} of the inline volume is not a valid Kubernetes Secret name"
+                "secretName {} of the inline volume is not a valid Kubernetes Secret name",
+                quote_short(name)
             )));
         }
         let api = self.api().await?;
@@ -144,26 +147,8 @@ impl KubeSecrets {
                 "cannot read Secret {namespace}/{name} from the Kubernetes API: {e}"
             ))
         })?;
-        match status.as_u16() {
-            200 => {}
-            404 => {
-                return Err(Error::FailedPrecondition(format!(
-                    "Secret {namespace}/{name} named by the inline volume does not exist"
-                )));
-            }
-            code => {
-                // Only the status's reason (a CamelCase word such as `Forbidden`): its message is not echoed.
-                let reason = status_reason(&body)
-                    .unwrap_or_else(|| status.canonical_reason().unwrap_or("").replace(' ', ""));
-                let text = format!("cannot read Secret {namespace}/{name}: {code} {reason}");
-                return Err(if code == 429 || code >= 500 {
-                    Error::Unavailable(text)
-                } else {
-                    Error::FailedPrecondition(format!(
-                        "{text} (check the driver's RBAC: get secrets, and its service account token)"
-                    ))
-                });
-            }
+        if status != http::StatusCode::OK {
+            return Err(status_error(namespace, name, status, &body));
         }
         // A decoding error is not echoed either: it could quote the Secret's data.
         let secret: Secret = serde_json::from_slice(&body).map_err(|_| {
@@ -270,13 +255,18 @@ impl ApiAccess {
         let candidates: Vec<PathBuf> = match var(SERVICE_ACCOUNT_DIR_ENV).filter(|v| !v.is_empty())
         {
             Some(dir) => vec![PathBuf::from(dir)],
+            // In a HostProcess pod, the sandbox's copy first: on containerd 1.6 the plain path is an ordinary
+            // directory of the host, where a user who may create folders under C:\ could plant a token and a CA
+            // of their choosing; the sandbox is the pod's own mount. (From containerd 1.7 the plain path is the
+            // pod's mount, and the sandbox may hold no copy.)
             None => {
-                let mut c = vec![PathBuf::from(SERVICE_ACCOUNT_DIR)];
+                let mut c = Vec::new();
                 if let Some(sandbox) =
                     var("CONTAINER_SANDBOX_MOUNT_POINT").filter(|v| !v.is_empty())
                 {
                     c.push(Path::new(&sandbox).join(SERVICE_ACCOUNT_DIR.trim_start_matches('/')));
                 }
+                c.push(PathBuf::from(SERVICE_ACCOUNT_DIR));
                 c
             }
         };
@@ -367,6 +357,42 @@ impl ApiAccess {
     }
 }
 
+/// The error for an answer other than 200 to a Secret read.
+fn status_error(namespace: &str, name: &str, status: http::StatusCode, body: &[u8]) -> Error {
+    let code = status.as_u16();
+    if code == 404 {
+        return Error::FailedPrecondition(format!(
+            "Secret {namespace}/{name} named by the inline volume does not exist"
+        ));
+    }
+    // Only the status's reason (a CamelCase word such as `Forbidden`): its message is not echoed.
+    let reason = status_reason(body)
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("").replace(' ', ""));
+    let text = format!("cannot read Secret {namespace}/{name}: {code} {reason}");
+    match code {
+        // Worth a retry: throttled, timed out, or the server's own trouble.
+        408 | 429 | 500.. => Error::Unavailable(text),
+        // Not followed: the API server never redirects a resource read.
+        300..=399 => Error::FailedPrecondition(format!(
+            "{text} (a redirect: is KUBERNETES_SERVICE_HOST the API server?)"
+        )),
+        401 | 403 => Error::FailedPrecondition(format!(
+            "{text} (check the driver's RBAC: get secrets, and its service account token)"
+        )),
+        _ => Error::FailedPrecondition(text),
+    }
+}
+
+/// A pod author's string for an error message: debug-quoted (control characters escaped) and cut to 253
+/// characters, so a huge value cannot swell the gRPC status and the kubelet's events.
+pub(crate) fn quote_short(s: &str) -> String {
+    const MAX: usize = 253;
+    match s.char_indices().nth(MAX) {
+        None => format!("{s:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &s[..end], s.len()),
+    }
+}
+
 /// The `reason` of a Kubernetes `Status` body, when it is one short CamelCase word.
 fn status_reason(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
@@ -378,18 +404,22 @@ fn status_reason(body: &[u8]) -> Option<String> {
 /// An RFC 1123 label, as Kubernetes namespace names are: lower-case alphanumerics and `-`, at most 63, alphanumeric
 /// at both ends.
 fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
+    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
 }
 
-/// An RFC 1123 subdomain, as Kubernetes Secret names are: labels joined by `.`, at most 253 in all.
+/// An RFC 1123 subdomain as Kubernetes checks Secret names (apimachinery's `IsDNS1123Subdomain`): labels of
+/// lower-case alphanumerics and `-`, alphanumeric at both ends, joined by `.`, at most 253 in all. Unlike DNS, a
+/// single label may be longer than 63 (the whole name's limit is the only one).
 fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+    s.len() <= 253
+        && s.split('.').all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
 }
 
 /// A fake Kubernetes API server on loopback for tests, over TLS with a throwaway CA as a cluster's is: serves
@@ -575,14 +605,14 @@ pub mod fake_api {
                     }
                     let head = String::from_utf8_lossy(&buf).into_owned();
                     let line = head.lines().next().unwrap_or("").to_owned();
-                    let expected = format!(
-                        "bearer {}",
-                        tok.lock().unwrap_or_else(PoisonError::into_inner)
-                    );
+                    let expected = tok.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                    // RFC 7235: the scheme is case-insensitive, the token is not.
                     let authorised = head.lines().any(|l| {
                         l.split_once(':').is_some_and(|(k, v)| {
                             k.eq_ignore_ascii_case("authorization")
-                                && v.trim().eq_ignore_ascii_case(&expected)
+                                && v.trim().split_once(' ').is_some_and(|(scheme, token)| {
+                                    scheme.eq_ignore_ascii_case("bearer") && token == expected
+                                })
                         })
                     });
                     log.lock()

@@ -187,6 +187,26 @@ async fn a_rotated_token_is_read_again_for_the_next_request() {
         .map(|r| r.ends_with("auth=true"))
         .collect();
     assert_eq!(auth, vec![true, true, false]);
+    // The token is compared exactly (only the scheme is case-insensitive): another case of it is refused.
+    api.rotate_token("Third-Token");
+    std::fs::write(sa.path().join("token"), "third-token\n").expect("rotate");
+    let err = secrets.read("team", "creds").await.expect_err("wrong case");
+    assert!(err.to_string().contains("401"), "{err}");
+}
+
+#[test]
+fn pod_authors_strings_are_quoted_short_and_escaped() {
+    assert_eq!(quote_short("creds"), "\"creds\"");
+    assert_eq!(quote_short("a\nb"), "\"a\\nb\"");
+    let huge = "x".repeat(100_000);
+    let q = quote_short(&huge);
+    assert!(q.len() < 300 && q.ends_with("(100000 bytes)"), "{q}");
+    // Cut on a character boundary.
+    let q = quote_short(&"é".repeat(300));
+    assert!(
+        q.starts_with(&format!("{:?}…", "é".repeat(253))) && q.ends_with("(600 bytes)"),
+        "{q}"
+    );
 }
 
 #[tokio::test]
@@ -229,6 +249,11 @@ async fn names_kubernetes_would_refuse_never_reach_the_request_path() {
         ("te/am", "creds"),
         ("-team", "creds"),
         ("team", &"a".repeat(254)),
+        ("team", "-creds"),
+        ("team", "creds."),
+        ("team", "a_b"),
+        (&"a".repeat(64), "creds"),
+        ("te.am", "creds"),
     ] {
         let err = secrets.read(ns, name).await.expect_err("refused");
         assert!(
@@ -238,10 +263,27 @@ async fn names_kubernetes_would_refuse_never_reach_the_request_path() {
     }
     assert!(api.requests().is_empty());
     secrets.read("team", "creds").await.expect("a valid name");
+    // apimachinery's IsDNS1123Subdomain caps only the whole name (253): one long label is a valid Secret name.
     assert!(
         is_dns_subdomain("smb-creds.v2")
+            && is_dns_subdomain(&"a".repeat(70))
+            && is_dns_subdomain(&format!("{}.{}", "a".repeat(120), "b".repeat(132)))
+            && !is_dns_subdomain(&"a".repeat(254))
             && is_dns_label(&"a".repeat(63))
             && !is_dns_label(&"a".repeat(64))
+    );
+    let long = "a".repeat(70);
+    let err = secrets
+        .read("team", &long)
+        .await
+        .expect_err("no such Secret");
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+    assert!(
+        api.requests()
+            .iter()
+            .any(|r| r.contains(&format!("/secrets/{long} "))),
+        "{:?}",
+        api.requests()
     );
 }
 
@@ -257,11 +299,35 @@ async fn an_answer_that_is_not_a_secret_is_not_quoted() {
             ("team".to_owned(), "not-base64".to_owned()),
             format!("{{\"kind\": \"Secret\", \"data\": {{\"password\": \"{leaked}!\"}}}}"),
         ),
+        // serde_json quotes a string of the wrong type ("invalid type: string \"…\", expected a map"): these are
+        // the answers whose decoding error would carry the value if it were passed on.
+        (
+            ("team".to_owned(), "data-not-a-map".to_owned()),
+            format!("{{\"kind\": \"Secret\", \"data\": \"{leaked}\"}}"),
+        ),
+        (
+            ("team".to_owned(), "immutable-not-bool".to_owned()),
+            format!("{{\"kind\": \"Secret\", \"immutable\": \"{leaked}\"}}"),
+        ),
     ]
     .into();
+    for payload in ["data-not-a-map", "immutable-not-bool"] {
+        let raw = &secrets[&("team".to_owned(), payload.to_owned())];
+        let decoded = serde_json::from_str::<k8s_openapi::api::core::v1::Secret>(raw)
+            .expect_err("not a Secret");
+        assert!(
+            decoded.to_string().contains(leaked),
+            "the payload must be one serde quotes: {decoded}"
+        );
+    }
     let api = fake_api::serve(secrets).await.expect("fake api");
     let (reader, _sa) = reader(&api);
-    for name in ["broken", "not-base64"] {
+    for name in [
+        "broken",
+        "not-base64",
+        "data-not-a-map",
+        "immutable-not-bool",
+    ] {
         let err = reader.read("team", name).await.expect_err("not a Secret");
         assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
         assert!(!err.to_string().contains(leaked), "{err}");
@@ -307,15 +373,20 @@ fn in_cluster_access_comes_from_the_service_env_and_account_directory() {
     .expect_err("bad port");
     assert!(e.contains("not a port"), "{e}");
 
-    // No token anywhere: every directory tried is named (the sandbox's too, on a HostProcess pod).
+    // No token anywhere: every directory tried is named (the sandbox's too, on a HostProcess pod), the sandbox's
+    // first: the plain path of a containerd 1.6 HostProcess pod is a host directory anyone may have written to.
     let sandbox_env = (
         "CONTAINER_SANDBOX_MOUNT_POINT",
         sandbox.path().display().to_string(),
     );
     let e = ApiAccess::in_cluster(&env(&[svc[0].clone(), svc[1].clone(), sandbox_env.clone()]))
         .expect_err("no token");
+    let (in_sandbox, plain) = (
+        e.find(&sa.display().to_string()),
+        e.find(SERVICE_ACCOUNT_DIR),
+    );
     assert!(
-        e.contains(SERVICE_ACCOUNT_DIR) && e.contains(&sa.display().to_string()),
+        in_sandbox.is_some() && plain.is_some() && in_sandbox < plain,
         "{e}"
     );
 
@@ -397,4 +468,34 @@ async fn in_cluster_access_is_read_again_for_each_secret_so_a_rotated_ca_needs_n
         matches!(&err, Error::FailedPrecondition(m) if m.contains("KUBERNETES_SERVICE_HOST")),
         "{err:?}"
     );
+}
+
+#[test]
+fn api_statuses_map_to_codes_a_kubelet_retry_makes_sense_of() {
+    let err = |code: u16, body: &str| {
+        status_error(
+            "team",
+            "creds",
+            http::StatusCode::from_u16(code).expect("status"),
+            body.as_bytes(),
+        )
+    };
+    let forbidden = err(
+        403,
+        r#"{"kind":"Status","status":"Failure","reason":"Forbidden","message":"secrets \"creds\" is forbidden: User \"x\""}"#,
+    );
+    assert!(
+        matches!(&forbidden, Error::FailedPrecondition(m) if m.contains("403 Forbidden") && m.contains("RBAC") && !m.contains("User")),
+        "{forbidden:?}"
+    );
+    assert!(matches!(err(404, ""), Error::FailedPrecondition(m) if m.contains("does not exist")));
+    for code in [408, 429, 500, 503] {
+        assert!(matches!(err(code, ""), Error::Unavailable(_)), "{code}");
+    }
+    let redirect = err(302, "");
+    assert!(
+        matches!(&redirect, Error::FailedPrecondition(m) if m.contains("redirect") && !m.contains("RBAC")),
+        "{redirect:?}"
+    );
+    assert!(matches!(err(400, ""), Error::FailedPrecondition(m) if !m.contains("RBAC")));
 }

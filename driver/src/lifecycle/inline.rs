@@ -7,7 +7,8 @@
 //! `<kubelet-root>\plugins\<driver-name>\ephemeral\<sha256(volume_id)>`, and links the target to it. The credentials
 //! come from the Secret named by `secretName` in the pod's namespace (`csi.storage.k8s.io/pod.namespace`; a
 //! `secretNamespace` naming any other namespace is refused: pod authors must not borrow other namespaces'
-//! credentials), read from the Kubernetes API through a [`SecretSource`](super::SecretSource) (`crate::ephemeral::KubeSecrets`). NodeUnpublishVolume
+//! credentials; kubelet passes, and overwrites, the pod's namespace only when the CSIDriver has `podInfoOnMount: true`,
+//! so that setting is what makes this check hold), read from the Kubernetes API through a [`SecretSource`](super::SecretSource) (`crate::ephemeral::KubeSecrets`). NodeUnpublishVolume
 //! removes the target link and then undoes the private stage (the mapping is removed when no other volume uses it).
 
 use super::{
@@ -48,8 +49,10 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         && pod_namespace != Some(wanted)
     {
         return Err(Error::FailedPrecondition(format!(
-            "inline volume names Secret {wanted}/{name}, which is not in the pod's namespace; rule: inline \
-             ephemeral volumes may only use Secrets of their pod's namespace (omit secretNamespace)"
+            "inline volume names Secret {}/{}, which is not in the pod's namespace; rule: inline ephemeral \
+             volumes may only use Secrets of their pod's namespace (omit secretNamespace)",
+            crate::ephemeral::quote_short(wanted),
+            crate::ephemeral::quote_short(name)
         )));
     }
     let namespace = secret_namespace.or(pod_namespace);
@@ -58,8 +61,8 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         Some(name) => {
             let Some(namespace) = namespace else {
                 return Err(Error::InvalidArgument(
-                    "inline volume names secretName but neither secretNamespace nor csi.storage.k8s.io/pod.namespace \
-                     is set; rule: enable podInfoOnMount on the CSIDriver or set secretNamespace"
+                    "inline volume names secretName but kubelet passed no csi.storage.k8s.io/pod.namespace; rule: \
+                     the CSIDriver object must have podInfoOnMount: true (the chart's does)"
                         .to_owned(),
                 ));
             };

@@ -11,7 +11,7 @@
 //! | [`Error::AlreadyExists`] | `ALREADY_EXISTS` | incompatible object already present |
 //! | [`Error::FailedPrecondition`] | `FAILED_PRECONDITION` | e.g. publish before stage |
 //! | [`Error::Aborted`] | `ABORTED` | an operation on the same volume is in flight; retry with backoff |
-//! | [`Error::Unavailable`] | `UNAVAILABLE` | host backend (csi-proxy) not reachable; retry |
+//! | [`Error::Unavailable`] | `UNAVAILABLE` | csi-proxy, the Kubernetes API or a LUN's disk not answering yet; retry |
 //! | [`Error::DeadlineExceeded`] | `DEADLINE_EXCEEDED` | host call timed out; retry |
 //! | [`Error::Unimplemented`] | `UNIMPLEMENTED` | never retry |
 //! | everything else | `INTERNAL` | unexpected; message carries the context chain |
@@ -48,8 +48,9 @@ pub enum Error {
     #[error("an operation on {0} is already in progress")]
     Aborted(String),
 
-    /// The host backend (csi-proxy or the simulated host) cannot be reached.
-    #[error("host backend unavailable: {0}")]
+    /// What the call needs did not answer, or is not there yet: the host backend (csi-proxy or the simulated host),
+    /// the Kubernetes API (an inline volume's Secret), an iSCSI LUN's disk. The message names which; kubelet retries.
+    #[error("{0}")]
     Unavailable(String),
 
     /// A call to the host backend did not finish in time.

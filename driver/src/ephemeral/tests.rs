@@ -236,6 +236,32 @@ async fn a_server_the_ca_did_not_sign_gets_no_request() {
 }
 
 #[tokio::test]
+async fn a_certificate_of_the_trusted_ca_for_another_name_gets_no_request() {
+    // The cluster's own CA signed it, but for 127.0.0.1 only: a client that checked the chain and not the name
+    // would send the token to any server holding some certificate of that CA.
+    let api = one_secret().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    api.write_service_account(dir.path())
+        .expect("service account");
+    let access = ApiAccess::new(
+        "localhost",
+        api.port,
+        api.ca_pem.as_bytes(),
+        dir.path().join("token"),
+    )
+    .expect("access");
+    let err = KubeSecrets::from_access(access)
+        .read("team", "creds")
+        .await
+        .expect_err("a certificate for another name");
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("TLS") && m.contains("localhost")),
+        "{err:?}"
+    );
+    assert!(api.requests().is_empty(), "{:?}", api.requests());
+}
+
+#[tokio::test]
 async fn names_kubernetes_would_refuse_never_reach_the_request_path() {
     let api = one_secret().await;
     let (secrets, _sa) = reader(&api);

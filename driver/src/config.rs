@@ -58,9 +58,9 @@ const LONG_VERSION: &str = concat!(
     long_version = LONG_VERSION,
     about = "Kubernetes CSI node driver for Windows nodes (SMB and iSCSI through csi-proxy)",
     after_help = "Kubernetes API access is needed only by inline ephemeral SMB volumes that name a secretName: \
-                  the pod's service account (KUBERNETES_SERVICE_HOST/_PORT; token and ca.crt in \
-                  /var/run/secrets/kubernetes.io/serviceaccount, else under %CONTAINER_SANDBOX_MOUNT_POINT%, or in \
-                  the directory WINCSI_SERVICE_ACCOUNT_DIR names). No kubeconfig is read. It is resolved for each \
+                  the pod's service account (KUBERNETES_SERVICE_HOST/_PORT; token and ca.crt under \
+                  %CONTAINER_SANDBOX_MOUNT_POINT% in a HostProcess pod, else in \
+                  /var/run/secrets/kubernetes.io/serviceaccount, or in the directory WINCSI_SERVICE_ACCOUNT_DIR names). No kubeconfig is read. It is resolved for each \
                   read, so the driver starts without it; such a volume then fails with FAILED_PRECONDITION.\n\n`wincsi-node check-node --help`: \
                   check a node's host backend on scratch objects (docs/real-node-checks.md)."
 )]

@@ -131,13 +131,13 @@ impl KubeSecrets {
         if !is_dns_label(namespace) {
             return Err(Error::InvalidArgument(format!(
                 "namespace {} of the inline volume's Secret is not a valid Kubernetes namespace name",
-                quote_short(namespace)
+                crate::error::quote_short(namespace)
             )));
         }
         if !is_dns_subdomain(name) {
             return Err(Error::InvalidArgument(format!(
                 "secretName {} of the inline volume is not a valid Kubernetes Secret name",
-                quote_short(name)
+                crate::error::quote_short(name)
             )));
         }
         let api = self.api().await?;
@@ -380,16 +380,6 @@ fn status_error(namespace: &str, name: &str, status: http::StatusCode, body: &[u
             "{text} (check the driver's RBAC: get secrets, and its service account token)"
         )),
         _ => Error::FailedPrecondition(text),
-    }
-}
-
-/// A pod author's string for an error message: debug-quoted (control characters escaped) and cut to 253
-/// characters, so a huge value cannot swell the gRPC status and the kubelet's events.
-pub(crate) fn quote_short(s: &str) -> String {
-    const MAX: usize = 253;
-    match s.char_indices().nth(MAX) {
-        None => format!("{s:?}"),
-        Some((end, _)) => format!("{:?}… ({} bytes)", &s[..end], s.len()),
     }
 }
 

@@ -135,6 +135,16 @@ impl From<Error> for tonic::Status {
     }
 }
 
+/// A pod author's string for an error message: debug-quoted (control characters escaped) and cut to 253
+/// characters, so a huge value cannot swell the gRPC status and the kubelet's events.
+pub(crate) fn quote_short(s: &str) -> String {
+    const MAX: usize = 253;
+    match s.char_indices().nth(MAX) {
+        None => format!("{s:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &s[..end], s.len()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tonic::Code;
@@ -195,6 +205,21 @@ mod tests {
         assert_eq!(
             status.message(),
             "an operation on volume vol-7 is already in progress"
+        );
+    }
+
+    #[test]
+    fn pod_authors_strings_are_quoted_short_and_escaped() {
+        assert_eq!(quote_short("creds"), "\"creds\"");
+        assert_eq!(quote_short("a\nb"), "\"a\\nb\"");
+        let huge = "x".repeat(100_000);
+        let q = quote_short(&huge);
+        assert!(q.len() < 300 && q.ends_with("(100000 bytes)"), "{q}");
+        // Cut on a character boundary.
+        let q = quote_short(&"é".repeat(300));
+        assert!(
+            q.starts_with(&format!("{:?}…", "é".repeat(253))) && q.ends_with("(600 bytes)"),
+            "{q}"
         );
     }
 }

@@ -194,21 +194,6 @@ async fn a_rotated_token_is_read_again_for_the_next_request() {
     assert!(err.to_string().contains("401"), "{err}");
 }
 
-#[test]
-fn pod_authors_strings_are_quoted_short_and_escaped() {
-    assert_eq!(quote_short("creds"), "\"creds\"");
-    assert_eq!(quote_short("a\nb"), "\"a\\nb\"");
-    let huge = "x".repeat(100_000);
-    let q = quote_short(&huge);
-    assert!(q.len() < 300 && q.ends_with("(100000 bytes)"), "{q}");
-    // Cut on a character boundary.
-    let q = quote_short(&"é".repeat(300));
-    assert!(
-        q.starts_with(&format!("{:?}…", "é".repeat(253))) && q.ends_with("(600 bytes)"),
-        "{q}"
-    );
-}
-
 #[tokio::test]
 async fn a_server_the_ca_did_not_sign_gets_no_request() {
     let api = one_secret().await;

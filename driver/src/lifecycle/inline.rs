@@ -51,8 +51,8 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
         return Err(Error::FailedPrecondition(format!(
             "inline volume names Secret {}/{}, which is not in the pod's namespace; rule: inline ephemeral \
              volumes may only use Secrets of their pod's namespace (omit secretNamespace)",
-            crate::ephemeral::quote_short(wanted),
-            crate::ephemeral::quote_short(name)
+            crate::error::quote_short(wanted),
+            crate::error::quote_short(name)
         )));
     }
     let namespace = secret_namespace.or(pod_namespace);

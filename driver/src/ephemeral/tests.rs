@@ -194,30 +194,32 @@ async fn a_rotated_token_is_read_again_for_the_next_request() {
     assert!(err.to_string().contains("401"), "{err}");
 }
 
+/// Reads `team/creds` from `api` as `host` with `ca_pem` as the only root, expecting the handshake to fail: the
+/// error, after checking that no request (and so no token) reached the server.
+async fn refused_handshake(api: &fake_api::FakeApiServer, host: &str, ca_pem: &str) -> Error {
+    let dir = tempfile::tempdir().expect("tempdir");
+    api.write_service_account(dir.path())
+        .expect("service account");
+    let access = ApiAccess::new(host, api.port, ca_pem.as_bytes(), dir.path().join("token"))
+        .expect("access");
+    let err = KubeSecrets::from_access(access)
+        .read("team", "creds")
+        .await
+        .expect_err("the handshake must fail");
+    assert!(api.requests().is_empty(), "{:?}", api.requests());
+    err
+}
+
 #[tokio::test]
 async fn a_server_the_ca_did_not_sign_gets_no_request() {
     let api = one_secret().await;
     let other = one_secret().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    api.write_service_account(dir.path())
-        .expect("service account");
     // The CA of another cluster: the handshake fails before any request (and any token) is sent.
-    let access = ApiAccess::new(
-        &api.host,
-        api.port,
-        other.ca_pem.as_bytes(),
-        dir.path().join("token"),
-    )
-    .expect("access");
-    let err = KubeSecrets::from_access(access)
-        .read("team", "creds")
-        .await
-        .expect_err("unknown issuer");
+    let err = refused_handshake(&api, &api.host, &other.ca_pem).await;
     assert!(
         matches!(&err, Error::Unavailable(m) if m.contains("TLS")),
         "{err:?}"
     );
-    assert!(api.requests().is_empty(), "{:?}", api.requests());
 }
 
 #[tokio::test]
@@ -225,25 +227,11 @@ async fn a_certificate_of_the_trusted_ca_for_another_name_gets_no_request() {
     // The cluster's own CA signed it, but for 127.0.0.1 only: a client that checked the chain and not the name
     // would send the token to any server holding some certificate of that CA.
     let api = one_secret().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    api.write_service_account(dir.path())
-        .expect("service account");
-    let access = ApiAccess::new(
-        "localhost",
-        api.port,
-        api.ca_pem.as_bytes(),
-        dir.path().join("token"),
-    )
-    .expect("access");
-    let err = KubeSecrets::from_access(access)
-        .read("team", "creds")
-        .await
-        .expect_err("a certificate for another name");
+    let err = refused_handshake(&api, "localhost", &api.ca_pem).await;
     assert!(
         matches!(&err, Error::Unavailable(m) if m.contains("TLS") && m.contains("localhost")),
         "{err:?}"
     );
-    assert!(api.requests().is_empty(), "{:?}", api.requests());
 }
 
 #[tokio::test]

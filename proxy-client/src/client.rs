@@ -275,6 +275,12 @@ impl ProxyClient {
                 },
             };
         }
+        // csi-proxy reset this one stream and kept the connection (an answer over this client's header limit).
+        if find_source::<h2::Error>(&status).is_some_and(|e| {
+            e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::INTERNAL_ERROR)
+        }) {
+            return Error::Reset { method };
+        }
         // A status with a source was made on this side from a transport failure; statuses
         // sent by the server have none.
         let local = std::error::Error::source(&status).is_some();

@@ -203,6 +203,8 @@ struct Inner {
     proxy: watch::Sender<ProxyStatus>,
     /// Served endpoints: `Some(generation)` while serving for that csi-proxy generation, `None` while gone.
     endpoints: watch::Sender<BTreeMap<String, Option<u64>>>,
+    /// The served endpoints' connections (`serve::silence`).
+    connections: crate::serve::ConnectionLog,
 }
 
 /// The simulated Windows host: cheap to clone (an `Arc` inside), safe to share between the gRPC services, the
@@ -251,6 +253,7 @@ impl SimHost {
                 hung,
                 proxy,
                 endpoints,
+                connections: crate::serve::ConnectionLog::default(),
             }),
         })
     }
@@ -276,6 +279,11 @@ impl SimHost {
     /// Runs `f` on the state mutably, outside the audit log and fault injection (test set-up).
     pub fn with_state_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         f(&mut lock(&self.inner.state))
+    }
+
+    /// The served endpoints' connections.
+    pub(crate) fn connection_log(&self) -> &crate::serve::ConnectionLog {
+        &self.inner.connections
     }
 
     /// The sandbox root.

@@ -231,6 +231,8 @@ impl SimHost {
     /// Builds a host from a scenario, with its sandbox at `root` (created; previous sandbox contents replaced).
     pub fn new(scenario: &Scenario, root: &Path, opts: HostOptions) -> Result<SimHost> {
         let state = State::new(scenario, root, &opts)?;
+        // The absolute root State made of it (a relative one would break the sandbox's links).
+        let root = state.root().to_path_buf();
         let (release, _) = watch::channel((0, false));
         let (hung, _) = watch::channel(0);
         let (proxy, _) = watch::channel(ProxyStatus {
@@ -243,7 +245,7 @@ impl SimHost {
         Ok(SimHost {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
-                root: root.to_path_buf(),
+                root,
                 opts,
                 ctl: Mutex::new(Control {
                     next_seq: 1,

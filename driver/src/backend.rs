@@ -78,8 +78,13 @@ pub const RECONCILE_BUDGET: std::time::Duration = std::time::Duration::from_secs
 pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
     match config.host_backend {
         HostBackend::CsiProxy => {
-            let host = CsiProxyHost::new(ProxyClient::new(proxy_transport(config)));
             let metrics = crate::metrics::installed().cloned();
+            let mut client = ProxyClient::new(proxy_transport(config));
+            if let Some(m) = metrics.clone() {
+                client = client
+                    .on_connection_abandoned(move |g| m.observe_abandoned_connection(g.name()));
+            }
+            let host = CsiProxyHost::new(client);
             start(
                 Metered::new(host, HostBackend::CsiProxy.name(), metrics),
                 volume_config(config)?,

@@ -572,3 +572,57 @@ async fn dry_run_touches_nothing_and_cleanup_phase_removes_leftovers() {
     assert!(node.sim.invariants().ok(), "{:?}", node.sim.invariants());
     assert!(!node.ledger().join("ledger.json").exists());
 }
+
+/// A CreateSymlink that answers OK but leaves no link (as csi-proxy's did under Wine) proves nothing about links:
+/// the check must not confirm `create_symlink_kind` from a Mkdir through a "link" that is a plain path, and says
+/// why instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_that_was_never_created_confirms_nothing() {
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    let inproc = sim::inproc::InProcess::new(node.sim.clone());
+    let dir_link = r"C:\var\lib\kubelet\plugins\wincsi.csi.io\check-node\scratch\links\dir-link";
+    inproc
+        .after("CreateSymlink", move |s| {
+            if s.lstat_kind(dir_link).ok().flatten() == Some("link") {
+                s.rmdir(dir_link, false)
+                    .expect("remove the link behind the host's back");
+            }
+        })
+        .expect("script");
+    let host = CsiProxyHost::new(inproc.client());
+    let info = BackendInfo {
+        kind: HostBackend::CsiProxy,
+        description: "the simulated host, in process".to_owned(),
+    };
+    let report = node.run_on(host, info, &[]).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    let kind = check(&report, "create_symlink_kind");
+    assert_eq!(kind["status"], "failed", "{text}");
+    assert!(
+        kind["note"]
+            .as_str()
+            .is_some_and(|n| n.contains(dir_link) && n.contains("nothing is claimed")),
+        "{text}"
+    );
+    assert!(
+        kind["observations"].get("mkdir_through_dir_link").is_none(),
+        "{text}"
+    );
+    assert!(
+        kind["observations"].get("dir_link_is_link").is_some(),
+        "{text}"
+    );
+    assert!(
+        !findings(&report)
+            .iter()
+            .any(|f| f["ref"]["id"] == "create_symlink_kind" && f["verdict"] == "confirms"),
+        "{text}"
+    );
+    // The rest of the run still happened and cleaned up.
+    assert_eq!(
+        check(&report, "is_symlink_one_hop")["status"],
+        "ran",
+        "{text}"
+    );
+    assert_eq!(report["cleanup"]["complete"], true, "{text}");
+}

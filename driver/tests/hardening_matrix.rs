@@ -30,7 +30,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_client::{ProxyClient, Transport};
+use proxy_client::{ApiGroup, ProxyClient, Transport};
 use serde_json::json;
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
 use wincsi::Error;
@@ -541,4 +541,123 @@ async fn matrix() {
         total >= 3 * 20,
         "the recorded sequences shrank: {total} cells"
     );
+}
+
+// ---- A connection that goes silent (issue 29 item 3): its own cells, its own test ----
+
+/// The csi-proxy API group serving `rpc` (the connection a silent-connection cell silences).
+fn api_group(rpc: &str) -> ApiGroup {
+    match rpc {
+        "ListDiskLocations" | "PartitionDisk" | "Rescan" | "ListDiskIDs" | "GetDiskStats"
+        | "SetDiskState" | "GetDiskState" => ApiGroup::Disk,
+        "ListVolumesOnDisk"
+        | "MountVolume"
+        | "UnmountVolume"
+        | "IsVolumeFormatted"
+        | "FormatVolume"
+        | "ResizeVolume"
+        | "GetVolumeStats"
+        | "GetDiskNumberFromVolumeID"
+        | "GetVolumeIDFromTargetPath"
+        | "WriteVolumeCache" => ApiGroup::Volume,
+        "PathExists" | "Mkdir" | "Rmdir" | "CreateSymlink" | "IsSymlink" => ApiGroup::Filesystem,
+        "NewSmbGlobalMapping" | "RemoveSmbGlobalMapping" => ApiGroup::Smb,
+        "GetBIOSSerialNumber" | "StartService" | "StopService" | "GetService" => ApiGroup::System,
+        _ => ApiGroup::Iscsi,
+    }
+}
+
+/// One cell: the `nth` call of `rpc` in `op` reaches csi-proxy, and from then on nothing comes back on its API group's
+/// connection (csi-proxy finishes the call; its answer and everything after it are lost), as the real csi-proxy's
+/// pipe instances did after a restart under Wine. Once the RPC's deadline has passed (virtual time), kubelet's next
+/// RPC must reach the host over a new connection of that group and converge at once; then the workflow carries on.
+async fn run_silent_cell(w: Workflow, op_at: Op, rpc: &str, nth: u64) {
+    let what = format!("{w:?}/{op_at:?}/{rpc} #{nth}/silent connection");
+    let group = api_group(rpc);
+    let env = Env::new(w).await;
+    for op in OPS {
+        if op != op_at {
+            env.retry(op, &what).await;
+        } else {
+            env.sim.hang_nth(rpc, nth).expect("hang");
+            let attempt = env.run(op, long());
+            tokio::pin!(attempt);
+            tokio::select! {
+                r = &mut attempt => panic!("{what}: finished despite the hang: {r:?}"),
+                () = env.sim.wait_hung(1) => {}
+            }
+            let before = env.sim.connections_accepted(group);
+            assert!(
+                before >= 1,
+                "{what}: the call came over no {group} connection"
+            );
+            env.sim.silence_connections(group);
+            // csi-proxy finishes the call (it ignores cancellation); the answer goes nowhere.
+            env.drain_hangs().await;
+            tokio::time::pause();
+            tokio::time::advance(Duration::from_secs(121)).await;
+            let r = attempt.await;
+            tokio::time::resume();
+            assert!(r.is_err(), "{what}: succeeded without an answer: {r:?}");
+            // kubelet's next RPC: answered over a new connection (a bound, not a wait: the calls take milliseconds).
+            env.run(op, Deadline::after(Duration::from_secs(30)))
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("{what}: kubelet's next {op:?} did not converge after the silent connection: {e:?}")
+                });
+            assert!(
+                env.sim.connections_accepted(group) > before,
+                "{what}: no new {group} connection"
+            );
+        }
+        if op == Op::Publish {
+            env.write(&format!(r"{}\hello.txt", target()), "from the pod");
+        }
+    }
+    env.check_converged(&what).await;
+}
+
+#[test]
+fn every_host_call_whose_connection_goes_silent_converges() {
+    if common::backend::backend() != sim::wmi::TestBackend::CsiProxy {
+        println!(
+            "silent connections: csi-proxy's transport only (the native backend has no connection)"
+        );
+        return;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let mut total = 0;
+            for w in [Workflow::Smb, Workflow::Iscsi] {
+                for (op, rpcs) in record(w).await {
+                    for (i, rpc) in rpcs.iter().enumerate() {
+                        let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
+                        println!(
+                            "silent connections: cell {}: {w:?}/{op:?}/{rpc} #{nth}",
+                            total + 1
+                        );
+                        run_silent_cell(w, op, rpc, nth).await;
+                        total += 1;
+                    }
+                }
+            }
+            println!("silent connections: {total} cells converged");
+            assert!(total >= 20, "the recorded sequences shrank: {total} cells");
+        });
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(600)) {
+        Ok(()) => worker.join().expect("matrix thread"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(p) = worker.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+        Err(e) => panic!("the silent-connection cells did not finish within their time bound: {e}"),
+    }
 }

@@ -1,14 +1,16 @@
 //! [`ProxyClient`]: lazy per-group channels, reconnect, deadlines, status → [`Error`] mapping.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::api::{
     DiskClient, FilesystemClient, IscsiClient, SmbClient, SystemClient, VolumeClient,
 };
+use crate::connections::{AbandonHook, Connections};
 use crate::transport::{ConnectError, ConnectFailure};
 use crate::{ApiGroup, Error, Transport};
 
@@ -20,18 +22,23 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 ///
 /// Cheap to clone (an `Arc` inside); clones share connections. Connections are opened lazily,
 /// one per group, on first use, and are re-established after csi-proxy restarts. Every call has a
-/// deadline ([`DEFAULT_TIMEOUT`] unless set with [`ProxyClient::with_timeout`]).
+/// deadline ([`DEFAULT_TIMEOUT`] unless set with [`ProxyClient::with_timeout`]; a caller's own
+/// deadline with [`ProxyClient::with_deadline`]). A connection on which nothing came back before a
+/// call's deadline is left for a fresh one (new calls dial again; calls in flight on it keep their
+/// deadlines): a csi-proxy connection that stays open and silent cannot wedge its group.
 ///
 /// Must be used inside a tokio runtime.
 #[derive(Clone)]
 pub struct ProxyClient {
     inner: Arc<Inner>,
+    /// The caller's deadline for calls made through this handle ([`ProxyClient::with_deadline`]).
+    deadline: Option<Instant>,
 }
 
 struct Inner {
     source: Source,
     timeout: Duration,
-    channels: [Mutex<Option<Channel>>; ApiGroup::ALL.len()],
+    connections: Connections,
 }
 
 /// Opens a channel to one API group (see [`ProxyClient::with_channel_factory`]).
@@ -62,6 +69,7 @@ impl std::fmt::Debug for ProxyClient {
         f.debug_struct("ProxyClient")
             .field("transport", &self.inner.source)
             .field("timeout", &self.inner.timeout)
+            .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
 }
@@ -69,7 +77,7 @@ impl std::fmt::Debug for ProxyClient {
 impl ProxyClient {
     /// A client for the given transport with the default deadline. Does not connect.
     pub fn new(transport: Transport) -> Self {
-        Self::build(Source::Transport(transport), DEFAULT_TIMEOUT)
+        Self::build(Source::Transport(transport), DEFAULT_TIMEOUT, None)
     }
 
     /// A client whose channels come from `open` instead of a [`Transport`]: an in-process server in tests (the
@@ -83,21 +91,45 @@ impl ProxyClient {
             name: name.into(),
             open: Arc::new(open),
         };
-        Self::build(source, DEFAULT_TIMEOUT)
+        Self::build(source, DEFAULT_TIMEOUT, None)
     }
 
     /// The same client settings with a different per-call deadline (new connections).
     pub fn with_timeout(self, timeout: Duration) -> Self {
-        Self::build(self.inner.source.clone(), timeout)
+        Self::build(
+            self.inner.source.clone(),
+            timeout,
+            self.inner.connections.hook(),
+        )
     }
 
-    fn build(source: Source, timeout: Duration) -> Self {
+    /// The same client settings (new connections), telling `hook` the group whenever one of its connections is
+    /// left for a fresh one because nothing came back on it before a call's deadline (for a metric; it runs on the
+    /// caller's task and must not block).
+    pub fn on_connection_abandoned(self, hook: impl Fn(ApiGroup) + Send + Sync + 'static) -> Self {
+        let hook: AbandonHook = Arc::new(hook);
+        Self::build(self.inner.source.clone(), self.inner.timeout, Some(hook))
+    }
+
+    /// This client (the same connections) with calls that also end at `deadline`: each call's deadline is the
+    /// earlier of `deadline` and the client's timeout, and is sent to csi-proxy as `grpc-timeout`. A caller that
+    /// bounds its calls by a deadline of its own passes it here, so that a call reaching it counts as one with no
+    /// answer (see [`ProxyClient`]) rather than as a call its caller lost interest in.
+    pub fn with_deadline(&self, deadline: Instant) -> ProxyClient {
+        ProxyClient {
+            inner: Arc::clone(&self.inner),
+            deadline: Some(self.deadline.map_or(deadline, |d| d.min(deadline))),
+        }
+    }
+
+    fn build(source: Source, timeout: Duration, hook: Option<AbandonHook>) -> Self {
         ProxyClient {
             inner: Arc::new(Inner {
                 source,
                 timeout,
-                channels: Default::default(),
+                connections: Connections::new(hook),
             }),
+            deadline: None,
         }
     }
 
@@ -144,27 +176,27 @@ impl ProxyClient {
         SystemClient::new(self.clone())
     }
 
-    fn channel(&self, group: ApiGroup) -> Channel {
-        let mut slot = self.inner.channels[group.index()]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        slot.get_or_insert_with(|| match &self.inner.source {
+    fn open(&self, group: ApiGroup) -> Channel {
+        match &self.inner.source {
             Source::Transport(t) => t.lazy_channel(group),
             Source::Factory { open, .. } => open(group),
-        })
-        .clone()
+        }
     }
 
-    /// Drops the group's channel so the next call starts from a fresh one. tonic's channel
-    /// reconnects by itself once it notices a dead connection; this is the belt to those braces
-    /// for connections that broke mid-call.
-    fn reset(&self, group: ApiGroup) {
-        *self.inner.channels[group.index()]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+    /// This call's time limit: the client's timeout, or less if the caller's deadline comes first.
+    fn call_timeout(&self) -> Duration {
+        let timeout = self.inner.timeout;
+        self.deadline.map_or(timeout, |d| {
+            timeout.min(d.saturating_duration_since(Instant::now()))
+        })
     }
 
     /// Runs one unary call with the deadline and maps the outcome.
+    ///
+    /// The group's connection learns how the call ended (`crate::connections`): any end proves it delivers; a
+    /// connection failure drops it (tonic's channel reconnects by itself once it notices a dead connection; this is
+    /// the belt to those braces for connections that broke mid-call); a deadline with nothing back on it leaves it
+    /// for a fresh one.
     pub(crate) async fn unary<Req, Resp, F, Fut>(
         &self,
         group: ApiGroup,
@@ -176,18 +208,37 @@ impl ProxyClient {
         F: FnOnce(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let timeout = self.inner.timeout;
+        let timeout = self.call_timeout();
+        if timeout.is_zero() {
+            // Never send a call that cannot be waited for: its outcome could not be reported.
+            return Err(Error::DeadlineExceeded { method, timeout });
+        }
+        let deadline = Instant::now() + timeout;
+        let pending = self
+            .inner
+            .connections
+            .call(group, deadline, || self.open(group));
         let mut request = tonic::Request::new(request);
         // Tells the server too (grpc-timeout header); the local timeout below is what counts.
         request.set_timeout(timeout);
-        let result = tokio::time::timeout(timeout, call(self.channel(group), request)).await;
+        let result = tokio::time::timeout_at(deadline, call(pending.channel(), request)).await;
         match result {
-            Err(_elapsed) => Err(Error::DeadlineExceeded { method, timeout }),
-            Ok(Ok(response)) => Ok(response.into_inner()),
+            // Whichever timer notices the deadline first (this one, or tonic's for the grpc-timeout below).
+            Err(_elapsed) => {
+                pending.timed_out();
+                Err(Error::DeadlineExceeded { method, timeout })
+            }
+            Ok(Ok(response)) => {
+                pending.ended(false);
+                Ok(response.into_inner())
+            }
             Ok(Err(status)) => {
-                let error = self.map_status(group, method, status);
-                if matches!(error, Error::Unavailable { .. } | Error::PipeMissing { .. }) {
-                    self.reset(group);
+                let error = self.map_status(group, method, status, timeout);
+                match error {
+                    // tonic's channel enforces the grpc-timeout it sends too, and may notice the deadline first.
+                    Error::DeadlineExceeded { .. } => pending.timed_out(),
+                    Error::Unavailable { .. } | Error::PipeMissing { .. } => pending.ended(true),
+                    _ => pending.ended(false),
                 }
                 tracing::debug!(%group, method, error = %error, "csi-proxy call failed");
                 Err(error)
@@ -195,7 +246,13 @@ impl ProxyClient {
         }
     }
 
-    fn map_status(&self, group: ApiGroup, method: &'static str, status: tonic::Status) -> Error {
+    fn map_status(
+        &self,
+        group: ApiGroup,
+        method: &'static str,
+        status: tonic::Status,
+        timeout: Duration,
+    ) -> Error {
         let endpoint = || match &self.inner.source {
             Source::Transport(t) => t.address(group),
             Source::Factory { name, .. } => format!("{name}/{}", group.endpoint_name()),
@@ -218,20 +275,21 @@ impl ProxyClient {
                 },
             };
         }
+        // csi-proxy reset this one stream and kept the connection (an answer over this client's header limit).
+        if find_source::<h2::Error>(&status).is_some_and(|e| {
+            e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::INTERNAL_ERROR)
+        }) {
+            return Error::Reset { method };
+        }
         // A status with a source was made on this side from a transport failure; statuses
         // sent by the server have none.
         let local = std::error::Error::source(&status).is_some();
         match status.code() {
-            tonic::Code::DeadlineExceeded => Error::DeadlineExceeded {
-                method,
-                timeout: self.inner.timeout,
-            },
-            // tonic servers answer an expired grpc-timeout with CANCELLED "Timeout expired".
+            tonic::Code::DeadlineExceeded => Error::DeadlineExceeded { method, timeout },
+            // tonic answers an expired grpc-timeout with CANCELLED "Timeout expired": its client channel (which
+            // enforces the timeout it sends) and its servers (the simulated host).
             tonic::Code::Cancelled if status.message().contains("Timeout expired") => {
-                Error::DeadlineExceeded {
-                    method,
-                    timeout: self.inner.timeout,
-                }
+                Error::DeadlineExceeded { method, timeout }
             }
             tonic::Code::Unimplemented => Error::Unimplemented {
                 method,

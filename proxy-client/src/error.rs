@@ -334,6 +334,18 @@ pub enum Error {
         /// Which argument and why.
         message: String,
     },
+    /// csi-proxy reset the call's stream instead of answering (`RST_STREAM INTERNAL_ERROR`); the connection is kept.
+    /// csi-proxy's gRPC server (grpc-go) does this when an answer exceeds the header-list limit this client announces
+    /// (16 KiB: hyper's default), e.g. an error text that long; the call may have run.
+    #[error(
+        "csi-proxy {method}: csi-proxy reset the call without an answer (HTTP/2 RST_STREAM INTERNAL_ERROR); its \
+         gRPC server does so when the answer exceeds this client's 16 KiB header limit, e.g. an error text that \
+         long: csi-proxy's log has the error"
+    )]
+    Reset {
+        /// The RPC name.
+        method: &'static str,
+    },
     /// csi-proxy answered with something this client cannot interpret.
     #[error("csi-proxy {method} returned an unexpected response: {message}")]
     InvalidResponse {
@@ -356,7 +368,7 @@ impl Error {
             Error::Unavailable { .. } => ErrorKind::ProxyUnavailable,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
             Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
-            Error::InvalidResponse { .. } => ErrorKind::Other,
+            Error::Reset { .. } | Error::InvalidResponse { .. } => ErrorKind::Other,
         }
     }
 
@@ -370,6 +382,7 @@ impl Error {
             | Error::Unavailable { method, .. }
             | Error::Unsupported { method, .. }
             | Error::InvalidArgument { method, .. }
+            | Error::Reset { method }
             | Error::InvalidResponse { method, .. } => method,
         }
     }
@@ -384,7 +397,9 @@ impl Error {
             | Error::Unsupported { message, .. }
             | Error::InvalidArgument { message, .. }
             | Error::InvalidResponse { message, .. } => message.clone(),
-            Error::DeadlineExceeded { .. } | Error::PipeMissing { .. } => self.to_string(),
+            Error::DeadlineExceeded { .. } | Error::PipeMissing { .. } | Error::Reset { .. } => {
+                self.to_string()
+            }
         }
     }
 

@@ -23,7 +23,10 @@
 //! retries while all pipe instances are busy. [`Transport::UnixSockets`] (not on Windows) reaches
 //! the same services on `<dir>/csi-proxy-<group>-<version>.sock`, which is how the simulated host
 //! and the tests serve them. Connections are lazy, one per group, and come back by themselves
-//! after csi-proxy restarts. Every call has a deadline ([`ProxyClient::with_timeout`]).
+//! after csi-proxy restarts. Every call has a deadline ([`ProxyClient::with_timeout`], and the
+//! caller's own with [`ProxyClient::with_deadline`]); a connection on which nothing came back
+//! before a call's deadline is left for a fresh one, so a silent connection cannot wedge its group
+//! ([`ProxyClient::on_connection_abandoned`] reports each).
 //!
 //! # Errors
 //!
@@ -143,6 +146,7 @@
 mod api;
 mod client;
 pub mod codec;
+mod connections;
 mod error;
 mod group;
 #[cfg(feature = "server")]

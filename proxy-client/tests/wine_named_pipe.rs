@@ -239,3 +239,75 @@ fn a_pipe_that_stays_busy_is_retried_then_reported() {
         assert!(text.contains(&name) && text.contains("busy"), "{text}");
     });
 }
+
+/// A csi-proxy pipe instance that accepts the client and never answers (as the real csi-proxy's first instances did
+/// under Wine after a restart) must not wedge the group: after the call's deadline the next call opens a new
+/// instance and is answered there, and the silent instance is closed once no call uses it.
+#[test]
+fn a_pipe_instance_that_never_answers_is_left_for_a_new_one() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt;
+    use tokio::io::AsyncReadExt;
+    use tokio::time::Instant;
+
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let prefix = format!(r"\\.\pipe\wincsi-test-{}-silent-", std::process::id());
+    let name = proxy_client::pipe_name(&prefix, ApiGroup::System);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let fake = FakeProxy::default();
+        let router = fake.router(ApiGroup::System);
+        let mut incoming = listen::named_pipe(&name).expect("create pipe");
+        let accepted = Arc::new(AtomicUsize::new(1));
+        let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            // The first instance a client opens is a black hole: read and discard until the client closes it.
+            let first = incoming.next().await.expect("a client").expect("connected");
+            tokio::spawn(async move {
+                let mut pipe = first.into_inner();
+                let mut buf = [0u8; 4096];
+                while pipe.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+                let _ = closed_tx.send(());
+            });
+            // Every later one is served.
+            let incoming = incoming.inspect(move |_| {
+                count.fetch_add(1, Ordering::SeqCst);
+            });
+            router.serve_with_incoming(incoming).await.expect("serve");
+        });
+
+        let proxy = ProxyClient::new(Transport::named_pipes(&prefix));
+        let err = proxy
+            .with_deadline(Instant::now() + Duration::from_millis(300))
+            .system()
+            .bios_serial()
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::DeadlineExceeded, "{err:?}");
+        let serial = proxy
+            .with_deadline(Instant::now() + Duration::from_secs(30))
+            .system()
+            .bios_serial()
+            .await;
+        assert_eq!(
+            serial.expect("answered on a new pipe instance"),
+            BIOS_SERIAL
+        );
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        tokio::time::timeout(Duration::from_secs(30), closed_rx)
+            .await
+            .expect("the silent instance is closed")
+            .expect("closed");
+        assert_eq!(proxy.system().bios_serial().await.unwrap(), BIOS_SERIAL);
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "the new instance is kept"
+        );
+    });
+}

@@ -203,6 +203,8 @@ struct Inner {
     proxy: watch::Sender<ProxyStatus>,
     /// Served endpoints: `Some(generation)` while serving for that csi-proxy generation, `None` while gone.
     endpoints: watch::Sender<BTreeMap<String, Option<u64>>>,
+    /// The served endpoints' connections (`serve::silence`).
+    connections: crate::serve::ConnectionLog,
 }
 
 /// The simulated Windows host: cheap to clone (an `Arc` inside), safe to share between the gRPC services, the
@@ -229,6 +231,8 @@ impl SimHost {
     /// Builds a host from a scenario, with its sandbox at `root` (created; previous sandbox contents replaced).
     pub fn new(scenario: &Scenario, root: &Path, opts: HostOptions) -> Result<SimHost> {
         let state = State::new(scenario, root, &opts)?;
+        // The absolute root State made of it (a relative one would break the sandbox's links).
+        let root = state.root().to_path_buf();
         let (release, _) = watch::channel((0, false));
         let (hung, _) = watch::channel(0);
         let (proxy, _) = watch::channel(ProxyStatus {
@@ -241,7 +245,7 @@ impl SimHost {
         Ok(SimHost {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
-                root: root.to_path_buf(),
+                root,
                 opts,
                 ctl: Mutex::new(Control {
                     next_seq: 1,
@@ -251,6 +255,7 @@ impl SimHost {
                 hung,
                 proxy,
                 endpoints,
+                connections: crate::serve::ConnectionLog::default(),
             }),
         })
     }
@@ -276,6 +281,11 @@ impl SimHost {
     /// Runs `f` on the state mutably, outside the audit log and fault injection (test set-up).
     pub fn with_state_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         f(&mut lock(&self.inner.state))
+    }
+
+    /// The served endpoints' connections.
+    pub(crate) fn connection_log(&self) -> &crate::serve::ConnectionLog {
+        &self.inner.connections
     }
 
     /// The sandbox root.

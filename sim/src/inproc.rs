@@ -137,10 +137,12 @@ impl InProcess {
     /// Serves one connection with `group`'s service, behind the gate.
     fn serve(&self, group: ApiGroup, io: tokio::io::DuplexStream) {
         let h = self.host.clone();
-        let mut builder = Server::builder().layer(GateLayer {
-            gate: Arc::clone(&self.gate),
-            host: self.host.clone(),
-        });
+        let mut builder = Server::builder()
+            .layer(crate::serve::grpc_go::HeaderLimitLayer)
+            .layer(GateLayer {
+                gate: Arc::clone(&self.gate),
+                host: self.host.clone(),
+            });
         let router = match group {
             ApiGroup::Disk => {
                 builder.add_service(disk_v1::disk_server::DiskServer::new(DiskService(h)))
@@ -159,7 +161,10 @@ impl InProcess {
                 system_v1alpha1::system_server::SystemServer::new(SystemService(h)),
             ),
         };
-        let incoming = tokio_stream::once(Ok::<_, std::io::Error>(io));
+        // Read like a served endpoint's connection (`serve::grpc_go`): the client's settings decide a reset.
+        let incoming = tokio_stream::once(Ok::<_, std::io::Error>(
+            crate::serve::grpc_go::ClientIo::new(io),
+        ));
         tokio::spawn(async move {
             if let Err(e) = router.serve_with_incoming(incoming).await {
                 tracing::debug!(error = %e, "in-process connection ended");

@@ -34,7 +34,8 @@ struct Args {
     /// Named-pipe prefix with `--pipes`.
     #[arg(long, value_name = "P", default_value = r"\\.\pipe\")]
     pipe_prefix: String,
-    /// Sandbox directory for the host's drives and storage (default `<socket-dir>/sandbox`, or a temp dir).
+    /// Sandbox directory for the host's drives and storage (default `<socket-dir>/sandbox`, or a temp dir); a
+    /// relative path is made absolute at start.
     #[arg(long, value_name = "SANDBOX_DIR")]
     root: Option<PathBuf>,
     /// csi-proxy `-kubelet-path` (overrides the scenario).
@@ -111,7 +112,8 @@ async fn run(args: Args) -> sim::Result<()> {
         ready: true,
         endpoints: serving.endpoints().to_vec(),
         admin: admin.addr().to_string(),
-        root,
+        // Absolute (canonical on Unix) even when --root was relative: the sandbox's links are made from it.
+        root: host.root().to_path_buf(),
     };
     let line = serde_json::to_string(&ready).map_err(|e| sim::Error::Admin(e.to_string()))?;
     {

@@ -31,7 +31,9 @@ pub(super) fn plan(o: &CheckOptions) -> Vec<PlanStep> {
                     p(r"links\file-link"),
                     p(r"tree\later")
                 ),
-                "Mkdir a directory through each link".to_owned(),
+                "IsSymlink on each link (a link that is not there proves nothing about it)"
+                    .to_owned(),
+                "Mkdir a directory through each link that IsSymlink saw".to_owned(),
             ],
         },
         PlanStep {
@@ -179,6 +181,30 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
             .call(HostOp::Mkdir, later.as_str(), h.mkdir(&later, cx.d()))
             .await;
         r.map_err(|e| format!("cannot create {later}: {e}"))?;
+        // Confirm only what was observed: a CreateSymlink that answered OK without leaving a link (Wine's csi-proxy
+        // did) would make a Mkdir through the "link" create a plain directory, which proves nothing about links.
+        let mut missing = Vec::new();
+        for (name, link) in [
+            ("dir_link_is_link", &dir_link),
+            ("file_link_is_link", &file_link),
+        ] {
+            let (o, r) = cx
+                .call(HostOp::IsSymlink, link.as_str(), h.is_symlink(link, cx.d()))
+                .await;
+            c.observe(name, o, Vec::new());
+            if !matches!(r, Ok(true)) {
+                missing.push(format!("{link} ({})", describe(&r)));
+            }
+        }
+        if !missing.is_empty() {
+            c.fail(format!(
+                "CreateSymlink answered OK but IsSymlink does not see a link to an existing target at {}: nothing is \
+                 claimed about Mkdir through links",
+                missing.join(", ")
+            ));
+            cx.end(c);
+            return run_one_hop(cx).await;
+        }
         let through_dir = p(r"links\dir-link\through");
         let (o, _) = cx
             .call(
@@ -215,7 +241,22 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         );
     }
     cx.end(c);
+    run_one_hop(cx).await
+}
 
+/// An IsSymlink answer for a note.
+fn describe(r: &crate::host::HostResult<bool>) -> String {
+    match r {
+        Ok(v) => format!("IsSymlink answered {v}"),
+        Err(e) => format!("IsSymlink failed: {e}"),
+    }
+}
+
+/// IsSymlink looks one hop: a link to a dangling link.
+async fn run_one_hop<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
+    let h = cx.host();
+    let o = cx.opts();
+    let p = |r: &str| o.scratch_path(r);
     // ---- IsSymlink: Lstat of the immediate target only ----
     let mut c = cx.begin(
         "is_symlink_one_hop",

@@ -6,8 +6,10 @@
 //! missing; unavailable; deadline): the driver matches no csi-proxy text. The message kept for operators is
 //! csi-proxy's first line, trimmed — never the whole PowerShell dump, and never a request (so never a password).
 //!
-//! Deadlines: proxy-client applies its own per-call timeout (`ProxyClient::with_timeout`) and sends it as
-//! `grpc-timeout`; the driver additionally drops every call at the RPC's deadline, which cancels the gRPC stream.
+//! Deadlines: every call carries the RPC's deadline down to proxy-client (`ProxyClient::with_deadline`), which
+//! times the call out there (sending it as `grpc-timeout`; its own per-call timeout, `ProxyClient::with_timeout`, is
+//! the upper bound) and, when nothing came back on the group's connection by then, dials a fresh connection for the
+//! group's next calls; the lifecycle additionally drops every call at the same deadline.
 
 use std::collections::BTreeMap;
 
@@ -35,6 +37,13 @@ impl CsiProxyHost {
     /// The underlying client.
     pub fn client(&self) -> &ProxyClient {
         &self.client
+    }
+
+    /// The client for one host call bounded by `deadline`: proxy-client then times the call out there itself (the
+    /// same instant the lifecycle drops it), so a deadline with nothing back on the group's connection is known to it
+    /// as one and the connection is replaced (`proxy_client`'s connection docs).
+    fn at(&self, deadline: Deadline) -> ProxyClient {
+        self.client.with_deadline(deadline.instant())
     }
 }
 
@@ -93,24 +102,24 @@ pub fn classify(op: HostOp, err: &proxy_client::Error) -> HostError {
 }
 
 impl Host for CsiProxyHost {
-    async fn path_exists(&self, path: &HostPath, _deadline: Deadline) -> HostResult<bool> {
-        self.client
+    async fn path_exists(&self, path: &HostPath, deadline: Deadline) -> HostResult<bool> {
+        self.at(deadline)
             .filesystem()
             .path_exists(path.as_str())
             .await
             .map_err(|e| classify(HostOp::PathExists, &e))
     }
 
-    async fn mkdir(&self, path: &HostPath, _deadline: Deadline) -> HostResult<()> {
-        self.client
+    async fn mkdir(&self, path: &HostPath, deadline: Deadline) -> HostResult<()> {
+        self.at(deadline)
             .filesystem()
             .mkdir(path.as_str())
             .await
             .map_err(|e| classify(HostOp::Mkdir, &e))
     }
 
-    async fn rmdir(&self, path: &HostPath, force: bool, _deadline: Deadline) -> HostResult<()> {
-        self.client
+    async fn rmdir(&self, path: &HostPath, force: bool, deadline: Deadline) -> HostResult<()> {
+        self.at(deadline)
             .filesystem()
             .rmdir(path.as_str(), force)
             .await
@@ -121,18 +130,18 @@ impl Host for CsiProxyHost {
         &self,
         link: &HostPath,
         points_to: &HostPath,
-        _deadline: Deadline,
+        deadline: Deadline,
     ) -> HostResult<()> {
         // csi-proxy: CreateSymlink(source_path = what the link points to, target_path = the link).
-        self.client
+        self.at(deadline)
             .filesystem()
             .create_symlink(points_to.as_str(), link.as_str())
             .await
             .map_err(|e| classify(HostOp::CreateSymlink, &e))
     }
 
-    async fn is_symlink(&self, path: &HostPath, _deadline: Deadline) -> HostResult<bool> {
-        self.client
+    async fn is_symlink(&self, path: &HostPath, deadline: Deadline) -> HostResult<bool> {
+        self.at(deadline)
             .filesystem()
             .is_symlink(path.as_str())
             .await
@@ -144,12 +153,12 @@ impl Host for CsiProxyHost {
         remote: &UncPath,
         link: Option<&HostPath>,
         credential: Option<&SmbCredential>,
-        _deadline: Deadline,
+        deadline: Deadline,
     ) -> HostResult<()> {
         let creds = credential
             .map(|c| SmbCredentials::new(c.principal(), c.password().expose()))
             .unwrap_or_default();
-        self.client
+        self.at(deadline)
             .smb()
             .new_global_mapping(&remote.to_string(), link.map(HostPath::as_str), &creds)
             .await
@@ -159,17 +168,17 @@ impl Host for CsiProxyHost {
     async fn remove_smb_global_mapping(
         &self,
         remote: &UncPath,
-        _deadline: Deadline,
+        deadline: Deadline,
     ) -> HostResult<()> {
-        self.client
+        self.at(deadline)
             .smb()
             .remove_global_mapping(&remote.root().to_string())
             .await
             .map_err(|e| classify(HostOp::RemoveSmbGlobalMapping, &e))
     }
-    async fn list_disk_locations(&self, _d: Deadline) -> HostResult<BTreeMap<u32, DiskLocation>> {
+    async fn list_disk_locations(&self, d: Deadline) -> HostResult<BTreeMap<u32, DiskLocation>> {
         let locs = self
-            .client
+            .at(d)
             .disk()
             .list_disk_locations()
             .await
@@ -187,9 +196,9 @@ impl Host for CsiProxyHost {
             .collect())
     }
 
-    async fn list_disk_ids(&self, _d: Deadline) -> HostResult<BTreeMap<u32, DiskIds>> {
+    async fn list_disk_ids(&self, d: Deadline) -> HostResult<BTreeMap<u32, DiskIds>> {
         let ids = self
-            .client
+            .at(d)
             .disk()
             .list_disk_ids()
             .await
@@ -206,56 +215,56 @@ impl Host for CsiProxyHost {
             .collect())
     }
 
-    async fn rescan(&self, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn rescan(&self, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .disk()
             .rescan()
             .await
             .map_err(|e| classify(HostOp::Rescan, &e))
     }
 
-    async fn partition_disk(&self, disk: u32, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn partition_disk(&self, disk: u32, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .disk()
             .partition(disk)
             .await
             .map_err(|e| classify(HostOp::PartitionDisk, &e))
     }
 
-    async fn disk_size(&self, disk: u32, _d: Deadline) -> HostResult<u64> {
-        self.client
+    async fn disk_size(&self, disk: u32, d: Deadline) -> HostResult<u64> {
+        self.at(d)
             .disk()
             .stats(disk)
             .await
             .map_err(|e| classify(HostOp::GetDiskStats, &e))
     }
 
-    async fn set_disk_online(&self, disk: u32, online: bool, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn set_disk_online(&self, disk: u32, online: bool, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .disk()
             .set_online(disk, online)
             .await
             .map_err(|e| classify(HostOp::SetDiskState, &e))
     }
 
-    async fn is_disk_online(&self, disk: u32, _d: Deadline) -> HostResult<bool> {
-        self.client
+    async fn is_disk_online(&self, disk: u32, d: Deadline) -> HostResult<bool> {
+        self.at(d)
             .disk()
             .is_online(disk)
             .await
             .map_err(|e| classify(HostOp::GetDiskState, &e))
     }
 
-    async fn list_volumes_on_disk(&self, disk: u32, _d: Deadline) -> HostResult<Vec<String>> {
-        self.client
+    async fn list_volumes_on_disk(&self, disk: u32, d: Deadline) -> HostResult<Vec<String>> {
+        self.at(d)
             .volume()
             .list_on_disk(disk, 0)
             .await
             .map_err(|e| classify(HostOp::ListVolumesOnDisk, &e))
     }
 
-    async fn mount_volume(&self, volume_id: &str, path: &HostPath, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn mount_volume(&self, volume_id: &str, path: &HostPath, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .volume()
             .mount(volume_id, path.as_str())
             .await
@@ -266,74 +275,65 @@ impl Host for CsiProxyHost {
         &self,
         volume_id: &str,
         path: &HostPath,
-        _d: Deadline,
+        d: Deadline,
     ) -> HostResult<()> {
-        self.client
+        self.at(d)
             .volume()
             .unmount(volume_id, path.as_str())
             .await
             .map_err(|e| classify(HostOp::UnmountVolume, &e))
     }
 
-    async fn is_volume_formatted(&self, volume_id: &str, _d: Deadline) -> HostResult<bool> {
-        self.client
+    async fn is_volume_formatted(&self, volume_id: &str, d: Deadline) -> HostResult<bool> {
+        self.at(d)
             .volume()
             .is_formatted(volume_id)
             .await
             .map_err(|e| classify(HostOp::IsVolumeFormatted, &e))
     }
 
-    async fn format_volume(&self, volume_id: &str, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn format_volume(&self, volume_id: &str, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .volume()
             .format(volume_id)
             .await
             .map_err(|e| classify(HostOp::FormatVolume, &e))
     }
 
-    async fn resize_volume(
-        &self,
-        volume_id: &str,
-        size_bytes: u64,
-        _d: Deadline,
-    ) -> HostResult<()> {
-        self.client
+    async fn resize_volume(&self, volume_id: &str, size_bytes: u64, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .volume()
             .resize(volume_id, size_bytes)
             .await
             .map_err(|e| classify(HostOp::ResizeVolume, &e))
     }
 
-    async fn volume_stats(&self, volume_id: &str, _d: Deadline) -> HostResult<(u64, u64)> {
-        self.client
+    async fn volume_stats(&self, volume_id: &str, d: Deadline) -> HostResult<(u64, u64)> {
+        self.at(d)
             .volume()
             .stats(volume_id)
             .await
             .map_err(|e| classify(HostOp::GetVolumeStats, &e))
     }
 
-    async fn volume_id_from_target_path(
-        &self,
-        path: &HostPath,
-        _d: Deadline,
-    ) -> HostResult<String> {
-        self.client
+    async fn volume_id_from_target_path(&self, path: &HostPath, d: Deadline) -> HostResult<String> {
+        self.at(d)
             .volume()
             .id_from_target_path(path.as_str())
             .await
             .map_err(|e| classify(HostOp::GetVolumeIDFromTargetPath, &e))
     }
 
-    async fn write_volume_cache(&self, volume_id: &str, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn write_volume_cache(&self, volume_id: &str, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .volume()
             .write_cache(volume_id)
             .await
             .map_err(|e| classify(HostOp::WriteVolumeCache, &e))
     }
 
-    async fn add_target_portal(&self, portal: &Portal, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn add_target_portal(&self, portal: &Portal, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .iscsi()
             .add_target_portal(&to_portal(portal))
             .await
@@ -343,9 +343,9 @@ impl Host for CsiProxyHost {
     async fn discover_target_portal(
         &self,
         portal: &Portal,
-        _d: Deadline,
+        d: Deadline,
     ) -> HostResult<Vec<String>> {
-        self.client
+        self.at(d)
             .iscsi()
             .discover_target_portal(&to_portal(portal))
             .await
@@ -357,7 +357,7 @@ impl Host for CsiProxyHost {
         portal: &Portal,
         iqn: &str,
         auth: &IscsiAuth,
-        _d: Deadline,
+        d: Deadline,
     ) -> HostResult<()> {
         let auth = match auth {
             IscsiAuth::None => ChapAuth::None,
@@ -370,15 +370,15 @@ impl Host for CsiProxyHost {
                 secret: secret.clone(),
             },
         };
-        self.client
+        self.at(d)
             .iscsi()
             .connect_target(&to_portal(portal), iqn, &auth)
             .await
             .map_err(|e| classify(HostOp::ConnectTarget, &e))
     }
 
-    async fn disconnect_target(&self, portal: &Portal, iqn: &str, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn disconnect_target(&self, portal: &Portal, iqn: &str, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .iscsi()
             .disconnect_target(&to_portal(portal), iqn)
             .await
@@ -389,26 +389,26 @@ impl Host for CsiProxyHost {
         &self,
         portal: &Portal,
         iqn: &str,
-        _d: Deadline,
+        d: Deadline,
     ) -> HostResult<Vec<u32>> {
-        self.client
+        self.at(d)
             .iscsi()
             .get_target_disks(&to_portal(portal), iqn)
             .await
             .map_err(|e| classify(HostOp::GetTargetDisks, &e))
     }
 
-    async fn set_mutual_chap_secret(&self, secret: &Secret, _d: Deadline) -> HostResult<()> {
-        self.client
+    async fn set_mutual_chap_secret(&self, secret: &Secret, d: Deadline) -> HostResult<()> {
+        self.at(d)
             .iscsi()
             .set_mutual_chap_secret(secret)
             .await
             .map_err(|e| classify(HostOp::SetMutualChapSecret, &e))
     }
 
-    async fn list_target_portals(&self, _d: Deadline) -> HostResult<Vec<Portal>> {
+    async fn list_target_portals(&self, d: Deadline) -> HostResult<Vec<Portal>> {
         let portals = self
-            .client
+            .at(d)
             .iscsi()
             .list_target_portals()
             .await
@@ -426,8 +426,8 @@ impl Host for CsiProxyHost {
             .collect())
     }
 
-    async fn disk_number_of_volume(&self, volume_id: &str, _d: Deadline) -> HostResult<u32> {
-        self.client
+    async fn disk_number_of_volume(&self, volume_id: &str, d: Deadline) -> HostResult<u32> {
+        self.at(d)
             .volume()
             .disk_number(volume_id)
             .await

@@ -14,21 +14,21 @@
 //! a second instance cannot steal a live endpoint). The socket file is removed again when the
 //! listener is dropped.
 //!
-//! Every accepted connection of either twin is read through `authority.rs`, which repairs the HTTP/2 `:authority`
-//! that gRPC clients other than Go's send for `unix:` targets (a socket path the HTTP/2 server would reset the
-//! stream for), so every conforming gRPC client is served.
+//! Every accepted connection of either twin is read through [`h2_inbound::AuthorityFix`], which repairs the HTTP/2
+//! `:authority` that gRPC clients other than Go's send for `unix:` targets (a socket path the HTTP/2 server would
+//! reset the stream for), so every conforming gRPC client is served.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::Stream;
+use h2_inbound::AuthorityFix;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::config::Endpoint;
 use crate::error::Result;
 
-mod authority;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
@@ -66,7 +66,7 @@ impl Listener {
         self.inner
             .accept()
             .await
-            .map(|s| Connection(authority::AuthorityFix::new(s)))
+            .map(|s| Connection(AuthorityFix::new(s)))
     }
 
     /// The stream of accepted connections, for `serve_with_incoming_shutdown`.
@@ -95,7 +95,7 @@ impl Listener {
 
 /// An accepted CSI connection.
 #[derive(Debug)]
-pub struct Connection(authority::AuthorityFix<imp::Stream>);
+pub struct Connection(AuthorityFix<imp::Stream>);
 
 /// Connection info exposed to tonic (none: peers are local by construction).
 #[derive(Debug, Clone, Copy, Default)]

@@ -20,6 +20,7 @@
 //! | `wincsi_state_commit_groups_total` | counter | — | the record store: groups committed (one directory `fsync` each) |
 //! | `wincsi_state_commit_changes_total` | counter | — | the record store: changes committed in those groups |
 //! | `wincsi_lock_wait_seconds` | histogram | `lock` | the lifecycle: waiting for a shared host object's lock; iSCSI: for a shared disk listing (`disk-listing`) |
+//! | `wincsi_csi_proxy_connections_abandoned_total` | counter | `group` | proxy-client: a csi-proxy connection left for a fresh one because nothing came back on it before a call's deadline |
 //! | `wincsi_build_info` | gauge (1) | `version`, `csi_spec`, `target`, `profile`, `rustc` | build constants |
 //!
 //! Label values are fixed vocabularies (RPC and csi-proxy method names, gRPC code names, error kinds, protocol
@@ -92,6 +93,11 @@ struct BackendLabels {
     backend: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    group: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -147,6 +153,7 @@ pub struct Metrics {
     commit_groups: Counter,
     commit_changes: Counter,
     lock_wait: HistogramFamily<LockLabels>,
+    abandoned_connections: Family<GroupLabels, Counter>,
     state: RwLock<Option<Arc<dyn StateSource>>>,
     scrape: Mutex<()>,
 }
@@ -181,6 +188,7 @@ impl Metrics {
         let commit_groups = Counter::default();
         let commit_changes = Counter::default();
         let lock_wait = HistogramFamily::<LockLabels>::new_with_constructor(wait_histogram);
+        let abandoned_connections = Family::<GroupLabels, Counter>::default();
         // prometheus-client appends `_total` to counters and `_info` to info metrics.
         registry.register(
             "wincsi_csi_requests",
@@ -249,6 +257,12 @@ impl Metrics {
             lock_wait.clone(),
         );
         registry.register(
+            "wincsi_csi_proxy_connections_abandoned",
+            "csi-proxy connections left for a fresh one because nothing came back on them before a call's deadline, \
+             by API group",
+            abandoned_connections.clone(),
+        );
+        registry.register(
             "wincsi_build",
             "Build information of the running driver",
             Info::new([
@@ -274,6 +288,7 @@ impl Metrics {
             commit_groups,
             commit_changes,
             lock_wait,
+            abandoned_connections,
             state: RwLock::new(None),
             scrape: Mutex::new(()),
         }
@@ -327,6 +342,13 @@ impl Metrics {
         self.lock_wait
             .get_or_create(&LockLabels { lock })
             .observe(seconds);
+    }
+
+    /// proxy-client left a connection of csi-proxy API group `group` (`disk`, `smb`, …) for a fresh one.
+    pub fn observe_abandoned_connection(&self, group: &'static str) {
+        self.abandoned_connections
+            .get_or_create(&GroupLabels { group })
+            .inc();
     }
 
     /// Where the state gauges come from from now on (the last source set wins).

@@ -191,6 +191,27 @@ pub enum DanglingMountPoint {
     Fails,
 }
 
+/// The Win32 call Go's `os.Lstat` names in the error for a path that does not exist (`<op> <path>: <text>`): it
+/// depends on the Go release csi-proxy was built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LstatErrorOp {
+    /// `CreateFile`: Go 1.20 tries `GetFileAttributesEx`, then opens the path and reports that failure.
+    CreateFile,
+    /// `GetFileAttributesEx`: Go ≥ 1.25 reports that call's failure for a path that does not exist.
+    GetFileAttributesEx,
+}
+
+impl LstatErrorOp {
+    /// The name as Go's `PathError` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LstatErrorOp::CreateFile => "CreateFile",
+            LstatErrorOp::GetFileAttributesEx => "GetFileAttributesEx",
+        }
+    }
+}
+
 /// Everything that differs between csi-proxy releases, as data. Build with [`CsiProxyVersion::profile`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Profile {
@@ -227,6 +248,8 @@ pub struct Profile {
     pub list_volumes_without_partitions_fails: bool,
     /// How a failed WMI method call is reported by default ([`HostBehaviour::wmi_failures`] overrides).
     pub wmi_failures: WmiFailureReport,
+    /// The call named by a missing path's `Lstat` error (IsSymlink).
+    pub lstat_error_op: LstatErrorOp,
 }
 
 impl Profile {
@@ -274,6 +297,12 @@ impl Profile {
                 WmiFailureReport::ReturnValue
             } else {
                 WmiFailureReport::Exception
+            },
+            // Unsettled for v1.2.1 (built with Go 1.23.1) and v1.3.0 (Go 1.24.4): chosen as Go 1.20.
+            lstat_error_op: if version == Master {
+                LstatErrorOp::GetFileAttributesEx
+            } else {
+                LstatErrorOp::CreateFile
             },
         }
     }

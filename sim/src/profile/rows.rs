@@ -213,6 +213,34 @@ pub const ROWS: &[ProfileRow] = &[
         source: "v1.1.3 `pkg/os/filesystem/api.go:111-113`; v1.3.0 `:88-90`; Go `os/file_windows.go` `Symlink`",
     },
     ProfileRow {
+        id: "mkdir_over_file",
+        behaviour: "Mkdir of a path that is a file, or below one (`F\\x\\y`): `os.MkdirAll` walks up to the nearest existing path and fails there with `ENOTDIR`, which is Windows error 3 on Windows; the error names that file, not the requested path",
+        releases: [
+            "`mkdir <file>: The system cannot find the path specified.`",
+            "same",
+            "same",
+            "same",
+        ],
+        source: "v1.1.3 `pkg/os/filesystem/api.go:75-77`, v1.3.0 `:51-54` (`os.MkdirAll`); go1.25 `src/os/path.go:21-27` (the `Stat` fast path, long-standing: also in Go 1.20), `src/syscall/zerrors_windows.go:9` (`ENOTDIR = ERROR_PATH_NOT_FOUND`); measured against the real server at v1.1.3, v1.3.0 and master under Wine",
+    },
+    ProfileRow {
+        id: "missing_parent_code",
+        behaviour: "Non-forced Rmdir and IsSymlink of a missing path: Windows error 2 when its parent is a directory, 3 (\"The system cannot find the path specified.\") when the parent is missing or a file",
+        releases: ["same in all", "same", "same", "same"],
+        source: "`os.Remove` (DeleteFile and RemoveDirectory both fail with 3 there, so 3 is returned: go1.25 `src/os/file_windows.go:222-256`) and `os.Lstat`; measured against the real server at v1.1.3, v1.3.0 and master under Wine",
+    },
+    ProfileRow {
+        id: "lstat_missing_op",
+        behaviour: "The call named by IsSymlink's error for a missing path (`<op> <path>: …`)",
+        releases: [
+            "`CreateFile` (Go 1.20)",
+            "`CreateFile` (unverified: built with Go 1.23.1)",
+            "`CreateFile` (unverified: built with Go 1.24.4)",
+            "`GetFileAttributesEx` (Go ≥ 1.25)",
+        ],
+        source: "go1.25 `src/os/stat_windows.go:37-40`; Go 1.20 opens the path after `GetFileAttributesEx` fails and reports `CreateFile` (measured at v1.1.3); master `go.mod:3` (`go 1.25.0`); build Go per release: `release-tools/prow.sh:89` at v1.1.3 (1.20), v1.2.1 (1.23.1), v1.3.0 (1.24.4); which Go release made the change is unsettled here, so v1.2.1 and v1.3.0 are unverified (chosen: `CreateFile`)",
+    },
+    ProfileRow {
         id: "dangling_mount_point_volume_id",
         behaviour: "GetVolumeIDFromTargetPath on a mount point whose volume is gone",
         releases: [
@@ -255,6 +283,17 @@ pub const ROWS: &[ProfileRow] = &[
             "`… failed to query <thing> <id>: not found` / `… error: not found`",
         ],
         source: "v1.1.3 `pkg/os/volume/api.go:119-123`, `pkg/os/disk/api.go:324-327`; v1.3.0 `pkg/os/volume/api.go:132-134`, `pkg/cim/volume.go:64`; master `pkg/wmi/volume.go:53-63`, `pkg/wmi/disk.go:65-76`",
+    },
+    ProfileRow {
+        id: "discover_portal_missing",
+        behaviour: "DiscoverTargetPortal of a portal that is not added",
+        releases: [
+            "`error discovering target portal. cmd: ConvertTo-Json -InputObject @(Get-IscsiTargetPortal … \\| Get-IscsiTarget \\| Select-Object -ExpandProperty NodeAddress), output: Get-IscsiTargetPortal : No MSFT_iSCSITargetPortal objects found …, err: exit status 1`",
+            "same",
+            "`error list targets by target portal at (A:P). err: Not Found`",
+            "`error list targets by target portal at (A:P). err: failed to query iSCSI target portal at (A:P). error: not found`",
+        ],
+        source: "v1.1.3/v1.2.1 `pkg/os/iscsi/api.go:34-45`; v1.3.0 `pkg/os/iscsi/api.go:44-50`, `pkg/cim/iscsi.go:57-65`, `pkg/cim/wmi.go:65-66`; master `pkg/os/iscsi/api.go:46-53`, `pkg/wmi/iscsi.go:75`, `pkg/wmi/wmi.go:708-709`; v1.3.0 and master measured against the real server under Wine (master with Wine's own error in place of `not found`); the cmdlet's record is unverified in detail",
     },
     ProfileRow {
         id: "unmount_not_mounted",

@@ -168,10 +168,14 @@ const TESTED: &[&str] = &[
     "is_symlink_one_hop",
     "unc_errors",
     "create_symlink_kind",
+    "mkdir_over_file",
+    "missing_parent_code",
+    "lstat_missing_op",
     "dangling_mount_point_volume_id",
     "mkdir_dangling_mount_point",
     "list_volumes_edge",
     "not_found_texts",
+    "discover_portal_missing",
     "unmount_not_mounted",
     "disk_arrival",
     "san_policy",
@@ -775,14 +779,84 @@ fn row_is_symlink_one_hop() {
         f.set_smb_reachable("fs1.corp.example", false).unwrap();
         assert!(!f.is_symlink(&stage).unwrap(), "{v}");
         assert!(f.is_symlink(&publish).unwrap(), "{v}: one hop");
+        assert!(
+            host_err(f.is_symlink(&p("missing")))
+                .ends_with(r"\missing: The system cannot find the file specified."),
+            "{v}"
+        );
+        assert!(!f.is_symlink(K).unwrap(), "a directory");
+    }
+}
+
+#[test]
+fn row_mkdir_over_file() {
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        let file = p("F");
+        f.write_file(&file, b"x").unwrap();
+        let not_found = format!("mkdir {file}: The system cannot find the path specified.");
+        // Over the file, below it, and further below: the error names the file every time.
+        for path in [file.clone(), p(r"F\sub"), p(r"F\x\y")] {
+            assert_eq!(host_err(f.mkdir(&path)), not_found, "{v}: {path}");
+        }
+        // As the path was spelled (os.MkdirAll cuts the requested string).
+        assert_eq!(
+            host_err(f.mkdir(r"C:\VAR\lib\kubelet\F\sub")),
+            r"mkdir C:\VAR\lib\kubelet\F: The system cannot find the path specified.",
+            "{v}"
+        );
+        assert_eq!(
+            proxy_client::ErrorKind::from_message(&not_found),
+            proxy_client::ErrorKind::NotFound
+        );
+        // A directory above is no obstacle.
+        f.mkdir(&p(r"d\e\f")).unwrap();
+        assert!(f.path_exists(&p(r"d\e\f")).unwrap());
+    }
+}
+
+#[test]
+fn row_missing_parent_code() {
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        f.write_file(&p("F"), b"x").unwrap();
+        let file = "The system cannot find the file specified.";
+        let path = "The system cannot find the path specified.";
+        assert!(host_err(f.rmdir(&p("gone"), false)).ends_with(file), "{v}");
+        for missing in [p(r"gone\x"), p(r"F\x")] {
+            assert_eq!(
+                host_err(f.rmdir(&missing, false)),
+                format!("remove {missing}: {path}"),
+                "{v}"
+            );
+            assert!(
+                host_err(f.is_symlink(&missing)).ends_with(&format!("{missing}: {path}")),
+                "{v}"
+            );
+        }
+        assert!(host_err(f.is_symlink(&p("gone"))).ends_with(file), "{v}");
+        // Forced, a missing path is no error at all.
+        f.rmdir(&p(r"gone\x"), true).unwrap();
+    }
+}
+
+#[test]
+fn row_lstat_missing_op() {
+    for v in CsiProxyVersion::ALL {
+        let f = host(v);
+        let op = if v == Master {
+            "GetFileAttributesEx"
+        } else {
+            "CreateFile"
+        };
         assert_eq!(
             host_err(f.is_symlink(&p("missing"))),
             format!(
-                r"CreateFile {}: The system cannot find the file specified.",
+                "{op} {}: The system cannot find the file specified.",
                 p("missing")
-            )
+            ),
+            "{v}"
         );
-        assert!(!f.is_symlink(K).unwrap(), "a directory");
     }
 }
 
@@ -1020,6 +1094,52 @@ fn row_not_found_texts() {
                 "{portal}"
             ),
         }
+    }
+}
+
+#[test]
+fn row_discover_portal_missing() {
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        // The portal exists on the network but was never added (AddTargetPortal), and one that does not exist.
+        for (address, port) in [(PORTAL, 3260), ("198.51.100.9", 3260)] {
+            let e = host_err(f.discover_target_portal(address, port));
+            match v {
+                V1_1_3 | V1_2_1 => {
+                    let cmd = "ConvertTo-Json -InputObject @(Get-IscsiTargetPortal -TargetPortalAddress \
+                               ${Env:iscsi_tp_address} -TargetPortalPortNumber ${Env:iscsi_tp_port} | \
+                               Get-IscsiTarget | Select-Object -ExpandProperty NodeAddress)";
+                    let head = format!(
+                        "error discovering target portal. cmd: {cmd}, output: Get-IscsiTargetPortal : No \
+                         MSFT_iSCSITargetPortal objects found with property 'TargetPortalAddress' equal to \
+                         '{address}'."
+                    );
+                    assert!(e.starts_with(&head), "{v}: {e}");
+                    assert!(e.ends_with(", err: exit status 1"), "{v}: {e}");
+                }
+                V1_3_0 => assert_eq!(
+                    e,
+                    format!(
+                        "error list targets by target portal at ({address}:{port}). err: Not Found"
+                    )
+                ),
+                Master => assert_eq!(
+                    e,
+                    format!(
+                        "error list targets by target portal at ({address}:{port}). err: failed to query iSCSI \
+                         target portal at ({address}:{port}). error: not found"
+                    )
+                ),
+            }
+            assert_eq!(
+                proxy_client::ErrorKind::from_message(&e),
+                proxy_client::ErrorKind::NotFound,
+                "{v}: {e}"
+            );
+        }
+        // Once added, it answers.
+        f.add_target_portal(PORTAL, 3260).unwrap();
+        assert!(!f.discover_target_portal(PORTAL, 3260).unwrap().is_empty());
     }
 }
 

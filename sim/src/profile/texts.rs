@@ -596,6 +596,35 @@ pub(crate) fn disk_unopenable() -> Error {
 // iSCSI group
 // ---------------------------------------------------------------------------------------------------------------
 
+/// `DiscoverTargetPortal` of a portal that is not added (or does not answer). v1.1.3/v1.2.1: `Get-IscsiTargetPortal`
+/// finds nothing inside a pipeline; the output is printed with `%s` (real line ends) and the error `%w`-wrapped
+/// (v1.1.3 `pkg/os/iscsi/api.go:37-44`). v1.3.0: `error list targets by target portal at (A:P). err: Not Found`
+/// (`pkg/os/iscsi/api.go:47-50`, `pkg/cim/iscsi.go:57-65`, `pkg/cim/wmi.go:65-66`; measured). master: the query's own wrapper inside it
+/// (`pkg/os/iscsi/api.go:50-53`, `pkg/wmi/iscsi.go:73-76`, `pkg/wmi/wmi.go:708-709`; measured).
+pub(crate) fn discover_failed(p: &Profile, address: &str, port: u32) -> Error {
+    Error::host(match p.backend {
+        Backend::PowerShell => {
+            const CMD: &str = "ConvertTo-Json -InputObject @(Get-IscsiTargetPortal -TargetPortalAddress ${Env:iscsi_tp_address} -TargetPortalPortNumber ${Env:iscsi_tp_port} | Get-IscsiTarget | Select-Object -ExpandProperty NodeAddress)";
+            format!(
+                "error discovering target portal. cmd: {CMD}, output: {}, err: exit status 1",
+                ps_not_found(
+                    "Get-IscsiTargetPortal",
+                    "MSFT_iSCSITargetPortal",
+                    "TargetPortalAddress",
+                    address,
+                    CMD,
+                )
+            )
+        }
+        Backend::MicrosoftWmi => format!(
+            "error list targets by target portal at ({address}:{port}). err: {WMI_NOT_FOUND}"
+        ),
+        Backend::GoOleWmi => format!(
+            "error list targets by target portal at ({address}:{port}). err: failed to query iSCSI target portal at ({address}:{port}). error: {GOOLE_NOT_FOUND}"
+        ),
+    })
+}
+
 /// The PowerShell ConnectTarget command line (`pkg/os/iscsi/api.go:95-106`); the secret is never in it.
 pub(crate) fn ps_connect_cmd(chap_user: bool, chap_secret: bool) -> String {
     let mut cmd = String::from(

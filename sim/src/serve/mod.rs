@@ -4,11 +4,19 @@
 //!
 //! The endpoints follow the simulated csi-proxy process ([`crate::ProxyStatus`]): when it dies every connection
 //! drops and every socket or pipe disappears (clients see "not found"), and they come back when it is restarted.
+//!
+//! Every connection is read through `grpc_go.rs` (the `:authority` repair and the client's settings; answers over
+//! the client's header-list limit reset like csi-proxy's grpc-go server does), and counted per group so a test can
+//! silence the ones open now (`silence.rs`).
 
+pub(crate) mod grpc_go;
+mod silence;
 #[cfg(unix)]
 mod unix;
 #[cfg(windows)]
 mod windows;
+
+pub(crate) use silence::ConnectionLog;
 
 #[cfg(unix)]
 use unix::serve_endpoints;
@@ -135,8 +143,13 @@ where
     }
 }
 
-fn router(group: ApiGroup, h: SimHost) -> tonic::transport::server::Router {
-    let mut builder = Server::builder();
+fn router(
+    group: ApiGroup,
+    h: SimHost,
+) -> tonic::transport::server::Router<
+    tower::layer::util::Stack<grpc_go::HeaderLimitLayer, tower::layer::util::Identity>,
+> {
+    let mut builder = Server::builder().layer(grpc_go::HeaderLimitLayer);
     match group {
         ApiGroup::Disk => {
             builder.add_service(disk_v1::disk_server::DiskServer::new(DiskService(h)))
@@ -202,8 +215,22 @@ where
         let watch = host.watch_csi_proxy();
         let live = Live::new();
         let conns = Arc::clone(&live);
+        let (log, group) = (host.clone(), b.group);
         let incoming = incoming.map(move |r| {
-            r.map(|io| KillableIo::new(io, watch.clone(), generation, Live::guard(&conns)))
+            r.map(|io| {
+                let serial = log.connection_log().accepted(group);
+                KillableIo::new(
+                    grpc_go::ClientIo::new(io),
+                    watch.clone(),
+                    generation,
+                    Live::guard(&conns),
+                    Silence {
+                        host: log.clone(),
+                        group,
+                        serial,
+                    },
+                )
+            })
         });
         let mut stop2 = stop.clone();
         let mut proxy2 = host.watch_csi_proxy();
@@ -272,12 +299,29 @@ impl Drop for LiveGuard {
     }
 }
 
+/// Which connection this is, to ask whether a test silenced it.
+struct Silence {
+    host: SimHost,
+    group: ApiGroup,
+    serial: u64,
+}
+
+impl Silence {
+    fn now(&self) -> bool {
+        self.host
+            .connection_log()
+            .is_silent(self.group, self.serial)
+    }
+}
+
 /// A connection that dies with the csi-proxy process that accepted it: once that process is dead (crashed or
-/// restarted), every read and write fails as a reset, which drops the connection.
+/// restarted), every read and write fails as a reset, which drops the connection. A silenced connection reads and
+/// drops what arrives and swallows what the server writes.
 struct KillableIo<T> {
     inner: T,
     dead: Pin<Box<dyn Future<Output = ()> + Send>>,
     killed: bool,
+    silence: Silence,
     // Dropped after `inner` (fields drop in order): the count falls once the handle is closed.
     _live: LiveGuard,
 }
@@ -288,6 +332,7 @@ impl<T> KillableIo<T> {
         mut watch: watch::Receiver<ProxyStatus>,
         generation: u64,
         live: LiveGuard,
+        silence: Silence,
     ) -> Self {
         let dead = Box::pin(async move {
             let _ = watch
@@ -298,6 +343,7 @@ impl<T> KillableIo<T> {
             inner,
             dead,
             killed: false,
+            silence,
             _live: live,
         }
     }
@@ -325,6 +371,20 @@ impl<T: AsyncRead + Unpin> AsyncRead for KillableIo<T> {
         if let Err(e) = self.check(cx) {
             return Poll::Ready(Err(e));
         }
+        if self.silence.now() {
+            // Read and drop until nothing more is there (the waker stays registered) or the client closed it.
+            let mut scratch = [0u8; 4096];
+            loop {
+                let mut dropped = ReadBuf::new(&mut scratch);
+                match Pin::new(&mut self.inner).poll_read(cx, &mut dropped) {
+                    Poll::Ready(Ok(())) if dropped.filled().is_empty() => {
+                        return Poll::Ready(Ok(()));
+                    }
+                    Poll::Ready(Ok(())) => {}
+                    other => return other,
+                }
+            }
+        }
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
@@ -338,12 +398,18 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for KillableIo<T> {
         if let Err(e) = self.check(cx) {
             return Poll::Ready(Err(e));
         }
+        if self.silence.now() {
+            return Poll::Ready(Ok(buf.len()));
+        }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         if let Err(e) = self.check(cx) {
             return Poll::Ready(Err(e));
+        }
+        if self.silence.now() {
+            return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.inner).poll_flush(cx)
     }

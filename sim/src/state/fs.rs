@@ -20,6 +20,12 @@ pub(crate) fn win_io_text(e: &std::io::Error) -> &'static str {
     }
 }
 
+/// `os.MkdirAll`'s `ENOTDIR` for `named` (the path itself or the file above it): on Windows `syscall.ENOTDIR` is
+/// `ERROR_PATH_NOT_FOUND`.
+fn not_a_directory(named: &str) -> Error {
+    Error::host(format!("mkdir {named}: {}", windows_message(3)))
+}
+
 /// Removes a link (file or directory symlink) without following it.
 pub(crate) fn remove_link(p: &Path) -> std::io::Result<()> {
     std::fs::remove_file(p).or_else(|_| std::fs::remove_dir(p))
@@ -100,9 +106,10 @@ impl State {
         Ok(real.symlink_metadata().is_ok())
     }
 
-    /// `Mkdir`: validates, then `os.MkdirAll` (idempotent, creates parents). Over a dangling link or mount point
-    /// it fails (Go < 1.23 semantics, kubernetes#119401), except that master (Go 1.25, no `winsymlink=0`) sees a
-    /// mount point as a directory and succeeds without creating anything.
+    /// `Mkdir`: validates, then `os.MkdirAll` (idempotent, creates parents). Over a file or below one it fails
+    /// with `ENOTDIR` (Windows error 3) naming the file (profile row `mkdir_over_file`). Over a dangling link or
+    /// mount point it fails (Go < 1.23 semantics, kubernetes#119401), except that master (Go 1.25, no
+    /// `winsymlink=0`) sees a mount point as a directory and succeeds without creating anything.
     pub fn mkdir(&self, path: &str) -> Result<()> {
         let real = self.validate(path)?;
         if self.through_file_link(path) {
@@ -115,12 +122,12 @@ impl State {
             return Ok(());
         }
         match self.node(&real) {
-            Node::Missing => {}
-            Node::File => {
-                return Err(Error::host(format!(
-                    "mkdir {path}: The directory name is invalid."
-                )));
+            Node::Missing => {
+                if let Some(file) = self.file_ancestor(path) {
+                    return Err(not_a_directory(file));
+                }
             }
+            Node::File => return Err(not_a_directory(path)),
             Node::MountPoint { .. } if self.profile.mkdir_accepts_dangling_mount_point => {
                 return Ok(());
             }
@@ -136,13 +143,19 @@ impl State {
     }
 
     /// `Rmdir`: validates; non-force = `os.Remove` (empty dir, file or link), force = `os.RemoveAll`
-    /// (idempotent). Links and mount points are removed, never their targets.
+    /// (idempotent). Links and mount points are removed, never their targets. A missing path is Windows error 2, or
+    /// 3 when its parent is missing too or is a file (profile row `missing_parent_code`).
     pub fn rmdir(&mut self, path: &str, force: bool) -> Result<()> {
         let real = self.validate(path)?;
         let node = self.node(&real);
         let res = match (node, force) {
             (Node::Missing, true) => Ok(()),
-            (Node::Missing, false) => Err(std::io::Error::from(ErrorKind::NotFound)),
+            (Node::Missing, false) => {
+                return Err(Error::host(format!(
+                    "remove {path}: {}",
+                    windows_message(self.missing_code(&real))
+                )));
+            }
             (Node::Symlink { .. } | Node::MountPoint { .. }, _) => remove_link(&real),
             (Node::File, _) => std::fs::remove_file(&real),
             (Node::Dir, false) => std::fs::remove_dir(&real),
@@ -201,21 +214,54 @@ impl State {
         })
     }
 
-    /// `IsSymlink`: no validation; `Lstat` error if missing; for a link (or mount point), `Readlink` and `Lstat`
-    /// of the *immediate* target only: true if it exists, false for Windows errors 2/3/53, and any other error
-    /// (an SMB share the node cannot reach: [`crate::profile::UncErrors`]) is returned as an error.
+    /// `IsSymlink`: no validation; `Lstat` error if missing (Windows error 2, or 3 below a missing parent or a file;
+    /// the call it names depends on the release's Go: profile rows `missing_parent_code`, `lstat_missing_op`); for a
+    /// link (or mount point), `Readlink` and `Lstat` of the *immediate* target only: true if it exists, false for
+    /// Windows errors 2/3/53, and any other error (an SMB share the node cannot reach:
+    /// [`crate::profile::UncErrors`]) is returned as an error.
     pub fn is_symlink(&self, path: &str) -> Result<bool> {
-        let real = self.drive_path(path).map_err(|_| {
-            Error::host(format!("CreateFile {path}: The filename, directory name, or volume label syntax is incorrect."))
-        })?;
+        let op = self.profile.lstat_error_op.name();
+        let real = self
+            .drive_path(path)
+            .map_err(|_| Error::host(format!("{op} {path}: {}", windows_message(123))))?;
         match self.node(&real) {
             Node::Missing => Err(Error::host(format!(
-                "CreateFile {path}: The system cannot find the file specified."
+                "{op} {path}: {}",
+                windows_message(self.missing_code(&real))
             ))),
             Node::MountPoint { target_exists, .. } => Ok(target_exists),
             Node::Symlink { .. } => self.lstat_link_target(&real),
             Node::File | Node::Dir => Ok(false),
         }
+    }
+
+    /// The Windows error for a path that does not exist: 2 when its parent is a directory (through links), else 3
+    /// (the parent is missing, or is a file).
+    fn missing_code(&self, real: &Path) -> u32 {
+        let parent_is_dir = real
+            .parent()
+            .is_some_and(|p| self.layout.links().resolve(p).is_dir());
+        if parent_is_dir { 2 } else { 3 }
+    }
+
+    /// The nearest existing ancestor of the Windows path `win` as `os.MkdirAll` finds it walking up (`Stat`, which
+    /// follows links), spelled as in `win`, when that ancestor is a file.
+    fn file_ancestor<'p>(&self, win: &'p str) -> Option<&'p str> {
+        let mut rest = win.trim_end_matches('\\');
+        while let Some((parent, _)) = rest.rsplit_once('\\') {
+            rest = parent;
+            // `C:` is the drive: always a directory.
+            if !rest.contains('\\') {
+                return None;
+            }
+            let real = self.drive_path(rest).ok()?;
+            match self.node(&real) {
+                Node::Missing => continue,
+                Node::File => return Some(rest),
+                _ => return self.layout.links().resolve(&real).is_file().then_some(rest),
+            }
+        }
+        None
     }
 
     /// `Lstat` of a link's immediate target (one hop), as `IsSymlink` does after `Readlink`.

@@ -287,7 +287,7 @@ impl State {
             .portal_index(address, port)
             .filter(|&i| self.portals[i].added);
         let Some(pi) = pi else {
-            return Err(self.portal_error("error discovering target portal", address, port));
+            return Err(texts::discover_failed(&self.profile, address, port));
         };
         let p = &mut self.portals[pi];
         p.discovered = p.targets.iter().map(|t| t.iqn.to_lowercase()).collect();

@@ -229,7 +229,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 impl State {
     /// Builds a host from a scenario on a sandbox directory (created if missing; must be empty or a previous
-    /// sandbox of this simulator, whose contents are replaced).
+    /// sandbox of this simulator, whose contents are replaced). A relative `root` is made absolute (and on Unix
+    /// canonical) first: [`State::root`] is that path.
     pub fn new(scenario: &Scenario, root: &Path, opts: &HostOptions) -> Result<State> {
         let h: &HostSpec = &scenario.host;
         let version = match opts.csi_proxy_version.or(h.csi_proxy_version) {
@@ -261,6 +262,7 @@ impl State {
             san_policy: h.san_policy,
         };
         claim_sandbox(root)?;
+        let root = &platform::absolute_root(root).map_err(io_err(root))?;
         let links = if opts.emulate_links {
             LinkMode::Emulated
         } else {

@@ -9,6 +9,13 @@ pub(super) fn symlink_dir(target: &Path, link: &Path) -> std::io::Result<()> {
     std::os::windows::fs::symlink_dir(target, link)
 }
 
+/// The sandbox root as an absolute path (the links the sandbox makes are absolute: a relative root would make them
+/// relative to the link's own directory, so broken). Not `canonicalize`, whose `\\?\` form the sandbox's path
+/// arithmetic does not expect.
+pub(super) fn absolute_root(root: &Path) -> std::io::Result<std::path::PathBuf> {
+    std::path::absolute(root)
+}
+
 /// Probes whether a directory symlink made under `root` really exists afterwards and reads back. Wine 8's
 /// `CreateSymbolicLinkW` reports success without creating anything, and a process without the symlink privilege
 /// fails outright; both get [`LinkMode::Emulated`].

@@ -159,7 +159,10 @@ fn mkdir_over_a_file_or_dangling_link_fails() {
     f.write_file(&p("file"), b"x").unwrap();
     assert_eq!(
         host_err(f.mkdir(&p("file"))),
-        format!(r"mkdir {}: The directory name is invalid.", p("file"))
+        format!(
+            r"mkdir {}: The system cannot find the path specified.",
+            p("file")
+        )
     );
     f.create_symlink(&p("nowhere"), &p("dangling")).unwrap();
     assert!(

@@ -1,4 +1,11 @@
-//! The `:authority` repair on CSI connections: every conforming gRPC client is served, whatever it puts there.
+//! What an HTTP/2 gRPC server needs from a client's byte stream before `h2` sees it: the `:authority` repair, so
+//! every conforming gRPC client is served whatever it puts there, and the settings the client announced.
+//!
+//! Both of wincsi's servers read their connections through [`AuthorityFix`]: the driver's CSI listener (kubelet and
+//! the sidecars, or any gRPC client of the CSI socket) and the simulated host's csi-proxy endpoints (the driver, or
+//! any Go client of csi-proxy). Neither may depend on the other, so the code lives here.
+//!
+//! # `:authority`
 //!
 //! For a `unix:` target a gRPC client has no host name to send, and clients disagree on what to send instead.
 //! grpc-go sends `localhost`. gRPC C-core (and every wrapper of it: Python grpcio, Ruby, PHP, C#/Grpc.Core) sends the
@@ -9,9 +16,11 @@
 //! `C:%2Fcsi%2Fcsi.sock` (grpc/grpc#38142 and #34305: since 1.57). grpc-java sends the raw path, grpc-swift the
 //! percent-encoded one. None of these is an RFC 3986 authority (`%` is not allowed in a host; `C:%2F…` has no numeric
 //! port), and the `h2` server behind tonic resets such a stream with PROTOCOL_ERROR before the service sees it
-//! (hyperium/h2#487, unmerged).
+//! (hyperium/h2#487, unmerged). Go clients of csi-proxy (csi-proxy's own `client/groups/*`, csi-driver-smb) send the
+//! pipe name percent-encoded (`%5C%5C.%5Cpipe%5Ccsi-proxy-filesystem-v1`: grpc-go v1.57 `clientconn.go:1837-1946`),
+//! which csi-proxy's grpc-go server accepts and `h2` refuses alike.
 //!
-//! The CSI socket serves one local peer; the authority carries no information there. So the listener reads the
+//! A CSI socket or a csi-proxy pipe serves one local peer; the authority carries no information there. So the server reads the
 //! client's HTTP/2 stream through [`AuthorityFix`]: it passes every frame through unchanged except header blocks
 //! (HEADERS and CONTINUATION frames), which it decodes with the client's HPACK context, rewrites — an `:authority`
 //! that is not a valid RFC 3986 authority becomes `localhost`, everything else is kept — and re-encodes with its
@@ -22,9 +31,18 @@
 //! passed through whole and unchanged instead (see [`first_block_is_valid`]): only clients that need the repair pay
 //! for decoding. A connection that does not start with the HTTP/2 preface is passed through untouched. A malformed
 //! header block ends the connection, as `h2` itself would (COMPRESSION_ERROR).
+//!
+//! # The client's settings
+//!
+//! The SETTINGS frames a client sends before its first request (RFC 9113 §3.4: the first frame after its preface)
+//! are read in passing and kept in [`ClientSettings`], which the server's services can consult (`h2` keeps the peer's
+//! settings to itself). Settings changed later on a connection that takes the pass-through path are not seen; no
+//! gRPC client changes them.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -33,6 +51,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Frame types (RFC 9113 §6).
 const HEADERS: u8 = 0x1;
+const SETTINGS: u8 = 0x4;
 const PUSH_PROMISE: u8 = 0x5;
 const CONTINUATION: u8 = 0x9;
 /// Frame flags.
@@ -46,6 +65,40 @@ const MAX_FRAME: usize = 16_384;
 const MAX_BLOCK: usize = 1 << 20;
 /// What an invalid `:authority` becomes.
 const LOCAL_AUTHORITY: &[u8] = b"localhost";
+/// SETTINGS parameter ids (RFC 9113 §6.5.2).
+const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
+/// The flag of a SETTINGS acknowledgement.
+const ACK: u8 = 0x1;
+
+/// The HTTP/2 settings a client announced (see the crate docs for which): cheap to clone, shared with the connection.
+#[derive(Clone, Debug, Default)]
+pub struct ClientSettings {
+    /// `SETTINGS_MAX_HEADER_LIST_SIZE` + 1, 0 while not announced.
+    max_header_list_size: Arc<AtomicU64>,
+}
+
+impl ClientSettings {
+    /// `SETTINGS_MAX_HEADER_LIST_SIZE`: the largest header list (RFC 9113 §6.5.2: names and values plus 32 bytes per
+    /// field) the client accepts, if it announced one.
+    pub fn max_header_list_size(&self) -> Option<u32> {
+        match self.max_header_list_size.load(Ordering::Relaxed) {
+            0 => None,
+            n => u32::try_from(n - 1).ok(),
+        }
+    }
+
+    /// Records the parameters of one SETTINGS frame's payload.
+    fn apply(&self, payload: &[u8]) {
+        for entry in payload.chunks_exact(6) {
+            let id = u16::from_be_bytes([entry[0], entry[1]]);
+            let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
+            if id == SETTINGS_MAX_HEADER_LIST_SIZE {
+                self.max_header_list_size
+                    .store(u64::from(value) + 1, Ordering::Relaxed);
+            }
+        }
+    }
+}
 
 /// A header block being collected from a HEADERS frame and its CONTINUATION frames.
 #[derive(Debug)]
@@ -66,8 +119,9 @@ enum Phase {
     Passthrough,
 }
 
-/// A connection's read side with the `:authority` repair (see the module docs); writes pass straight through.
-pub(super) struct AuthorityFix<S> {
+/// A connection's read side with the `:authority` repair and the client's settings read in passing (see the crate
+/// docs); writes pass straight through.
+pub struct AuthorityFix<S> {
     inner: S,
     phase: Phase,
     /// Read from `inner`, not processed yet.
@@ -83,6 +137,7 @@ pub(super) struct AuthorityFix<S> {
     /// Whether this connection's header blocks are decoded and re-encoded (its first one needed the repair).
     rewriting: bool,
     eof: bool,
+    settings: ClientSettings,
 }
 
 impl<S> std::fmt::Debug for AuthorityFix<S> {
@@ -104,7 +159,8 @@ fn valid_authority(value: &[u8]) -> bool {
 }
 
 impl<S> AuthorityFix<S> {
-    pub(super) fn new(inner: S) -> Self {
+    /// Reads `inner` (a connection a server accepted) through the repair.
+    pub fn new(inner: S) -> Self {
         Self {
             inner,
             phase: Phase::Preface(0),
@@ -117,11 +173,18 @@ impl<S> AuthorityFix<S> {
             encoder: loona_hpack::Encoder::new(),
             rewriting: false,
             eof: false,
+            settings: ClientSettings::default(),
         }
     }
 
-    pub(super) fn get_ref(&self) -> &S {
+    /// The connection underneath.
+    pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The settings the client announced (filled in as its frames are read).
+    pub fn client_settings(&self) -> ClientSettings {
+        self.settings.clone()
     }
 
     /// Move as much of `input` to `out` as can be processed now.
@@ -177,6 +240,15 @@ impl<S> AuthorityFix<S> {
                             self.header_frame(&frame)?;
                         }
                         PUSH_PROMISE => return Err(invalid("PUSH_PROMISE from an HTTP/2 client")),
+                        SETTINGS if self.block.is_none() && len <= MAX_FRAME => {
+                            if self.input.len() < 9 + len {
+                                return Ok(());
+                            }
+                            if self.input[4] & ACK == 0 {
+                                self.settings.apply(&self.input[9..9 + len]);
+                            }
+                            self.out.extend(self.input.drain(..9 + len));
+                        }
                         _ => {
                             if self.block.is_some() {
                                 return Err(invalid("HTTP/2 frame inside a header block"));
@@ -578,12 +650,12 @@ mod tests {
     }
 
     /// What gRPC C-core sends for `unix:C:/var/lib/kubelet/plugins/wincsi.csi.io/csi.sock`.
-    pub(crate) const C_CORE_AUTHORITY: &[u8] =
+    const C_CORE_AUTHORITY: &[u8] =
         b"C:%2Fvar%2Flib%2Fkubelet%2Fplugins%2Fwincsi.csi.io%2Fcsi.sock";
 
     /// A gRPC request header block the way C-core encodes it: static-table pseudo headers, `:path` and
     /// `:authority` as literals with incremental indexing (`:authority` Huffman-coded), then `content-type` and `te`.
-    pub(crate) fn c_core_headers(path: &[u8]) -> Vec<u8> {
+    fn c_core_headers(path: &[u8]) -> Vec<u8> {
         let mut b = vec![0x83, 0x86, 0x44];
         b.extend(string(path, false));
         b.push(0x41);
@@ -852,6 +924,38 @@ mod tests {
         assert_eq!(hpack_integer(&[0x1f, 0x9a, 0x0a], 5), Some((1337, 3)));
         assert_eq!(hpack_integer(&[0x7f, 0x80], 7), None);
         assert!(!first_block_is_valid(&[0x41, 0x85, b'l']));
+    }
+
+    #[tokio::test]
+    async fn the_client_s_settings_are_read_in_passing_and_passed_on_unchanged() {
+        // What hyper's client sends (ENABLE_PUSH 0, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE 16384), then an ACK of
+        // the server's SETTINGS (which carries no parameters), then a request.
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(
+            SETTINGS,
+            0,
+            0,
+            &[0, 2, 0, 0, 0, 0, 0, 4, 0, 32, 0, 0, 0, 6, 0, 0, 0x40, 0],
+        ));
+        input.extend(frame(SETTINGS, ACK, 0, &[]));
+        input.extend(frame(HEADERS, END_HEADERS, 1, &c_core_headers(b"/x")));
+        let mut fix = AuthorityFix::new(&input[..]);
+        let settings = fix.client_settings();
+        assert_eq!(settings.max_header_list_size(), None, "nothing read yet");
+        let mut out = Vec::new();
+        fix.read_to_end(&mut out).await.expect("through");
+        assert_eq!(settings.max_header_list_size(), Some(16_384));
+        assert_eq!(frames(&out)[..2], frames(&input)[..2], "SETTINGS unchanged");
+        // A client that announces no limit (grpc-go's default) has none; a later ACK changes nothing.
+        let mut quiet = PREFACE.to_vec();
+        quiet.extend(frame(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 0]));
+        quiet.extend(frame(SETTINGS, ACK, 0, &[]));
+        let mut fix = AuthorityFix::new(&quiet[..]);
+        let settings = fix.client_settings();
+        let mut out = Vec::new();
+        fix.read_to_end(&mut out).await.expect("through");
+        assert_eq!(out, quiet);
+        assert_eq!(settings.max_header_list_size(), None);
     }
 
     #[tokio::test]

@@ -111,6 +111,13 @@ pub struct SmbRecord {
     pub remote_path: String,
     /// The principal name the mapping was requested with (never the password).
     pub principal: Option<String>,
+    /// What this driver durably knows about the share's mapping: a `NewSmbGlobalMapping` of `root` under `principal`
+    /// succeeded for this volume (set with the `Staged` record) and the driver has not removed the mapping since.
+    /// Kept through a re-stage (its record goes back to `staging` first, and may stay there when the re-stage fails),
+    /// so a Disconnected mapping that a reboot left behind stays provably the driver's own until it is gone; see
+    /// [`SmbRecord::proves_mapping`]. Absent (false) in records of earlier versions.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mapped: bool,
 }
 
 impl Details for SmbRecord {
@@ -123,7 +130,26 @@ impl SmbRecord {
             root: vol.source.root_key(),
             remote_path: vol.full_path().to_string(),
             principal: vol.principal().map(str::to_owned),
+            mapped: false,
         }
+    }
+
+    /// Whether `rec` (whose facts these are) proves that this driver mapped `root` under `principal`: it says so
+    /// ([`Self::mapped`]), or — a record of an earlier version — its stage completed (`Staged`, or `NeedsRestage`,
+    /// which only a `Staged` record becomes). An adopted record whose principal is unknown proves nothing.
+    pub(crate) fn proves_mapping(&self, rec: &VolumeRecord) -> bool {
+        !adopt::principal_unknown(rec, self)
+            && (self.mapped || matches!(rec.phase, Phase::Staged | Phase::NeedsRestage))
+    }
+
+    /// Whether these facts and `other`'s name the same share root under the same principal (Windows compares both
+    /// case-insensitively).
+    fn same_mapping(&self, other: &Self) -> bool {
+        names_equal(&self.root, &other.root)
+            && names_equal(
+                self.principal.as_deref().unwrap_or(""),
+                other.principal.as_deref().unwrap_or(""),
+            )
     }
 
     /// Whether two records describe the same staged share path (principal excluded: credentials may rotate).

@@ -12,6 +12,9 @@ use crate::lifecycle::{Context, StageAt, host_error};
 use crate::locks::Deadline;
 use crate::state::{Phase, VolumeRecord};
 
+#[cfg(test)]
+mod tests;
+
 /// The object lock of an SMB server's principal (Windows allows one user per server per node: error 1219).
 fn server_lock_key(vol: &SmbVolume) -> String {
     format!("smb-server:{}", vol.source.server_key())
@@ -31,18 +34,20 @@ pub(super) async fn stage<H: Host>(
         ephemeral,
     } = at;
     let h = cx.calls(d);
-    let wanted = SmbRecord::of(vol);
+    let mut wanted = SmbRecord::of(vol);
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
-        let same = rec
-            .details::<SmbRecord>()?
-            .is_some_and(|r| r.same_volume(&wanted));
+        let facts = rec.details::<SmbRecord>()?;
+        let same = facts.as_ref().is_some_and(|r| r.same_volume(&wanted));
         if !same || !staging.is(&rec.staging_path) {
             return Err(Error::AlreadyExists(format!(
                 "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",
                 rec.staging_path
             )));
         }
+        // What the record proved about the mapping stays proven while this stage runs and after it fails: the
+        // mapping is still there (only this driver's unstage or rollback removes it, and either deletes the record).
+        wanted.mapped = facts.is_some_and(|r| r.proves_mapping(rec) && r.same_mapping(&wanted));
     }
     let fresh = existing.is_none();
     // Shared with the store's index (held to the end of the stage: with many stages at once, copies add up).
@@ -164,7 +169,14 @@ pub(super) async fn stage<H: Host>(
         Ok(()) => {
             // Staged in the store (visible) while the mapping's lock is held: stages queued behind this one's mapping
             // see a staged user and share the mapping; they need not wait for this record to be durable.
-            let staged = cx.store().put_volume(&cx.staged(&record));
+            // The mapping of the share under this principal is now provably this driver's (`SmbRecord::mapped`).
+            let facts = SmbRecord {
+                mapped: true,
+                ..wanted
+            };
+            let staged = cx
+                .store()
+                .put_volume(&cx.staged(&record.with_details(&facts)?));
             drop(mapping);
             staged.await?;
             info!(staging = %staging, remote = %vol.full_path(), "volume staged");

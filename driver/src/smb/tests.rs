@@ -16,9 +16,9 @@ use crate::lifecycle::{
 use crate::testing::{Call, Env, d};
 use HostOp::*;
 
-const SHARE: &str = r"\\srv\share";
+pub(super) const SHARE: &str = r"\\srv\share";
 
-fn staging(id: &str) -> String {
+pub(super) fn staging(id: &str) -> String {
     format!(r"c:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
 }
 
@@ -26,7 +26,7 @@ fn norm_staging(id: &str) -> String {
     format!(r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
 }
 
-fn target(pod: &str) -> String {
+pub(super) fn target(pod: &str) -> String {
     format!(r"\var\lib\kubelet\pods\{pod}\volumes\kubernetes.io~csi\pv\mount")
 }
 
@@ -44,12 +44,12 @@ fn cap() -> Option<Capability> {
 /// `public`; accounts `CORP\bob`, `CORP\alice` and the local `carol`) and server `nas` (shares `data` and `other`;
 /// `CORP\bob` and the local `someone`). `blocking`: whether re-creating a mapping a reboot left Disconnected fails
 /// with 1219 (what public reports show, the simulated host's default) or simply works.
-fn new_env(blocking: bool) -> Env {
+pub(super) fn new_env(blocking: bool) -> Env {
     new_env_on(sim::wmi::TestBackend::from_env_or_panic(), blocking)
 }
 
 /// [`new_env`] on `backend`.
-fn new_env_on(backend: sim::wmi::TestBackend, blocking: bool) -> Env {
+pub(super) fn new_env_on(backend: sim::wmi::TestBackend, blocking: bool) -> Env {
     let accounts = |extra: serde_json::Value| {
         let mut a = serde_json::json!([
             {"user": "bob", "password": "pw-1", "domain": "CORP"},
@@ -80,11 +80,11 @@ fn new_env_on(backend: sim::wmi::TestBackend, blocking: bool) -> Env {
 }
 
 /// The host's global mappings, by lower-cased root.
-fn mappings(env: &Env) -> BTreeMap<String, sim::state::Mapping> {
+pub(super) fn mappings(env: &Env) -> BTreeMap<String, sim::state::Mapping> {
     env.state(|s| s.mappings().clone())
 }
 
-fn stage_req(id: &str, source: &str, sub_dir: Option<&str>, user: &str) -> StageRequest {
+pub(super) fn stage_req(id: &str, source: &str, sub_dir: Option<&str>, user: &str) -> StageRequest {
     let mut volume_context: BTreeMap<String, String> =
         [("source".to_owned(), source.to_owned())].into();
     if let Some(s) = sub_dir {
@@ -99,7 +99,7 @@ fn stage_req(id: &str, source: &str, sub_dir: Option<&str>, user: &str) -> Stage
     }
 }
 
-fn publish_req(id: &str, pod: &str) -> PublishRequest {
+pub(super) fn publish_req(id: &str, pod: &str) -> PublishRequest {
     PublishRequest {
         volume_id: id.into(),
         staging_target_path: staging(id),
@@ -109,14 +109,14 @@ fn publish_req(id: &str, pod: &str) -> PublishRequest {
     }
 }
 
-fn unstage_req(id: &str) -> UnstageRequest {
+pub(super) fn unstage_req(id: &str) -> UnstageRequest {
     UnstageRequest {
         volume_id: id.into(),
         staging_target_path: staging(id),
     }
 }
 
-fn unpublish_req(id: &str, pod: &str) -> UnpublishRequest {
+pub(super) fn unpublish_req(id: &str, pod: &str) -> UnpublishRequest {
     UnpublishRequest {
         volume_id: id.into(),
         target_path: target(pod),
@@ -148,7 +148,8 @@ async fn first_and_repeated_stage() {
         Some(SmbRecord {
             root: SHARE.into(),
             remote_path: r"\\srv\share\base".into(),
-            principal: Some(r"CORP\bob".into())
+            principal: Some(r"CORP\bob".into()),
+            mapped: true,
         })
     );
     env.stage(&req, d()).await.expect("repeat");
@@ -1141,7 +1142,7 @@ use sim::CsiProxyVersion;
 
 /// [`new_env`] (a Disconnected mapping blocks re-creating it with 1219) playing csi-proxy `v`.
 /// The csi-proxy backend against the simulated host playing release `v` (these tests are about csi-proxy's answers).
-fn env_on(v: CsiProxyVersion) -> Env {
+pub(super) fn env_on(v: CsiProxyVersion) -> Env {
     let env = new_env_on(sim::wmi::TestBackend::CsiProxy, true);
     env.sim.set_csi_proxy_version(v).expect("release");
     env

@@ -302,7 +302,7 @@ impl<H: Host> Rollback<'_, H> {
             err,
             &format!(
                 "; the rollback could not remove {left}: the volume's record is kept, so NodeUnstageVolume or the \
-                 next NodeStageVolume removes it"
+                 next NodeStageVolume finishes the cleanup"
             ),
         ))
     }

@@ -661,3 +661,52 @@ fn every_host_call_whose_connection_goes_silent_converges() {
         Err(e) => panic!("the silent-connection cells did not finish within their time bound: {e}"),
     }
 }
+
+/// The reboot-during-an-outage cell (issue 29 item 1): the SMB volume is staged and published with the pod's data on
+/// it; the file server goes down; the node reboots (every mapping Disconnected; the driver restarts and reconciles);
+/// kubelet's re-stages fail while the server is down; the server comes back (`restart`: the driver restarts once more
+/// first). kubelet's retries must converge — the data on the volume, nothing left — like every cell of the matrix.
+async fn reboot_during_a_file_server_outage(restart: bool) {
+    let what =
+        format!("Smb/reboot during a file-server outage/restart before the retry: {restart}");
+    let mut env = Env::new(Workflow::Smb).await;
+    env.retry(Op::Stage, &what).await;
+    env.retry(Op::Publish, &what).await;
+    env.write(&format!(r"{}\hello.txt", target()), "from the pod");
+    env.sim
+        .with_state_mut(|s| s.set_smb_reachable("fs1", false))
+        .expect("outage");
+    env.sim.reboot().expect("reboot");
+    env.restart().await;
+    for attempt in 1..=2 {
+        let r = env.run(Op::Stage, long()).await;
+        assert!(
+            matches!(&r, Err(Error::FailedPrecondition(m)) if m.contains("53")),
+            "{what}: re-stage {attempt} during the outage: {r:?}"
+        );
+    }
+    env.sim
+        .with_state_mut(|s| s.set_smb_reachable("fs1", true))
+        .expect("the server is back");
+    if restart {
+        env.restart().await;
+    }
+    for op in OPS {
+        env.retry(op, &what).await;
+        if op == Op::Publish {
+            assert_eq!(
+                env.read(&format!(r"{}\hello.txt", target())).as_deref(),
+                Some("from the pod"),
+                "{what}: the pod's data through its path after the re-stage"
+            );
+        }
+    }
+    env.check_converged(&what).await;
+}
+
+#[tokio::test]
+async fn reboot_during_a_file_server_outage_converges() {
+    for restart in [false, true] {
+        reboot_during_a_file_server_outage(restart).await;
+    }
+}

@@ -305,6 +305,61 @@ async fn node_reboot_then_kubelet_restages_and_republishes_with_data_intact() {
     finish(node).await;
 }
 
+/// The node reboots while its file server is down (issue 29 item 1): kubelet's re-stages fail during the outage (its
+/// retries run out); the server comes back (`restart`: the driver restarts once more first) and kubelet's next mount
+/// of the running pod's volume must bring it back with the data, then tear down clean.
+async fn reboot_during_a_file_server_outage(restart: bool) {
+    let mut node = node().await;
+    let pod = Pod::new("team-o", "outage-0");
+    let smb = fixtures::smb_volume("pv-outage", "team-o", "files", Some("outage"));
+    let t = step!(node, node.kubelet().mount(node.host(), &pod, &smb));
+    step!(
+        node,
+        node.host()
+            .write_file(&format!(r"{t}\before.txt"), "survives")
+    );
+    step!(node, node.host().set_smb_reachable(SMB_SERVER, false));
+    node.reboot().await.expect("reboot");
+    let during = node.kubelet().mount(node.host(), &pod, &smb).await;
+    assert!(
+        during.is_err(),
+        "the share cannot be staged while its server is down: {during:?}"
+    );
+    step!(node, node.host().set_smb_reachable(SMB_SERVER, true));
+    if restart {
+        step!(node, node.restart_driver());
+    }
+    let t = step!(node, node.kubelet().mount(node.host(), &pod, &smb));
+    assert_eq!(
+        step!(node, node.host().read_file(&format!(r"{t}\before.txt"))),
+        "survives"
+    );
+    step!(
+        node,
+        node.host().write_file(&format!(r"{t}\after.txt"), "works")
+    );
+    assert_eq!(
+        step!(
+            node,
+            node.host()
+                .read_share_file(SMB_SERVER, SMB_SHARE, "outage/after.txt")
+        ),
+        "works"
+    );
+    step!(node, node.kubelet().unmount(node.host(), &pod, &smb));
+    finish(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_reboot_during_a_file_server_outage_recovers_once_the_server_is_back() {
+    reboot_during_a_file_server_outage(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_reboot_during_a_file_server_outage_recovers_across_a_driver_restart() {
+    reboot_during_a_file_server_outage(true).await;
+}
+
 /// Crashes the driver while the `nth` call of host RPC `rpc` is in flight during kubelet's first NodeStage
 /// attempt, restarts it, and lets kubelet retry: the volume must end up staged and usable, then tear down clean.
 async fn crash_mid_stage(rpc: &str, nth: u64, vol: Volume) {

@@ -7,11 +7,24 @@
 //! * a path starting with a single `\` gets the kubelet root's drive letter (kubelet strips it, csi-proxy needs it);
 //! * the drive letter is upper-cased (the rest keeps its case: NTFS preserves case);
 //! * it must then be an absolute drive path (`X:\…`): UNC (`\\server\…`) and device (`\\?\…`) paths are refused;
-//! * no `.` or `..` segment, no `"` `:` `?` `*` `|` `<` `>` or control character after the drive prefix;
+//! * no `.` segment and no `..` anywhere in a segment, no `"` `:` `?` `*` `|` `<` `>` or control character after the
+//!   drive prefix;
 //! * at most [`MAX_PATH_BYTES`] bytes (csi-proxy's `MaxPathLengthWindows`);
 //! * it must lie strictly *inside* `--kubelet-root`, compared component by component and case-insensitively the way
 //!   Windows compares names (every character, [`super::name`]). This is stricter than csi-proxy's plain string prefix
-//!   check, which also accepts `C:\var\lib\kubeletX\…`.
+//!   check, which also accepts `C:\var\lib\kubeletX\…`; and csi-proxy's own prefix check must pass too (below).
+//!
+//! Every path csi-proxy's validation refuses (`validatePathWindows`, `pkg/server/filesystem/server.go:75-110`, the
+//! same at v1.1.3, v1.2.1, v1.3.0 and master) is refused here first, so a request never records a path the host will
+//! not take (a publish record whose target csi-proxy refuses even to `PathExists` would block the volume's unstage).
+//! csi-proxy refuses `..` *anywhere* after `X:\` (`strings.Contains(path, "..")`), not only as a segment: Windows
+//! (its wide-character APIs, which csi-proxy's Go and the native backend use) and csi-proxy take only `\` and `/` as
+//! separators and only the ASCII `.` as a dot, so a look-alike separator (`∕` U+2215, `／` U+FF0F, `＼` U+FF3C, `⧵`
+//! U+29F5, …) between dots leaves them inside one segment — an ordinary, if odd, name for Windows — whose `..`
+//! csi-proxy refuses. Look-alike dots (`．` U+FF0E, `․` U+2024) are ordinary characters to both, and are accepted.
+//! csi-proxy's prefix check lower-cases both sides character by character (Go's `strings.ToLower`), so a kubelet
+//! root spelt with a character Windows upcases to the root's letter but Go does not lower-case to it (`ı` U+0131
+//! for `i`) is one directory for Windows and outside the root for csi-proxy: refused.
 //!
 //! A violation is [`Error::InvalidArgument`] naming the rule and the offending path (paths are not secret).
 //! [`HostPath`] can only be built through these rules, so the type proves a path was checked.
@@ -136,6 +149,13 @@ impl KubeletRoot {
                 .iter()
                 .zip(&components)
                 .all(|(root, c)| name_key(c) == *root);
+        if inside && !go_lowercase(&text).starts_with(&go_lowercase(&self.text)) {
+            return Err(Error::InvalidArgument(format!(
+                "{what} {raw:?} spells the kubelet root {} with characters csi-proxy does not take for it (it \
+                 lower-cases each character, as Go does); rule: spell the kubelet root as configured",
+                self.text
+            )));
+        }
         if !inside {
             return Err(Error::InvalidArgument(format!(
                 "{what} {raw:?} is outside the kubelet root {}; rule: host paths must lie inside --kubelet-root",
@@ -186,8 +206,10 @@ fn normalise(raw: &str, default_drive: char, what: &str) -> Result<(String, Vec<
     };
     let mut components = Vec::new();
     for part in rest.split('\\').filter(|p| !p.is_empty()) {
-        if part == "." || part == ".." {
-            return Err(invalid("no . or .. segments"));
+        if part == "." || part.contains("..") {
+            return Err(invalid(
+                "no . segments and no .. anywhere in a segment (csi-proxy refuses .. in any position)",
+            ));
         }
         if part.contains(FORBIDDEN) {
             return Err(invalid("none of \" : ? * | < > after the drive prefix"));
@@ -206,6 +228,20 @@ fn normalise(raw: &str, default_drive: char, what: &str) -> Result<(String, Vec<
         text.push_str(c);
     }
     Ok((text, components))
+}
+
+/// Go's `strings.ToLower`: each character's simple lowercase mapping (`unicode.ToLower`). Rust's full mapping differs
+/// for one character only, U+0130 (`İ` → `i` + U+0307; Go: `i`).
+fn go_lowercase(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c == '\u{130}' {
+                'i'
+            } else {
+                c.to_lowercase().next().unwrap_or(c)
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -269,9 +305,9 @@ mod tests {
     #[test]
     fn traversal_and_bad_characters_are_refused() {
         for (raw, rule) in [
-            (r"C:\var\lib\kubelet\pods\..\..\Windows", ".. segments"),
-            (r"C:\var\lib\kubelet\pods\.\a", ".. segments"),
-            ("C:/var/lib/kubelet/../kubelet/pods", ".. segments"),
+            (r"C:\var\lib\kubelet\pods\..\..\Windows", ". segments"),
+            (r"C:\var\lib\kubelet\pods\.\a", ". segments"),
+            ("C:/var/lib/kubelet/../kubelet/pods", ". segments"),
             (r"C:\var\lib\kubelet\pods\a:b", "none of"),
             (r"C:\var\lib\kubelet\pods\a*", "none of"),
             (r"C:\var\lib\kubelet\pods\a?", "none of"),
@@ -289,6 +325,49 @@ mod tests {
             let msg = rejected(raw);
             assert!(msg.contains(rule), "{raw}: {msg}");
         }
+    }
+
+    #[test]
+    fn every_path_csi_proxy_refuses_is_refused_first() {
+        // csi-proxy refuses `..` anywhere after `X:\` (`strings.Contains`); a look-alike separator is no separator for
+        // Windows or csi-proxy, so each of these is one segment holding `..`.
+        for sep in [
+            '\u{2215}', '\u{ff0f}', '\u{ff3c}', '\u{29f5}', '\u{2044}', '\u{fe68}', '\u{a5}',
+        ] {
+            let raw = format!(r"C:\var\lib\kubelet\pods\p\..{sep}..{sep}..{sep}Windows\mount");
+            let msg = rejected(&raw);
+            assert!(msg.contains(".. anywhere in a segment"), "{sep:?}: {msg}");
+        }
+        for raw in [
+            r"C:\var\lib\kubelet\pods\p\a..b\mount",
+            r"C:\var\lib\kubelet\pods\p\..x\mount",
+            r"C:\var\lib\kubelet\pods\p\...\mount",
+        ] {
+            assert!(rejected(raw).contains(".. anywhere in a segment"), "{raw}");
+        }
+        // Look-alike dots are ordinary characters for both.
+        for raw in [
+            "C:\\var\\lib\\kubelet\\pods\\p\\\u{ff0e}\u{ff0e}\\mount",
+            "C:\\var\\lib\\kubelet\\pods\\p\\\u{2024}\u{2024}\\mount",
+            r"C:\var\lib\kubelet\pods\p\a.b\mount",
+        ] {
+            root().check(raw, "target_path").expect(raw);
+        }
+        // Windows upcases `ı` (U+0131) to `I`, so this is the kubelet root for Windows; Go lower-cases it to itself,
+        // so csi-proxy's prefix check says it is outside.
+        let dotless = "C:\\var\\l\u{131}b\\kubelet\\pods\\p\\mount";
+        assert_eq!(
+            crate::host::name::name_key("\u{131}"),
+            crate::host::name::name_key("i"),
+            "premise: Windows takes ı for i"
+        );
+        assert!(
+            rejected(dotless).contains("spells the kubelet root"),
+            "{dotless}"
+        );
+        // Go lower-cases `İ` (U+0130) to `i` as csi-proxy does: not this rule's to refuse.
+        assert_eq!(go_lowercase("\u{130}"), "i");
+        assert_eq!(go_lowercase(r"C:\VAR\Lib"), r"c:\var\lib");
     }
 
     #[test]

@@ -127,6 +127,10 @@ impl fmt::Debug for UncPath {
     }
 }
 
+/// The longest path component Windows allows, in UTF-16 code units: `lpMaximumComponentLength`, "commonly 255" (NTFS,
+/// and the SMB server's file systems; learn.microsoft.com, "Maximum Path Length Limitation").
+pub(crate) const MAX_COMPONENT_UNITS: usize = 255;
+
 /// Validate one path component of a UNC path or subDir.
 pub(crate) fn check_component(part: &str, raw: &str, what: &str) -> Result<String, Error> {
     let bad =
@@ -141,6 +145,13 @@ pub(crate) fn check_component(part: &str, raw: &str, what: &str) -> Result<Strin
     }
     if part.ends_with(' ') || part.ends_with('.') {
         return Err(bad("no segment ending in a space or a dot"));
+    }
+    let units = part.encode_utf16().count();
+    if units > MAX_COMPONENT_UNITS {
+        return Err(bad(&format!(
+            "no path segment longer than {MAX_COMPONENT_UNITS} characters (Windows' limit on a file or directory \
+             name; this one has {units})"
+        )));
     }
     Ok(part.to_owned())
 }

@@ -8,13 +8,23 @@ use super::{
     check_mount_flags, context_get, host_error, inline, mount_capability, required,
 };
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostPath};
+use crate::host::{Host, HostError, HostErrorKind, HostPath};
 use crate::lifecycle::context::Calls;
 use crate::locks::Deadline;
 use crate::state::{AccessRecord, Phase, PublishRecord, RECORD_VERSION, VolumeRecord};
 
+#[cfg(test)]
+mod tests;
+
 /// `VolumeCapability.AccessMode.Mode.SINGLE_NODE_SINGLE_WRITER`.
 const SINGLE_NODE_SINGLE_WRITER: i32 = 6;
+
+/// How a publish's attempt to replace what is at its target ended: `Maybe` the link is there (a `CreateSymlink` whose
+/// outcome is unknown: the record stays for kubelet's retry or unpublish), or `Not` (the record goes).
+enum Replaced {
+    Maybe(Error),
+    Not(Error),
+}
 
 /// The link publish makes: `target` (the pod's path) pointing at `staging`, for `volume_id`.
 pub(super) struct Link<'a> {
@@ -242,9 +252,15 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         self.store
             .put_publication(&target.key(), &record_of(access))
             .await?;
-        h.create_symlink(target, staging)
-            .await
-            .map_err(|e| host_error(e, target))?;
+        match h.create_symlink(target, staging).await {
+            Ok(()) => {}
+            Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
+            Err(e) => {
+                // Nothing of this driver's is at the target (what was there is gone): no record may claim it.
+                self.remove_publication(target).await?;
+                return Err(host_error(e, target));
+            }
+        }
         info!(target = %target, readonly, "volume published");
         Ok(())
     }
@@ -252,8 +268,9 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     /// A first publish at `target` (no record names it; the caller checked the staging side): kubelet made only the
     /// target's parent, so the link is made at once, without a `PathExists` first. `CreateSymlink` fails when something
     /// is at the path, on every csi-proxy release (Go's `os.Symlink`) and the native backend, and creates nothing
-    /// then; only that failure asks what is there. `record` is durable before the link, and goes again when what is
-    /// there is not this driver's (a resolving link it did not make, a non-empty directory).
+    /// then; only that failure asks what is there. `record` is durable before the link, and goes again with any
+    /// failure after which no link of this call's can be at the target — all of them but a last `CreateSymlink` whose
+    /// outcome is unknown — so a failed publish leaves no record to block the volume's unstage.
     async fn link_new_target(
         &self,
         h: &Calls<'_, H>,
@@ -270,41 +287,48 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
             Err(e) => e,
         };
-        if !h
-            .path_exists(target)
-            .await
-            .map_err(|e| host_error(e, target))?
-        {
-            // Nothing is there: the failure is the link's own (the record stays, as for any failed link: kubelet
-            // retries or unpublishes).
-            return Err(host_error(failed, target));
-        }
-        if h.is_symlink(target)
-            .await
-            .map_err(|e| host_error(e, target))?
-        {
-            // A link that resolves, made before this call and not by this driver (its record would be there): not
-            // ours to replace, and the record just written must not claim it.
-            self.remove_publication(target).await?;
-            return Err(Error::AlreadyExists(format!(
-                "{target} is already a link this driver did not make; refusing to replace it"
-            )));
-        }
-        debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
-        match h.rmdir(target).await {
-            Ok(()) => {}
-            Err(e) if e.kind.is_uncertain() => return Err(host_error(e, target)),
-            Err(e) => {
-                // Still not ours (a non-empty directory is never removed): neither is the record.
+        match self.replace_at_target(h, target, staging, failed).await {
+            Ok(()) => {
+                info!(target = %target, readonly = record.readonly, "volume published");
+                Ok(())
+            }
+            Err(Replaced::Maybe(e)) => Err(e),
+            Err(Replaced::Not(e)) => {
                 self.remove_publication(target).await?;
-                return Err(host_error(e, target));
+                Err(e)
             }
         }
-        h.create_symlink(target, staging)
-            .await
-            .map_err(|e| host_error(e, target))?;
-        info!(target = %target, readonly = record.readonly, "volume published");
-        Ok(())
+    }
+
+    /// After a first `CreateSymlink` at `target` failed (`failed`): replace kubelet's empty directory (or a dangling
+    /// link) there with the link; a resolving link this driver did not make and a non-empty directory are refused.
+    async fn replace_at_target(
+        &self,
+        h: &Calls<'_, H>,
+        target: &HostPath,
+        staging: &HostPath,
+        failed: HostError,
+    ) -> Result<(), Replaced> {
+        let not = |e| Replaced::Not(host_error(e, target));
+        if !h.path_exists(target).await.map_err(not)? {
+            // Nothing is there: the failure is the link's own.
+            return Err(not(failed));
+        }
+        if h.is_symlink(target).await.map_err(not)? {
+            // A link that resolves, made before this call and not by this driver (its record would be there): not
+            // ours to replace, and the record just written must not claim it.
+            return Err(Replaced::Not(Error::AlreadyExists(format!(
+                "{target} is already a link this driver did not make; refusing to replace it"
+            ))));
+        }
+        debug!(target = %target, "removing kubelet's empty directory (or a dangling link) at the target path");
+        // A non-empty directory is never removed: still not ours, and neither is the record.
+        h.rmdir(target).await.map_err(not)?;
+        match h.create_symlink(target, staging).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind.is_uncertain() => Err(Replaced::Maybe(host_error(e, target))),
+            Err(e) => Err(not(e)),
+        }
     }
 
     /// NodeUnpublishVolume.

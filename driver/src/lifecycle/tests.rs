@@ -776,6 +776,7 @@ impl Protocol<CsiProxyHost> for Adopter {
             root: self.root.clone(),
             remote_path: self.root.clone(),
             principal: None,
+            mapped: false,
         };
         VolumeRecord::new(
             found.volume_id,

@@ -57,6 +57,7 @@ pub(super) async fn adopt<H: Host>(
         root: remote.root_key(),
         remote_path: remote.to_string(),
         principal: None,
+        mapped: false,
     };
     info!(staging = %staging, remote = %remote, "staging link into a share without a record: adopting it (principal \
           unknown)");

@@ -48,8 +48,9 @@ pub(super) async fn remove_mapping<H: Host>(h: &Calls<'_, H>, remote: &UncPath) 
 /// Windows may refuse: with error 85 (a stale mapping; no public report shows it, kept for robustness), or — what
 /// public reports show after a reboot, when every mapping is `Disconnected` — with error 1219, the same answer as for
 /// a mapping under another user. 1219 is repaired only when this node's own records prove it mapped this share under
-/// the requested principal (a volume on it reached Staged), so a mapping someone else made under another user is
-/// never removed.
+/// the requested principal ([`SmbRecord::proves_mapping`]: a stage of a volume on it completed, and the record has
+/// kept that knowledge since, also through a re-stage that failed), so a mapping someone else made under another user
+/// is never removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct MapRepair {
     /// This node's records map the share under the requested principal.
@@ -64,14 +65,9 @@ impl MapRepair {
         existing: Option<&VolumeRecord>,
         vol: &SmbVolume,
     ) -> Result<Self, Error> {
-        let root = vol.source.root_key();
-        let mine = vol.principal().unwrap_or("");
-        let proves = |rec: &VolumeRecord, r: &SmbRecord| {
-            !principal_unknown(rec, r)
-                && names_equal(&r.root, &root)
-                && same_principal(r.principal.as_deref().unwrap_or(""), mine)
-                && matches!(rec.phase, Phase::Staged | Phase::NeedsRestage)
-        };
+        let wanted = SmbRecord::of(vol);
+        let proves =
+            |rec: &VolumeRecord, r: &SmbRecord| r.proves_mapping(rec) && r.same_mapping(&wanted);
         let mut mapped_by_us = false;
         if let Some(rec) = existing
             && let Some(r) = rec.details::<SmbRecord>()?

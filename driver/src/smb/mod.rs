@@ -12,6 +12,8 @@
 //! | first stage with subDir | `Rmdir(staging)` → `NewSmbGlobalMapping(root+source, link=staging)` → `Mkdir(staging\subDir)` (creates it on the share, through the link) → `Rmdir(staging)` → `NewSmbGlobalMapping(full, link=staging)` → `IsSymlink` |
 //! | repeated stage | `IsSymlink(staging)` (true: a link whose target exists, so the path exists too) |
 //! | re-stage after a reboot (Disconnected mapping) | `IsSymlink` (false or an error) → `Rmdir(staging)` → `NewSmbGlobalMapping` (1219) → `RemoveSmbGlobalMapping(root)` → `NewSmbGlobalMapping` → `IsSymlink` |
+//! | re-stage after a reboot during a file-server outage | while the server is down: `Rmdir(staging)` → `NewSmbGlobalMapping` (53; the record stays, phase `staging`, still proving the mapping is the driver's); once it is back, as the row above |
+//! | first stage whose share path does not exist | PowerShell era: `Rmdir(staging)` → `NewSmbGlobalMapping` (maps, then `New-Item` refuses the link) → rollback `Rmdir(staging)` ("not found": no link) → `RemoveSmbGlobalMapping(root)`; WMI era: `Rmdir` → `NewSmbGlobalMapping` (a dangling link) → `IsSymlink` (false) → `Rmdir` → `RemoveSmbGlobalMapping`; the mapping only when no other record uses it |
 //! | unstage | `Rmdir(staging)` ("not found": already gone) → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
 //! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` |
@@ -38,9 +40,10 @@
 //!
 //! Repairing relies on `NewSmbGlobalMapping`'s own reuse-or-recreate logic: it keeps an OK, reachable mapping and
 //! creates over a broken one without removing it first. After a reboot Windows refuses that with error 1219 (public
-//! reports; the same code as "another user"): when this node's records show a staged volume of the share under the
-//! same principal, the driver removes the mapping and creates it once more, under the share's exclusive lock
-//! (`mapping.rs`); a 1219 without that evidence is reported, never repaired. Error 85, should Windows answer it, is
+//! reports; the same code as "another user"): when this node's records prove it mapped the share under the same
+//! principal ([`SmbRecord::mapped`]: set with a `Staged` record, kept through a re-stage that failed — a reboot while
+//! the file server was down —, gone with the record), the driver removes the mapping and creates it once more, under
+//! the share's exclusive lock (`mapping.rs`); a 1219 without that evidence is reported, never repaired. Error 85, should Windows answer it, is
 //! repaired the same way.
 //!
 //! # Crash safety
@@ -57,9 +60,12 @@
 //! * unstage, after the link removal or after the mapping removal: the record still exists, so the retry repeats the
 //!   remaining steps (`RemoveSmbGlobalMapping`'s "not found" counts as done).
 //!
-//! A definite stage failure (e.g. 1219, logon failure, share not found) rolls back what this call created and deletes
-//! a fresh record, because kubelet treats such an error as final and will not call NodeUnstage. An uncertain failure
-//! (deadline, csi-proxy unavailable) keeps the record: kubelet retries or unstages.
+//! A definite failure of a first stage (e.g. 1219, logon failure, share not found, a link refused) rolls back what
+//! this call may have made — a `NewSmbGlobalMapping` that failed after the mapping step counts as having made the
+//! mapping (csi-proxy maps first, links second) —, each step attempted even when another could not be undone, and
+//! deletes the record when nothing is left, because kubelet treats such an error as final and will not call
+//! NodeUnstage; what is left is named in the error and the record stays for it. An uncertain failure (deadline,
+//! csi-proxy unavailable) keeps the record: kubelet retries or unstages.
 //!
 //! # Concurrency
 //!
@@ -111,6 +117,13 @@ pub struct SmbRecord {
     pub remote_path: String,
     /// The principal name the mapping was requested with (never the password).
     pub principal: Option<String>,
+    /// What this driver durably knows about the share's mapping: a `NewSmbGlobalMapping` of `root` under `principal`
+    /// succeeded for this volume (set with the `Staged` record) and the driver has not removed the mapping since.
+    /// Kept through a re-stage (its record goes back to `staging` first, and may stay there when the re-stage fails),
+    /// so a Disconnected mapping that a reboot left behind stays provably the driver's own until it is gone; see
+    /// [`SmbRecord::proves_mapping`]. Absent (false) in records of earlier versions.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mapped: bool,
 }
 
 impl Details for SmbRecord {
@@ -123,7 +136,26 @@ impl SmbRecord {
             root: vol.source.root_key(),
             remote_path: vol.full_path().to_string(),
             principal: vol.principal().map(str::to_owned),
+            mapped: false,
         }
+    }
+
+    /// Whether `rec` (whose facts these are) proves that this driver mapped `root` under `principal`: it says so
+    /// ([`Self::mapped`]), or — a record of an earlier version — its stage completed (`Staged`, or `NeedsRestage`,
+    /// which only a `Staged` record becomes). An adopted record whose principal is unknown proves nothing.
+    pub(crate) fn proves_mapping(&self, rec: &VolumeRecord) -> bool {
+        !adopt::principal_unknown(rec, self)
+            && (self.mapped || matches!(rec.phase, Phase::Staged | Phase::NeedsRestage))
+    }
+
+    /// Whether these facts and `other`'s name the same share root under the same principal (Windows compares both
+    /// case-insensitively).
+    fn same_mapping(&self, other: &Self) -> bool {
+        names_equal(&self.root, &other.root)
+            && names_equal(
+                self.principal.as_deref().unwrap_or(""),
+                other.principal.as_deref().unwrap_or(""),
+            )
     }
 
     /// Whether two records describe the same staged share path (principal excluded: credentials may rotate).

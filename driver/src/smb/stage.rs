@@ -7,10 +7,15 @@ use tracing::{debug, info, warn};
 use super::mapping::{MapRepair, check_principal, lock_mapping, map_locked, remove_mapping};
 use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
-use crate::host::{Host, HostError, HostErrorKind};
-use crate::lifecycle::{Context, StageAt, host_error};
-use crate::locks::Deadline;
+use crate::host::{
+    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SmbCredential, UncPath,
+};
+use crate::lifecycle::{Calls, Context, StageAt, host_error};
+use crate::locks::{Deadline, KeyedGuard};
 use crate::state::{Phase, VolumeRecord};
+
+#[cfg(test)]
+mod tests;
 
 /// The object lock of an SMB server's principal (Windows allows one user per server per node: error 1219).
 fn server_lock_key(vol: &SmbVolume) -> String {
@@ -31,19 +36,24 @@ pub(super) async fn stage<H: Host>(
         ephemeral,
     } = at;
     let h = cx.calls(d);
-    let wanted = SmbRecord::of(vol);
+    let mut wanted = SmbRecord::of(vol);
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
-        let same = rec
-            .details::<SmbRecord>()?
-            .is_some_and(|r| r.same_volume(&wanted));
+        let facts = rec.details::<SmbRecord>()?;
+        let same = facts.as_ref().is_some_and(|r| r.same_volume(&wanted));
         if !same || !staging.is(&rec.staging_path) {
             return Err(Error::AlreadyExists(format!(
                 "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",
                 rec.staging_path
             )));
         }
+        // What the record proved about the mapping stays proven while this stage runs and after it fails: the
+        // mapping is still there (only this driver's unstage or rollback removes it, and either deletes the record).
+        wanted.mapped = facts.is_some_and(|r| r.proves_mapping(rec) && r.same_mapping(&wanted));
     }
+    // The subDir is created through the staging link (csi-proxy's `Mkdir` takes local paths only): that path obeys
+    // every host-path rule, 260 bytes included, so a subDir too long for it is refused before any host call or record.
+    let sub = sub_dir_path(cx, staging, vol)?;
     let fresh = existing.is_none();
     // Shared with the store's index (held to the end of the stage: with many stages at once, copies add up).
     let record = std::sync::Arc::new(VolumeRecord::new(
@@ -115,41 +125,27 @@ pub(super) async fn stage<H: Host>(
     // A re-stage (a record exists) may find the mapping broken and repair it: it does not go by what this process
     // remembers making.
     let mut mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
-    let mut mapped = false;
-    // Whether this call made the mapping (under the exclusive side, which it then gave up for the shared one).
-    let mut created = false;
-    // Once the share is mapped, the other stages queued on it go on under the shared side while this one finishes.
-    let mut share_mapped = |mapping: &mut crate::locks::KeyedGuard| {
-        mappings.mapped(&root);
-        if !mapping.is_shared() {
-            created = true;
-            mapping.downgrade();
-        }
-    };
-    // Whether a link this call made is at the staging path (the only thing a rollback may remove there).
-    let mut link_ours = false;
+    // What this call may have made, for the rollback of a definite failure.
+    let mut made = Made::default();
     let cred = vol.credential.as_ref();
     let result = async {
-        if !vol.sub_dir.is_empty() {
-            let sub = staging.join(&vol.sub_dir.join("\\"), cx.kubelet_root())?;
+        if let Some(sub) = &sub {
             debug!(sub_dir = %vol.full_path(), "ensuring subDir exists on the share through a temporary link");
-            map_locked(&h, &mut mapping, &vol.source, staging, cred, repair)
+            map(&h, &mut mapping, &mut made, &vol.source, staging, cred, repair)
                 .await
                 .map_err(|e| map_error(e, vol, &vol.source))?;
-            mapped = true;
-            share_mapped(&mut mapping);
-            link_ours = true;
-            h.mkdir(&sub).await.map_err(|e| host_error(e, &vol.full_path()))?;
+            mappings.mapped(&root);
+            if let Err(e) = h.mkdir(sub).await {
+                return Err(sub_dir_error(&h, staging, vol, e).await);
+            }
             h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
-            link_ours = false;
+            made.link = false;
         }
         let full = vol.full_path();
-        map_locked(&h, &mut mapping, &full, staging, cred, repair)
+        map(&h, &mut mapping, &mut made, &full, staging, cred, repair)
             .await
             .map_err(|e| map_error(e, vol, &full))?;
-        mapped = true;
-        share_mapped(&mut mapping);
-        link_ours = true;
+        mappings.mapped(&root);
         if let Err(why) = reaches_share(&h, staging).await? {
             return Err(Error::FailedPrecondition(format!(
                 "{full} is not reachable through the SMB mapping ({why}): the path does not exist on the share, or \
@@ -164,7 +160,14 @@ pub(super) async fn stage<H: Host>(
         Ok(()) => {
             // Staged in the store (visible) while the mapping's lock is held: stages queued behind this one's mapping
             // see a staged user and share the mapping; they need not wait for this record to be durable.
-            let staged = cx.store().put_volume(&cx.staged(&record));
+            // The mapping of the share under this principal is now provably this driver's (`SmbRecord::mapped`).
+            let facts = SmbRecord {
+                mapped: true,
+                ..wanted
+            };
+            let staged = cx
+                .store()
+                .put_volume(&cx.staged(&record.with_details(&facts)?));
             drop(mapping);
             staged.await?;
             info!(staging = %staging, remote = %vol.full_path(), "volume staged");
@@ -175,36 +178,145 @@ pub(super) async fn stage<H: Host>(
             Err(err)
         }
         Err(err) if fresh => {
-            debug!(error = %err, "stage failed: rolling back what this call created");
-            if link_ours && let Err(e) = h.rmdir(staging).await {
-                warn!(error = %e, "rollback: cannot remove the staging link; keeping the record");
-                return Err(err);
-            }
-            // A mapping this call did not make was there before it (another volume uses it, or it was found) and is
-            // never ours alone to remove. One it made may have gained users since it gave up the exclusive side:
-            // they are counted again under that side.
-            if mapped && created {
-                mapping.upgrade().await;
-            }
-            if mapped
-                && created
-                && other_share_users(cx, volume_id, &root)? == 0
-                && cx.may_remove_shared(0, &root)
-            {
-                mappings.forget(&root);
-                match remove_mapping(&h, &vol.source.root()).await {
-                    Ok(()) => {}
-                    Err(e) if e.kind == HostErrorKind::NotFound => {}
-                    Err(e) => {
-                        warn!(error = %e, "rollback: cannot remove the mapping; keeping the record");
-                        return Err(err);
-                    }
-                }
-            }
-            cx.store().remove_volume(volume_id).await?;
-            Err(err)
+            let rollback = Rollback {
+                cx,
+                h: &h,
+                mappings,
+                volume_id,
+                staging,
+                vol,
+            };
+            Err(rollback.run(mapping, made, err).await?)
         }
         Err(err) => Err(err),
+    }
+}
+
+/// What a stage may have made on the host, so that the rollback of a definite failure removes it. A call whose
+/// outcome is unknown counts as possibly done.
+#[derive(Debug, Default)]
+struct Made {
+    /// A link this call made may be at the staging path (the only thing a rollback may remove there).
+    link: bool,
+    /// This call may have created the share's mapping: a `NewSmbGlobalMapping` it made under the exclusive side
+    /// succeeded, or failed in a way that does not prove the mapping step refused (csi-proxy maps first and links
+    /// second, and a failed link leaves the mapping it just made: PowerShell-era `New-Item` refuses a missing target).
+    mapping: bool,
+}
+
+/// Whether a failed `NewSmbGlobalMapping` proves that no mapping was made: Windows refused the mapping itself (another
+/// user 1219, server 53, share 67, credentials 1326/86, a stale mapping 85). Any other failure may come from the link
+/// made after the mapping.
+fn refused_before_mapping(kind: HostErrorKind) -> bool {
+    matches!(
+        kind,
+        HostErrorKind::MultipleConnections
+            | HostErrorKind::NetworkPathNotFound
+            | HostErrorKind::NetworkNameNotFound
+            | HostErrorKind::LogonFailure
+            | HostErrorKind::StaleMapping
+    )
+}
+
+/// `NewSmbGlobalMapping` of `remote` with the staging link, noting in `made` what it may have made. Once the share is
+/// mapped, the other stages queued on it go on under the shared side while this one finishes.
+async fn map<H: Host>(
+    h: &Calls<'_, H>,
+    mapping: &mut KeyedGuard,
+    made: &mut Made,
+    remote: &UncPath,
+    staging: &HostPath,
+    cred: Option<&SmbCredential>,
+    repair: MapRepair,
+) -> Result<(), HostError> {
+    let result = map_locked(h, mapping, remote, staging, cred, repair).await;
+    let possibly_made = match &result {
+        Ok(()) => true,
+        Err(e) => !refused_before_mapping(e.kind),
+    };
+    if possibly_made {
+        made.link = true;
+        // Under the shared side the mapping was there before this call (other volumes use it): never this call's.
+        made.mapping |= !mapping.is_shared();
+    }
+    if result.is_ok() {
+        mapping.downgrade();
+    }
+    result
+}
+
+/// The rollback of a fresh stage's definite failure: kubelet treats the error as final and will not call NodeUnstage,
+/// so every step this call may have made is undone — each attempted even when another could not be — and the record
+/// goes only when nothing is left; what could not be undone is named in the error, and the record stays for it.
+struct Rollback<'a, H> {
+    cx: Context<'a, H>,
+    h: &'a Calls<'a, H>,
+    mappings: &'a Mappings,
+    volume_id: &'a str,
+    staging: &'a HostPath,
+    vol: &'a SmbVolume,
+}
+
+impl<H: Host> Rollback<'_, H> {
+    async fn run(self, mut mapping: KeyedGuard, made: Made, err: Error) -> Result<Error, Error> {
+        let Self {
+            cx,
+            h,
+            mappings,
+            volume_id,
+            staging,
+            vol,
+        } = self;
+        debug!(error = %err, ?made, "stage failed: rolling back what this call may have made");
+        let mut left = Vec::new();
+        if made.link {
+            match h.rmdir(staging).await {
+                Ok(()) => {}
+                // Already gone (or never made): nothing to undo there.
+                Err(e) if e.kind == HostErrorKind::NotFound => {}
+                Err(e) => left.push(format!("the staging link at {staging} ({})", e.message)),
+            }
+        }
+        if made.mapping {
+            let root = vol.source.root_key();
+            // One this call made may have gained users since it gave up the exclusive side: they are counted again
+            // under that side. A mapping another volume uses is never removed.
+            mapping.upgrade().await;
+            if other_share_users(cx, volume_id, &root)? == 0 && cx.may_remove_shared(0, &root) {
+                mappings.forget(&root);
+                match remove_mapping(h, &vol.source.root()).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind == HostErrorKind::NotFound => {}
+                    Err(e) => left.push(format!("the SMB mapping of {root} ({})", e.message)),
+                }
+            }
+        }
+        drop(mapping);
+        if left.is_empty() {
+            cx.store().remove_volume(volume_id).await?;
+            return Ok(err);
+        }
+        let left = left.join(" and ");
+        warn!(left = %left, "rollback incomplete: keeping the volume's record");
+        Ok(noted(
+            err,
+            &format!(
+                "; the rollback could not remove {left}: the volume's record is kept, so NodeUnstageVolume or the \
+                 next NodeStageVolume finishes the cleanup"
+            ),
+        ))
+    }
+}
+
+/// `err` with `note` appended to its message (same code).
+fn noted(err: Error, note: &str) -> Error {
+    match err {
+        Error::InvalidArgument(m) => Error::InvalidArgument(m + note),
+        Error::NotFound(m) => Error::NotFound(m + note),
+        Error::AlreadyExists(m) => Error::AlreadyExists(m + note),
+        Error::FailedPrecondition(m) => Error::FailedPrecondition(m + note),
+        Error::Internal(m) => Error::Internal(m + note),
+        other => other,
     }
 }
 
@@ -222,9 +334,67 @@ async fn forget_fresh<H: Host>(
     Ok(err)
 }
 
+/// A failed `Mkdir` of the subDir through the staging link. "Not found" or "already exists" is what a link whose target
+/// does not exist gives (WMI-era csi-proxy links to a missing source path; Go's `MkdirAll` then meets the link itself):
+/// one `IsSymlink` tells, and such a source path is named as FAILED_PRECONDITION, like the link the PowerShell era
+/// refuses.
+async fn sub_dir_error<H: Host>(
+    h: &Calls<'_, H>,
+    staging: &HostPath,
+    vol: &SmbVolume,
+    e: HostError,
+) -> Error {
+    if matches!(
+        e.kind,
+        HostErrorKind::NotFound | HostErrorKind::AlreadyExists
+    ) {
+        match reaches_share(h, staging).await {
+            Ok(Err(why)) => {
+                return Error::FailedPrecondition(format!(
+                    "{} is not reachable through the SMB mapping ({why}), so the subDir cannot be created in it: the \
+                     path does not exist on the share, or the mapping is not usable; check the volume's source",
+                    vol.source
+                ));
+            }
+            Err(uncertain) => return uncertain,
+            Ok(Ok(())) => {}
+        }
+    }
+    host_error(e, &vol.full_path())
+}
+
+/// `staging\subDir`, the path the subDir is created through (`None` without a subDir); InvalidArgument when it breaks a
+/// host-path rule (at most 260 bytes: csi-proxy's `MaxPathLengthWindows`, which the driver applies on every backend).
+fn sub_dir_path<H: Host>(
+    cx: Context<'_, H>,
+    staging: &HostPath,
+    vol: &SmbVolume,
+) -> Result<Option<HostPath>, Error> {
+    if vol.sub_dir.is_empty() {
+        return Ok(None);
+    }
+    let sub = vol.sub_dir.join("\\");
+    staging.join(&sub, cx.kubelet_root()).map(Some).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "subDir {sub:?} cannot be created through the staging path {staging}: {e}. Rule: the staging path, a \
+             backslash and the subDir are at most {MAX_PATH_BYTES} bytes (csi-proxy's limit on local paths); use a \
+             shorter subDir"
+        ))
+    })
+}
+
 /// A failed `NewSmbGlobalMapping`. Without credentials, a failure Windows gives no known reason for is csi-proxy's own
 /// limit: v1.1.x and v1.2.x (PowerShell) always build a `PSCredential` and cannot map with the node's identity.
 fn map_error(e: HostError, vol: &SmbVolume, subject: &dyn std::fmt::Display) -> Error {
+    if e.kind == HostErrorKind::NotFound {
+        // The mapping is made first, then the link to the full remote path: PowerShell-era csi-proxy (`New-Item
+        // -ItemType SymbolicLink`, Windows PowerShell 5.1) refuses a link to a path that does not exist.
+        return Error::FailedPrecondition(format!(
+            "{subject} does not exist on the share, so csi-proxy could not link the staging path to it ({}); check \
+             the volume's source and subDir, or create the directory on the share",
+            e.message
+        ));
+    }
     if vol.credential.is_none() && e.kind == HostErrorKind::Other {
         return Error::FailedPrecondition(format!(
             "{subject} cannot be mapped without credentials by this node's csi-proxy ({}): csi-proxy v1.1.x and \

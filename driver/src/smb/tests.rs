@@ -16,9 +16,9 @@ use crate::lifecycle::{
 use crate::testing::{Call, Env, d};
 use HostOp::*;
 
-const SHARE: &str = r"\\srv\share";
+pub(super) const SHARE: &str = r"\\srv\share";
 
-fn staging(id: &str) -> String {
+pub(super) fn staging(id: &str) -> String {
     format!(r"c:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
 }
 
@@ -26,7 +26,7 @@ fn norm_staging(id: &str) -> String {
     format!(r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount")
 }
 
-fn target(pod: &str) -> String {
+pub(super) fn target(pod: &str) -> String {
     format!(r"\var\lib\kubelet\pods\{pod}\volumes\kubernetes.io~csi\pv\mount")
 }
 
@@ -44,12 +44,12 @@ fn cap() -> Option<Capability> {
 /// `public`; accounts `CORP\bob`, `CORP\alice` and the local `carol`) and server `nas` (shares `data` and `other`;
 /// `CORP\bob` and the local `someone`). `blocking`: whether re-creating a mapping a reboot left Disconnected fails
 /// with 1219 (what public reports show, the simulated host's default) or simply works.
-fn new_env(blocking: bool) -> Env {
+pub(super) fn new_env(blocking: bool) -> Env {
     new_env_on(sim::wmi::TestBackend::from_env_or_panic(), blocking)
 }
 
 /// [`new_env`] on `backend`.
-fn new_env_on(backend: sim::wmi::TestBackend, blocking: bool) -> Env {
+pub(super) fn new_env_on(backend: sim::wmi::TestBackend, blocking: bool) -> Env {
     let accounts = |extra: serde_json::Value| {
         let mut a = serde_json::json!([
             {"user": "bob", "password": "pw-1", "domain": "CORP"},
@@ -80,11 +80,11 @@ fn new_env_on(backend: sim::wmi::TestBackend, blocking: bool) -> Env {
 }
 
 /// The host's global mappings, by lower-cased root.
-fn mappings(env: &Env) -> BTreeMap<String, sim::state::Mapping> {
+pub(super) fn mappings(env: &Env) -> BTreeMap<String, sim::state::Mapping> {
     env.state(|s| s.mappings().clone())
 }
 
-fn stage_req(id: &str, source: &str, sub_dir: Option<&str>, user: &str) -> StageRequest {
+pub(super) fn stage_req(id: &str, source: &str, sub_dir: Option<&str>, user: &str) -> StageRequest {
     let mut volume_context: BTreeMap<String, String> =
         [("source".to_owned(), source.to_owned())].into();
     if let Some(s) = sub_dir {
@@ -99,7 +99,7 @@ fn stage_req(id: &str, source: &str, sub_dir: Option<&str>, user: &str) -> Stage
     }
 }
 
-fn publish_req(id: &str, pod: &str) -> PublishRequest {
+pub(super) fn publish_req(id: &str, pod: &str) -> PublishRequest {
     PublishRequest {
         volume_id: id.into(),
         staging_target_path: staging(id),
@@ -109,14 +109,14 @@ fn publish_req(id: &str, pod: &str) -> PublishRequest {
     }
 }
 
-fn unstage_req(id: &str) -> UnstageRequest {
+pub(super) fn unstage_req(id: &str) -> UnstageRequest {
     UnstageRequest {
         volume_id: id.into(),
         staging_target_path: staging(id),
     }
 }
 
-fn unpublish_req(id: &str, pod: &str) -> UnpublishRequest {
+pub(super) fn unpublish_req(id: &str, pod: &str) -> UnpublishRequest {
     UnpublishRequest {
         volume_id: id.into(),
         target_path: target(pod),
@@ -148,7 +148,8 @@ async fn first_and_repeated_stage() {
         Some(SmbRecord {
             root: SHARE.into(),
             remote_path: r"\\srv\share\base".into(),
-            principal: Some(r"CORP\bob".into())
+            principal: Some(r"CORP\bob".into()),
+            mapped: true,
         })
     );
     env.stage(&req, d()).await.expect("repeat");
@@ -629,25 +630,32 @@ async fn conflicting_principals_fail_with_1219_advice() {
 #[tokio::test]
 async fn definite_failures_roll_back() {
     let env = new_env(false);
-    // The path does not exist on the share: link made, then found unreachable → link and mapping removed.
+    // The path does not exist on the share. PowerShell-era csi-proxy maps, then refuses the link (`New-Item`): the
+    // mapping it made and a link it may have made are removed. Elsewhere the link is made, then found unreachable:
+    // link and mapping removed.
     let err = env
         .stage(&stage_req("v1", r"\\srv\share\missing", None, "bob"), d())
         .await
         .expect_err("x");
+    let link_refused = env.backend == sim::wmi::TestBackend::CsiProxy
+        && env.sim.csi_proxy_version().is_powershell();
     assert!(
-        matches!(&err, Error::FailedPrecondition(m) if m.contains("not reachable")),
+        matches!(&err, Error::FailedPrecondition(m) if m.contains(r"\\srv\share\missing")
+            && m.contains(if link_refused { "does not exist" } else { "not reachable" })),
         "{err:?}"
     );
-    assert_eq!(
-        env.take_ops(),
+    let ops = if link_refused {
+        vec![Rmdir, NewSmbGlobalMapping, Rmdir, RemoveSmbGlobalMapping]
+    } else {
         vec![
             Rmdir,
             NewSmbGlobalMapping,
             IsSymlink,
             Rmdir,
-            RemoveSmbGlobalMapping
+            RemoveSmbGlobalMapping,
         ]
-    );
+    };
+    assert_eq!(env.take_ops(), ops);
     env.assert_clean();
     // Mkdir of the subDir fails: the temporary link and the mapping are rolled back.
     env.fail_nth(
@@ -1141,7 +1149,7 @@ use sim::CsiProxyVersion;
 
 /// [`new_env`] (a Disconnected mapping blocks re-creating it with 1219) playing csi-proxy `v`.
 /// The csi-proxy backend against the simulated host playing release `v` (these tests are about csi-proxy's answers).
-fn env_on(v: CsiProxyVersion) -> Env {
+pub(super) fn env_on(v: CsiProxyVersion) -> Env {
     let env = new_env_on(sim::wmi::TestBackend::CsiProxy, true);
     env.sim.set_csi_proxy_version(v).expect("release");
     env
@@ -1446,7 +1454,12 @@ async fn stages_on_a_new_mapping_go_on_while_its_maker_finishes() {
 #[tokio::test]
 async fn a_failed_maker_keeps_the_mapping_another_stage_joined() {
     let env = new_env(false);
-    // v1 makes the mapping, then its link check is held and fails once released (the share path is missing).
+    // v1 makes the mapping and a dangling link (the WMI era's `CreateSymbolicLink`; PowerShell-era csi-proxy refuses
+    // that link under the exclusive side, before anyone can join: `smb/stage/tests.rs`), then its link check is held
+    // and fails once released (the share path is missing).
+    env.sim
+        .set_csi_proxy_version(sim::CsiProxyVersion::V1_3_0)
+        .expect("release");
     env.hold_nth(IsSymlink, 1);
     let r1 = stage_req("v1", r"\\srv\share\missing", None, "bob");
     let r2 = stage_req("v2", r"\\srv\share\base", None, "bob");

@@ -234,6 +234,9 @@ pub struct Profile {
     pub smb_needs_credentials: bool,
     /// The `local_path` link form.
     pub smb_link: SmbLinkForm,
+    /// The `local_path` link is refused when its target does not exist (PowerShell era: Windows PowerShell 5.1's
+    /// `New-Item -ItemType SymbolicLink`); the mapping made before it stays. WMI era: a dangling link is made.
+    pub smb_link_needs_target: bool,
     /// Whether `-require-privacy` exists (v1.1.3 hard-codes `-RequirePrivacy $true`).
     pub require_privacy_flag: bool,
     /// IQN matching.
@@ -279,6 +282,7 @@ impl Profile {
             } else {
                 SmbLinkForm::LongPathPrefixed
             },
+            smb_link_needs_target: ps,
             require_privacy_flag: version != V1_1_3,
             iqn_match: match version {
                 V1_1_3 | V1_2_1 => IqnMatch::CaseInsensitive,

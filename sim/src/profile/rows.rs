@@ -185,6 +185,17 @@ pub const ROWS: &[ProfileRow] = &[
         source: "v1.1.3 `pkg/os/smb/api.go:46-61`; v1.3.0 `pkg/os/smb/api.go:52-67` (`:58`); master `pkg/os/smb/api.go:54-69`; whether Windows resolves the `\\\\?\\\\\\server` form is unverified (chosen: it resolves; configurable: `long_unc_links_resolve`)",
     },
     ProfileRow {
+        id: "smb_link_target",
+        behaviour: "NewSmbGlobalMapping's link when its target (the full remote path) does not exist; the mapping made before the link stays either way",
+        releases: [
+            "refused: `creating link L to R failed with error: error linking R\\ to L. output: \"New-Item : Cannot find path 'R\\' because it does not exist. … ItemNotFoundException …\", err: exit status 1`",
+            "same",
+            "a dangling link is made (`CreateSymbolicLink`)",
+            "same",
+        ],
+        source: "v1.1.3 `pkg/os/smb/api.go:46-61` and v1.2.1 `:50-65` (`New-Item -ItemType SymbolicLink … -Target`, run by Windows PowerShell 5.1), `pkg/server/smb/server.go:97-117` (the mapping first, then the link); links to missing targets came with PowerShell 6 (PowerShell/PowerShell#804, 2016-04; #9067 shows 6.2 still refusing an unreachable target), so 5.1 refusing them is medium confidence; the record's exact text is unverified; v1.3.0 `pkg/os/smb/api.go:52-67`, master `:54-69`",
+    },
+    ProfileRow {
         id: "is_symlink_one_hop",
         behaviour: "IsSymlink: `Lstat`; for a link, `Readlink` then `Lstat` of the immediate target only; errors other than 2/3/53 are returned",
         releases: [

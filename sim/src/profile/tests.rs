@@ -165,6 +165,7 @@ const TESTED: &[&str] = &[
     "smb_disconnected_recreate",
     "smb_errors",
     "smb_link_form",
+    "smb_link_target",
     "is_symlink_one_hop",
     "unc_errors",
     "create_symlink_kind",
@@ -759,6 +760,42 @@ fn row_smb_link_form() {
 }
 
 #[test]
+fn row_smb_link_target() {
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        let stage = p(r"plugins\pv\globalmount");
+        f.mkdir(&p(r"plugins\pv")).unwrap();
+        let r = map(&mut f, &format!(r"{SRV}\data\missing"), &stage);
+        // The mapping is made first, and stays either way.
+        assert!(f.mappings().contains_key(r"\\fs1.corp.example\data"), "{v}");
+        if ps(v) {
+            let e = host_err(r);
+            assert!(
+                e.starts_with(&format!(
+                    r"creating link {stage} to {SRV}\data\missing failed with error: error linking {SRV}\data\missing\ to {stage}. output: New-Item : Cannot find path '{SRV}\data\missing\' because it does not exist."
+                )),
+                "{v}: {e}"
+            );
+            assert!(
+                e.contains("ItemNotFoundException") && e.ends_with(", err: exit status 1"),
+                "{e}"
+            );
+            assert_eq!(f.lstat_kind(&stage).unwrap(), None, "{v}: no link");
+        } else {
+            r.unwrap();
+            // A dangling link: 2/3 → false.
+            assert!(!f.is_symlink(&stage).unwrap(), "{v}");
+        }
+        // Once the directory exists on the share, every release links to it.
+        f.write_share_file("fs1.corp.example", "data", "missing/x", b"1")
+            .unwrap();
+        let other = p(r"plugins\pv\other");
+        map(&mut f, &format!(r"{SRV}\data\missing"), &other).unwrap();
+        assert!(f.is_symlink(&other).unwrap(), "{v}");
+    }
+}
+
+#[test]
 fn row_is_symlink_one_hop() {
     for v in CsiProxyVersion::ALL {
         let mut f = host(v);
@@ -766,11 +803,18 @@ fn row_is_symlink_one_hop() {
         let publish = p(r"pods\uid\mount");
         f.mkdir(&p(r"plugins\pv")).unwrap();
         f.mkdir(&p(r"pods\uid")).unwrap();
-        map(&mut f, &format!(r"{SRV}\data\sub"), &stage).unwrap();
-        // The share has no `sub` yet: the staging link's target does not exist (2/3 → false).
-        assert!(!f.is_symlink(&stage).unwrap(), "{v}");
-        f.write_share_file("fs1.corp.example", "data", "sub/x", b"1")
-            .unwrap();
+        if ps(v) {
+            // Windows PowerShell 5.1 links only to a target that exists (row `smb_link_target`).
+            f.write_share_file("fs1.corp.example", "data", "sub/x", b"1")
+                .unwrap();
+            map(&mut f, &format!(r"{SRV}\data\sub"), &stage).unwrap();
+        } else {
+            map(&mut f, &format!(r"{SRV}\data\sub"), &stage).unwrap();
+            // The share has no `sub` yet: the staging link's target does not exist (2/3 → false).
+            assert!(!f.is_symlink(&stage).unwrap(), "{v}");
+            f.write_share_file("fs1.corp.example", "data", "sub/x", b"1")
+                .unwrap();
+        }
         assert!(f.is_symlink(&stage).unwrap(), "{v}");
         f.create_symlink(&stage, &publish).unwrap();
         assert!(f.is_symlink(&publish).unwrap());

@@ -921,6 +921,28 @@ pub(crate) fn remove_mapping_not_found(p: &Profile, root: &str) -> Error {
 
 /// The `local_path` link could not be made (it exists, or its parent is missing). v1.1.3
 /// `pkg/server/smb/server.go:113-117` + `pkg/os/smb/api.go:46-61`; v1.3.0 `pkg/os/smb/api.go:52-67`.
+/// PowerShell-era `NewSmbLink` when the link's target does not exist: Windows PowerShell 5.1's `New-Item -ItemType
+/// SymbolicLink` resolves `-Target` first and refuses a path that is not there (links to missing targets came with
+/// PowerShell 6: PowerShell/PowerShell#804; #9067). The mapping made before it stays. The text is PowerShell's
+/// `ItemNotFoundException` ("Cannot find path '…' because it does not exist."); its exact record is unverified.
+pub(crate) fn smb_link_target_missing(local: &str, remote: &str) -> Error {
+    let mut target = remote.to_string();
+    if !target.ends_with('\\') {
+        target.push('\\');
+    }
+    let out = ps_block(
+        "New-Item",
+        &format!("Cannot find path '{target}' because it does not exist."),
+        "New-Item -ItemType SymbolicLink $Env:smblocalPath -Target $Env:smbremotepath",
+        &format!("ObjectNotFound: ({target}:String) [New-Item], ItemNotFoundException"),
+        "PathNotFound,Microsoft.PowerShell.Commands.NewItemCommand",
+    );
+    Error::host(format!(
+        "creating link {local} to {remote} failed with error: error linking {target} to {local}. output: {out}, err: \
+         exit status 1"
+    ))
+}
+
 pub(crate) fn smb_link_failed(p: &Profile, local: &str, remote: &str, exists: bool) -> Error {
     let mut target = remote.to_string();
     if !target.ends_with('\\') {

@@ -380,6 +380,17 @@ impl State {
             for c in rest {
                 real_target.push(c);
             }
+            // Windows PowerShell 5.1 resolves `-Target` before it makes the link (profile row `smb_link_target`).
+            if self.profile.smb_link_needs_target
+                && self
+                    .layout
+                    .links()
+                    .resolve(&real_target)
+                    .metadata()
+                    .is_err()
+            {
+                return Err(texts::smb_link_target_missing(local_path, &remote));
+            }
             self.layout
                 .links()
                 .create(&real_target, &link)

@@ -163,6 +163,7 @@ async fn reconciliation_adopts_a_share_whose_record_then_protects_the_mapping() 
             root: name_key(SHARE),
             remote_path: SHARE.to_owned(),
             principal: None,
+            mapped: false,
         }
     );
     // The one-account rule skips the adopted record's unknown principal (neither refuses nor matches: Windows decides
@@ -264,11 +265,13 @@ fn share_records_compare_the_windows_way() {
         root: name_key(r"\\fs1\Ärzte"),
         remote_path: r"\\fs1\Ärzte\Befunde".into(),
         principal: None,
+        mapped: false,
     };
     let b = SmbRecord {
         root: r"\\fs1\ärzte".into(),
         remote_path: r"\\FS1\ÄRZTE\befunde".into(),
         principal: Some("bob".into()),
+        mapped: true,
     };
     assert!(a.same_volume(&b));
     let c = SmbRecord {

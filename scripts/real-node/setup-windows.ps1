@@ -93,7 +93,7 @@ function Remove-CsiProxyService {
     if (Get-Service -Name csiproxy -ErrorAction SilentlyContinue) {
         Stop-Service -Name csiproxy -Force
         Invoke-Native 'sc.exe delete csiproxy' { sc.exe delete csiproxy }
-        Wait-Until { (Get-CsiProxyPipes).Count -eq 0 } 60 'the csi-proxy pipes to go'
+        Wait-Until { @(Get-CsiProxyPipes).Count -eq 0 } 60 'the csi-proxy pipes to go'
         Write-Host 'csiproxy service removed; no csi-proxy pipe is left'
     }
 }
@@ -187,7 +187,8 @@ function New-ScratchLun {
 if ($RemoveCsiProxy) { Remove-CsiProxyService }
 
 if ($AssertNoCsiProxy) {
-    $left = Get-CsiProxyPipes
+    # @(): a function's single result is a scalar, and Windows PowerShell's strict mode has no .Count on a scalar.
+    $left = @(Get-CsiProxyPipes)
     if ($left.Count -gt 0) { throw "csi-proxy pipes exist on this host: $($left -join ', ')" }
     Write-Host 'no csi-proxy pipe on this host'
 }
@@ -209,7 +210,7 @@ if ($CsiProxySource) {
     Invoke-Native 'sc.exe failure csiproxy' { sc.exe failure csiproxy reset= 0 actions= restart/10000 }
     Invoke-Native 'sc.exe start csiproxy' { sc.exe start csiproxy }
     $expected = $Pipes | ForEach-Object { "csi-proxy-$_" }
-    Wait-Until { $have = Get-CsiProxyPipes; @($expected | Where-Object { $have -notcontains $_ }).Count -eq 0 } 120 "the pipes $($expected -join ', ')"
+    Wait-Until { $have = @(Get-CsiProxyPipes); @($expected | Where-Object { $have -notcontains $_ }).Count -eq 0 } 120 "the pipes $($expected -join ', ')"
     Get-CsiProxyPipes | ForEach-Object { Write-Host "pipe \\.\pipe\$_" }
 }
 

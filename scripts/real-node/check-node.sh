@@ -234,5 +234,5 @@ node_mode() {
 case "${1:-}" in
     sim) shift; sim_mode "$@" ;;
     node) shift; node_mode "$@" ;;
-    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac

@@ -235,7 +235,7 @@ case "${1:-}" in
         suite "$suite_name" "$out" "${label:-e2e-$suite_name}" "$image" "$@"
         ;;
     *)
-        sed -n '2,25p' "$0" >&2
+        sed -n '2,24p' "$0" >&2
         exit 2
         ;;
 esac

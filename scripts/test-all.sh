@@ -23,7 +23,8 @@
 #   test (wine)      cargo test --target x86_64-pc-windows-gnu --all-features -p <every package with
 #                    tests/wine_*.rs> --test 'wine_*', run under Wine through .ci/wine-run.sh (time limit
 #                    WINCSI_WINE_TEST_TIMEOUT seconds, default 900; the wineserver it starts is stopped afterwards)
-#   real-node kit    scripts/real-node/selftest.sh: the Windows-runner workflow linted (check-jsonschema, offline),
+#   real-node kit    scripts/real-node/selftest.sh: the Windows-runner workflow linted (check-jsonschema, offline, and
+#                    e2e/tests/real_node_workflow.rs), its PowerShell parse-checked,
 #                    check-node against the simulated host (Linux binaries, all csi-proxy releases; Windows binaries
 #                    under Wine over named pipes) with every JSON report schema-validated and self-tested, and the
 #                    e2e kubelet model in external mode

@@ -10,7 +10,10 @@
 //!   cargo test -p wincsi-e2e --test external -- --ignored smb
 //! ```
 //!
-//! A test whose variables are unset fails and names them (it never passes vacuously).
+//! A test whose variables are unset fails and names them (it never passes vacuously). `smoke` runs first on a node:
+//! the transport alone, bounded.
+
+use std::time::Duration;
 
 use wincsi_e2e::external::ExternalNode;
 use wincsi_e2e::{Pod, Volume};
@@ -33,6 +36,36 @@ fn run_id() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     format!("{:x}-{}", nanos, std::process::id())
+}
+
+/// The transport alone, before any lifecycle: connect to the endpoint and call GetPluginInfo within
+/// `WINCSI_E2E_SMOKE_SECS` (default one minute). AF_UNIX on Windows runs nowhere but a real node: a hang there fails
+/// here fast, and says so, instead of eating the lifecycle suite's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "external mode: needs a running driver (see e2e/README.md)"]
+async fn smoke() {
+    let node = node();
+    let bound = Duration::from_secs(var("WINCSI_E2E_SMOKE_SECS").map_or(60, |s| {
+        s.parse()
+            .expect("WINCSI_E2E_SMOKE_SECS is a number of seconds")
+    }));
+    let mut identity = node.kubelet.conn().identity();
+    let info = tokio::time::timeout(
+        bound,
+        identity.get_plugin_info(csi::v1::GetPluginInfoRequest {}),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "no GetPluginInfo answer from {} within {bound:?}: the CSI transport hangs",
+            node.endpoint
+        )
+    })
+    .unwrap_or_else(|status| panic!("GetPluginInfo over {}: {status}", node.endpoint))
+    .into_inner();
+    let driver = var("WINCSI_E2E_DRIVER").unwrap_or_else(|| wincsi_e2e::DRIVER_NAME.to_owned());
+    assert_eq!(info.name, driver, "{} serves another driver", node.endpoint);
+    assert!(!info.vendor_version.is_empty(), "{info:?}");
 }
 
 /// Mount for a writer pod, write, tear down, mount for a reader pod, read, tear down; nothing left behind.

@@ -9,12 +9,20 @@
 #       check ran, every finding confirms its row, the release is identified, cleanup complete).
 #       Binaries: target/debug/{wincsi-sim,wincsi-node}, or with --wine
 #       target/x86_64-pc-windows-gnu/debug/{wincsi-sim,wincsi-node}.exe (build them first; see selftest.sh).
-#   check-node.sh node --out DIR --release RELEASE [--phase PHASE] [-- EXTRA_CHECK_NODE_ARGS...]
+#   check-node.sh node --out DIR --release RELEASE [--protocol smb|iscsi|all] [--label NAME] [--phase PHASE]
+#                      [--container IMAGE] [--expect PATH=VALUE]... [-- EXTRA_CHECK_NODE_ARGS...]
 #       A real node: $WINCSI_NODE_BIN (default wincsi-node.exe on PATH) check-node against the csi-proxy named
-#       pipes, with --csi-proxy-release RELEASE; SMB and iSCSI targets from WINCSI_CHECK_SMB_SHARE,
-#       WINCSI_CHECK_SMB_USERNAME (+ WINCSI_CHECK_SMB_PASSWORD), WINCSI_CHECK_ISCSI_PORTAL, WINCSI_CHECK_ISCSI_IQN,
-#       WINCSI_CHECK_ISCSI_LUN (+ WINCSI_CHECK_ISCSI_CHAP_USERNAME/SECRET) when set. Writes
-#       DIR/check-node-RELEASE-PHASE.json and fails only if a check could not run or cleanup is incomplete.
+#       pipes (or the backend EXTRA_CHECK_NODE_ARGS name), with --csi-proxy-release RELEASE unless it is `none`.
+#       Targets from WINCSI_CHECK_SMB_SHARE, WINCSI_CHECK_SMB_USERNAME (+ WINCSI_CHECK_SMB_PASSWORD) and
+#       WINCSI_CHECK_ISCSI_PORTAL, WINCSI_CHECK_ISCSI_IQN, WINCSI_CHECK_ISCSI_LUN (+ WINCSI_CHECK_ISCSI_CHAP_USERNAME/
+#       SECRET): --protocol smb or iscsi takes only that one and fails when its variables are unset (a set-up that
+#       did not finish never passes as "nothing to check"); all (default) takes whichever are set. --container
+#       runs check-node inside IMAGE as the chart runs the driver in csiProxy mode (container.sh: process isolation,
+#       the kubelet directory and the csi-proxy pipes mapped in). Writes DIR/NAME.json (the report), DIR/NAME.log
+#       (its progress) and DIR/NAME.summary (one line for the workflow's gate); NAME defaults to
+#       check-node-RELEASE-PHASE. Fails if check-node refused (exit 2: its own words are shown, not a parse error of
+#       an empty report), if a check could not run, if cleanup is incomplete, or if an --expect does not hold (a
+#       dotted path of the report: tool.target=x86_64-pc-windows-gnu, node.backend=native; report.py node).
 #
 # Needs python3, and check-jsonschema on PATH for the schema validation (installed by .ci/install.sh; on a runner,
 # `pip install check-jsonschema`).
@@ -156,36 +164,75 @@ sim_session() {
 # ---------------------------------------------------------------------------------------------------------------
 
 node_mode() {
-    local out="" release="" phase=full extra=()
+    local out="" release="" phase=full protocol=all label="" image="" expects=() extra=()
     while [ $# -gt 0 ]; do
         case "$1" in
             --out) out=$2; shift 2 ;;
             --release) release=$2; shift 2 ;;
             --phase) phase=$2; shift 2 ;;
+            --protocol) protocol=$2; shift 2 ;;
+            --label) label=$2; shift 2 ;;
+            --container) image=$2; shift 2 ;;
+            --expect) expects+=(--expect "$2"); shift 2 ;;
             --) shift; extra=("$@"); break ;;
             *) die "node: unknown argument $1" ;;
         esac
     done
     [ -n "$out" ] && [ -n "$release" ] || die "node: --out DIR and --release RELEASE are required"
+    label=${label:-check-node-$release-$phase}
     mkdir -p "$out"
-    local node="${WINCSI_NODE_BIN:-wincsi-node.exe}" args=(check-node --output json --phase "$phase")
+    local smb=0 iscsi=0
+    case "$protocol" in
+        smb) smb=1 ;;
+        iscsi) iscsi=1 ;;
+        all)
+            [ -z "${WINCSI_CHECK_SMB_SHARE:-}" ] || smb=1
+            [ -z "${WINCSI_CHECK_ISCSI_PORTAL:-}" ] || iscsi=1
+            ;;
+        *) die "node: --protocol is smb, iscsi or all, not $protocol" ;;
+    esac
+    local args=(check-node --output json --phase "$phase")
     [ "$release" = none ] || args+=(--csi-proxy-release "$release")
-    if [ -n "${WINCSI_CHECK_SMB_SHARE:-}" ]; then
+    if [ "$smb" -eq 1 ]; then
+        [ -n "${WINCSI_CHECK_SMB_SHARE:-}" ] ||
+            die "WINCSI_CHECK_SMB_SHARE is not set: the SMB set-up did not finish, so nothing SMB can be checked"
         args+=(--smb-share "$WINCSI_CHECK_SMB_SHARE")
     fi
-    if [ -n "${WINCSI_CHECK_ISCSI_PORTAL:-}" ]; then
+    if [ "$iscsi" -eq 1 ]; then
+        [ -n "${WINCSI_CHECK_ISCSI_PORTAL:-}" ] ||
+            die "WINCSI_CHECK_ISCSI_PORTAL is not set: the iSCSI set-up did not finish, so nothing iSCSI can be checked"
         args+=(--iscsi-portal "$WINCSI_CHECK_ISCSI_PORTAL" --iscsi-iqn "${WINCSI_CHECK_ISCSI_IQN:?}"
             --iscsi-lun "${WINCSI_CHECK_ISCSI_LUN:-0}")
     fi
-    local report="$out/check-node-$release-$phase.json" rc=0
-    "$node" "${args[@]}" "${extra[@]}" >"$report" 2>"$out/check-node-$release-$phase.log" || rc=$?
+    local run=("${WINCSI_NODE_BIN:-wincsi-node.exe}")
+    if [ -n "$image" ]; then
+        # shellcheck source=scripts/real-node/container.sh
+        . "$here/container.sh"
+        local volumes
+        mapfile -t volumes < <(container_volumes)
+        # The check directory on the kubelet-dir mount survives the container (as in the chart's pod).
+        args+=(--kubelet-root "$container_kubelet_root"
+            --check-dir "$container_kubelet_root\plugins\wincsi.csi.io\check-node")
+        # Secrets by name only: docker passes the variables' values from this environment.
+        run=(env MSYS_NO_PATHCONV=1 docker run --rm --isolation=process "${volumes[@]}"
+            --env WINCSI_CHECK_SMB_USERNAME --env WINCSI_CHECK_SMB_PASSWORD
+            --env WINCSI_CHECK_ISCSI_CHAP_USERNAME --env WINCSI_CHECK_ISCSI_CHAP_SECRET "$image")
+    fi
+    local report="$out/$label.json" log="$out/$label.log" summary="$out/$label.summary" rc=0
+    "${run[@]}" "${args[@]}" "${extra[@]}" >"$report" 2>"$log" || rc=$?
+    if [ "$rc" -eq 2 ] || ! [ -s "$report" ]; then
+        # A refusal or a usage error: nothing was touched and there is no report, only check-node's own words.
+        tail -n 40 "$log" >&2
+        echo "check-node exited $rc without a report: $(grep -v '^[[:space:]]*$' "$log" | tail -n 1)" >"$summary"
+        die "check-node exited $rc without a report (it refused, or could not start): see above and $log"
+    fi
     validate "$report"
-    python3 "$here/report.py" node "$report"
-    [ "$rc" -eq 0 ] || die "check-node exited $rc (see $out/check-node-$release-$phase.log)"
+    python3 "$here/report.py" node "$report" "${expects[@]}" --summary "$summary"
+    [ "$rc" -eq 0 ] || die "check-node exited $rc (see $log)"
 }
 
 case "${1:-}" in
     sim) shift; sim_mode "$@" ;;
     node) shift; node_mode "$@" ;;
-    *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac

@@ -4,8 +4,12 @@
   report.py self-test REPORT RELEASE   the simulated host playing RELEASE: every check ran, no finding contradicts or
                                        is inconclusive, the release identified is exactly RELEASE (full and
                                        before-reboot phases) and cleanup is complete
-  report.py node REPORT                a real node: cleanup complete and no check failed (contradictions are results,
-                                       not failures); prints the findings table
+  report.py node REPORT [--expect PATH=VALUE]... [--summary FILE]
+                                       a real node: cleanup complete, no check failed (contradictions are results,
+                                       not failures) and each --expect holds (PATH is dotted: tool.target=
+                                       x86_64-pc-windows-gnu says the binary that ran is the one that ships,
+                                       node.backend=native); prints the findings table, and writes one line for the
+                                       workflow's gate to FILE
   report.py table REPORT...            Markdown rows for docs/real-node-checks.md ("Results") from real runs
 
 The schema itself is checked separately (check-jsonschema --schemafile driver/src/check/report-v1.schema.json).
@@ -51,7 +55,7 @@ def self_test(path, release):
     print(f"{path}: {release} {r['phase']}: {len(r['checks'])} checks ran, {n} findings confirm, none contradicts")
 
 
-def node(path):
+def node(path, expects=(), summary=None):
     r = load(path)
     failed = [c["id"] + ": " + (c["note"] or "") for c in r["checks"] if c["status"] == "failed"]
     for c, f in findings(r):
@@ -59,6 +63,21 @@ def node(path):
             print(f"  {f['verdict']:13} {ref(f['ref']):32} {c['id']}/{f['observation']}")
     print(f"{path}: release claimed {r['release']['claimed']}, identified {r['release']['identified']}; "
           f"summary {r['summary']}")
+    checks, verdicts = r["summary"]["checks"], r["summary"]["findings"]
+    line = (f"{r['node']['backend']} ({r['tool']['target']}): {checks['ran']} checks ran, {checks['failed']} failed, "
+            f"{checks['skipped']} skipped; {verdicts['confirms']} confirm, {verdicts['contradicts']} contradict, "
+            f"{verdicts['inconclusive']} inconclusive, {verdicts['recorded']} recorded; release identified "
+            f"{'/'.join(r['release']['identified']) or 'none'}; cleanup "
+            f"{'complete' if r['cleanup']['complete'] else 'INCOMPLETE'}")
+    if summary:
+        with open(summary, "w", encoding="utf-8") as f:
+            f.write(line + "\n")
+    for dotted, want in expects:
+        have = r
+        for key in dotted.split("."):
+            have = have.get(key) if isinstance(have, dict) else None
+        if have != want:
+            fail(f"{path}: {dotted} is {have!r}, expected {want!r}")
     if failed:
         fail(f"{path}: checks failed: {failed}")
     if not r["cleanup"]["complete"]:
@@ -83,8 +102,17 @@ def table(paths):
 def main(argv):
     if len(argv) >= 4 and argv[1] == "self-test":
         self_test(argv[2], argv[3])
-    elif len(argv) == 3 and argv[1] == "node":
-        node(argv[2])
+    elif len(argv) >= 3 and argv[1] == "node":
+        rest, expects, summary = argv[3:], [], None
+        while rest:
+            if rest[0] == "--expect" and len(rest) > 1 and "=" in rest[1]:
+                expects.append(tuple(rest[1].split("=", 1)))
+            elif rest[0] == "--summary" and len(rest) > 1:
+                summary = rest[1]
+            else:
+                sys.exit(__doc__)
+            rest = rest[2:]
+        node(argv[2], expects, summary)
     elif len(argv) >= 3 and argv[1] == "table":
         table(argv[2:])
     else:

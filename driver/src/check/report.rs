@@ -15,7 +15,36 @@ use crate::host::HostError;
 pub const SCHEMA_ID: &str = "https://wincsi.invalid/schemas/check-node-report-v1.json";
 
 /// The JSON Schema (draft 2020-12) of a version-1 report (`wincsi-node check-node --print-schema`).
+///
+/// Its versioning rule: additive changes keep the version. A new field may appear in any object, so the published
+/// schema leaves objects open (a v1 consumer validating a later v1 report must accept it); removing or renaming a
+/// field, changing its type or meaning, or a new value of an enumerated field makes a new [`SCHEMA_ID`].
 pub const SCHEMA: &str = include_str!("report-v1.schema.json");
+
+/// [`SCHEMA`] with every object that lists its properties closed (`additionalProperties: false`): what this binary
+/// emits is exactly what the schema documents, so the tests validate against this copy — a field added to the
+/// report without its schema entry fails them, while consumers keep the open schema.
+pub fn strict_schema() -> serde_json::Value {
+    fn close(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if map.contains_key("properties") && !map.contains_key("additionalProperties") {
+                    map.insert(
+                        "additionalProperties".into(),
+                        serde_json::Value::Bool(false),
+                    );
+                }
+                map.values_mut().for_each(close);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(close),
+            _ => {}
+        }
+    }
+    let mut schema: serde_json::Value =
+        serde_json::from_str(SCHEMA).expect("report-v1.schema.json is JSON (compiled in)");
+    close(&mut schema);
+    schema
+}
 
 /// The whole report.
 #[derive(Clone, Debug, Serialize)]
@@ -441,5 +470,104 @@ impl Report {
             self.summary.findings, self.summary.checks
         );
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// The smallest v1 report: one check with one observation and one finding.
+    fn minimal() -> Value {
+        json!({
+            "schema": SCHEMA_ID,
+            "tool": { "name": "wincsi-node check-node", "version": "0", "target": "x86_64-pc-windows-gnu" },
+            "started_unix_ms": 0,
+            "phase": "full",
+            "dry_run": false,
+            "node": {
+                "backend": "csi-proxy", "transport": "pipes", "kubelet_root": "C:\\var\\lib\\kubelet",
+                "scratch": "C:\\s",
+                "capabilities": { "list_smb_mappings": false, "clear_disk_read_only": false,
+                                  "discovery_chap": false, "persistent_logins": false }
+            },
+            "release": { "claimed": null, "identified": ["v1.1.3"], "claim_consistent": null,
+                         "judged_against": ["v1.1.3"] },
+            "plan": [{ "check": "volume_not_found", "actions": ["IsVolumeFormatted"] }],
+            "checks": [{
+                "id": "volume_not_found", "title": "t", "group": "filesystem", "status": "ran", "note": null,
+                "observations": { "o": { "op": "IsVolumeFormatted", "value": null, "error": null, "millis": 1 } },
+                "findings": [{
+                    "ref": { "kind": "row", "id": "not_found_texts" }, "observation": "o", "verdict": "confirms",
+                    "unverified": false, "expected": [{ "release": "v1.1.3", "expect": "e" }],
+                    "matching_releases": ["v1.1.3"]
+                }]
+            }],
+            "cleanup": { "complete": true, "removed": [], "left": [], "ledger": "l" },
+            "summary": {
+                "findings": { "confirms": 1, "contradicts": 0, "inconclusive": 0, "recorded": 0, "not_applicable": 0 },
+                "checks": { "ran": 1, "skipped": 0, "failed": 0 }
+            }
+        })
+    }
+
+    fn valid(schema: &Value, report: &Value) -> bool {
+        jsonschema::validator_for(schema)
+            .expect("a valid JSON Schema")
+            .is_valid(report)
+    }
+
+    /// Every object level a later v1 may add a field to.
+    const LEVELS: [&str; 6] = [
+        "",
+        "/tool",
+        "/node",
+        "/checks/0",
+        "/checks/0/findings/0/ref",
+        "/cleanup",
+    ];
+
+    #[test]
+    fn an_added_field_keeps_v1_for_consumers_and_fails_the_strict_copy() {
+        let open: Value = serde_json::from_str(SCHEMA).expect("schema");
+        let strict = strict_schema();
+        assert!(valid(&open, &minimal()) && valid(&strict, &minimal()));
+        for level in LEVELS {
+            let mut r = minimal();
+            r.pointer_mut(level)
+                .and_then(Value::as_object_mut)
+                .unwrap_or_else(|| panic!("{level} is an object"))
+                .insert("added_in_a_later_v1".into(), json!(1));
+            assert!(
+                valid(&open, &r),
+                "v1 consumers accept a field added at {level:?}"
+            );
+            assert!(
+                !valid(&strict, &r),
+                "the strict copy refuses an undocumented field at {level:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_removed_field_or_a_new_enum_value_is_not_v1() {
+        let open: Value = serde_json::from_str(SCHEMA).expect("schema");
+        let mut removed = minimal();
+        removed["checks"][0]
+            .as_object_mut()
+            .expect("check")
+            .remove("findings");
+        assert!(!valid(&open, &removed), "a removed field is a new version");
+        let mut new_value = minimal();
+        new_value["checks"][0]["findings"][0]["verdict"] = json!("maybe");
+        assert!(
+            !valid(&open, &new_value),
+            "a new enum value is a new version"
+        );
+        let mut renamed = minimal();
+        renamed["schema"] = json!("https://wincsi.invalid/schemas/check-node-report-v2.json");
+        assert!(!valid(&open, &renamed), "a v2 document is not v1");
     }
 }

@@ -6,9 +6,14 @@
 #     and every file in examples/, against Kubernetes 1.30 and the newest bundled (1.37);
 #   - yamllint of values files and examples;
 #   - negative checks: the values schema rejects typos and wrong types, and the validator
-#     really is strict.
+#     really is strict;
+#   - the release workflow (.github/workflows/release.yml) against the GitHub-workflow schema
+#     (check-jsonschema, offline), scripts/release-check.sh against this tree (and a wrong
+#     tag), scripts/release-images.sh's commands (--dry-run);
+#   - the PodMonitor renders only where the Prometheus Operator's API is served.
 # Tools: $WINCSI_HELM3 / $WINCSI_HELM4 (else helm3 / helm4 on PATH), kubernetes-validate,
-# yamllint — all installed by .ci/install.sh. Missing tools fail the run.
+# yamllint, check-jsonschema, jq — all installed by .ci/install.sh (jq by the system). Missing
+# tools fail the run.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,7 +26,7 @@ need() { command -v "$1" >/dev/null 2>&1 || fail "'$1' not found; run .ci/instal
 
 helm3="${WINCSI_HELM3:-helm3}"
 helm4="${WINCSI_HELM4:-helm4}"
-need "$helm3"; need "$helm4"; need kubernetes-validate; need yamllint
+need "$helm3"; need "$helm4"; need kubernetes-validate; need yamllint; need check-jsonschema; need jq
 "$helm3" version --short | grep -q '^v3\.' || fail "$helm3 is not Helm 3"
 "$helm4" version --short | grep -q '^v4\.' || fail "$helm4 is not Helm 4"
 
@@ -176,5 +181,60 @@ expect_reject "an unknown validation action" --set 'admissionPolicy.validationAc
 expect_reject "a registry with a scheme" --set imageRegistry=https://mirror.example.com
 expect_reject "an invalid priority class name" --set node.priorityClassName=Not_A_Class
 expect_reject "an invalid trusted namespace" --set 'admissionPolicy.trustedNamespaces={Kube_System}'
+expect_reject "maxSurge (two plugins on one node)" --set node.updateStrategy.rollingUpdate.maxSurge=1
+expect_reject "maxUnavailable 0" --set node.updateStrategy.rollingUpdate.maxUnavailable=0
+expect_reject "a literal bind address in csiProxy mode" --set driver.health.bindAddress=127.0.0.1
+expect_reject "a PodMonitor without metrics" --set metrics.podMonitor.enabled=true
+expect_reject "a Linux-only securityContext field" --set driver.securityContext.privileged=true
+expect_reject "a probe timeout that is not whole seconds" --set livenessProbe.probeTimeout=1500ms
+
+# 8. checks the schema cannot express, refused by the templates with a message
+expect_fail() {
+  local what="$1" want="$2"; shift 2
+  for h in "$helm3" "$helm4"; do
+    if "$h" template wincsi "$chart" "$@" >/dev/null 2>"$work/err"; then
+      fail "$what was accepted by $h ($*)"
+    fi
+    grep -q -- "$want" "$work/err" || { cat "$work/err"; fail "$what failed for another reason"; }
+  done
+  ok "templates refuse $what"
+}
+expect_fail "a kubelet liveness timeout not above the sidecar's" "must be larger than livenessProbe.probeTimeout" \
+  --set livenessProbe.probeTimeout=20s
+expect_fail "two addresses for one shared listener" "must equal driver.health.bindAddress" \
+  --set mode=hostProcess --set metrics.enabled=true --set metrics.port=29667 --set driver.health.bindAddress=127.0.0.1
+
+# 9. the PodMonitor: only where monitoring.coreos.com/v1 PodMonitor is served
+for h in "$helm3" "$helm4"; do
+  with="$("$h" template wincsi "$chart" --namespace wincsi-system -f "$chart/ci/knobs-values.yaml" \
+    --api-versions monitoring.coreos.com/v1/PodMonitor)"
+  grep -q '^kind: PodMonitor$' <<<"$with" || fail "$h: no PodMonitor although the API is served"
+  without="$("$h" template wincsi "$chart" --namespace wincsi-system -f "$chart/ci/knobs-values.yaml")"
+  grep -q '^kind: PodMonitor$' <<<"$without" && fail "$h: a PodMonitor although the API is not served"
+done
+ok "PodMonitor follows .Capabilities"
+
+# 10. the release workflow, offline: its schema, the tag check on this tree, the image commands
+workflow="$repo/.github/workflows/release.yml"
+check-jsonschema --builtin-schema vendor.github-workflows "$workflow" >"$work/cj.log" 2>&1 \
+  || { cat "$work/cj.log"; fail "release.yml does not validate against the GitHub-workflow schema"; }
+image="$(sed -n 's/^  IMAGE: *\(.*\)$/\1/p' "$workflow")"
+[ -n "$image" ] || fail "release.yml has no env IMAGE"
+app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$chart/Chart.yaml")"
+IMAGE="$image" HELM="$helm4" bash "$repo/scripts/release-check.sh" "v$app_version" >"$work/rc.log" 2>&1 \
+  || { cat "$work/rc.log"; fail "scripts/release-check.sh refuses v$app_version on this tree"; }
+if IMAGE="$image" HELM="$helm4" bash "$repo/scripts/release-check.sh" "v$app_version.1" >/dev/null 2>&1; then
+  fail "scripts/release-check.sh accepted a tag the chart does not carry"
+fi
+IMAGE=registry.example.com/k8s/wincsi-node VERSION="$app_version" \
+  bash "$repo/scripts/release-images.sh" --dry-run --out "$work/dist" >"$work/images.log"
+for want in "--target binary --output type=local" \
+  "--platform windows/amd64 --file Dockerfile.windows --target nanoserver --build-arg OSVERSION=1809" \
+  "OSVERSION=ltsc2022" "OSVERSION=ltsc2025" \
+  "--tag registry.example.com/k8s/wincsi-node:$app_version-hostprocess --push" \
+  "imagetools create --tag registry.example.com/k8s/wincsi-node:$app_version -f"; do
+  grep -qF -- "$want" "$work/images.log" || { cat "$work/images.log"; fail "release-images.sh lacks '$want'"; }
+done
+ok "release workflow: schema, tag check, image commands"
 
 echo "chart-check: $passed passed, 0 failed"

@@ -168,7 +168,8 @@ test_linux() {
 # against the simulated host.
 CSI_PROXY_RELEASES=(v1.2.1 v1.3.0 master)
 PROFILE_TARGETS="driver:lib driver:smb_node driver:smb_sim driver:iscsi_node driver:iscsi_sim \
-driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood e2e:local e2e:ephemeral e2e:hygiene"
+driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood e2e:local e2e:ephemeral e2e:hygiene \
+e2e:democratic"
 
 # The test targets whose simulated host the native backend can drive (WINCSI_TEST_HOST_BACKEND=native: the driver's
 # unit suites and the suites that take the backend switch, over the simulated host's Windows view).

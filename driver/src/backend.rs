@@ -170,9 +170,17 @@ async fn start<H: Host>(
 /// The metrics' view of the record store: staged volumes and publish targets by protocol, and records with a
 /// problem (`needs_restage`: reconciliation found the staging object broken; `quarantined`: record files that cannot
 /// be read or decoded, kept and skipped by listings; `unreadable`: 1 when the store itself could not be listed).
-/// Blocking: it reads every record.
+/// Every protocol of [`Protocols`] is reported, 0 when it has no volume, so a dashboard and an `== 0` alert see the
+/// series before the first volume and after the last. Blocking: it reads every record.
 pub fn state_snapshot(store: &StateStore) -> StateSnapshot {
     let mut snap = StateSnapshot::default();
+    for protocol in [
+        <crate::smb::SmbRecord as crate::state::Details>::PROTOCOL,
+        <crate::iscsi::IscsiRecord as crate::state::Details>::PROTOCOL,
+    ] {
+        snap.staged.insert(protocol.to_owned(), 0);
+        snap.published.insert(protocol.to_owned(), 0);
+    }
     snap.problems.insert("needs_restage".into(), 0);
     snap.problems.insert("unreadable".into(), 0);
     let (volumes, publications) = match (store.volumes(), store.publications()) {

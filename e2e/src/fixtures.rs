@@ -35,7 +35,12 @@ pub const SECRETS: &[&str] = &[SMB_PASSWORD, CHAP_SECRET];
 /// The simulated node and its storage network: kubelet path `C:\var\lib\kubelet`, an SMB server with an
 /// authenticated and a guest share, an iSCSI portal with a CHAP target (LUN 0 and 1, RAW) and an open target.
 pub fn scenario() -> Scenario {
-    let json = serde_json::json!({
+    // The literal below is a fixed, valid scenario; a failure here is a bug in this file.
+    Scenario::from_json(&scenario_json().to_string()).expect("the e2e scenario is valid")
+}
+
+fn scenario_json() -> serde_json::Value {
+    serde_json::json!({
         "host": {
             "kubelet_path": r"C:\var\lib\kubelet",
             "require_privacy": true,
@@ -71,9 +76,7 @@ pub fn scenario() -> Scenario {
                 }
             ]
         } ] }
-    });
-    // The literal above is a fixed, valid scenario; a failure here is a bug in this file.
-    Scenario::from_json(&json.to_string()).expect("the e2e scenario is valid")
+    })
 }
 
 /// An SMB PV on `\\files.e2e.test\data` with `subDir` (templates allowed) and the account's credentials in its
@@ -110,6 +113,142 @@ pub fn iscsi_volume(pv: &str, namespace: &str, pvc: &str, lun: u32) -> Volume {
     v
 }
 
+/// democratic-csi's TrueNAS file server (`smb.shareHost` in its controller's configuration).
+pub const DCSI_SMB_SERVER: &str = "truenas.e2e.test";
+/// The share freenas-api-smb made for a volume (one share per volume).
+pub const DCSI_SMB_SHARE: &str = "pvc-dcsi-smb";
+/// A share whose volumes are directories, as controller-smb-client writes them (`share: tank/k8s/<volume>`).
+pub const DCSI_SMB_TANK: &str = "tank";
+/// The server's local account (democratic-csi logs on as `server\user`).
+pub const DCSI_SMB_USER: &str = "k8s-smb";
+/// Its password (a secret).
+pub const DCSI_SMB_PASSWORD: &str = "Dcsi-smb-p4ss=word";
+/// democratic-csi's iSCSI portal (`iscsi.targetPortal`).
+pub const DCSI_PORTAL: &str = "192.0.2.20";
+/// A second portal of the same storage (`iscsi.targetPortals`), reachable, without the volumes' targets.
+pub const DCSI_PORTAL_2: &str = "192.0.2.21";
+/// The target freenas-api-iscsi made for a volume (`<basename>:<name>`, default basename), one-way CHAP.
+pub const DCSI_IQN: &str = "iqn.2005-10.org.freenas.ctl:pvc-dcsi-lun";
+/// A target with mutual CHAP.
+pub const DCSI_IQN_MUTUAL: &str = "iqn.2005-10.org.freenas.ctl:pvc-dcsi-mutual";
+/// CHAP user name of both targets.
+pub const DCSI_CHAP_USER: &str = "dcsi-initiator";
+/// CHAP secret of both targets (12–16 characters; a secret).
+pub const DCSI_CHAP_SECRET: &str = "Dcsi-chap-secr3t";
+/// The secret the mutual target answers with, the initiator's mutual secret (a secret).
+pub const DCSI_CHAP_SECRET_IN: &str = "Dcsi-mutual-s3c";
+/// democratic-csi's `instance_id` of the controller that made the volumes (the secret-key prefix).
+pub const DCSI_INSTANCE: &str = "truenas-1";
+
+/// Every secret value of the democratic-csi fixtures.
+pub const DCSI_SECRETS: &[&str] = &[DCSI_SMB_PASSWORD, DCSI_CHAP_SECRET, DCSI_CHAP_SECRET_IN];
+
+/// [`scenario`] plus democratic-csi's TrueNAS: an SMB server with a local account, a share per volume and a share
+/// holding volume directories, and two iSCSI portals, the first with a one-way CHAP and a mutual CHAP target.
+pub fn democratic_scenario() -> Scenario {
+    let mut json = scenario_json();
+    let lun = |id: &str| serde_json::json!({ "lun": 0, "id": id, "size": LUN_SIZE, "partition_style": "raw" });
+    json["smb"]["servers"]
+        .as_array_mut()
+        .expect("servers")
+        .push(serde_json::json!({
+            "name": DCSI_SMB_SERVER,
+            "accounts": [ { "user": DCSI_SMB_USER, "password": DCSI_SMB_PASSWORD } ],
+            "shares": [
+                { "name": DCSI_SMB_SHARE },
+                { "name": DCSI_SMB_TANK, "files": { "k8s/pvc-dcsi-dir/.keep": "" } }
+            ]
+        }));
+    json["iscsi"]["portals"]
+        .as_array_mut()
+        .expect("portals")
+        .extend([
+            serde_json::json!({
+                "address": DCSI_PORTAL,
+                "port": 3260,
+                "targets": [
+                    {
+                        "iqn": DCSI_IQN,
+                        "chap": { "mode": "one_way", "username": DCSI_CHAP_USER, "secret": DCSI_CHAP_SECRET },
+                        "luns": [ lun("dcsi0") ]
+                    },
+                    {
+                        "iqn": DCSI_IQN_MUTUAL,
+                        "chap": {
+                            "mode": "mutual",
+                            "username": DCSI_CHAP_USER,
+                            "secret": DCSI_CHAP_SECRET,
+                            "target_secret": DCSI_CHAP_SECRET_IN
+                        },
+                        "luns": [ lun("dcsi-mutual0") ]
+                    }
+                ]
+            }),
+            serde_json::json!({ "address": DCSI_PORTAL_2, "port": 3260, "targets": [] }),
+        ]);
+    Scenario::from_json(&json.to_string()).expect("the democratic-csi scenario is valid")
+}
+
+/// The volume context democratic-csi's SMB controllers write (`freenas/api.js:658-662`, plus the keys
+/// `controller-zfs/index.js:1230-1233` adds) for share `share` (`share/dir` for controller-smb-client).
+pub fn democratic_smb_volume(pv: &str, namespace: &str, pvc: &str, share: &str) -> Volume {
+    let mut v = Volume::persistent(pv, &format!("{pv}-handle"), namespace, pvc)
+        .attr("node_attach_driver", "smb")
+        .attr("server", DCSI_SMB_SERVER)
+        .attr("share", share)
+        .attr("provisioner_driver", "freenas-api-smb")
+        .attr("provisioner_driver_instance_id", DCSI_INSTANCE)
+        // The account as democratic-csi's docs put it: in the node-stage secret's mount_flags, under the
+        // instance's prefix.
+        .stage_secret(
+            &format!("democratic-csi.org/{DCSI_INSTANCE}/mount_flags"),
+            &format!("vers=3.0,username={DCSI_SMB_USER},password={DCSI_SMB_PASSWORD}"),
+        );
+    v.fs_type = "cifs".to_owned();
+    v
+}
+
+/// The volume context democratic-csi's iSCSI controllers write (`freenas/api.js:1362-1371`: `portal`, `portals`
+/// comma-separated, `interface`, `iqn`, `lun` 0) with its CHAP secret under `node-db.node.session.auth.*`, the keys
+/// spread over democratic-csi's prefixes; `mutual` adds `.username_in`/`.password_in`.
+pub fn democratic_iscsi_volume(
+    pv: &str,
+    namespace: &str,
+    pvc: &str,
+    iqn: &str,
+    mutual: bool,
+) -> Volume {
+    let mut v = Volume::persistent(pv, &format!("{pv}-handle"), namespace, pvc)
+        .attr("node_attach_driver", "iscsi")
+        .attr("portal", DCSI_PORTAL)
+        .attr("portals", &format!("{DCSI_PORTAL}:3260,{DCSI_PORTAL_2}"))
+        .attr("interface", "")
+        .attr("iqn", iqn)
+        .attr("lun", "0")
+        .attr("provisioner_driver", "freenas-api-iscsi")
+        .attr("provisioner_driver_instance_id", DCSI_INSTANCE)
+        .stage_secret("node-db.node.session.auth.authmethod", "CHAP")
+        .stage_secret(
+            "democratic-csi.org/freenas-api-iscsi/node-db.node.session.auth.username",
+            DCSI_CHAP_USER,
+        )
+        .stage_secret(
+            &format!("democratic-csi.org/{DCSI_INSTANCE}/node-db.node.session.auth.password"),
+            DCSI_CHAP_SECRET,
+        )
+        .mode(csi::v1::volume_capability::access_mode::Mode::SingleNodeWriter);
+    if mutual {
+        v = v
+            .stage_secret("node-db.node.session.auth.username_in", "truenas")
+            .stage_secret(
+                "democratic-csi.org/node-db.node.session.auth.password_in",
+                DCSI_CHAP_SECRET_IN,
+            );
+    }
+    v.fs_type = "ntfs".to_owned();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +258,8 @@ mod tests {
         let s = scenario();
         assert_eq!(s.smb.servers.len(), 1);
         assert_eq!(s.iscsi.portals[0].targets.len(), 2);
+        let d = democratic_scenario();
+        assert_eq!(d.smb.servers.len(), 2);
+        assert_eq!(d.iscsi.portals.len(), 3);
     }
 }

@@ -147,6 +147,8 @@ pub struct Volume {
     pub publish_secrets: BTreeMap<String, String>,
     /// `fsType`.
     pub fs_type: String,
+    /// The PV's `mountOptions` (the capability's `mount_flags`).
+    pub mount_flags: Vec<String>,
     /// The pod mounts it read-only.
     pub read_only: bool,
     /// Access mode.
@@ -178,6 +180,7 @@ impl Volume {
             stage_secrets: BTreeMap::new(),
             publish_secrets: BTreeMap::new(),
             fs_type: String::new(),
+            mount_flags: Vec::new(),
             read_only: false,
             access_mode: Mode::MultiNodeMultiWriter,
             ephemeral: false,
@@ -195,6 +198,7 @@ impl Volume {
             stage_secrets: BTreeMap::new(),
             publish_secrets: BTreeMap::new(),
             fs_type: String::new(),
+            mount_flags: Vec::new(),
             read_only: false,
             access_mode: Mode::SingleNodeWriter,
             ephemeral: true,
@@ -223,7 +227,7 @@ impl Volume {
         VolumeCapability {
             access_type: Some(AccessType::Mount(MountVolume {
                 fs_type: self.fs_type.clone(),
-                mount_flags: Vec::new(),
+                mount_flags: self.mount_flags.clone(),
                 volume_mount_group: String::new(),
             })),
             access_mode: Some(AccessMode {

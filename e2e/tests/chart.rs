@@ -127,6 +127,12 @@ struct Expect {
     metrics: Option<i64>,
     metrics_annotations: bool,
     image_registry: String,
+    /// `driver.health.bindAddress` / `metrics.bindAddress`.
+    health_bind: String,
+    metrics_bind: String,
+    /// Names of `node.extraVolumes` (mounted by the driver through `driver.extraVolumeMounts`).
+    extra_volumes: BTreeSet<String>,
+    extra_mounts: usize,
 }
 
 fn strings(v: &Json) -> Vec<String> {
@@ -184,6 +190,28 @@ impl Expect {
                 .then(|| values["metrics"]["port"].as_i64().expect("int")),
             metrics_annotations: b("/metrics/podAnnotations"),
             image_registry: s("/imageRegistry"),
+            health_bind: s("/driver/health/bindAddress"),
+            metrics_bind: s("/metrics/bindAddress"),
+            extra_volumes: values["node"]["extraVolumes"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|v| v["name"].as_str().expect("name").to_owned())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            extra_mounts: values["driver"]["extraVolumeMounts"]
+                .as_array()
+                .map_or(0, Vec::len),
+        }
+    }
+
+    /// A listener's flag value for `port` on bind address `addr` (the chart's `wincsi.listen`).
+    fn listen(addr: &str, port: i64) -> String {
+        match addr {
+            "" => format!(":{port}"),
+            "podIP" => format!("$(POD_IP):{port}"),
+            ip => format!("{ip}:{port}"),
         }
     }
 
@@ -405,7 +433,7 @@ fn check_windows_pod(ds: &DaemonSet, raw: &[Json], exp: &Expect) {
     assert_ne!(spec.host_ipc, Some(true));
 }
 
-fn check_host_process_pod(spec: &PodSpec, name: &str) {
+fn check_host_process_pod(spec: &PodSpec, name: &str, extra_volumes: &BTreeSet<String>) {
     let wo = spec
         .security_context
         .as_ref()
@@ -422,17 +450,33 @@ fn check_host_process_pod(spec: &PodSpec, name: &str) {
         Some(true),
         "{name}: HostProcess needs hostNetwork"
     );
+    // No volumes but the operator's own (node.extraVolumes): a HostProcess pod sees the host.
+    let volumes: BTreeSet<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.clone())
+        .collect();
     assert!(
-        spec.volumes.as_ref().is_none_or(Vec::is_empty),
-        "{name}: HostProcess pod with volumes"
+        volumes.is_subset(extra_volumes),
+        "{name}: HostProcess pod with volumes {volumes:?}"
     );
+    for v in spec.volumes.iter().flatten() {
+        assert!(
+            v.host_path.is_none(),
+            "{name}: HostProcess pod with a hostPath volume"
+        );
+    }
     for c in spec
         .containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
     {
         assert!(
-            c.volume_mounts.as_ref().is_none_or(Vec::is_empty),
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .all(|m| extra_volumes.contains(&m.name)),
             "{name}/{}: HostProcess container with volume mounts",
             c.name
         );
@@ -522,6 +566,20 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
         assert!(!df.contains_key("state-dir"), "the default state dir");
     }
 
+    // The operator's extra volumes are mounted where driver.extraVolumeMounts says, nowhere else.
+    let extra_mounts: Vec<&str> = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.volume_mounts.iter().flatten().map(move |m| (c, m)))
+        .filter(|(_, m)| exp.extra_volumes.contains(&m.name))
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    assert_eq!(extra_mounts.len(), exp.extra_mounts, "{extra_mounts:?}");
+    assert!(
+        extra_mounts.iter().all(|c| *c == "wincsi-node"),
+        "{extra_mounts:?}"
+    );
+
     // Liveness: the CSI Probe, served by the livenessprobe sidecar's --http-endpoint.
     let probe = driver
         .liveness_probe
@@ -538,7 +596,10 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
         exp.endpoint(),
         "livenessprobe dials the driver's socket"
     );
-    assert_eq!(flag(lp, "http-endpoint"), format!(":{port}"));
+    assert_eq!(
+        flag(lp, "http-endpoint"),
+        Expect::listen(&exp.health_bind, i64::from(port))
+    );
     assert!(
         !flags(lp).contains_key("health-port"),
         "--health-port is deprecated"
@@ -554,7 +615,10 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
     // Readiness: the driver's own /readyz, only when the driver serves it.
     match exp.health {
         Some(health_port) => {
-            assert_eq!(flag(driver, "health-address"), format!(":{health_port}"));
+            assert_eq!(
+                flag(driver, "health-address"),
+                Expect::listen(&exp.health_bind, health_port)
+            );
             assert_eq!(i64::from(named_port(driver, "health")), health_port);
             let ready = driver
                 .readiness_probe
@@ -579,7 +643,10 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
         .unwrap_or_default();
     match exp.metrics {
         Some(port) => {
-            assert_eq!(flag(driver, "metrics-address"), format!(":{port}"));
+            assert_eq!(
+                flag(driver, "metrics-address"),
+                Expect::listen(&exp.metrics_bind, port)
+            );
             if exp.health == Some(port) {
                 assert!(
                     driver
@@ -623,7 +690,10 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
     // the no-op --mode=kubelet-registration-probe.
     let reg_port = named_port(reg, "reg-healthz");
     assert_eq!(i64::from(reg_port), exp.registrar_port);
-    assert_eq!(flag(reg, "http-endpoint"), format!(":{reg_port}"));
+    assert_eq!(
+        flag(reg, "http-endpoint"),
+        Expect::listen(&exp.health_bind, i64::from(reg_port))
+    );
     let reg_probe = reg
         .liveness_probe
         .as_ref()
@@ -644,7 +714,7 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
     );
 
     if exp.host_process {
-        check_host_process_pod(spec, "node");
+        check_host_process_pod(spec, "node", &exp.extra_volumes);
         for c in &spec.containers {
             let cmd = &c.command.as_ref().unwrap()[0];
             assert!(
@@ -677,6 +747,7 @@ fn check_csi_proxy_mode_mounts(spec: &PodSpec, exp: &Expect) {
         .volumes
         .iter()
         .flatten()
+        .filter(|v| !exp.extra_volumes.contains(&v.name))
         .map(|v| {
             (
                 v.name.as_str(),
@@ -723,6 +794,7 @@ fn check_csi_proxy_mode_mounts(spec: &PodSpec, exp: &Expect) {
             .volume_mounts
             .iter()
             .flatten()
+            .filter(|m| !exp.extra_volumes.contains(&m.name))
             .map(|m| {
                 let hp = volumes[m.name.as_str()];
                 assert_ne!(
@@ -833,7 +905,7 @@ fn check_csi_proxy_daemonset(r: &Rendered, exp: &Expect) {
     );
     check_windows_pod(ds, &r.raw, exp);
     let spec = pod_spec(ds);
-    check_host_process_pod(spec, "csi-proxy");
+    check_host_process_pod(spec, "csi-proxy", &BTreeSet::new());
     assert_eq!(spec.automount_service_account_token, Some(false));
     let c = container(spec, "csi-proxy");
     assert_eq!(
@@ -1675,13 +1747,12 @@ fn rendered_driver_args_parse_with_the_driver_cli() {
         let r = Rendered::load(helm_template(&helm, &["-f", file.to_str().unwrap()]).unwrap());
         let spec = pod_spec(r.daemonset("node").unwrap());
         let driver = container(spec, "wincsi-node");
-        // kubelet expands $(KUBE_NODE_NAME) from the downward-API env var.
+        // kubelet expands $(KUBE_NODE_NAME) and $(POD_IP) from the downward-API env vars.
         let argv = std::iter::once("wincsi-node".to_owned()).chain(
-            driver
-                .args
-                .iter()
-                .flatten()
-                .map(|a| a.replace("$(KUBE_NODE_NAME)", "win-node-1")),
+            driver.args.iter().flatten().map(|a| {
+                a.replace("$(KUBE_NODE_NAME)", "win-node-1")
+                    .replace("$(POD_IP)", "10.244.1.7")
+            }),
         );
         let config = Config::try_parse_args(argv).unwrap_or_else(|e| {
             panic!(

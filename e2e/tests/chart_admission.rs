@@ -481,7 +481,8 @@ const BYPASSES: &[(&str, &str)] = &[
     (r"\\.\pipe", "the pipe namespace without a separator"),
 ];
 
-/// Paths that must keep working for everyone.
+/// Paths that must keep working for everyone (the kubelet root and its parents are not among
+/// them: they hold the kubelet's plugin directories, see "The kubelet's plugin directories").
 const LEGITIMATE: &[&str] = &[
     r"\\.\pipe\docker_engine",
     r"\\.\pipe\containerd-containerd",
@@ -492,12 +493,12 @@ const LEGITIMATE: &[&str] = &[
     "C:/var/log/pods",
     r"c:\ProgramData\csi-proxy-logs",
     r"E:\csi-proxy\state",
-    r"C:\",
-    "C:",
     r"D:\data\..\data\.\x",
-    r"\var\lib\kubelet",
-    "/var/lib/kubelet/pods",
-    "/",
+    r"D:\",
+    r"D:\var\lib\kubelet\plugins\wincsi.csi.io",
+    r"C:\var\lib\kubelet2",
+    r"C:\var\lib\kubelet-backup\plugins_registry",
+    r"C:\var\log\pods",
     "/dev",
     "/run/containerd/containerd.sock",
     "/var/run/docker.sock",
@@ -725,15 +726,20 @@ fn the_regexes_use_only_syntax_re2_and_the_regex_crate_share() {
     let mut filters = BTreeSet::new();
     for p in &r.policies {
         for v in p.spec.as_ref().unwrap().variables.iter().flatten() {
-            if v.name == "refused" {
+            if v.name == "pipeRefused" || v.name == "refused" {
                 filters.insert(v.expression.clone());
             }
             seen.extend(regexes(&v.expression));
         }
+        for c in p.spec.as_ref().unwrap().match_conditions.iter().flatten() {
+            seen.extend(regexes(&c.expression));
+        }
     }
-    // One filter, shared by every kind (so the corpus run on pods covers them all).
-    assert_eq!(filters.len(), 1, "{filters:#?}");
-    assert_eq!(seen.len(), 3, "{seen:#?}");
+    // One pipe filter and one combination, shared by every kind (so the corpus run on pods
+    // covers them all).
+    assert_eq!(filters.len(), 2, "{filters:#?}");
+    // Three for the pipes, four for the kubelet's plugin directories.
+    assert_eq!(seen.len(), 7, "{seen:#?}");
     for re in &seen {
         // Where RE2 (Go regexp) and the regex crate differ, or RE2 lacks a feature:
         // Unicode-aware shorthand classes (\d \w \s \b in the regex crate), \p classes,
@@ -1166,4 +1172,572 @@ fn validation_actions_warn_and_audit_never_deny() {
             .unwrap()
             .starts_with("ValidatingAdmission")
     }));
+}
+
+// ---------------------------------------------------------------------------------------
+// The kubelet root: the driver's socket directory, plugins_registry, the staged volumes
+// ---------------------------------------------------------------------------------------
+
+/// The kubelet root the default render guards, and the driver's name.
+const KUBELET_ROOT: &str = r"C:\var\lib\kubelet";
+
+/// Where one reading of a path lands on a node.
+enum Landing {
+    /// Not on a drive of this node: a pipe, another host's share.
+    Elsewhere,
+    /// On a drive the model cannot place (`\\?\Volume{…}`, `\\.\GLOBALROOT\…`, a relative path):
+    /// treated as reaching anything.
+    Unknown,
+    /// Drive letter and (folded) segments.
+    At(char, Vec<String>),
+}
+
+/// Where each reading of `raw` lands: `X:...`, a rooted path (on `current`, which may be the
+/// kubelet's drive), the device forms `\\?\X:`, `\\.\X:`, `\??\X:` and the administrative
+/// shares `\\host\X$` (`\\.\UNC\host\X$`, `\\?\UNC\host\X$`).
+fn landings(raw: &str, current: char) -> Vec<Landing> {
+    let split = |rest: &str| -> Vec<String> {
+        rest.split('\\')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let drive_path = |r: &str| -> Option<Landing> {
+        let b = r.as_bytes();
+        (b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':')
+            .then(|| Landing::At(b[0] as char, split(&r[2..])))
+    };
+    // `X$\rest` is drive X (an administrative share); other shares are not this node's drives.
+    let share = |s: &str| -> Landing {
+        let (name, rest) = s.split_once('\\').unwrap_or((s, ""));
+        let b = name.as_bytes();
+        if b.len() == 2 && b[0].is_ascii_alphabetic() && b[1] == b'$' {
+            Landing::At(b[0] as char, split(rest))
+        } else {
+            Landing::Elsewhere
+        }
+    };
+    readings(raw)
+        .iter()
+        .map(|reading| {
+            let up = fold(reading);
+            if let Some(d) = drive_path(&up) {
+                return d;
+            }
+            if let Some(rest) = [r"\\?\", r"\\.\", r"\??\"]
+                .iter()
+                .find_map(|p| up.strip_prefix(p))
+            {
+                let rest = rest.strip_prefix(r"GLOBAL\").unwrap_or(rest);
+                return if let Some(d) = drive_path(rest) {
+                    d
+                } else if let Some(unc) = rest.strip_prefix(r"UNC\") {
+                    unc.split_once('\\')
+                        .map_or(Landing::Elsewhere, |(_, s)| share(s))
+                } else if rest.starts_with("PIPE") {
+                    Landing::Elsewhere
+                } else {
+                    Landing::Unknown
+                };
+            }
+            if let Some(unc) = up.strip_prefix(r"\\") {
+                return unc
+                    .split_once('\\')
+                    .map_or(Landing::Elsewhere, |(_, s)| share(s));
+            }
+            if up.starts_with('\\') {
+                return Landing::At(current, split(&up));
+            }
+            // Relative: wherever the runtime's current directory is.
+            Landing::Unknown
+        })
+        .collect()
+}
+
+/// The model's verdict: `raw` may reach the kubelet root `root` (its directories, its
+/// parents, or a segment the model cannot resolve: an 8.3 short name with `~`, a stream
+/// with `:`).
+fn reaches_kubelet(raw: &str, root: &str) -> bool {
+    let root_up = fold(root);
+    let drive = root_up.chars().next().unwrap();
+    let root_segs: Vec<&str> = root_up[3..].split('\\').collect();
+    landings(raw, drive).into_iter().any(|r| match r {
+        Landing::Elsewhere => false,
+        Landing::Unknown => true,
+        Landing::At(d, segs) => {
+            d.to_ascii_uppercase() == drive
+                && (segs.iter().any(|s| s.contains(['~', ':']))
+                    || segs.iter().zip(&root_segs).all(|(a, b)| a == b))
+        }
+    })
+}
+
+/// Written plainly on the kubelet's drive (an independent statement of what the policy can
+/// judge exactly): a drive or rooted path, no `.`/`..` segment, no segment ending in `.` or
+/// a space, no `~`, `:` (after the drive), `?` or control character.
+fn plain(raw: &str) -> bool {
+    let sep = |c: &u8| *c == b'\\' || *c == b'/';
+    let rest = match raw.as_bytes() {
+        [d, b':', s, ..] if d.is_ascii_alphabetic() && sep(s) => &raw[2..],
+        [s, t, ..] if sep(s) && sep(t) => return false,
+        [s, ..] if sep(s) => raw,
+        _ => return false,
+    };
+    rest.split(['\\', '/']).filter(|s| !s.is_empty()).all(|s| {
+        !s.ends_with(['.', ' ']) && !s.contains(['~', ':', '?']) && !s.chars().any(char::is_control)
+    })
+}
+
+#[test]
+fn the_kubelet_model_is_not_vacuous() {
+    for reaching in [
+        r"C:\var\lib\kubelet\plugins\wincsi.csi.io",
+        r"c:/VAR/lib/kubelet/plugins_registry",
+        r"\var\lib\kubelet",
+        r"C:\",
+        r"C:\var",
+        r"\\?\C:\var\lib\kubelet",
+        r"\\localhost\c$\var\lib\kubelet",
+        r"\\.\UNC\localhost\C$\var",
+        r"C:\var\lib\KUBELE~1",
+        r"C:\var\lıb\kubelet",
+        r"C:\var\lib\kubelet.\plugins",
+        r"C:\x\..\var\lib\kubelet",
+        r"\\?\Volume{1b3b2c8c-0000-0000-0000-100000000000}\var",
+        "plugins",
+    ] {
+        assert!(reaches_kubelet(reaching, KUBELET_ROOT), "{reaching}");
+    }
+    for not_reaching in [
+        r"D:\var\lib\kubelet",
+        r"C:\var\log\pods",
+        r"C:\var\lib\kubelet2",
+        r"\\.\pipe\csi-proxy-disk-v1",
+        r"\\fileserver\share\var\lib\kubelet",
+    ] {
+        assert!(
+            !reaches_kubelet(not_reaching, KUBELET_ROOT),
+            "{not_reaching}"
+        );
+    }
+    assert!(plain(r"C:\var\log") && plain("/var/log") && !plain(r"C:\x\..\y") && !plain("C:var"));
+}
+
+/// Spellings of the kubelet's directories that a node resolves, and why.
+const KUBELET_BYPASSES: &[(&str, &str)] = &[
+    (
+        r"C:\var\lib\kubelet\plugins\wincsi.csi.io",
+        "the driver's socket directory",
+    ),
+    (
+        r"C:\var\lib\kubelet\plugins\wincsi.csi.io\csi.sock",
+        "the socket itself",
+    ),
+    (
+        r"C:\var\lib\kubelet\plugins_registry",
+        "plugin registration",
+    ),
+    (r"C:\var\lib\kubelet", "the kubelet root"),
+    (r"C:\var\lib\kubelet\", "with a trailing separator"),
+    (
+        r"C:\var\lib\kubelet\plugins",
+        "every driver's socket directory",
+    ),
+    (
+        r"C:\var\lib\kubelet\plugins\kubernetes.io\csi\wincsi.csi.io",
+        "every staged volume of the driver",
+    ),
+    (r"C:\var\lib\kubelet\pods", "every published volume"),
+    (r"C:\var\lib", "a parent"),
+    (r"C:\var", "a parent"),
+    (r"C:\", "the drive's root"),
+    ("C:", "the drive's current directory"),
+    ("C:var\\lib\\kubelet", "drive-relative"),
+    (
+        r"c:\VAR\Lib\KUBELET\Plugins\WINCSI.CSI.IO",
+        "NTFS names are case-insensitive",
+    ),
+    ("C:/var/lib/kubelet/plugins_registry", "either separator"),
+    (r"C:\\var\\lib\\\kubelet", "doubled separators"),
+    (
+        r"\var\lib\kubelet\plugins\wincsi.csi.io",
+        "rooted: the current drive",
+    ),
+    (
+        "/var/lib/kubelet/plugins_registry",
+        "a Linux spelling, rooted on Windows",
+    ),
+    ("/", "the current drive's root"),
+    (r"C:\var\.\lib\kubelet", "a '.' segment"),
+    (r"C:\var\x\..\lib\kubelet", "'..'"),
+    (
+        r"C:\tmp\..\var\lib\kubelet\plugins",
+        "'..' from a harmless start",
+    ),
+    (
+        r"C:\var\lib\kubelet.\plugins_registry",
+        "trailing dot trimmed",
+    ),
+    (
+        r"C:\var\lib\kubelet \plugins_registry",
+        "trailing space trimmed",
+    ),
+    (r"C:\var\lib\KUBELE~1\plugins", "an 8.3 short name"),
+    (r"C:\var\lib\kubelet\PLUGIN~1", "8.3: plugins_registry"),
+    (
+        r"C:\var\lib\kubelet\plugins\WINCSI~1.IO",
+        "8.3: the driver's directory",
+    ),
+    (r"C:\var\lıb\kubelet", "U+0131 upper-cases to I"),
+    (
+        r"C:\var\lib\kubelet\plugins\wincſi.csi.io",
+        "U+017F upper-cases to S",
+    ),
+    (
+        r"C:\var\lib\kubelet::$INDEX_ALLOCATION",
+        "a directory's index stream",
+    ),
+    (
+        r"C:\var\lib\kubelet:$I30:$INDEX_ALLOCATION",
+        "a named index stream",
+    ),
+    (
+        "C:\\var\\lib\\kube\nlet",
+        "a control character a layer may drop",
+    ),
+    (r"\\?\C:\var\lib\kubelet", "verbatim device path"),
+    (r"\\.\C:\var\lib\kubelet", "device path"),
+    (r"\??\C:\var\lib\kubelet", "NT path"),
+    (
+        r"\\localhost\C$\var\lib\kubelet",
+        "the administrative share",
+    ),
+    (
+        r"\\127.0.0.1\c$\var\lib\kubelet",
+        "the administrative share, by address",
+    ),
+    (
+        r"\\.\UNC\localhost\C$\var\lib\kubelet",
+        "UNC through the device namespace",
+    ),
+    (
+        r"\\?\GLOBALROOT\Device\HarddiskVolume1\var\lib\kubelet",
+        "the volume device",
+    ),
+    (
+        r"\\?\Volume{1b3b2c8c-0000-0000-0000-100000000000}\var\lib\kubelet",
+        "a volume GUID path",
+    ),
+    ("var/lib/kubelet", "relative"),
+];
+
+#[test]
+fn every_kubelet_directory_spelling_is_refused_outside_trusted_namespaces() {
+    let policies = default_policies();
+    for (path, why) in KUBELET_BYPASSES {
+        assert!(
+            reaches_kubelet(path, KUBELET_ROOT),
+            "the model disagrees that {path:?} reaches the kubelet root ({why})"
+        );
+        for kind in POD_KINDS {
+            let obj = wrap(
+                kind,
+                "intruder",
+                "default",
+                pod_spec_json(None, &[r"D:\logs", path]),
+            );
+            match admit(&policies, &Request::create(&obj, "default")) {
+                Verdict::Denied(_, message) => {
+                    let shown = message.split(" is refused").next().unwrap();
+                    assert_eq!(shown, format!("hostPath {path}"), "{kind}: {why}");
+                    if plain(path) {
+                        assert!(
+                            message.contains(r"the kubelet root C:\var\lib\kubelet")
+                                && message.contains(r"plugins\wincsi.csi.io\csi.sock"),
+                            "{message}"
+                        );
+                    }
+                }
+                Verdict::Admitted => panic!("{kind} mounting {path:?} ({why}) was admitted"),
+            }
+        }
+        let pv = wrap(
+            "PersistentVolume",
+            "pv",
+            "",
+            json!({"capacity": {"storage": "1Gi"}, "local": {"path": path}}),
+        );
+        assert!(
+            !admit(&policies, &Request::create(&pv, "")).admitted(),
+            "PersistentVolume {path} ({why})"
+        );
+        for ns in [NAMESPACE, "kube-system"] {
+            assert!(
+                pod_verdict(&policies, path, ns).admitted(),
+                "{path:?} in {ns}"
+            );
+        }
+    }
+}
+
+/// A pod spec that only Linux nodes run, three ways.
+fn linux_pod_specs(path: &str) -> Vec<Json> {
+    let mut by_selector = pod_spec_json(None, &[path]);
+    by_selector["nodeSelector"] = json!({"kubernetes.io/os": "linux"});
+    let mut by_os = pod_spec_json(None, &[path]);
+    by_os.as_object_mut().unwrap().remove("nodeSelector");
+    by_os["os"] = json!({"name": "linux"});
+    let mut by_affinity = pod_spec_json(None, &[path]);
+    by_affinity.as_object_mut().unwrap().remove("nodeSelector");
+    by_affinity["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "NotIn", "values": ["windows"]},
+                              {"key": "node-role", "operator": "Exists"}]}
+    ]}}});
+    vec![by_selector, by_os, by_affinity]
+}
+
+#[test]
+fn linux_node_plugins_keep_mounting_var_lib_kubelet_and_windows_capable_pods_do_not() {
+    let policies = default_policies();
+    for path in [
+        "/var/lib/kubelet",
+        "/var/lib/kubelet/plugins_registry",
+        "/",
+        "/var/lib/kubelet/pods/",
+    ] {
+        for spec in linux_pod_specs(path) {
+            for kind in POD_KINDS {
+                let obj = wrap(kind, "longhorn-manager", "longhorn-system", spec.clone());
+                assert!(
+                    admit(&policies, &Request::create(&obj, "longhorn-system")).admitted(),
+                    "{kind} {path} {spec}"
+                );
+            }
+        }
+        // Without an OS pin the pod may land on a Windows node: refused.
+        let mut unpinned = pod_spec_json(None, &[path]);
+        unpinned.as_object_mut().unwrap().remove("nodeSelector");
+        let pod = wrap("Pod", "x", "longhorn-system", unpinned.clone());
+        assert!(
+            !admit(&policies, &Request::create(&pod, "longhorn-system")).admitted(),
+            "{path}"
+        );
+        // Nor does an affinity term that still admits Windows.
+        unpinned["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
+            {"matchExpressions": [{"key": "node-role", "operator": "Exists"}]}
+        ]}}});
+        let pod = wrap("Pod", "x", "longhorn-system", unpinned);
+        assert!(
+            !admit(&policies, &Request::create(&pod, "longhorn-system")).admitted(),
+            "{path}"
+        );
+    }
+    // A Linux pin does not open the csi-proxy pipes: those stay the pipe rule's.
+    for spec in linux_pod_specs(r"\\.\pipe\csi-proxy-disk-v1") {
+        let pod = wrap("Pod", "x", "default", spec);
+        assert!(!admit(&policies, &Request::create(&pod, "default")).admitted());
+    }
+}
+
+/// Generated spellings: prefix × the root's segments under variations × what follows.
+fn generated_kubelet() -> Vec<String> {
+    let prefixes = [
+        "C:",
+        "c:",
+        r"\",
+        "/",
+        r"\\?\C:",
+        r"\\.\c:",
+        r"\??\C:",
+        r"\\localhost\C$",
+        r"\\.\UNC\localhost\c$",
+        "D:",
+        r"\\fileserver\share",
+    ];
+    let var = ["var", "VAR", "var.", r"x\..\var", "v~1"];
+    let lib = ["lib", "lıb", r".\lib", "lib::$INDEX_ALLOCATION"];
+    let kubelet = ["kubelet", "KUBELE~1", "kubelet ", "kubelet2", "kube\tlet"];
+    let tails = [
+        "",
+        r"\plugins\wincsi.csi.io",
+        r"\plugins\wincſi.csi.io\csi.sock",
+        r"\plugins_registry",
+        r"\PLUGIN~1",
+        r"\..\..\x",
+    ];
+    let seps = [r"\", "/", r"\\"];
+    let mut out = Vec::new();
+    for p in prefixes {
+        for v in var {
+            for l in lib {
+                for k in kubelet {
+                    for t in tails {
+                        let s = seps[out.len() % seps.len()];
+                        out.push(format!("{p}{s}{v}{s}{l}{s}{k}{t}"));
+                    }
+                }
+            }
+        }
+        out.push(format!(r"{p}\"));
+        out.push(format!(r"{p}\logs\app"));
+    }
+    out
+}
+
+#[test]
+fn generated_kubelet_spellings_are_refused_unless_plainly_elsewhere() {
+    let policies = default_policies();
+    let pipe_only = render(
+        RELEASE,
+        NAMESPACE,
+        &["--set", "admissionPolicy.kubeletDirectories=false"],
+    )
+    .compiled_policies();
+    let all = generated_kubelet();
+    let (mut reaching, mut admitted) = (0, 0);
+    for path in &all {
+        let verdict = pod_verdict(&policies, path, "default");
+        let before = pod_verdict(&pipe_only, path, "default");
+        if reaches_kubelet(path, KUBELET_ROOT) {
+            reaching += 1;
+            assert!(
+                !verdict.admitted(),
+                "{path:?} reaches the kubelet root but was admitted"
+            );
+        } else if plain(path) || !path.to_ascii_uppercase().starts_with('C') {
+            // Written plainly, or elsewhere than the kubelet's drive: this rule changes nothing.
+            assert_eq!(verdict.admitted(), before.admitted(), "{path:?}");
+        }
+        // The rule only ever adds refusals.
+        assert!(before.admitted() || !verdict.admitted(), "{path:?}");
+        if verdict.admitted() {
+            admitted += 1;
+        }
+    }
+    assert!(all.len() > 6000, "{} spellings", all.len());
+    assert!(
+        reaching > 2000,
+        "only {reaching} spellings reach the kubelet root"
+    );
+    assert!(
+        admitted > 300,
+        "only {admitted} admitted: the rule refuses too much"
+    );
+    println!(
+        "kubelet rule: {} generated spellings, {reaching} reach the kubelet root, {admitted} admitted",
+        all.len()
+    );
+}
+
+#[test]
+fn another_kubelet_root_and_driver_name_are_guarded_instead() {
+    let r = render(
+        RELEASE,
+        NAMESPACE,
+        &[
+            "--set-string",
+            r"kubeletRoot=D:\\k\\kubelet",
+            "--set",
+            "driver.name=iscsi.wincsi.example.com",
+        ],
+    );
+    let policies = r.compiled_policies();
+    for path in [
+        r"D:\k\kubelet\plugins\iscsi.wincsi.example.com",
+        r"d:/K/kubelet/plugins_registry",
+        r"D:\k",
+        r"\k\kubelet",
+        r"D:\k\kubelet\x\..",
+    ] {
+        assert!(reaches_kubelet(path, r"D:\k\kubelet"), "{path}");
+        assert!(
+            !pod_verdict(&policies, path, "default").admitted(),
+            "{path}"
+        );
+    }
+    for path in [
+        r"C:\var\lib\kubelet\plugins",
+        r"D:\k2\kubelet",
+        r"D:\kubelet",
+        r"E:\k\kubelet",
+    ] {
+        assert!(!reaches_kubelet(path, r"D:\k\kubelet"), "{path}");
+        assert!(pod_verdict(&policies, path, "default").admitted(), "{path}");
+    }
+    // The release's own node pods (HostProcess or not) are admitted in its namespace.
+    all_admitted(&policies, &release_objects(&r)).unwrap();
+}
+
+#[test]
+fn the_policies_judge_only_objects_with_a_host_path() {
+    let policies = default_policies();
+    assert_eq!(policies.len(), 5);
+    let no_volumes = pod_spec_json(None, &[]);
+    let mut empty_dir = pod_spec_json(None, &[]);
+    empty_dir["volumes"] =
+        json!([{"name": "scratch", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "x"}}]);
+    for kind in POD_KINDS {
+        for spec in [&no_volumes, &empty_dir] {
+            let obj = wrap(kind, "app", "default", spec.clone());
+            let req = Request::create(&obj, "default");
+            for p in policies.iter().filter(|p| p.matches(kind, "CREATE")) {
+                assert!(
+                    !p.applies(&req),
+                    "{} judged a {kind} without hostPath: {spec}",
+                    p.name
+                );
+            }
+        }
+        let obj = wrap(kind, "app", "default", pod_spec_json(None, &[r"D:\logs"]));
+        let req = Request::create(&obj, "default");
+        let judged = policies
+            .iter()
+            .filter(|p| p.matches(kind, "CREATE") && p.applies(&req))
+            .count();
+        assert_eq!(judged, 1, "{kind} with a hostPath");
+    }
+    let csi_pv = wrap(
+        "PersistentVolume",
+        "pv",
+        "",
+        json!({"csi": {"driver": "wincsi.csi.io", "volumeHandle": "x"}}),
+    );
+    let req = Request::create(&csi_pv, "");
+    assert!(
+        policies
+            .iter()
+            .filter(|p| p.matches("PersistentVolume", "CREATE"))
+            .all(|p| !p.applies(&req))
+    );
+    let local_pv = wrap(
+        "PersistentVolume",
+        "pv",
+        "",
+        json!({"local": {"path": r"D:\disks\1"}}),
+    );
+    let req = Request::create(&local_pv, "");
+    assert!(
+        policies
+            .iter()
+            .filter(|p| p.matches("PersistentVolume", "CREATE"))
+            .all(|p| p.applies(&req))
+    );
+}
+
+#[test]
+fn the_only_non_ascii_letters_that_upper_case_to_ascii_are_the_two_the_policy_knows() {
+    // NTFS compares names upper-cased through its upcase table (one UTF-16 unit to one); a
+    // non-ASCII character whose upper case is an ASCII letter would spell a protected name.
+    let found: Vec<char> = (0x80..=0xFFFF_u32)
+        .filter_map(char::from_u32)
+        .filter(|c| {
+            let mut up = c.to_uppercase();
+            matches!((up.next(), up.next()), (Some(u), None) if u.is_ascii_alphabetic())
+        })
+        .collect();
+    assert_eq!(found, ['\u{131}', '\u{17F}']);
 }

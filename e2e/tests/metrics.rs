@@ -32,6 +32,15 @@ async fn metrics_count_kubelets_rpcs_and_every_host_call() {
     // Unequal addresses (equal ones share a listener), both on loopback.
     assert_ne!(metrics.ip(), health.ip(), "two listeners");
 
+    // Before any volume: every protocol's volume gauges are there, at 0 (a dashboard and an `== 0` alert see them).
+    let (_, text) = get(metrics, "/metrics").await;
+    for protocol in ["smb", "iscsi"] {
+        for gauge in ["wincsi_volumes_staged", "wincsi_volumes_published"] {
+            let series = format!("{gauge}{{protocol=\"{protocol}\"}}");
+            assert_eq!(sample(&text, &series), Some(0.0), "{series}\n{text}");
+        }
+    }
+
     let (k, host) = (node.kubelet(), node.host());
     let pod = Pod::new("team-a", "app-0");
     let smb = fixtures::smb_volume("pv-smb", "team-a", "data-smb", None);
@@ -113,17 +122,19 @@ async fn metrics_count_kubelets_rpcs_and_every_host_call() {
         "metrics only on --metrics-address"
     );
 
-    // Unmounted: the volume gauges follow the records away.
+    assert_eq!(value("wincsi_volumes_staged{protocol=\"iscsi\"}"), 0.0);
+
+    // Unmounted: the volume gauges follow the records back to 0 (they do not disappear).
     k.unmount(host, &pod, &smb).await.expect("unmount");
     let (_, text) = get(metrics, "/metrics").await;
     assert_eq!(
         sample(&text, "wincsi_volumes_staged{protocol=\"smb\"}"),
-        None,
+        Some(0.0),
         "{text}"
     );
     assert_eq!(
         sample(&text, "wincsi_volumes_published{protocol=\"smb\"}"),
-        None
+        Some(0.0)
     );
     assert_eq!(
         sample(

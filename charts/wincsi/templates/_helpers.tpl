@@ -201,10 +201,10 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* HostProcess pod-level settings. */}}
+{{/* HostProcess pod-level settings (node.dnsPolicy overrides the host network's default). */}}
 {{- define "wincsi.hostProcessPodSettings" -}}
 hostNetwork: true
-dnsPolicy: ClusterFirstWithHostNet
+dnsPolicy: {{ default "ClusterFirstWithHostNet" .Values.node.dnsPolicy }}
 securityContext:
   windowsOptions:
     hostProcess: true
@@ -222,4 +222,104 @@ in a namespace that has a ResourceQuota scoped to them).
 
 {{- define "wincsi.criticalPodsQuotaName" -}}
 {{- printf "%s-critical-pods" (include "wincsi.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+A listener's --health-address / --metrics-address / --http-endpoint value for a bind
+address (driver.health.bindAddress, metrics.bindAddress): "" -> ":PORT" (every interface),
+podIP -> "$(POD_IP):PORT" (the container's POD_IP, from status.podIP), an IP -> "IP:PORT".
+Call with (dict "addr" ... "port" ...).
+*/}}
+{{- define "wincsi.listen" -}}
+{{- if eq .addr "" -}}
+{{- printf ":%d" (int .port) -}}
+{{- else if eq .addr "podIP" -}}
+{{- printf "$(POD_IP):%d" (int .port) -}}
+{{- else -}}
+{{- printf "%s:%d" .addr (int .port) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The httpGet host kubelet probes a listener bound to this address at: the IP itself for a
+literal (an IPv6 one without brackets), nothing otherwise (kubelet then uses the pod IP). */}}
+{{- define "wincsi.probeHost" -}}
+{{- if not (has . (list "" "podIP")) -}}
+{{- trimSuffix "]" (trimPrefix "[" .) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The POD_IP variable $(POD_IP) in the args above needs. */}}
+{{- define "wincsi.podIPEnv" -}}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      apiVersion: v1
+      fieldPath: status.podIP
+{{- end }}
+
+{{/* The container port /metrics is served on: "health" when it shares the health listener. */}}
+{{- define "wincsi.metricsPortName" -}}
+{{- if and .Values.driver.health.enabled (eq (int .Values.metrics.port) (int .Values.driver.health.port)) }}health{{ else }}metrics{{ end }}
+{{- end }}
+
+{{/*
+Refuses combinations the schema cannot express: kubelet's liveness timeout must exceed the
+livenessprobe sidecar's --probe-timeout (so kubelet reads the sidecar's answer instead of
+timing out first), and one shared health/metrics listener has one address.
+*/}}
+{{- define "wincsi.checks" -}}
+{{- $probeTimeout := int (trimSuffix "s" .Values.livenessProbe.probeTimeout) -}}
+{{- $kubeletTimeout := int (default 1 .Values.livenessProbe.probe.timeoutSeconds) -}}
+{{- if le $kubeletTimeout $probeTimeout -}}
+{{- fail (printf "livenessProbe.probe.timeoutSeconds (%d) must be larger than livenessProbe.probeTimeout (%ds): kubelet would give up before the livenessprobe sidecar answers" $kubeletTimeout $probeTimeout) -}}
+{{- end -}}
+{{- if and .Values.metrics.enabled (eq (include "wincsi.metricsPortName" .) "health") (ne .Values.metrics.bindAddress .Values.driver.health.bindAddress) -}}
+{{- fail "metrics.port equals driver.health.port (one listener), so metrics.bindAddress must equal driver.health.bindAddress" -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+An RE2 regex matching one Windows file-name segment as NTFS compares names: every ASCII
+letter in either case, plus the two non-ASCII letters whose upper case is ASCII
+(U+0131 dotless i -> I, U+017F long s -> S: NTFS compares names upper-cased through its
+upcase table), everything else quoted. Call with the name.
+*/}}
+{{- define "wincsi.nameRegex" -}}
+{{- range $c := splitList "" . -}}
+{{- if eq (lower $c) "s" -}}[Ss\x{17F}]
+{{- else if eq (lower $c) "i" -}}[Ii\x{131}]
+{{- else if regexMatch "^[A-Za-z]$" $c -}}{{ printf "[%s%s]" (upper $c) (lower $c) }}
+{{- else -}}{{ regexQuoteMeta $c }}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The kubelet-directory rule's regexes (admission policy), as a dict:
+  onDrive   a path on the kubelet root's drive: "K:..." or rooted ("\..." / "/...", one
+            separator: the current drive, which may be it); two separators are device or
+            UNC paths, which the pipe rule judges;
+  plain     a path the rule can judge exactly: drive (optional), a separator, then segments
+            without "~" (8.3 short names), ":" (streams, drive-relative forms), "?", control
+            characters, and not ending in "." or " " (Win32 trims those), so no "." or "..";
+  above     the drive's root and every directory down to the kubelet root;
+  below     the kubelet root and anything under it (its plugins\<driver> and
+            plugins_registry, and every staged and published volume).
+*/}}
+{{- define "wincsi.kubeletDirRegexes" -}}
+{{- $root := include "wincsi.kubeletRoot" . -}}
+{{- $drive := include "wincsi.kubeletDrive" . -}}
+{{- $d := printf "[%s%s]" $drive (lower $drive) -}}
+{{- $segs := list -}}
+{{- range (splitList "\\" (substr 3 (len $root) $root)) }}{{ if . }}{{ $segs = append $segs (include "wincsi.nameRegex" .) }}{{ end }}{{ end -}}
+{{- $sep := `[\\/]+` -}}
+{{- $seg := `[^\\/:~?\x00-\x1f\x7f-\x{9f}]*[^\\/:~?. \x00-\x1f\x7f-\x{9f}]` -}}
+{{- $above := last $segs -}}
+{{- range $i := untilStep (int (sub (len $segs) 2)) -1 -1 -}}
+{{- $above = printf "%s(%s%s)?" (index $segs $i) $sep $above -}}
+{{- end -}}
+onDrive: {{ printf `^(%s:|[\\/]([^\\/]|$))` $d | quote }}
+plain: {{ printf `^(%s:)?[\\/]+(%s[\\/]+)*(%s)?$` $d $seg $seg | quote }}
+above: {{ printf `^(%s:)?[\\/]*(%s)?[\\/]*$` $d $above | quote }}
+below: {{ printf `^(%s:)?[\\/]+%s([\\/].*)?$` $d (join $sep $segs) | quote }}
 {{- end }}

@@ -1,9 +1,34 @@
-//! Parsing and validation of iSCSI volume attributes and secrets (csi-driver-iscsi compatible).
+//! Parsing and validation of iSCSI volume attributes and secrets (csi-driver-iscsi compatible, and democratic-csi's).
+//!
+//! # democratic-csi volumes
+//!
+//! A volume context with `node_attach_driver: iscsi` is democratic-csi's (`crate::lifecycle::democratic`; citations
+//! of democratic-csi `v1.9.4`). Its controllers write `portal` (`host[:port]`, possibly empty), `portals`
+//! (comma-separated, possibly empty), `interface`, `iqn` and `lun` (`src/driver/freenas/api.js:1362-1371`,
+//! `src/driver/controller-zfs-generic/index.js:314-323`); its node merges `portal` and `portals`, adds `:3260` where
+//! no port is given and drops duplicates (`src/driver/index.js:1799-1820`), which [`parse_volume_for`] does too
+//! (duplicates compared by address without ASCII case and by port). `interface` (an open-iscsi interface name) is
+//! accepted and not used: democratic-csi's node never reads it (no use in `src/driver/index.js` at `v1.9.4`), and a
+//! Windows login goes through the initiator's default path.
+//!
+//! CHAP comes from the node-stage secret, its keys prefix-stripped like democratic-csi's
+//! (`democratic::normalized_secrets`): `node-db.node.session.auth.authmethod` `CHAP` asks for CHAP with
+//! `node-db.node.session.auth.username` / `.password` (one-way), and with `.password_in` too, mutual CHAP, whose
+//! `.password_in` becomes the initiator's node-wide mutual secret (democratic-csi decides mutual only when
+//! `.username_in` is also given and then never sets the initiator's secret, index.js:1866-1912; Windows has no
+//! initiator-side CHAP name to set, so `.username_in` is not needed here). Without `authmethod` `CHAP` the login has no
+//! CHAP, as democratic-csi's (and open-iscsi's default `None`), even when a user name is in the secret. Stricter
+//! than democratic-csi, for a reason: `authmethod` `CHAP` without both user name and secret is refused (democratic-csi
+//! silently logs in without CHAP), an `authmethod` other than `CHAP` or `None` is refused, and the CHAP secrets must
+//! have 12 to 16 characters (Windows' rule, checked before any host call). Other `node-db.*` keys are open-iscsi node
+//! settings with no Windows equivalent and are ignored. `targetPortal` and the csi-driver-iscsi CHAP switches do not
+//! mix with `node_attach_driver`.
 
 use std::collections::BTreeMap;
 
 use crate::error::Error;
 use crate::host::{HostCapabilities, IscsiAuth, Portal, Secret};
+use crate::lifecycle::democratic::{self, is_democratic_iscsi};
 use crate::lifecycle::{Secrets, context_get};
 
 /// The highest LUN accepted. Windows addresses a disk through `SCSI_ADDRESS`, whose `Lun` field is a `UCHAR`: the
@@ -40,8 +65,12 @@ pub struct IscsiVolume {
     pub read_only: bool,
 }
 
-/// Whether `context` describes an iSCSI volume (csi-driver-iscsi's keys).
+/// Whether `context` describes an iSCSI volume: democratic-csi's `node_attach_driver: iscsi`, or (without a
+/// `node_attach_driver`) csi-driver-iscsi's keys.
 pub fn is_iscsi(context: &BTreeMap<String, String>) -> bool {
+    if context_get(context, democratic::ATTACH_DRIVER_KEY).is_some() {
+        return is_democratic_iscsi(context);
+    }
     ["iqn", "targetPortal", "portals"]
         .iter()
         .any(|k| context_get(context, k).is_some())
@@ -181,6 +210,18 @@ pub fn parse_volume_for(
     if let Some(fs) = context_get(context, "fsType") {
         check_fs_type(fs)?;
     }
+    let democratic = is_democratic_iscsi(context);
+    if democratic {
+        for key in ["targetPortal", "sessionCHAPAuth", "discoveryCHAPAuth"] {
+            if context_get(context, key).is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "volume attribute {key} does not go with node_attach_driver iscsi; rule: a democratic-csi volume \
+                     names its portals with portal and portals, and its CHAP in the node-stage secret \
+                     (node-db.node.session.auth.*)"
+                )));
+            }
+        }
+    }
     let iqn = context_get(context, "iqn").map(str::trim).unwrap_or("");
     if iqn.is_empty() {
         return Err(Error::InvalidArgument(
@@ -212,12 +253,23 @@ pub fn parse_volume_for(
             portals.push(p);
         }
     };
-    if let Some(tp) = context_get(context, "targetPortal").filter(|v| !v.trim().is_empty()) {
+    if democratic {
+        if let Some(p) = context_get(context, "portal").filter(|v| !v.trim().is_empty()) {
+            push(Portal::parse(p, "portal")?);
+        }
+        for item in context_get(context, "portals")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|i| !i.trim().is_empty())
+        {
+            push(Portal::parse(item, "portals")?);
+        }
+    } else if let Some(tp) = context_get(context, "targetPortal").filter(|v| !v.trim().is_empty()) {
         push(Portal::parse(tp, "targetPortal")?);
     }
     if let Some(list) = context_get(context, "portals")
         .map(str::trim)
-        .filter(|v| !v.is_empty())
+        .filter(|v| !democratic && !v.is_empty())
     {
         let items: Vec<String> = if list.starts_with("[\"") || list == "[]" {
             serde_json::from_str(list).map_err(|e| {
@@ -233,9 +285,32 @@ pub fn parse_volume_for(
         }
     }
     if portals.is_empty() {
-        return Err(Error::InvalidArgument(
-            "volume attribute targetPortal (or portals) is required for an iSCSI volume".to_owned(),
-        ));
+        return Err(Error::InvalidArgument(if democratic {
+            "volume attribute portal (or portals) is required for a democratic-csi iSCSI volume"
+                .to_owned()
+        } else {
+            "volume attribute targetPortal (or portals) is required for an iSCSI volume".to_owned()
+        }));
+    }
+    if democratic {
+        let persistent = flag(context, "persistentLogin")? == Some(true);
+        if persistent && !caps.persistent_logins {
+            return Err(persistent_refused());
+        }
+        let (auth, mutual_secret) =
+            democratic_auth(&democratic::normalized_secrets(secrets, context))?;
+        return Ok(IscsiVolume {
+            portals,
+            iqn: iqn.to_owned(),
+            lun,
+            auth,
+            mutual_secret,
+            page83: None,
+            serial: None,
+            discovery: IscsiAuth::None,
+            persistent,
+            read_only: false,
+        });
     }
     let discovery_keys = ["username", "password", "username_in", "password_in"]
         .iter()
@@ -256,11 +331,7 @@ pub fn parse_volume_for(
     };
     let persistent = flag(context, "persistentLogin")? == Some(true);
     if persistent && !caps.persistent_logins {
-        return Err(Error::FailedPrecondition(
-            "persistentLogin: csi-proxy always logs in non-persistently; persistent iSCSI logins need the native \
-             backend (--host-backend native, chart mode hostProcess)"
-                .to_owned(),
-        ));
+        return Err(persistent_refused());
     }
     let user = secrets
         .get("node.session.auth.username")
@@ -315,6 +386,61 @@ pub fn parse_volume_for(
     })
 }
 
+fn persistent_refused() -> Error {
+    Error::FailedPrecondition(
+        "persistentLogin: csi-proxy always logs in non-persistently; persistent iSCSI logins need the native backend \
+         (--host-backend native, chart mode hostProcess)"
+            .to_owned(),
+    )
+}
+
+/// Session CHAP of a democratic-csi volume from its (normalised) node-stage secret (see the module docs).
+fn democratic_auth(secrets: &Secrets) -> Result<(IscsiAuth, Option<Secret>), Error> {
+    const AUTH: &str = "node-db.node.session.auth.";
+    let get = |k: &str| secrets.get(&format!("{AUTH}{k}"));
+    let method = get("authmethod").map(|m| m.expose().trim().to_owned());
+    match method.as_deref() {
+        None | Some("") => {}
+        Some(m) if m.eq_ignore_ascii_case("none") => {}
+        Some(m) if m.eq_ignore_ascii_case("chap") => {
+            let username = get("username")
+                .map(|s| s.expose().trim().to_owned())
+                .filter(|s| !s.is_empty());
+            let (Some(username), Some(secret)) = (username, get("password").cloned()) else {
+                return Err(Error::InvalidArgument(
+                    "node-stage secret has node-db.node.session.auth.authmethod CHAP but not both \
+                     node-db.node.session.auth.username and node-db.node.session.auth.password"
+                        .to_owned(),
+                ));
+            };
+            check_secret(&secret, "node-db.node.session.auth.password")?;
+            return match get("password_in").cloned() {
+                Some(mutual) => {
+                    check_secret(&mutual, "node-db.node.session.auth.password_in")?;
+                    Ok((IscsiAuth::Mutual { username, secret }, Some(mutual)))
+                }
+                None => Ok((IscsiAuth::OneWay { username, secret }, None)),
+            };
+        }
+        Some(m) => {
+            return Err(Error::InvalidArgument(format!(
+                "node-stage secret node-db.node.session.auth.authmethod is {}; rule: CHAP or None",
+                crate::error::quote_short(m)
+            )));
+        }
+    }
+    if ["username", "password", "username_in", "password_in"]
+        .iter()
+        .any(|k| get(k).is_some())
+    {
+        tracing::info!(
+            "the node-stage secret has node-db.node.session.auth credentials but no authmethod CHAP: logging in \
+             without CHAP, as democratic-csi does"
+        );
+    }
+    Ok((IscsiAuth::None, None))
+}
+
 /// One-way discovery CHAP from `node.sendtargets.auth.username` / `.password` (Windows has no mutual discovery
 /// CHAP through `MSFT_iSCSITargetPortal.New`).
 fn discovery_auth(secrets: &Secrets) -> Result<IscsiAuth, Error> {
@@ -341,4 +467,202 @@ fn discovery_auth(secrets: &Secrets) -> Result<IscsiAuth, Error> {
     };
     check_secret(&secret, "node.sendtargets.auth.password")?;
     Ok(IscsiAuth::OneWay { username, secret })
+}
+
+#[cfg(test)]
+mod democratic_tests {
+    use super::*;
+
+    fn ctx(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    /// A volume as democratic-csi's iSCSI controllers write it (`freenas/api.js:1362-1371`: `lun` is the number 0,
+    /// a string in the CSI map), with the keys the controller adds.
+    fn volume(portal: &str, portals: &str) -> BTreeMap<String, String> {
+        ctx(&[
+            ("node_attach_driver", "iscsi"),
+            ("portal", portal),
+            ("portals", portals),
+            ("interface", ""),
+            ("iqn", "iqn.2005-10.org.freenas.ctl:pvc-1"),
+            ("lun", "0"),
+            ("provisioner_driver", "freenas-api-iscsi"),
+            ("provisioner_driver_instance_id", "nas-1"),
+        ])
+    }
+
+    fn parse(c: &BTreeMap<String, String>, s: &[(&str, &str)]) -> Result<IscsiVolume, Error> {
+        parse_volume(c, &Secrets::new(s.iter().copied()))
+    }
+
+    fn invalid(r: Result<IscsiVolume, Error>) -> String {
+        match r {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    const USER: &str = "node-db.node.session.auth.username";
+    const PASS: &str = "node-db.node.session.auth.password";
+    const METHOD: &str = "node-db.node.session.auth.authmethod";
+
+    #[test]
+    fn portals_merge_with_the_default_port_and_without_duplicates() {
+        assert!(is_iscsi(&volume("10.0.0.5:3260", "")));
+        // Served by iSCSI even without any csi-driver-iscsi key, and never for another node_attach_driver.
+        assert!(is_iscsi(&ctx(&[("node_attach_driver", "ISCSI")])));
+        assert!(!is_iscsi(&ctx(&[
+            ("node_attach_driver", "smb"),
+            ("iqn", "iqn.2005-10.x:y")
+        ])));
+        let v = parse(
+            &volume(
+                "10.0.0.5",
+                "10.0.0.5:3260, 10.0.0.6,TrueNAS.example:3261,truenas.EXAMPLE:3261",
+            ),
+            &[],
+        )
+        .expect("ok");
+        let got: Vec<String> = v
+            .portals
+            .iter()
+            .map(|p| format!("{}:{}", p.address, p.port))
+            .collect();
+        assert_eq!(
+            got,
+            ["10.0.0.5:3260", "10.0.0.6:3260", "TrueNAS.example:3261"]
+        );
+        assert_eq!(
+            (v.iqn.as_str(), v.lun),
+            ("iqn.2005-10.org.freenas.ctl:pvc-1", 0)
+        );
+        assert_eq!(v.auth, IscsiAuth::None);
+        // portal alone, portals alone.
+        assert_eq!(
+            parse(&volume("", "10.0.0.7"), &[])
+                .expect("ok")
+                .portals
+                .len(),
+            1
+        );
+        assert_eq!(
+            parse(&volume("10.0.0.7:3260", ""), &[])
+                .expect("ok")
+                .portals
+                .len(),
+            1
+        );
+        assert!(invalid(parse(&volume("", ""), &[])).contains("portal (or portals)"));
+        assert!(invalid(parse(&volume("10.0.0.5:x", ""), &[])).contains("port"));
+        let mut c = volume("10.0.0.5", "");
+        c.insert("targetPortal".into(), "10.0.0.5".into());
+        assert!(invalid(parse(&c, &[])).contains("targetPortal"));
+        c.remove("targetPortal");
+        c.insert("lun".into(), "256".into());
+        assert!(invalid(parse(&c, &[])).contains("lun"));
+    }
+
+    #[test]
+    fn chap_from_the_prefixed_node_db_keys() {
+        let c = volume("10.0.0.5", "");
+        let v = parse(
+            &c,
+            &[
+                (
+                    "democratic-csi.org/nas-1/node-db.node.session.auth.authmethod",
+                    "CHAP",
+                ),
+                (
+                    "democratic-csi.org/freenas-api-iscsi/node-db.node.session.auth.username",
+                    "initiator",
+                ),
+                (
+                    "democratic-csi.org/node-db.node.session.auth.password",
+                    "twelve-chars",
+                ),
+            ],
+        )
+        .expect("ok");
+        match &v.auth {
+            IscsiAuth::OneWay { username, secret } => {
+                assert_eq!(
+                    (username.as_str(), secret.expose()),
+                    ("initiator", "twelve-chars")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(v.mutual_secret.is_none());
+        let v = parse(
+            &c,
+            &[
+                (METHOD, "chap"),
+                (USER, "initiator"),
+                (PASS, "twelve-chars"),
+                ("node-db.node.session.auth.username_in", "target"),
+                ("node-db.node.session.auth.password_in", "mutual-secret"),
+            ],
+        )
+        .expect("ok");
+        assert!(matches!(v.auth, IscsiAuth::Mutual { .. }), "{:?}", v.auth);
+        assert_eq!(
+            v.mutual_secret.as_ref().map(Secret::expose),
+            Some("mutual-secret")
+        );
+        // No authmethod CHAP: no CHAP, as democratic-csi logs in.
+        let v = parse(&c, &[(USER, "initiator"), (PASS, "twelve-chars")]).expect("ok");
+        assert_eq!(v.auth, IscsiAuth::None);
+        let v = parse(
+            &c,
+            &[
+                (METHOD, "None"),
+                (USER, "initiator"),
+                (PASS, "twelve-chars"),
+            ],
+        )
+        .expect("ok");
+        assert_eq!(v.auth, IscsiAuth::None);
+    }
+
+    #[test]
+    fn chap_rules_stricter_than_democratic_csi_and_never_echo_a_secret() {
+        let c = volume("10.0.0.5", "");
+        for (s, want) in [
+            (vec![(METHOD, "CHAP"), (USER, "initiator")], "not both"),
+            (vec![(METHOD, "CHAP"), (PASS, "twelve-chars")], "not both"),
+            (
+                vec![(METHOD, "Kerberos"), (USER, "u"), (PASS, "twelve-chars")],
+                "CHAP or None",
+            ),
+            (
+                vec![(METHOD, "CHAP"), (USER, "u"), (PASS, "short-pw")],
+                "12 to 16",
+            ),
+            (
+                vec![
+                    (METHOD, "CHAP"),
+                    (USER, "u"),
+                    (PASS, "twelve-chars"),
+                    ("node-db.node.session.auth.password_in", "tiny"),
+                ],
+                "12 to 16",
+            ),
+        ] {
+            let m = invalid(parse(&c, &s));
+            assert!(m.contains(want), "{m}");
+            for (key, value) in &s {
+                if key.contains("password") {
+                    assert!(!m.contains(value), "{m}");
+                }
+            }
+        }
+        // CHAP material in the volume context is refused, whatever its spelling.
+        let mut c = volume("10.0.0.5", "");
+        c.insert(PASS.into(), "twelve-chars".into());
+        assert!(invalid(parse(&c, &[])).contains("carries a credential"));
+    }
 }

@@ -80,6 +80,7 @@ use crate::state::{AccessRecord, PublishRecord, StateStore, VolumeRecord};
 
 mod context;
 mod csi;
+pub mod democratic;
 pub mod inline;
 mod protocol;
 mod publish;

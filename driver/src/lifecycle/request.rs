@@ -220,6 +220,16 @@ impl Secrets {
         )
     }
 
+    /// Build from keys and already-wrapped values.
+    pub fn from_secrets<I: IntoIterator<Item = (String, Secret)>>(entries: I) -> Self {
+        Self(entries.into_iter().collect())
+    }
+
+    /// Every key with its (redacted) value.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Secret)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
     /// Look a key up case-insensitively.
     pub fn get(&self, key: &str) -> Option<&Secret> {
         self.0
@@ -284,8 +294,11 @@ pub fn check_mount_flags(flags: &[String]) -> Result<Vec<String>, Error> {
         }
         if is_credential_key(key) {
             return Err(Error::InvalidArgument(format!(
-                "mount option {key:?} carries a credential; rule: put username/password/domain in the node-stage \
-                 secret, never in mountOptions"
+                "mount option {key:?} carries a credential; rule: credentials go in the node-stage secret (keys \
+                 username, password, domain; for a democratic-csi volume its mount_flags key, e.g. mount_flags: \
+                 \"username=…,password=…\"), never in mountOptions, where every reader of the PV sees them: move \
+                 them from the StorageClass's mountOptions into the Secret its \
+                 csi.storage.k8s.io/node-stage-secret-name names"
             )));
         }
         ignored.push(key.to_owned());

@@ -11,8 +11,8 @@
 //! | `wincsi_csi_request_duration_seconds` | histogram | `method`, `grpc_code` | `rpc::rpc` |
 //! | `wincsi_host_calls_total` | counter | `backend`, `operation`, `outcome` | `host::Metered` (every host call) |
 //! | `wincsi_host_call_duration_seconds` | histogram | `backend`, `operation` | `host::Metered` |
-//! | `wincsi_volumes_staged` | gauge | `protocol` | the record store, at each scrape ([`StateSource`]) |
-//! | `wincsi_volumes_published` | gauge | `protocol` | the record store, at each scrape |
+//! | `wincsi_volumes_staged` | gauge | `protocol` | the record store, at each scrape ([`StateSource`]; 0 for a protocol without volumes) |
+//! | `wincsi_volumes_published` | gauge | `protocol` | the record store, at each scrape (0 likewise) |
 //! | `wincsi_state_record_problems` | gauge | `problem` | the record store / lifecycle, at each scrape |
 //! | `wincsi_host_backend_up` | gauge | `backend` | the readiness check, at each scrape |
 //! | `wincsi_state_commit_duration_seconds` | histogram | — | the record store: a change queued → durable on disk |

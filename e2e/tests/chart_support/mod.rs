@@ -15,7 +15,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ResourceQuota, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use serde::Deserialize;
@@ -170,6 +170,9 @@ pub(crate) struct Rendered {
     pub(crate) policies: Vec<ValidatingAdmissionPolicy>,
     pub(crate) bindings: Vec<ValidatingAdmissionPolicyBinding>,
     pub(crate) resource_quotas: Vec<ResourceQuota>,
+    pub(crate) config_maps: Vec<ConfigMap>,
+    /// Prometheus Operator PodMonitors (no k8s-openapi type: raw).
+    pub(crate) pod_monitors: Vec<Json>,
 }
 
 impl Rendered {
@@ -183,6 +186,8 @@ impl Rendered {
                 ("storage.k8s.io/v1", "CSIDriver") => r.csidrivers.push(typed(o)),
                 ("v1", "ServiceAccount") => r.service_accounts.push(typed(o)),
                 ("v1", "ResourceQuota") => r.resource_quotas.push(typed(o)),
+                ("v1", "ConfigMap") => r.config_maps.push(typed(o)),
+                ("monitoring.coreos.com/v1", "PodMonitor") => r.pod_monitors.push(o.clone()),
                 ("rbac.authorization.k8s.io/v1", "Role") => r.roles.push(typed(o)),
                 ("rbac.authorization.k8s.io/v1", "RoleBinding") => r.role_bindings.push(typed(o)),
                 ("rbac.authorization.k8s.io/v1", "ClusterRole") => r.cluster_roles.push(typed(o)),
@@ -270,6 +275,7 @@ pub(crate) struct Policy {
     groups: Vec<String>,
     resources: Vec<String>,
     operations: Vec<String>,
+    match_conditions: Vec<(String, cel::Program)>,
     variables: Vec<(String, cel::Program)>,
     validations: Vec<Validation>,
     deny: bool,
@@ -349,6 +355,12 @@ impl Policy {
             groups: all(&|r| r.api_groups.clone().unwrap_or_default()),
             resources: all(&|r| r.resources.clone().unwrap_or_default()),
             operations: all(&|r| r.operations.clone().unwrap_or_default()),
+            match_conditions: spec
+                .match_conditions
+                .iter()
+                .flatten()
+                .map(|c| (c.name.clone(), compile(&c.expression)))
+                .collect(),
             variables: spec
                 .variables
                 .iter()
@@ -376,10 +388,7 @@ impl Policy {
             && self.operations.iter().any(|o| o == operation)
     }
 
-    /// `None` = admitted by this policy, else the denial message. A CEL error fails the test
-    /// (failurePolicy Fail would deny, but a policy that errors on a well-formed object is a
-    /// bug).
-    pub(crate) fn evaluate(&self, req: &Request<'_>) -> Option<String> {
+    fn context(req: &Request<'_>) -> cel::Context<'static, 'static> {
         let kind = req.object["kind"].as_str().expect("kind");
         let request = json!({
             "namespace": req.namespace,
@@ -393,6 +402,33 @@ impl Policy {
             cel::to_value(req.old.unwrap_or(&Json::Null)).expect("oldObject"),
         );
         ctx.add_variable_from_value("request", cel::to_value(&request).expect("request"));
+        ctx
+    }
+
+    /// Whether the API server evaluates this policy for `req` at all: every matchCondition
+    /// true (a condition that errors would fail the request under failurePolicy Fail; on a
+    /// well-formed object that is a bug, and fails the test).
+    pub(crate) fn applies(&self, req: &Request<'_>) -> bool {
+        let ctx = Self::context(req);
+        self.match_conditions
+            .iter()
+            .all(|(name, program)| match program.execute(&ctx) {
+                Ok(cel::Value::Bool(b)) => b,
+                other => panic!(
+                    "{}: matchCondition {name} on {} gave {other:?}",
+                    self.name, req.object
+                ),
+            })
+    }
+
+    /// `None` = admitted by this policy, else the denial message. A CEL error fails the test
+    /// (failurePolicy Fail would deny, but a policy that errors on a well-formed object is a
+    /// bug). Policies whose matchConditions do not hold are not evaluated ([`Policy::applies`]).
+    pub(crate) fn evaluate(&self, req: &Request<'_>) -> Option<String> {
+        if !self.applies(req) {
+            return None;
+        }
+        let mut ctx = Self::context(req);
         let mut vars: HashMap<String, cel::Value> = HashMap::new();
         for (name, program) in &self.variables {
             ctx.add_variable_from_value("variables", cel::Value::from(vars.clone()));

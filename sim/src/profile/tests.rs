@@ -835,7 +835,7 @@ fn row_is_symlink_one_hop() {
 #[test]
 fn row_mkdir_over_file() {
     for v in CsiProxyVersion::ALL {
-        let mut f = host(v);
+        let f = host(v);
         let file = p("F");
         f.write_file(&file, b"x").unwrap();
         let not_found = format!("mkdir {file}: The system cannot find the path specified.");

@@ -168,9 +168,12 @@ use crate::state::{Details, Phase, VolumeRecord};
 
 mod adopt;
 mod chap;
+mod discovery;
 pub mod disk;
 mod listings;
 mod params;
+#[cfg(test)]
+mod raw_tests;
 mod stage;
 #[cfg(test)]
 mod tests;

@@ -233,7 +233,7 @@ pub struct DiskSpec {
 #[serde(default, deny_unknown_fields)]
 pub struct ContentSpec {
     /// A format (`ext4`, `xfs`, `btrfs`, `lvm2`, `luks1`, `luks2`, `zfs`, `ntfs`, `fat32`, `exfat`, `swap`,
-    /// `linux_raid`, `iso9660`, `mbr`, `gpt`; `sim/README.md` lists where each writes).
+    /// `linux_raid`, `iso9660`, `mbr`, `gpt`; `state/content.rs` writes each where its tool does, citing libblkid).
     pub signature: Option<String>,
     /// Bytes as hex digits, at `offset`.
     pub hex: Option<String>,

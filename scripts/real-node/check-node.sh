@@ -176,6 +176,9 @@ node_mode() {
     if [ -n "${WINCSI_CHECK_ISCSI_PORTAL:-}" ]; then
         args+=(--iscsi-portal "$WINCSI_CHECK_ISCSI_PORTAL" --iscsi-iqn "${WINCSI_CHECK_ISCSI_IQN:?}"
             --iscsi-lun "${WINCSI_CHECK_ISCSI_LUN:-0}")
+        if [ -n "${WINCSI_CHECK_ISCSI_LATE_IQN:-}" ] && [ "$phase" = full ]; then
+            args+=(--iscsi-late-iqn "$WINCSI_CHECK_ISCSI_LATE_IQN")
+        fi
     fi
     local report="$out/check-node-$release-$phase.json" rc=0
     "$node" "${args[@]}" "${extra[@]}" >"$report" 2>"$out/check-node-$release-$phase.log" || rc=$?

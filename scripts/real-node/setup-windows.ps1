@@ -11,10 +11,13 @@
   -Smb                 create the local account wincsi-check (random password) and the share
                        \\<computer>\wincsi-check (folder C:\wincsi-check\share, subfolder check).
   -Iscsi               install FS-iSCSITarget-Server if missing, start MSiSCSI, create target wincsi-check for this
-                       node's initiator with a fresh 1 GiB scratch LUN 0 (the previous one is removed first).
+                       node's initiator with a fresh 1 GiB scratch LUN 0 (the previous one is removed first); then
+                       add the portal 127.0.0.1 on the initiator and create a target wincsi-check-late-<ticks>
+                       (64 MiB LUN 0) after it, for check-node's discovery check (--iscsi-late-iqn).
   -RemoveCsiProxy      stop and delete the csiproxy service.
   Outputs go to $env:GITHUB_ENV when set (WINCSI_CHECK_SMB_SHARE, WINCSI_CHECK_SMB_USERNAME, WINCSI_CHECK_SMB_PASSWORD
-  (masked), WINCSI_CHECK_ISCSI_PORTAL, WINCSI_CHECK_ISCSI_IQN, WINCSI_CHECK_ISCSI_LUN), else to the console.
+  (masked), WINCSI_CHECK_ISCSI_PORTAL, WINCSI_CHECK_ISCSI_IQN, WINCSI_CHECK_ISCSI_LUN,
+  WINCSI_CHECK_ISCSI_LATE_IQN), else to the console.
 #>
 param(
     [string]$CsiProxySource,
@@ -134,4 +137,24 @@ if ($Iscsi) {
     Set-Output WINCSI_CHECK_ISCSI_PORTAL '127.0.0.1:3260'
     Set-Output WINCSI_CHECK_ISCSI_IQN ((Get-IscsiServerTarget -TargetName 'wincsi-check').TargetIqn.ToString())
     Set-Output WINCSI_CHECK_ISCSI_LUN '0'
+
+    # A target created after the node added the portal (issue 28 item 4, real-node check 21): the portal first, then
+    # a target with a name never used before, so no earlier discovery can have listed it.
+    foreach ($old in @(Get-IscsiServerTarget | Where-Object TargetName -like 'wincsi-check-late-*')) {
+        foreach ($lun in @($old.LunMappings)) {
+            Remove-IscsiVirtualDiskTargetMapping -TargetName $old.TargetName -Path $lun.Path
+            Remove-IscsiVirtualDisk -Path $lun.Path
+            Remove-Item -Force $lun.Path
+        }
+        Remove-IscsiServerTarget -TargetName $old.TargetName
+    }
+    if (-not (Get-IscsiTargetPortal -TargetPortalAddress '127.0.0.1' -ErrorAction SilentlyContinue)) {
+        New-IscsiTargetPortal -TargetPortalAddress '127.0.0.1' -TargetPortalPortNumber 3260 | Out-Null
+    }
+    $late = "wincsi-check-late-$([DateTime]::UtcNow.Ticks)"
+    New-IscsiServerTarget -TargetName $late -InitiatorIds "IQN:$initiator" | Out-Null
+    $lateVhd = "C:\wincsi-check\iscsi\$late.vhdx"
+    New-IscsiVirtualDisk -Path $lateVhd -SizeBytes 64MB | Out-Null
+    Add-IscsiVirtualDiskTargetMapping -TargetName $late -Path $lateVhd -Lun 0
+    Set-Output WINCSI_CHECK_ISCSI_LATE_IQN ((Get-IscsiServerTarget -TargetName $late).TargetIqn.ToString())
 }

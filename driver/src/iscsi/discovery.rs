@@ -16,9 +16,11 @@
 //!   record of this node names it as the portal of a session (its unstage, disk lookups and stats go through it), under
 //!   the portal's exclusive lock: every first stage holds the shared lock of each of its portals from `AddTargetPortal`
 //!   to the login, and writes the record naming its session's portal before
-//!   the login, so the check sees every session this driver has or is making. Sessions made outside this driver cannot
-//!   be seen through csi-proxy (README, limits). Adoption, which walks every portal `ListTargetPortals` shows, holds
-//!   the shared side of one node-wide key that only this re-add takes exclusively;
+//!   the login, so the check sees every session this driver has or is making. Sessions made outside this driver are
+//!   not in the records: before the removal, `GetTargetDisks` of every target the portal lists must find no disks (a
+//!   session whose disks have not arrived yet is not seen; one call per listed target, a PowerShell process each
+//!   before v1.3.0, bounded by the RPC's deadline: past it nothing is removed). Adoption, which walks every portal
+//!   `ListTargetPortals` shows, holds the shared side of one node-wide key that only this re-add takes exclusively;
 //! * otherwise (a portal in use, or the refresh failed) the stage answers FAILED_PRECONDITION naming the manual
 //!   refresh (`Update-IscsiTargetPortal`), and kubelet's retry finds the target once an operator ran it.
 
@@ -26,7 +28,7 @@ use tracing::{info, warn};
 
 use super::{IscsiRecord, block_error, same_name};
 use crate::error::Error;
-use crate::host::{Host, HostOp, Portal};
+use crate::host::{Host, HostOp, HostResult, Portal};
 use crate::lifecycle::{Calls, Context};
 use crate::locks::KeyedGuard;
 
@@ -107,7 +109,7 @@ async fn look<H: Host>(h: &Calls<'_, H>, portals: &[Portal], wanted: &str) -> Re
 struct Refreshed {
     /// Asked to rediscover.
     done: Vec<Portal>,
-    /// Left alone: the session of this volume (csi-proxy cannot refresh a portal in use).
+    /// Left alone: whose session uses it (csi-proxy cannot refresh a portal in use).
     in_use: Vec<(Portal, String)>,
     /// The refresh failed (its message).
     failed: Vec<(Portal, String)>,
@@ -165,8 +167,8 @@ async fn refresh<H: Host>(h: &Calls<'_, H>, portals: &[Portal]) -> Result<Refres
     Ok(r)
 }
 
-/// csi-proxy: `RemoveTargetPortal` + `AddTargetPortal` of every portal no session of this node uses, each under the
-/// portal's exclusive lock (module docs).
+/// csi-proxy: `RemoveTargetPortal` + `AddTargetPortal` of every portal no session of this node uses (none on record,
+/// none with disks on the host), each under the portal's exclusive lock (module docs).
 async fn readd<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
@@ -188,8 +190,26 @@ async fn readd<H: Host>(
         })?;
         if let Some(v) = user {
             info!(portal = %p, volume = %v, "not re-adding the portal: a staged volume's session uses it");
-            r.in_use.push((p.clone(), v));
+            r.in_use
+                .push((p.clone(), format!("the session volume {v:?} uses")));
             continue;
+        }
+        match unrecorded_session(h, p).await {
+            Ok(None) => {}
+            Ok(Some(iqn)) => {
+                info!(portal = %p, target = %iqn, "not re-adding the portal: another session uses it");
+                r.in_use.push((
+                    p.clone(),
+                    format!("the session of target {iqn}, which this driver did not make,"),
+                ));
+                continue;
+            }
+            Err(e) if e.kind.is_uncertain() => return Err(block_error(e, p)),
+            Err(e) => {
+                warn!(portal = %p, error = %e.message, "cannot tell whether a session uses the portal");
+                r.failed.push((p.clone(), e.message));
+                continue;
+            }
         }
         info!(portal = %p, "re-adding the portal so that Windows discovers its targets again");
         let _set = cx.object_locks().lock(PORTAL_SET_KEY).await;
@@ -225,6 +245,37 @@ async fn readd<H: Host>(
     Ok(r)
 }
 
+/// A target listed by `p` that has disks on this node: a session no record names (another driver, an administrator).
+/// `GetTargetDisks` answers disks only for a connected target (otherwise `[]` from v1.3.0, an error before: row
+/// `target_disks_unconnected`), so its definite failure counts as no session; a session whose disks have not arrived
+/// is not seen. Each name is asked as the portal spells it (csi-proxy v1.3.0 dies on a name it cannot match exactly,
+/// reference D9). An error: the portal's list could not be read, or a call's outcome is unknown.
+async fn unrecorded_session<H: Host>(h: &Calls<'_, H>, p: &Portal) -> HostResult<Option<String>> {
+    let iqns = h
+        .raw(
+            HostOp::DiscoverTargetPortal,
+            p,
+            h.host().discover_target_portal(p, h.deadline()),
+        )
+        .await?;
+    for iqn in iqns {
+        let iqn = iqn.trim().to_owned();
+        match h
+            .raw(
+                HostOp::GetTargetDisks,
+                &iqn,
+                h.host().get_target_disks(p, &iqn, h.deadline()),
+            )
+            .await
+        {
+            Ok(disks) if !disks.is_empty() => return Ok(Some(iqn)),
+            Err(e) if e.kind.is_uncertain() => return Err(e),
+            Ok(_) | Err(_) => {}
+        }
+    }
+    Ok(None)
+}
+
 fn list(portals: &[Portal]) -> String {
     portals
         .iter()
@@ -249,10 +300,10 @@ fn not_listed(wanted: &str, portals: &[Portal], seen: &[String], r: &Refreshed) 
             list(&r.done)
         ));
     }
-    for (p, v) in &r.in_use {
+    for (p, who) in &r.in_use {
         text.push_str(&format!(
             "; Windows' discovery of {p} was not refreshed: csi-proxy can only remove and re-add a portal, which \
-             would drop the targets of the session volume {v:?} uses through it"
+             would drop the targets of {who} through it"
         ));
     }
     for (p, m) in &r.failed {

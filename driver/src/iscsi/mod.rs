@@ -76,7 +76,7 @@
 //! | Operation | Host calls |
 //! | --- | --- |
 //! | first stage, RAW LUN | `AddTargetPortal` (each portal) → `DiscoverTargetPortal` → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `Rescan` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
-//! | first stage, target created after its portal was added (no portal lists it) | `AddTargetPortal` → `DiscoverTargetPortal` → native: `RefreshTargetPortal`; csi-proxy: `RemoveTargetPortal` → `AddTargetPortal` (each portal no record's session uses) → `DiscoverTargetPortal` → … as above; still not listed: FailedPrecondition naming `Update-IscsiTargetPortal` |
+//! | first stage, target created after its portal was added (no portal lists it) | `AddTargetPortal` → `DiscoverTargetPortal` → native: `RefreshTargetPortal`; csi-proxy: `DiscoverTargetPortal` → `GetTargetDisks` (each target it lists) → `RemoveTargetPortal` → `AddTargetPortal` (each portal no record's session uses and no listed target has disks) → `DiscoverTargetPortal` → … as above; still not listed: FailedPrecondition naming `Update-IscsiTargetPortal` |
 //! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
@@ -151,7 +151,7 @@
 //! partitioned the disk, so kubelet's retry can finish formatting it. Portals are not removed at unstage: on Windows
 //! `RemoveTargetPortal` forgets every target discovered through it (other volumes, administrator-configured discovery
 //! CHAP), and `AddTargetPortal` is idempotent, so a leftover portal costs nothing. The one removal: a first stage
-//! whose target no portal lists re-adds a portal no record's session uses, to make csi-proxy's Windows discover its
+//! whose target no portal lists re-adds a portal no session uses (on record or on the host), to make csi-proxy's Windows discover its
 //! targets again (`discovery.rs`).
 
 use std::collections::{BTreeMap, HashMap};

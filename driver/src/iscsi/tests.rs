@@ -1239,7 +1239,8 @@ async fn the_iqn_is_sent_as_the_target_spells_it_on_every_release() {
             .unwrap_or_else(|e| panic!("{v}: unstage: {e}"));
         env.assert_clean();
         // A target no portal reports is refused before any call names it, after the one rediscovery csi-proxy
-        // allows (the portal is removed and re-added: no session uses it now).
+        // allows (the portal is removed and re-added: no session uses it now, on record or behind a target it lists,
+        // each asked in the portal's spelling, which v1.3.0 survives).
         let mut req = stage_req("v2", 0, &[], &[]);
         req.volume_context
             .insert("iqn".into(), "iqn.2024-01.io.example:nowhere".into());
@@ -1254,6 +1255,8 @@ async fn the_iqn_is_sent_as_the_target_spells_it_on_every_release() {
             [
                 AddTargetPortal,
                 DiscoverTargetPortal,
+                DiscoverTargetPortal,
+                GetTargetDisks,
                 RemoveTargetPortal,
                 AddTargetPortal,
                 DiscoverTargetPortal

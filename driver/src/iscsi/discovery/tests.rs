@@ -224,7 +224,12 @@ async fn a_portal_no_session_uses_is_rediscovered_before_the_stage_gives_up() {
             .await
             .unwrap_or_else(|e| panic!("{label}: {e}"));
         let refresh = env.per_backend(
-            vec![RemoveTargetPortal, AddTargetPortal],
+            vec![
+                DiscoverTargetPortal,
+                GetTargetDisks,
+                RemoveTargetPortal,
+                AddTargetPortal,
+            ],
             vec![RefreshTargetPortal],
         );
         let want: Vec<HostOp> = [AddTargetPortal, DiscoverTargetPortal]
@@ -261,7 +266,12 @@ async fn a_target_no_portal_has_is_refused_after_one_refresh() {
             "{label}: {m}"
         );
         let refresh = env.per_backend(
-            vec![RemoveTargetPortal, AddTargetPortal],
+            vec![
+                DiscoverTargetPortal,
+                GetTargetDisks,
+                RemoveTargetPortal,
+                AddTargetPortal,
+            ],
             vec![RefreshTargetPortal],
         );
         let want: Vec<HostOp> = [AddTargetPortal, DiscoverTargetPortal]
@@ -271,6 +281,57 @@ async fn a_target_no_portal_has_is_refused_after_one_refresh() {
             .collect();
         assert_eq!(ops(&env), want, "{label}");
         env.assert_clean();
+    }
+}
+
+/// A session this driver has no record of (another driver, an administrator) uses the portal. csi-proxy, every
+/// release: `GetTargetDisks` of the portal's targets finds its disks, so the portal is not removed (that would drop
+/// the session's discovered target) and the stage answers FAILED_PRECONDITION naming the manual refresh. Native:
+/// `Update` drops nothing; it refreshes and the stage goes on. The other session is untouched either way.
+#[tokio::test]
+async fn a_portal_carrying_a_session_this_driver_did_not_make_is_never_removed() {
+    for (label, env) in hosts() {
+        env.script(|s| {
+            s.add_target_portal("10.0.0.5", 3260)?;
+            s.connect_target(
+                "10.0.0.5",
+                3260,
+                IQN,
+                sim::state::AuthType::None,
+                "",
+                &sim::Secret::new(""),
+            )?;
+            s.complete_arrivals()
+        })
+        .expect("a session made outside the driver");
+        create_target(&env, LATE);
+        let second = env.mgr.stage(&stage_req("v2", LATE), d()).await;
+        let got = ops(&env);
+        match env.backend {
+            TestBackend::CsiProxy => {
+                let Err(Error::FailedPrecondition(m)) = &second else {
+                    panic!("{label}: {second:?}");
+                };
+                assert!(
+                    m.contains(MANUAL)
+                        && m.contains(&format!("target {IQN}, which this driver did not make")),
+                    "{label}: {m}"
+                );
+                assert!(got.contains(&GetTargetDisks), "{label}: {got:?}");
+            }
+            TestBackend::Native => {
+                second.unwrap_or_else(|e| panic!("{label}: {e}"));
+                env.mgr
+                    .unstage(&unstage_req("v2"), d())
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+            }
+        }
+        assert!(!got.contains(&RemoveTargetPortal), "{label}: {got:?}");
+        assert!(
+            env.state(|s| s.sessions().iter().any(|x| x.iqn.eq_ignore_ascii_case(IQN))),
+            "{label}: the other session is gone"
+        );
     }
 }
 

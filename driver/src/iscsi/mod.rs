@@ -177,7 +177,9 @@ mod discovery;
 pub mod disk;
 mod listings;
 mod params;
+// Test-only, named tests.rs so the architecture test treats it as test code.
 #[cfg(test)]
+#[path = "raw/tests.rs"]
 mod raw_tests;
 mod stage;
 #[cfg(test)]

@@ -90,6 +90,8 @@ fn op_of(rpc: &str) -> HostOp {
         GetDiskNumberFromVolumeID,
         ListTargetPortals,
         ReadLink,
+        RemoveTargetPortal,
+        RefreshTargetPortal,
     ];
     ALL.iter()
         .copied()

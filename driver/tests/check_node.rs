@@ -625,3 +625,130 @@ async fn a_link_that_was_never_created_confirms_nothing() {
     );
     assert_eq!(report["cleanup"]["complete"], true, "{text}");
 }
+
+/// `--iscsi-late-iqn`: a target the storage side created after the node added the portal (here: the portal added at
+/// boot, then `add_target`). On every release the node does not list it after `AddTargetPortal` again (the
+/// simulator's default answer for the PowerShell era, unverified), and lists it after the refresh the driver would
+/// make (csi-proxy: `RemoveTargetPortal` + `AddTargetPortal`; native: `MSFT_iSCSITargetPortal.Update`); the row
+/// `discovery_refresh` is confirmed, nothing contradicts, and the rest of the run is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_discovery_check_sees_a_target_created_after_the_portal() {
+    const LATE: &str = "iqn.2026-01.io.wincsi:late";
+    let spec: sim::TargetSpec =
+        serde_json::from_value(json!({"iqn": LATE, "luns": [{"lun": 0, "size": 1073741824u64}]}))
+            .expect("target");
+    let late_args = [all_targets(), vec!["--iscsi-late-iqn", LATE]].concat();
+    let mut runs = Vec::new();
+    for (version, release) in releases() {
+        runs.push((Some(release), version));
+    }
+    runs.push((None, CsiProxyVersion::V1_1_3));
+    for (release, version) in runs {
+        let node = Node::start(version);
+        node.sim
+            .with_state_mut(|s| {
+                s.add_target_portal("192.0.2.10", 3260)?;
+                s.add_target("192.0.2.10", 3260, &spec)
+            })
+            .expect("portal, then the late target");
+        let report = match release {
+            Some(_) => node.run(&late_args).await,
+            None => node.run_native(&late_args).await,
+        }
+        .expect("run");
+        let text = serde_json::to_string_pretty(&report).expect("text");
+        let c = check(&report, "iscsi_discovery_refresh");
+        assert_eq!(c["status"], "ran", "{release:?}\n{text}");
+        let obs = &c["observations"];
+        assert_eq!(
+            obs["listed_without_refresh"]["value"], false,
+            "{release:?}: {obs}"
+        );
+        assert_eq!(
+            obs["listed_after_refresh"]["value"], true,
+            "{release:?}: {obs}"
+        );
+        match release {
+            Some(release) => {
+                assert!(obs["remove_target_portal"]["error"].is_null(), "{obs}");
+                assert_self_test(&report, release);
+                let rows: Vec<&Value> = c["findings"]
+                    .as_array()
+                    .expect("findings")
+                    .iter()
+                    .filter(|f| f["ref"]["id"] == "discovery_refresh")
+                    .collect();
+                assert!(
+                    rows.iter().any(|f| f["verdict"] == "confirms"),
+                    "{release:?}: {rows:?}"
+                );
+            }
+            None => {
+                assert!(obs["refresh_target_portal"]["error"].is_null(), "{obs}");
+                assert!(obs.get("remove_target_portal").is_none(), "{obs}");
+            }
+        }
+        assert_eq!(report["cleanup"]["complete"], true, "{text}");
+    }
+}
+
+/// Through csi-proxy the discovery check removes the portal only when no target it lists has a session on the node:
+/// with another target of the portal logged in (its disk present), the check is skipped, no `RemoveTargetPortal` is
+/// sent, and the session stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_discovery_check_never_removes_a_portal_that_carries_a_session() {
+    const LATE: &str = "iqn.2026-01.io.wincsi:late";
+    let spec: sim::TargetSpec =
+        serde_json::from_value(json!({"iqn": LATE, "luns": [{"lun": 0, "size": 1073741824u64}]}))
+            .expect("target");
+    let late_args = [all_targets(), vec!["--iscsi-late-iqn", LATE]].concat();
+    for (version, release) in releases() {
+        let node = Node::start(version);
+        let client = ProxyClient::new(Transport::UnixSockets {
+            dir: node.socks.path().to_path_buf(),
+        });
+        let portal = proxy_client::Portal::new("192.0.2.10".to_owned(), 3260);
+        client
+            .iscsi()
+            .add_target_portal(&portal)
+            .await
+            .expect("portal");
+        client
+            .iscsi()
+            .connect_target(
+                &portal,
+                "iqn.2026-01.io.wincsi:used",
+                &proxy_client::ChapAuth::None,
+            )
+            .await
+            .expect("another volume's session");
+        node.sim
+            .with_state_mut(|s| s.complete_arrivals())
+            .expect("arrivals");
+        node.sim
+            .with_state_mut(|s| s.add_target("192.0.2.10", 3260, &spec))
+            .expect("the late target");
+        let report = node.run(&late_args).await.expect("run");
+        let c = check(&report, "iscsi_discovery_refresh");
+        assert_eq!(c["status"], "skipped", "{release:?}: {c}");
+        assert!(
+            c["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("wincsi:used")),
+            "{c}"
+        );
+        assert!(
+            node.sim
+                .audit(0)
+                .iter()
+                .all(|e| e.rpc != "RemoveTargetPortal"),
+            "{release:?}: the portal was removed"
+        );
+        assert_eq!(
+            node.sim.with_state(|s| s.sessions().len()),
+            1,
+            "{release:?}: the session stays"
+        );
+        assert_eq!(report["cleanup"]["complete"], true, "{release:?}");
+    }
+}

@@ -203,6 +203,9 @@ node_mode() {
             die "WINCSI_CHECK_ISCSI_PORTAL is not set: the iSCSI set-up did not finish, so nothing iSCSI can be checked"
         args+=(--iscsi-portal "$WINCSI_CHECK_ISCSI_PORTAL" --iscsi-iqn "${WINCSI_CHECK_ISCSI_IQN:?}"
             --iscsi-lun "${WINCSI_CHECK_ISCSI_LUN:-0}")
+        if [ -n "${WINCSI_CHECK_ISCSI_LATE_IQN:-}" ] && [ "$phase" = full ]; then
+            args+=(--iscsi-late-iqn "$WINCSI_CHECK_ISCSI_LATE_IQN")
+        fi
     fi
     local run=("${WINCSI_NODE_BIN:-wincsi-node.exe}")
     if [ -n "$image" ]; then

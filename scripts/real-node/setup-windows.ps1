@@ -23,11 +23,14 @@
                        (kubernetes-csi/csi-proxy@v1.3.0 integrationtests/iscsi_ps_scripts.go:29-30 AllowLoopBack=1 and
                        Restart-Service WinTarget; :44 the "Ethernet" IPv4, "not 127.0.0.1"; :51 -InitiatorIds Iqn:*);
                        prints the target server's settings. Every time: a fresh 1 GiB scratch LUN 0 (the target's
-                       sessions logged out and the previous LUN removed first; a VHDX WinTarget still holds is left).
+                       sessions logged out and the previous LUN removed first; a VHDX WinTarget still holds is left); then the
+                       portal added on the initiator and a target wincsi-check-late-<ticks> (64 MiB LUN 0) created
+                       after it, for check-node's discovery check (--iscsi-late-iqn, real-node check 25).
   -RemoveCsiProxy      stop and delete the csiproxy service.
   -AssertNoCsiProxy    fail if any csi-proxy pipe exists (the native backend's runs must not be served by csi-proxy).
   Outputs go to $env:GITHUB_ENV when set (WINCSI_CHECK_SMB_SHARE, WINCSI_CHECK_SMB_USERNAME, WINCSI_CHECK_SMB_PASSWORD
-  (masked), WINCSI_CHECK_ISCSI_PORTAL, WINCSI_CHECK_ISCSI_IQN, WINCSI_CHECK_ISCSI_LUN), else to the console.
+  (masked), WINCSI_CHECK_ISCSI_PORTAL, WINCSI_CHECK_ISCSI_IQN, WINCSI_CHECK_ISCSI_LUN,
+  WINCSI_CHECK_ISCSI_LATE_IQN), else to the console.
 #>
 param(
     [string]$CsiProxySource,
@@ -245,5 +248,25 @@ if ($Iscsi) {
     Set-Output WINCSI_CHECK_ISCSI_PORTAL "${portal}:3260"
     Set-Output WINCSI_CHECK_ISCSI_IQN $iqn
     Set-Output WINCSI_CHECK_ISCSI_LUN '0'
+
+    # A target created after the node added the portal (issue 28 item 4, real-node check 25): the portal first (the
+    # NIC address, as above), then a target with a name never used before, so no earlier discovery can have listed it.
+    foreach ($old in @(Get-IscsiServerTarget | Where-Object { $_.TargetName -like 'wincsi-check-late-*' })) {
+        foreach ($lun in @($old.LunMappings)) {
+            Remove-IscsiVirtualDiskTargetMapping -TargetName $old.TargetName -Path $lun.Path | Out-Null
+            Remove-IscsiVirtualDisk -Path $lun.Path | Out-Null
+            Remove-LunFile $lun.Path
+        }
+        Remove-IscsiServerTarget -TargetName $old.TargetName | Out-Null
+    }
+    if (-not (Get-IscsiTargetPortal -ErrorAction SilentlyContinue | Where-Object { $_.TargetPortalAddress -eq $portal })) {
+        New-IscsiTargetPortal -TargetPortalAddress $portal -TargetPortalPortNumber 3260 | Out-Null
+    }
+    $late = "wincsi-check-late-$([DateTime]::UtcNow.Ticks)"
+    $lateTarget = New-IscsiServerTarget -TargetName $late -InitiatorIds @('Iqn:*')
+    $lateVhd = "C:\wincsi-check\iscsi\$late.vhdx"
+    New-IscsiVirtualDisk -Path $lateVhd -SizeBytes 64MB | Out-Null
+    Add-IscsiVirtualDiskTargetMapping -TargetName $late -Path $lateVhd -Lun 0 | Out-Null
+    Set-Output WINCSI_CHECK_ISCSI_LATE_IQN $lateTarget.TargetIqn.ToString()
 }
 exit 0

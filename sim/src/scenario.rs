@@ -220,6 +220,29 @@ pub struct DiskSpec {
     pub foreign_data: bool,
     /// When true, `ListDiskIDs` cannot open this disk and fails as a whole (a real csi-proxy quirk).
     pub unopenable: bool,
+    /// Bytes on the device itself, outside any partition Windows knows (a whole-disk file system, an LVM label, …
+    /// written by another system): the Windows view's raw device read returns them, and a disk holding a non-zero
+    /// byte holds data Windows cannot see (as with `foreign_data`, initialising it is a data-loss event).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<ContentSpec>,
+}
+
+/// Bytes on a disk: a named on-disk format written where its tools put their signature, or bytes at an offset.
+/// Exactly one of `signature`, `hex` and `text`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContentSpec {
+    /// A format (`ext4`, `xfs`, `btrfs`, `lvm2`, `luks1`, `luks2`, `zfs`, `ntfs`, `fat32`, `exfat`, `swap`,
+    /// `linux_raid`, `iso9660`, `mbr`, `gpt`; `state/content.rs` writes each where its tool does, citing libblkid).
+    pub signature: Option<String>,
+    /// Bytes as hex digits, at `offset`.
+    pub hex: Option<String>,
+    /// Bytes as text, at `offset`.
+    pub text: Option<String>,
+    /// Where `hex`/`text` start: bytes from the start of the disk, or before its end with `from_end`.
+    pub offset: u64,
+    /// `offset` counts back from the end of the disk.
+    pub from_end: bool,
 }
 
 /// What a partition is.

@@ -20,11 +20,11 @@ use crate::codes::{IscsiStatus, PartitionStyle, StorageReturn};
 use crate::error::CallResult;
 use crate::method::{MethodOutcome, SmbReturn};
 use crate::model::{
-    AttributeTag, ConnectTarget, CreatePartition, DiskAttributes, FileAttributes, FormatVolume,
-    FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession, MsftIscsiTarget,
-    MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume, NewTargetPortal,
-    ObjectPath, SmbGlobalMapping, SmbGlobalMappingCreate, StorageDeviceNumber, SupportedSize,
-    SymlinkFlags, VolumeInformation, VolumeNameKind,
+    AttributeTag, ConnectTarget, CreatePartition, DeviceBytes, DiskAttributes, FileAttributes,
+    FormatVolume, FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession,
+    MsftIscsiTarget, MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume,
+    NewTargetPortal, ObjectPath, SmbGlobalMapping, SmbGlobalMappingCreate, StorageDeviceNumber,
+    SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
 };
 use crate::page83::StorageIdentifier;
 use crate::paths::VolumeGuidPath;
@@ -159,11 +159,15 @@ pub trait IscsiWmi: Send + Sync {
         params: &NewTargetPortal<'_>,
     ) -> CallResult<IscsiOutcome<Option<MsftIscsiTargetPortal>>>;
 
-    /// `MSFT_iSCSITargetPortal.Update()`: rediscover the portal's targets (SendTargets).
+    /// `MSFT_iSCSITargetPortal.Update(InitiatorInstanceName, InitiatorPortalAddress, TargetPortalAddress,
+    /// TargetPortalPortNumber)` on the portal's instance: rediscover its targets (SendTargets). The parameters are
+    /// the portal's own (the initiator ones only when set), as Microsoft's `Update` page declares them and as both
+    /// csi-proxy WMI layers pass them to the sibling `Remove` (v1.3.0 `pkg/cim/iscsi.go:139-150`, master
+    /// `pkg/wmi/iscsi.go:147-158`).
     fn target_portal_update(
         &self,
         ctx: &CallContext,
-        portal: &ObjectPath,
+        portal: &MsftIscsiTargetPortal,
     ) -> CallResult<IscsiOutcome>;
 
     /// `ASSOCIATORS OF {portal} WHERE AssocClass = MSFT_iSCSITargetToiSCSITargetPortal ResultClass =
@@ -353,6 +357,19 @@ pub trait Win32Files: Send + Sync {
         ctx: &CallContext,
         device: &str,
     ) -> CallResult<Vec<StorageIdentifier>>;
+
+    /// Read a device's first `head` and last `tail` bytes (both multiples of 4096, so every read is sector-aligned;
+    /// a device shorter than either is read whole): `CreateFileW(device, GENERIC_READ, FILE_SHARE_READ |
+    /// FILE_SHARE_WRITE, OPEN_EXISTING)`, the length (`IOCTL_DISK_GET_LENGTH_INFO`, or `GetFileSizeEx` for a file),
+    /// then `ReadFile` at each offset. Needs administrator rights for a disk (`\\.\PhysicalDriveN`, `MSFT_Disk.Path`).
+    /// Reads only: nothing on the device changes.
+    fn read_device(
+        &self,
+        ctx: &CallContext,
+        device: &str,
+        head: u64,
+        tail: u64,
+    ) -> CallResult<DeviceBytes>;
 }
 
 /// What the host offers, as found by the start-up probe.

@@ -8,8 +8,9 @@
 //!
 //! Platform-independent parts, tested on Linux: the code tables ([`codes`]), method outcomes ([`method`]), error
 //! classification ([`error`]), WQL building and escaping ([`wql`]), path forms ([`paths`]), `Location` parsing
-//! ([`location`]), page 0x83 and reparse-buffer parsing ([`page83`], [`reparse`]), the SMB credential string
-//! ([`smb`]), the start-up probe's requirements and report ([`probe`]), and the worker pool ([`pool`]).
+//! ([`location`]), page 0x83 and reparse-buffer parsing ([`page83`], [`reparse`]), the on-disk signatures of a RAW
+//! disk ([`signature`]), the SMB credential string ([`smb`]), the start-up probe's requirements and report
+//! ([`probe`]), and the worker pool ([`pool`]).
 //!
 //! `reference/windows-native-apis.md` (cited as "reference §N") is the source for the calls and their behaviour;
 //! `README.md` lists what is assumed without a source.
@@ -26,6 +27,7 @@ pub mod paths;
 pub mod pool;
 pub mod probe;
 pub mod reparse;
+pub mod signature;
 pub mod smb;
 #[cfg(windows)]
 pub mod win32;

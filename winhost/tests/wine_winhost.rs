@@ -5,7 +5,9 @@
 //!   namespace does not exist, and the probe's one message names all of it; calls into those classes are refused
 //!   without reaching COM (executing a method of a missing class would crash the process under Wine);
 //! - directories, attributes and reparse tags, the volume calls on `C:`, free space, final paths, device numbers,
-//!   and their error paths, which match Windows.
+//!   and their error paths, which match Windows;
+//! - the raw device read of the RAW-disk guard on a file opened like a disk (Wine has no disk with a foreign file
+//!   system to offer).
 //!
 //! Not called, because Wine fakes or lacks them: `CreateSymbolicLinkW` (returns success and creates nothing),
 //! `SetVolumeMountPointW`/`DeleteVolumeMountPointW` (120), the volume flush (1 on a volume handle), and every Storage,
@@ -314,5 +316,60 @@ fn calls_are_not_started_after_the_deadline() {
     assert_eq!(
         host.create_directory(&ctx().with_cancel(token), &s.path("late")),
         Err(CallError::Cancelled { started: false })
+    );
+}
+
+/// The raw read of the native backend's RAW-disk guard, on a file opened the way a disk is (`GENERIC_READ`, shared
+/// read/write): the length comes from `GetFileSizeEx` (a file answers `IOCTL_DISK_GET_LENGTH_INFO` with 1 or 50), the
+/// head and tail at their offsets, and the signature prober names what a Linux node would have left there. A device
+/// shorter than the regions is read whole; a missing one is NotFound.
+#[test]
+fn read_device_reads_the_head_and_tail_of_a_file_standing_in_for_a_disk() {
+    use winhost::signature::{HEAD_BYTES, TAIL_BYTES, examine};
+    let host = host();
+    let s = Scratch::new();
+    let len: u64 = 8 << 20;
+    let mut bytes = vec![0u8; len as usize];
+    bytes[1080..1082].copy_from_slice(b"\x53\xEF");
+    bytes[(len - 512) as usize..(len - 504) as usize].copy_from_slice(b"EFI PART");
+    let disk = s.path("lun.img");
+    std::fs::write(&disk, &bytes).expect("write the image");
+
+    let read = host
+        .read_device(&ctx(), &disk, HEAD_BYTES, TAIL_BYTES)
+        .unwrap();
+    assert_eq!(read.length, len);
+    assert_eq!(read.head.len() as u64, HEAD_BYTES);
+    assert_eq!(read.tail.len() as u64, TAIL_BYTES);
+    assert_eq!(&read.head[1080..1082], b"\x53\xEF");
+    assert_eq!(
+        &read.tail[read.tail.len() - 512..read.tail.len() - 504],
+        b"EFI PART"
+    );
+    let found: Vec<(&str, u64)> = examine(&read).iter().map(|f| (f.what, f.offset)).collect();
+    assert_eq!(
+        found,
+        [
+            ("ext2/ext3/ext4 superblock", 1080),
+            ("backup GPT header", len - 512)
+        ]
+    );
+
+    let small = s.path("small.img");
+    std::fs::write(&small, vec![0u8; 12_288]).expect("write the small image");
+    let read = host
+        .read_device(&ctx(), &small, HEAD_BYTES, TAIL_BYTES)
+        .unwrap();
+    assert_eq!(
+        (read.length, read.head.len(), read.tail.len()),
+        (12_288, 12_288, 12_288)
+    );
+    assert!(examine(&read).is_empty());
+
+    assert_eq!(
+        host.read_device(&ctx(), &s.path("absent.img"), HEAD_BYTES, TAIL_BYTES)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
     );
 }

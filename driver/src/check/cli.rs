@@ -115,6 +115,12 @@ pub struct CheckNodeArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub iscsi_lun: u32,
 
+    /// A target the storage side created after this node added --iscsi-portal (`setup-windows.ps1 -Iscsi` makes
+    /// one): the discovery check asks whether the node lists it before and after a refresh of the portal (csi-proxy:
+    /// the portal is removed and added again, and the check skipped when a target it lists has a session here).
+    #[arg(long, value_name = "IQN", requires = "iscsi_portal")]
+    pub iscsi_late_iqn: Option<String>,
+
     /// One-way CHAP user name (the secret comes from WINCSI_CHECK_ISCSI_CHAP_SECRET or --iscsi-chap-secret-file).
     #[arg(long, env = "WINCSI_CHECK_ISCSI_CHAP_USERNAME", value_name = "USER")]
     pub iscsi_chap_username: Option<String>,

@@ -29,6 +29,8 @@ pub struct IscsiTarget {
     pub lun: u32,
     /// How to log in.
     pub auth: IscsiAuth,
+    /// A target created on the storage side after the node added the portal (`--iscsi-late-iqn`).
+    pub late_iqn: Option<String>,
 }
 
 /// Everything a run needs to know.
@@ -179,11 +181,18 @@ impl CheckOptions {
                         ));
                     }
                 };
+                let late_iqn = args.iscsi_late_iqn.as_deref().map(str::trim);
+                if let Some(late) = late_iqn
+                    && (!late.starts_with("iqn.") || late.chars().any(|c| c.is_whitespace()))
+                {
+                    return Err(format!("--iscsi-late-iqn {late:?} is not an iqn. name"));
+                }
                 Some(IscsiTarget {
                     portal,
                     iqn,
                     lun: args.iscsi_lun,
                     auth,
+                    late_iqn: late_iqn.map(str::to_owned),
                 })
             }
             _ => None,

@@ -340,6 +340,14 @@ impl Host for CsiProxyHost {
             .map_err(|e| classify(HostOp::AddTargetPortal, &e))
     }
 
+    async fn remove_target_portal(&self, portal: &Portal, _d: Deadline) -> HostResult<()> {
+        self.client
+            .iscsi()
+            .remove_target_portal(&to_portal(portal))
+            .await
+            .map_err(|e| classify(HostOp::RemoveTargetPortal, &e))
+    }
+
     async fn discover_target_portal(
         &self,
         portal: &Portal,

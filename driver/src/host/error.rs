@@ -70,6 +70,11 @@ pub enum HostOp {
     ListTargetPortals,
     /// Reading a link's stored target (no csi-proxy RPC: a native backend's `FSCTL_GET_REPARSE_POINT`).
     ReadLink,
+    /// `iscsi/v1alpha2.RemoveTargetPortal`.
+    RemoveTargetPortal,
+    /// Asking Windows to rediscover a portal's targets (no csi-proxy RPC: a native backend's
+    /// `MSFT_iSCSITargetPortal.Update`, what `Update-IscsiTargetPortal` does).
+    RefreshTargetPortal,
 }
 
 impl HostOp {
@@ -108,6 +113,8 @@ impl HostOp {
             Self::SetMutualChapSecret => "SetMutualChapSecret",
             Self::ListTargetPortals => "ListTargetPortals",
             Self::ReadLink => "ReadLink",
+            Self::RemoveTargetPortal => "RemoveTargetPortal",
+            Self::RefreshTargetPortal => "RefreshTargetPortal",
         }
     }
 }
@@ -149,6 +156,10 @@ pub enum HostErrorKind {
     AccessPathInUse,
     /// csi-proxy refused the path (validation).
     InvalidPath,
+    /// The backend refused a destructive step because the disk may hold data it cannot see (native: a RAW disk
+    /// whose first or last sectors are not blank or cannot be read, or whose partition style is neither RAW, MBR nor
+    /// GPT). Nothing was written.
+    MayHoldData,
     /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
     Unavailable,
     /// The call did not finish before the deadline.

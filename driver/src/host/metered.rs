@@ -102,6 +102,7 @@ fn kind_label(kind: HostErrorKind) -> &'static str {
         HostErrorKind::AccessDenied => "access_denied",
         HostErrorKind::AlreadyLoggedIn => "already_logged_in",
         HostErrorKind::AccessPathInUse => "access_path_in_use",
+        HostErrorKind::MayHoldData => "may_hold_data",
         HostErrorKind::InvalidPath => "invalid_path",
         HostErrorKind::Unavailable => "unavailable",
         HostErrorKind::DeadlineExceeded => "deadline_exceeded",
@@ -171,6 +172,8 @@ impl<H: Host> Host for Metered<H> {
         list_target_portals() -> Vec<Portal> => ListTargetPortals;
         disk_number_of_volume(volume_id: &str) -> u32 => GetDiskNumberFromVolumeID;
         read_link(path: &HostPath) -> Option<String> => ReadLink;
+        remove_target_portal(portal: &Portal) -> () => RemoveTargetPortal;
+        refresh_target_portal(portal: &Portal) -> () => RefreshTargetPortal;
     }
 }
 

@@ -24,7 +24,7 @@
 //! reachable mapping and re-creates a broken one.
 //!
 //! Capabilities csi-proxy lacks (listing SMB mappings, clearing a disk's read-only flag, discovery CHAP, persistent
-//! logins, reading a link's target) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
+//! logins, reading a link's target, rediscovering a portal's targets) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
 //! methods whose default says "not supported", so a backend that has them overrides both and the protocols ask
 //! before relying on one.
 
@@ -70,6 +70,8 @@ pub struct HostCapabilities {
     pub persistent_logins: bool,
     /// It can read a link's stored target ([`Host::read_link`]).
     pub read_links: bool,
+    /// It can ask Windows to rediscover a portal's targets ([`Host::refresh_target_portal`]).
+    pub refresh_discovery: bool,
 }
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
@@ -307,6 +309,23 @@ pub trait Host: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<Vec<Portal>>> + Send;
 
+    /// `RemoveTargetPortal`: the portal goes, and Windows forgets every target it discovered through it (sessions
+    /// are not logged out). Fails when the portal is not added. Default: not supported (a backend with
+    /// [`HostCapabilities::refresh_discovery`] never needs it).
+    fn remove_target_portal(
+        &self,
+        portal: &Portal,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (portal, deadline);
+        async {
+            Err(not_supported(
+                HostOp::RemoveTargetPortal,
+                "removing a target portal",
+            ))
+        }
+    }
+
     /// `GetDiskNumberFromVolumeID`: the number of the disk holding the volume (its partition's `DiskNumber`).
     fn disk_number_of_volume(
         &self,
@@ -350,6 +369,23 @@ pub trait Host: Send + Sync + 'static {
     ) -> impl Future<Output = HostResult<()>> + Send {
         let _ = (portal, iqn, auth, deadline);
         async { Err(not_supported(HostOp::ConnectTarget, "persistent logins")) }
+    }
+
+    /// Ask Windows to rediscover the portal's targets (SendTargets), so targets the array created since it was added
+    /// are listed by [`Host::discover_target_portal`] ([`HostCapabilities::refresh_discovery`]). Default: not
+    /// supported (csi-proxy v1 has no RPC for it).
+    fn refresh_target_portal(
+        &self,
+        portal: &Portal,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (portal, deadline);
+        async {
+            Err(not_supported(
+                HostOp::RefreshTargetPortal,
+                "rediscovering a portal's targets",
+            ))
+        }
     }
 
     /// The stored target of the link at `path`, one hop, never resolved ([`HostCapabilities::read_links`]):

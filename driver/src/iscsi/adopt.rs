@@ -21,6 +21,7 @@
 
 use tracing::{debug, info, warn};
 
+use super::discovery::PORTAL_SET_KEY;
 use super::volume::present;
 use super::{IscsiRecord, block_error, same_name};
 use crate::error::Error;
@@ -87,7 +88,11 @@ pub(super) async fn adopt<H: Host>(
     else {
         return Ok(None);
     };
-    let Some((portal, iqn)) = serving_target(h, disk).await? else {
+    // No portal is being removed and re-added (csi-proxy's rediscovery, `discovery.rs`) while the portals are walked.
+    let portal_set = cx.object_locks().lock_shared(PORTAL_SET_KEY).await;
+    let serving = serving_target(h, disk).await?;
+    drop(portal_set);
+    let Some((portal, iqn)) = serving else {
         debug!(staging = %staging, disk, "no iSCSI session serves the volume's disk: not adopted");
         return Ok(None);
     };

@@ -76,6 +76,7 @@
 //! | Operation | Host calls |
 //! | --- | --- |
 //! | first stage, RAW LUN | `AddTargetPortal` (each portal) → `DiscoverTargetPortal` → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `Rescan` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
+//! | first stage, target created after its portal was added (no portal lists it) | `AddTargetPortal` → `DiscoverTargetPortal` → native: `RefreshTargetPortal`; csi-proxy: `DiscoverTargetPortal` → `GetTargetDisks` (each target it lists) → `RemoveTargetPortal` → `AddTargetPortal` (each portal no record's session uses and no listed target has disks) → `DiscoverTargetPortal` → … as above; still not listed: FailedPrecondition naming `Update-IscsiTargetPortal` |
 //! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
@@ -131,9 +132,11 @@
 //!   reported as such (csi-proxy cannot clear the flag), nothing is formatted. LUNs arriving offline under the
 //!   default SAN policy (OfflineShared) are brought online (`SetDiskState`).
 //!
-//! Limit (documented, not detectable through csi-proxy v1): a disk with *no partition table at all* whose contents
-//! another OS wrote directly (a whole-disk file system) looks exactly like a new RAW disk; identity hints are the
-//! protection there.
+//! A disk with *no partition table at all* whose contents another OS wrote directly (a whole-disk file system, an LVM
+//! or ZFS member, …) looks exactly like a new RAW disk to `ListVolumesOnDisk`. The native backend's `PartitionDisk`
+//! reads the disk's first and last sectors and refuses it (`HostErrorKind::MayHoldData`, answered as
+//! FailedPrecondition naming what was found, nothing written; `host/native/blank.rs`). Through csi-proxy it is not
+//! detectable (no sector read): identity hints are the only protection there (README, safety).
 //!
 //! # Sessions and portals
 //!
@@ -145,9 +148,11 @@
 //! the LUN's own lock (`iscsi-lun:`), so the LUNs of one target stage at once while two volumes that name one LUN never
 //! judge, partition or format its disk together. A definite failure of a first stage logs out (when no other record names the
 //! target) and keeps no record that counts as a user: at most a *released* record remembering that this driver
-//! partitioned the disk, so kubelet's retry can finish formatting it. Portals are never removed: on Windows `RemoveTargetPortal` forgets every target
-//! discovered through it (other volumes, administrator-configured discovery CHAP), and `AddTargetPortal` is
-//! idempotent, so a leftover portal costs nothing.
+//! partitioned the disk, so kubelet's retry can finish formatting it. Portals are not removed at unstage: on Windows
+//! `RemoveTargetPortal` forgets every target discovered through it (other volumes, administrator-configured discovery
+//! CHAP), and `AddTargetPortal` is idempotent, so a leftover portal costs nothing. The one removal: a first stage
+//! whose target no portal lists re-adds a portal no session uses (on record or on the host), to make csi-proxy's Windows discover its
+//! targets again (`discovery.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
@@ -168,9 +173,14 @@ use crate::state::{Details, Phase, VolumeRecord};
 
 mod adopt;
 mod chap;
+mod discovery;
 pub mod disk;
 mod listings;
 mod params;
+// Test-only, named tests.rs so the architecture test treats it as test code.
+#[cfg(test)]
+#[path = "raw/tests.rs"]
+mod raw_tests;
 mod stage;
 #[cfg(test)]
 mod tests;

@@ -3,12 +3,13 @@
 
 use tracing::{debug, info, warn};
 
+use super::discovery::{discover, lock_portals};
 use super::disk::find_disk;
 use super::listings::Listings;
 use super::volume::{logout, present};
 use super::{
     IscsiRecord, IscsiVolume, Sessions, block_error, chap, iscsi_record, put_iscsi, run, same_id,
-    same_name, target_users,
+    target_users,
 };
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, IscsiAuth};
@@ -211,6 +212,8 @@ async fn session_steps<H: Host>(
     rec: &mut IscsiRecord,
 ) -> Result<crate::host::Portal, Error> {
     let d = h.deadline();
+    // The portals are shared with other stages until the login; a refresh of one takes it alone (`discovery.rs`).
+    let mut portal_locks = lock_portals(cx, &vol.portals).await;
     // 1. Portals (every one, so a later stage can use any of them).
     let mut added = Vec::new();
     let mut last = None;
@@ -241,11 +244,12 @@ async fn session_steps<H: Host>(
     if added.is_empty() {
         return Err(last.unwrap_or_else(|| Error::InvalidArgument("no portal".to_owned())));
     }
-    // 2. The target's name as the portal reports it, recorded (below) before any call names the target.
+    // 2. The target's name as the portal reports it (refreshed when no portal lists it), recorded (below) before any
+    //    call names the target.
     let iqn = match rec.target_iqn.clone() {
         Some(iqn) => iqn,
         None => {
-            let iqn = discover(h, &added, &vol.iqn).await?;
+            let iqn = discover(cx, h, volume_id, &added, &mut portal_locks, &vol.iqn).await?;
             rec.target_iqn = Some(iqn.clone());
             iqn
         }
@@ -463,57 +467,6 @@ async fn disk_steps<H: Host>(
     }
 }
 
-/// `DiscoverTargetPortal` through the added portals until one reports the target: its own spelling of `wanted`
-/// (csi-proxy v1.3.0 looks targets up exact-case and dies on a miss; master answers "not found"; the PowerShell era
-/// matches case-insensitively). A target no portal reports is refused before any call names it.
-async fn discover<H: Host>(
-    h: &Calls<'_, H>,
-    portals: &[crate::host::Portal],
-    wanted: &str,
-) -> Result<String, Error> {
-    let mut seen = Vec::new();
-    let mut last = None;
-    for p in portals {
-        match h
-            .raw(
-                HostOp::DiscoverTargetPortal,
-                p,
-                h.host().discover_target_portal(p, h.deadline()),
-            )
-            .await
-        {
-            Ok(iqns) => {
-                if let Some(found) = iqns.iter().find(|i| same_name(i.trim(), wanted)) {
-                    if found.trim() != wanted {
-                        info!(given = %wanted, reported = %found.trim(), "using the target's own spelling of its name");
-                    }
-                    return Ok(found.trim().to_owned());
-                }
-                seen.extend(iqns);
-            }
-            Err(e) if e.kind.is_uncertain() => return Err(block_error(e, p)),
-            Err(e) => {
-                warn!(portal = %p, error = %e.message, "cannot list the portal's targets");
-                last = Some(block_error(e, p));
-            }
-        }
-    }
-    if seen.is_empty()
-        && let Some(e) = last
-    {
-        return Err(e);
-    }
-    Err(Error::FailedPrecondition(format!(
-        "no portal of the volume reports target {wanted} (they report: {}); check iqn, the portals, and that the \
-         target allows this initiator",
-        if seen.is_empty() {
-            "none".to_owned()
-        } else {
-            seen.join(", ")
-        }
-    )))
-}
-
 /// The LUN's one volume: an existing one, or the one `PartitionDisk` creates on a disk proven empty (a `Rescan` and
 /// a re-list before judging it so; the "ours" mark only on the evidence of a volume that was not there before).
 async fn volume_of<H: Host>(
@@ -596,6 +549,10 @@ async fn volumes_fresh<H: Host>(
 fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
     if e.kind.is_uncertain() {
         return block_error(e, &subject);
+    }
+    if e.kind == HostErrorKind::MayHoldData {
+        // The backend saw data on the disk (or could not prove it blank) and wrote nothing.
+        return Error::FailedPrecondition(format!("refusing to initialise {disk}: {}", e.message));
     }
     Error::FailedPrecondition(format!(
         "{} on {subject} failed: {}. If {disk} is read-only (a write-protected LUN, or the node's SAN policy), \

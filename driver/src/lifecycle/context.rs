@@ -326,6 +326,9 @@ pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
         HostErrorKind::NotEmpty => Error::FailedPrecondition(format!(
             "{subject} is a non-empty directory; refusing to replace it (remove its contents or fix the path)"
         )),
+        HostErrorKind::MayHoldData => {
+            Error::FailedPrecondition(format!("{op} on {subject} refused: {message}"))
+        }
         HostErrorKind::NotFound
         | HostErrorKind::AlreadyExists
         | HostErrorKind::AlreadyLoggedIn

@@ -11,7 +11,7 @@ use super::{AdminAddr, CsiProxyStatus, Request, Response};
 use crate::error::{Error, Result};
 use crate::host::{AuditEntry, Fault, InvariantReport};
 use crate::profile::{CsiProxyVersion, HostBehaviour};
-use crate::scenario::{DiskSpec, Scenario, TargetChap};
+use crate::scenario::{DiskSpec, Scenario, TargetChap, TargetSpec};
 use crate::secret::Secret;
 use crate::state::{DataLossEvent, SessionRecovery};
 
@@ -339,6 +339,22 @@ impl AdminClient {
             iqn: iqn.into(),
             lun,
             disk: Box::new(disk.clone()),
+        })
+        .await
+    }
+
+    /// The array creates `target` behind the portal `address:port` (not yet in Windows' discovery cache); returns
+    /// its LUN disks' ids.
+    pub async fn add_target(
+        &self,
+        address: &str,
+        port: u32,
+        target: &TargetSpec,
+    ) -> Result<Vec<String>> {
+        self.typed(&Request::AddTarget {
+            address: address.into(),
+            port,
+            target: Box::new(target.clone()),
         })
         .await
     }

@@ -27,7 +27,7 @@ pub use server::{AdminServer, serve_admin};
 use crate::error::Error;
 use crate::host::Fault;
 use crate::profile::{CsiProxyVersion, HostBehaviour};
-use crate::scenario::{DiskSpec, Scenario, TargetChap};
+use crate::scenario::{DiskSpec, Scenario, TargetChap, TargetSpec};
 use crate::secret::Secret;
 
 /// Where the admin interface listens.
@@ -277,6 +277,18 @@ pub enum Request {
         /// The new disk (its `number` is ignored).
         disk: Box<DiskSpec>,
     },
+    /// The array creates a target (with its LUNs) behind an existing portal after start (one target per volume);
+    /// Windows' discovery cache of the portal does not list it until refreshed (row `discovery_refresh`). Result:
+    /// the new LUN disks' ids.
+    AddTarget {
+        /// Portal address.
+        address: String,
+        /// Portal port.
+        #[serde(default = "iscsi_port")]
+        port: u32,
+        /// The target.
+        target: Box<TargetSpec>,
+    },
     /// Changes what a target requires for login (existing sessions notice at their next recovery).
     SetTargetChap {
         /// Target IQN.
@@ -301,6 +313,10 @@ pub struct CsiProxyStatus {
     /// The process's state.
     #[serde(flatten)]
     pub process: crate::host::ProxyStatus,
+}
+
+fn iscsi_port() -> u32 {
+    3260
 }
 
 fn one() -> u64 {

@@ -269,6 +269,11 @@ pub(crate) async fn handle(host: &SimHost, req: Request) -> Result<serde_json::V
         Request::ReplaceLun { iqn, lun, disk } => host
             .with_state_mut(|s| s.replace_lun(&iqn, lun, &disk))?
             .into(),
+        Request::AddTarget {
+            address,
+            port,
+            target,
+        } => to_json(host.with_state_mut(|s| s.add_target(&address, port, &target))?)?,
         Request::SetTargetChap { iqn, chap } => {
             host.with_state_mut(|s| s.set_target_chap(&iqn, chap))?;
             Null

@@ -376,6 +376,12 @@ pub struct HostBehaviour {
     pub ps_disconnect_unconnected: OnRepeat,
     /// Bytes by which a new max-size partition stays below `SizeMax` (csi-proxy#195 shows 48640).
     pub partition_slack_bytes: u64,
+    /// Whether adding a portal that is already added (PowerShell-era csi-proxy's `New-IscsiTargetPortal` on every
+    /// `AddTargetPortal`; `MSFT_iSCSITargetPortal.New` in the Windows view) runs SendTargets again, so targets the
+    /// array created since appear. Unverified: default false (Windows keeps the portal's cached target list, which
+    /// only `Update-IscsiTargetPortal` / `MSFT_iSCSITargetPortal.Update`, or removing and re-adding the portal,
+    /// refreshes; row `discovery_refresh`).
+    pub portal_readd_refreshes: bool,
 }
 
 impl Default for HostBehaviour {
@@ -386,6 +392,7 @@ impl Default for HostBehaviour {
             wmi_failures: None,
             ps_disconnect_unconnected: OnRepeat::Fails,
             partition_slack_bytes: 48_640,
+            portal_readd_refreshes: false,
         }
     }
 }

@@ -340,6 +340,17 @@ pub const ROWS: &[ProfileRow] = &[
         releases: ["same in all", "same", "same", "same"],
         source: "no `ctx` reaches the host in any `pkg/os` package (all four)",
     },
+    ProfileRow {
+        id: "discovery_refresh",
+        behaviour: "A target the array created after its portal was added on the node: `DiscoverTargetPortal` lists only the portal's cached targets (Windows' discovery cache), in every release; what refreshes the cache through csi-proxy",
+        releases: [
+            "`AddTargetPortal` again (`New-IscsiTargetPortal`): only with `portal_readd_refreshes` (unverified; default no); `RemoveTargetPortal` + `AddTargetPortal`: yes",
+            "same",
+            "`AddTargetPortal` of an added portal returns early: no; `RemoveTargetPortal` + `AddTargetPortal`: yes",
+            "same",
+        ],
+        source: "v1.1.3/v1.2.1 `pkg/os/iscsi/api.go:21-54` (`New-IscsiTargetPortal`; `Get-IscsiTargetPortal … \\| Get-IscsiTarget`), `:75-88` (remove); v1.3.0 `pkg/os/iscsi/api.go:23-64`, `:91-105`; master `pkg/os/iscsi/api.go:23-68`, `:97-113`; no RPC maps to `Update-IscsiTargetPortal`; unverified: whether re-running `New-IscsiTargetPortal`, or `Get-IscsiTarget` itself, runs SendTargets again (chosen: neither; the knob plays the other answer for the first)",
+    },
 ];
 
 /// The table as Markdown (the block `sim/README.md` embeds).

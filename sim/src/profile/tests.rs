@@ -181,6 +181,7 @@ const TESTED: &[&str] = &[
     "disk_arrival",
     "san_policy",
     "calls_outlive_clients",
+    "discovery_refresh",
 ];
 
 #[test]
@@ -1578,4 +1579,67 @@ fn every_release_text_is_classified_by_proxy_client() {
             K::AlreadyExists
         );
     }
+}
+
+/// The array creates `NEW` behind the portal after it was added on the node: every release's DiscoverTargetPortal
+/// reads the portal's cache (it is not listed, and the connect path cannot find it); re-adding the portal refreshes
+/// it only in the PowerShell era and only with the unverified `portal_readd_refreshes`; RemoveTargetPortal +
+/// AddTargetPortal always does.
+#[test]
+fn row_discovery_refresh() {
+    const NEW: &str = "iqn.2026-01.io.wincsi:pvc-late";
+    let spec: crate::scenario::TargetSpec = serde_json::from_value(serde_json::json!({
+        "iqn": NEW, "luns": [ { "lun": 0, "id": "late", "size": 1073741824 } ]
+    }))
+    .unwrap();
+    for readd_refreshes in [false, true] {
+        for v in CsiProxyVersion::ALL {
+            let mut f = host(v);
+            let mut b = *f.behaviour();
+            b.portal_readd_refreshes = readd_refreshes;
+            f.set_behaviour(b).unwrap();
+            f.add_target_portal(PORTAL, 3260).unwrap();
+            let before = f.discover_target_portal(PORTAL, 3260).unwrap();
+            assert_eq!(before, [DATA, EMPTY, SLOW], "{v}");
+            assert_eq!(f.add_target(PORTAL, 3260, &spec).unwrap(), ["late"]);
+            let listed = |f: &mut Fx| {
+                f.discover_target_portal(PORTAL, 3260)
+                    .unwrap()
+                    .contains(&NEW.to_owned())
+            };
+            assert!(
+                !listed(&mut f),
+                "{v}: the cache is not refreshed by reading it"
+            );
+            assert!(!listed(&mut f), "{v}");
+            // The connect path does not see it either (the lookup goes through the same cache).
+            assert!(
+                f.connect_target(PORTAL, 3260, NEW, AuthType::None, "", &secret(""))
+                    .is_err(),
+                "{v}"
+            );
+            f.add_target_portal(PORTAL, 3260).unwrap();
+            assert_eq!(
+                listed(&mut f),
+                ps(v) && readd_refreshes,
+                "{v}, portal_readd_refreshes = {readd_refreshes}"
+            );
+            f.remove_target_portal(PORTAL, 3260).unwrap();
+            assert!(f.discover_target_portal(PORTAL, 3260).is_err(), "{v}");
+            f.add_target_portal(PORTAL, 3260).unwrap();
+            assert!(listed(&mut f), "{v}: a re-added portal runs SendTargets");
+            f.connect_target(PORTAL, 3260, NEW, AuthType::None, "", &secret(""))
+                .unwrap();
+            assert_eq!(
+                f.get_target_disks(PORTAL, 3260, NEW).unwrap().len(),
+                1,
+                "{v}"
+            );
+        }
+    }
+    // A target the storage network does not have, on a portal it does not have, is refused.
+    let mut f = host(V1_1_3);
+    assert!(f.add_target("192.0.2.99", 3260, &spec).is_err());
+    f.add_target(PORTAL, 3260, &spec).unwrap();
+    assert!(f.add_target(PORTAL, 3260, &spec).is_err(), "already there");
 }

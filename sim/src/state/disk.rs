@@ -101,6 +101,10 @@ pub struct Disk {
     pub foreign_data: bool,
     /// `ListDiskIDs` cannot open this disk.
     pub unopenable: bool,
+    /// Bytes on the device outside any partition (scenario `content`, read raw through the Windows view;
+    /// `content.rs`).
+    #[serde(skip)]
+    pub content: super::content::DiskContent,
     /// Delay between a login and the disk becoming visible (iSCSI LUNs).
     pub arrival_delay_ms: u64,
     /// Further delay before its partitions and volumes are visible.
@@ -182,6 +186,7 @@ pub(crate) fn build_disk(
         return Err(Error::Scenario(format!("disk {id}: size must be > 0")));
     }
     let h = simple_hash(&id);
+    let content = super::content::resolve(&spec.content, spec.size, &id)?;
     let mut disk = Disk {
         id: id.clone(),
         number: None,
@@ -201,8 +206,9 @@ pub(crate) fn build_disk(
         read_only: spec.read_only,
         partition_style: spec.partition_style,
         partitions: Vec::new(),
-        foreign_data: spec.foreign_data,
+        foreign_data: spec.foreign_data || super::content::holds_data(&content),
         unopenable: spec.unopenable,
+        content,
         arrival_delay_ms: 0,
         volume_arrival_delay_ms: 0,
         arrives_at: None,
@@ -500,6 +506,7 @@ impl State {
             }
             let d = &mut self.disks[di];
             d.foreign_data = false;
+            d.content.clear();
             d.partition_style = PartitionStyle::Gpt;
             d.partitions.clear();
             let msr = MSR_SIZE.min(d.free_space(None));

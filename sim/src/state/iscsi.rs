@@ -16,7 +16,7 @@ use super::disk::{DiskSource, build_disk};
 use crate::error::{Error, Result};
 use crate::profile::texts::{self, LoginFailure, PsTargetFailure, TargetOp};
 use crate::profile::{Backend, IqnMatch, OnRepeat};
-use crate::scenario::{DiskSpec, IscsiSpec, TargetChap};
+use crate::scenario::{DiskSpec, IscsiSpec, TargetChap, TargetSpec};
 use crate::secret::Secret;
 
 /// Login authentication type (csi-proxy's `AuthenticationType`).
@@ -56,7 +56,9 @@ pub struct Portal {
     pub discovery_credentials: Option<(String, Secret)>,
     /// Whether the portal is added on the host (`MSFT_iSCSITargetPortal` exists).
     pub added: bool,
-    /// IQNs the host has discovered through this portal (lower-cased).
+    /// Windows' discovery cache of this portal: the IQNs (lower-cased) its last SendTargets reported. Filled when the
+    /// portal is added; refreshed only by what row `discovery_refresh` lists (a target the array creates later,
+    /// [`State::add_target`], is not in it until then).
     pub discovered: BTreeSet<String>,
     /// Targets.
     pub targets: Vec<Target>,
@@ -238,8 +240,15 @@ impl State {
         }
     }
 
-    /// `AddTargetPortal`: PowerShell `New-IscsiTargetPortal` (idempotent per democratic-csi) / WMI no-op when
-    /// present; otherwise contacts the portal and discovers its targets.
+    /// SendTargets through portal `pi`: its discovery cache becomes the targets the array has now.
+    pub(crate) fn send_targets(&mut self, pi: usize) {
+        let p = &mut self.portals[pi];
+        p.discovered = p.targets.iter().map(|t| t.iqn.to_lowercase()).collect();
+    }
+
+    /// `AddTargetPortal`: PowerShell `New-IscsiTargetPortal` (idempotent per democratic-csi; it re-runs discovery
+    /// only with `portal_readd_refreshes`, unverified) / WMI no-op when present; otherwise contacts the portal and
+    /// discovers its targets (row `discovery_refresh`).
     pub fn add_target_portal(&mut self, address: &str, port: u32) -> Result<()> {
         let port = port_or_default(port);
         let backend = self.profile.backend;
@@ -268,19 +277,23 @@ impl State {
         let Some(pi) = self.portal_index(address, port) else {
             return Err(fail("Connection Failed."));
         };
-        let p = &mut self.portals[pi];
-        if p.added {
+        if self.portals[pi].added {
+            if backend == Backend::PowerShell && self.behaviour.portal_readd_refreshes {
+                self.send_targets(pi);
+            }
             return Ok(());
         }
-        if p.discovery_chap {
+        if self.portals[pi].discovery_chap {
             return Err(fail("Authentication Failure."));
         }
-        p.added = true;
-        p.discovered = p.targets.iter().map(|t| t.iqn.to_lowercase()).collect();
+        self.portals[pi].added = true;
+        self.send_targets(pi);
         Ok(())
     }
 
-    /// `DiscoverTargetPortal`: the IQNs of the portal's targets (refreshes discovery).
+    /// `DiscoverTargetPortal`: the IQNs of the portal's cached targets, in the array's spelling. Every release only
+    /// reads the cache (`Get-IscsiTargetPortal … | Get-IscsiTarget`; the `MSFT_iSCSITargetToiSCSITargetPortal`
+    /// association): a target the array created after the portal was added is not listed (row `discovery_refresh`).
     pub fn discover_target_portal(&mut self, address: &str, port: u32) -> Result<Vec<String>> {
         let port = port_or_default(port);
         let pi = self
@@ -289,9 +302,12 @@ impl State {
         let Some(pi) = pi else {
             return Err(texts::discover_failed(&self.profile, address, port));
         };
-        let p = &mut self.portals[pi];
-        p.discovered = p.targets.iter().map(|t| t.iqn.to_lowercase()).collect();
-        Ok(p.targets.iter().map(|t| t.iqn.clone()).collect())
+        let p = &self.portals[pi];
+        Ok(p.targets
+            .iter()
+            .filter(|t| p.discovered.contains(&t.iqn.to_lowercase()))
+            .map(|t| t.iqn.clone())
+            .collect())
     }
 
     /// `RemoveTargetPortal`: fails when absent; forgets every target discovered through it.
@@ -747,6 +763,70 @@ impl State {
         }
         self.sync_links()?;
         Ok(out)
+    }
+
+    /// An operator's `Update-IscsiTargetPortal` on the node: SendTargets through the added portal `address:port`.
+    pub fn refresh_discovery(&mut self, address: &str, port: u32) -> Result<()> {
+        let port = port_or_default(port);
+        let pi = self
+            .portal_index(address, port)
+            .filter(|&i| self.portals[i].added)
+            .ok_or_else(|| Error::Scenario(format!("portal {address}:{port} is not added")))?;
+        self.send_targets(pi);
+        Ok(())
+    }
+
+    /// The array creates a target behind an existing portal (one target per volume: democratic-csi's TrueNAS and
+    /// zfs-generic iSCSI drivers), with its LUNs' disks. Windows' discovery cache of the portal does not list it
+    /// until something refreshes it (row `discovery_refresh`). Returns the new LUN disks' ids.
+    pub fn add_target(
+        &mut self,
+        address: &str,
+        port: u32,
+        spec: &TargetSpec,
+    ) -> Result<Vec<String>> {
+        let port = port_or_default(port);
+        let pi = self
+            .portal_index(address, port)
+            .ok_or_else(|| Error::Scenario(format!("no portal {address}:{port}")))?;
+        if self.portals[pi]
+            .targets
+            .iter()
+            .any(|t| t.iqn.eq_ignore_ascii_case(&spec.iqn))
+        {
+            return Err(Error::Scenario(format!(
+                "portal {address}:{port} already has target {}",
+                spec.iqn
+            )));
+        }
+        let mut luns = Vec::new();
+        let mut disks = Vec::new();
+        for l in &spec.luns {
+            let id = l
+                .disk
+                .id
+                .clone()
+                .unwrap_or_else(|| format!("{}/lun{}", spec.iqn, l.lun));
+            if luns.iter().any(|(n, i)| *n == l.lun || *i == id) {
+                return Err(Error::Scenario(format!(
+                    "target {}: duplicate LUN {} or disk id {id}",
+                    spec.iqn, l.lun
+                )));
+            }
+            let mut disk = lun_disk(self, &l.disk, id.clone(), &spec.iqn, l.lun)?;
+            disk.arrival_delay_ms = l.arrival_delay_ms;
+            disk.volume_arrival_delay_ms = l.volume_arrival_delay_ms;
+            disks.push(disk);
+            luns.push((l.lun, id));
+        }
+        let ids = luns.iter().map(|(_, id)| id.clone()).collect();
+        self.disks.extend(disks);
+        self.portals[pi].targets.push(Target {
+            iqn: spec.iqn.clone(),
+            chap: spec.chap.clone(),
+            luns,
+        });
+        Ok(ids)
     }
 
     /// Replaces the disk behind a target's LUN (the array now serves another volume there) without resetting

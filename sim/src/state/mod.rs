@@ -25,6 +25,7 @@
 //! them with marker files that the model follows itself; see `links.rs`. All link handling goes through
 //! `Layout::links`, never straight to the OS.
 
+pub(crate) mod content;
 pub(crate) mod disk;
 pub(crate) mod fs;
 pub(crate) mod iscsi;
@@ -44,6 +45,7 @@ use crate::scenario::{HostSpec, SanPolicy, Scenario};
 use crate::secret::Secret;
 use links::LinkMode;
 
+pub use content::DiskContent;
 pub use disk::{Disk, DiskSource, Partition, Volume};
 pub use iscsi::{AuthType, Portal, Session, SessionRecovery, Target};
 pub use smb::{Mapping, MappingStatus, SmbAccount, SmbServer, SmbShare};

@@ -493,6 +493,37 @@ fn partition_disk_on_a_disk_with_foreign_data_is_a_data_loss_event() {
     assert_eq!(ev[0].disk_id, "linux-ext4");
 }
 
+/// A disk whose device holds another system's bytes (scenario `content`) holds data Windows cannot see: csi-proxy's
+/// PartitionDisk, which cannot read sectors, initialises it and the loss is recorded; a disk whose content is only
+/// zeros holds nothing.
+#[test]
+fn partition_disk_on_a_disk_with_content_is_a_data_loss_event() {
+    let json = r#"{"disks":[{"size":1073741824,"content":[{"signature":"xfs"}]},
+                            {"size":1073741824,"content":[{"offset":4096,"hex":"0000"}]}]}"#;
+    let mut f = fx_with(json, HostOptions::default());
+    assert!(f.disks()[0].foreign_data && !f.disks()[1].foreign_data);
+    f.partition_disk(0).unwrap();
+    f.partition_disk(1).unwrap();
+    let ev = f.data_loss_events();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].rpc.as_str(), ev[0].disk_number),
+        ("PartitionDisk", 0)
+    );
+    assert!(
+        f.disks()[0].content.is_empty(),
+        "initialising drops the old bytes"
+    );
+    assert!(
+        Scenario::from_json(r#"{"disks":[{"size":4096,"content":[{"signature":"nope"}]}]}"#)
+            .and_then(|sc| {
+                let dir = tempfile::tempdir().unwrap();
+                State::new(&sc, dir.path(), &HostOptions::default()).map(|_| ())
+            })
+            .is_err()
+    );
+}
+
 #[test]
 fn partition_disk_refuses_read_only_and_offline_disks() {
     let json =

@@ -23,14 +23,17 @@
 //! - the IOCTLs on `\\.\PhysicalDriveN`: the disk number, and page 0x83 as one device-associated identifier (binary
 //!   NAA when the model's page83 is hex, else ASCII vendor id), so csi-proxy's choice gives the model's page83 back;
 //!   5 for a disk `ListDiskIDs` cannot open.
+//! - the raw read (`ReadFile` on `\\.\PhysicalDriveN`): the disk's bytes as `state/content.rs` models them, length
+//!   `Size`; 2 for a disk that is not there, 5 for one that cannot be opened. Offline disks read too (**unverified**:
+//!   whether Windows serves raw reads of a disk offline by policy; the driver onlines a LUN before it reads).
 
 use std::path::Path;
 
 use serde_json::json;
 use winhost::codes::Win32Error;
 use winhost::model::{
-    AttributeTag, FileAttributes, FreeSpace, StorageDeviceNumber, SymlinkFlags, VolumeInformation,
-    VolumeNameKind,
+    AttributeTag, DeviceBytes, FileAttributes, FreeSpace, StorageDeviceNumber, SymlinkFlags,
+    VolumeInformation, VolumeNameKind,
 };
 use winhost::page83::{ASSOCIATION_DEVICE, CODE_SET_ASCII, CODE_SET_BINARY, StorageIdentifier};
 use winhost::paths::VolumeGuidPath;
@@ -620,6 +623,25 @@ impl Win32Files for WindowsView {
                     identifier: id.as_bytes().to_vec(),
                 }
             }])
+        })
+    }
+
+    fn read_device(
+        &self,
+        ctx: &CallContext,
+        device: &str,
+        head: u64,
+        tail: u64,
+    ) -> CallResult<DeviceBytes> {
+        self.win32(ctx, "ReadFile", device, |st| {
+            let d = device_disk(st, device)?;
+            let length = d.size;
+            let (head, tail) = (head.min(length), tail.min(length));
+            Ok(DeviceBytes {
+                length,
+                head: crate::state::content::read(d, 0, head),
+                tail: crate::state::content::read(d, length - tail, tail),
+            })
         })
     }
 }

@@ -130,7 +130,8 @@ impl IscsiWmi for WindowsView {
     /// discovery when the portal requires it (0xEFFF0009 `AUTHENTICATION_FAILURE` without the right one-way CHAP
     /// credentials, 0xEFFF004A for a secret outside 12-16 bytes) and discovers its targets. Adding a portal that is
     /// already there succeeds (democratic-csi treats `New-IscsiTargetPortal` as idempotent; **unverified** whether
-    /// WMI answers 0xEFFF0032 instead).
+    /// WMI answers 0xEFFF0032 instead) and leaves its discovery cache as it is unless `portal_readd_refreshes`
+    /// (**unverified**, row `discovery_refresh`).
     fn target_portal_new(
         &self,
         ctx: &CallContext,
@@ -166,28 +167,49 @@ impl IscsiWmi for WindowsView {
                         return failed(st, CALL, IscsiStatus::AuthenticationFailure);
                     }
                 }
-                let p = &mut st.portals[pi];
-                p.added = true;
-                p.discovered = p.targets.iter().map(|t| t.iqn.to_lowercase()).collect();
+                st.portals[pi].added = true;
+                st.send_targets(pi);
+            } else if st.behaviour.portal_readd_refreshes {
+                st.send_targets(pi);
             }
             let p = &st.portals[pi];
             ok(CALL, Some(msft_portal(&p.address, p.port)))
         })
     }
 
-    /// `Update()`: SendTargets again; targets added on the array since appear.
+    /// `Update(InitiatorInstanceName, InitiatorPortalAddress, TargetPortalAddress, TargetPortalPortNumber)` on the
+    /// portal's instance: SendTargets again, so targets the array created since appear (Microsoft's `Update` page;
+    /// `Update-IscsiTargetPortal` "refreshes cached information about an iSCSI target portal"). The portal's own
+    /// address and port must come as parameters: without them (or naming another portal) 0xEFFF0043
+    /// `PORTAL_NOT_FOUND` (**unverified**: what the provider does without the documented parameters is unknown;
+    /// the facade passes them, and the audit records them).
     fn target_portal_update(
         &self,
         ctx: &CallContext,
-        portal: &ObjectPath,
+        portal: &MsftIscsiTargetPortal,
     ) -> CallResult<IscsiOutcome> {
         const CALL: &str = "MSFT_iSCSITargetPortal.Update";
-        self.method(ctx, CALL, json!({ "portal": portal.as_str() }), |st| {
-            let pi = portal_of(st, portal)
+        let args = json!({
+            "portal": portal.path.as_str(),
+            "target_portal_address": portal.target_portal_address,
+            "target_portal_port_number": portal.target_portal_port_number,
+            "initiator_instance_name": portal.initiator_instance_name,
+            "initiator_portal_address": portal.initiator_portal_address,
+        });
+        self.method(ctx, CALL, args, |st| {
+            let pi = portal_of(st, &portal.path)
                 .ok_or_else(|| bad_path(CALL))?
                 .ok_or_else(|| not_found(CALL))?;
-            let p = &mut st.portals[pi];
-            p.discovered = p.targets.iter().map(|t| t.iqn.to_lowercase()).collect();
+            let p = &st.portals[pi];
+            let port = port_or_default(u32::from(portal.target_portal_port_number));
+            if !p
+                .address
+                .eq_ignore_ascii_case(&portal.target_portal_address)
+                || p.port != port
+            {
+                return failed(st, CALL, IscsiStatus::PortalNotFound);
+            }
+            st.send_targets(pi);
             ok(CALL, ())
         })
     }

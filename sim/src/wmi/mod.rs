@@ -108,6 +108,7 @@ pub const CALLS: &[&str] = &[
     "FlushFileBuffers",
     "IOCTL_STORAGE_GET_DEVICE_NUMBER",
     "IOCTL_STORAGE_QUERY_PROPERTY",
+    "ReadFile",
 ];
 
 /// The environment variable that chooses which face of the simulated host the driver's test suites use:

@@ -171,7 +171,7 @@ pub(crate) fn msft_disk(d: &Disk) -> MsftDisk {
         } else {
             0
         }),
-        partition_style: style,
+        partition_style: Some(style),
         bus_type: Some(match d.source {
             DiskSource::Iscsi { .. } => BusType::Iscsi,
             DiskSource::Local => BusType::Sas,

@@ -234,6 +234,7 @@ impl StorageWmi for WindowsView {
             }
             let d = &mut st.disks[di];
             d.foreign_data = false;
+            d.content.clear();
             d.partition_style = new_style;
             d.partitions.clear();
             if new_style == PartitionStyle::Gpt {

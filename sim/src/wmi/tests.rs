@@ -165,7 +165,7 @@ fn a_lun_is_initialised_partitioned_and_formatted_through_wmi_with_documented_co
         disk.offline_reason,
         Some(winhost::codes::OfflineReason::Policy)
     );
-    assert_eq!(disk.partition_style, WmiStyle::Raw);
+    assert_eq!(disk.partition_style, Some(WmiStyle::Raw));
     let create = CreatePartition::csi_proxy_basic_data();
     let offline = f
         .view
@@ -822,4 +822,171 @@ fn a_host_without_the_storage_classes_refuses_calls_into_them() {
         f.host.audit(0).len() == 1,
         "refused calls never reach the host"
     );
+}
+
+/// The raw read sees a LUN's bytes as the scenario put them (here an ext4 file system a Linux node wrote on the whole
+/// device) and the layout Windows gives it: a new LUN reads blank, an initialised one shows its GPT. Initialising the
+/// ext4 LUN is a data-loss event and drops the bytes; a disk that is not there cannot be read.
+#[test]
+fn raw_reads_show_a_luns_bytes_and_its_partition_table() {
+    use winhost::signature::{HEAD_BYTES, TAIL_BYTES, examine};
+    let f = fixture();
+    let c = ctx();
+    f.login(false);
+    let disk = f.lun_disk();
+    let device = disk.device_path.clone().expect("Path");
+    let blank = f
+        .view
+        .read_device(&c, &device, HEAD_BYTES, TAIL_BYTES)
+        .unwrap();
+    assert_eq!(
+        (
+            blank.length,
+            blank.head.len() as u64,
+            blank.tail.len() as u64
+        ),
+        (1_073_741_824, HEAD_BYTES, TAIL_BYTES)
+    );
+    assert!(examine(&blank).is_empty());
+    f.host
+        .with_state_mut(|s| {
+            s.replace_lun(
+                IQN,
+                0,
+                &serde_json::from_value(json!({"size": 1_073_741_824u64, "online": true,
+                                               "content": [{"signature": "ext4"},
+                                                           {"offset": 8, "from_end": true, "hex": "c0ffee"}]}))
+                .unwrap(),
+            )
+        })
+        .unwrap();
+    let disk = f.lun_disk();
+    let device = disk.device_path.clone().expect("Path");
+    let ext4 = f
+        .view
+        .read_device(&c, &device, HEAD_BYTES, TAIL_BYTES)
+        .unwrap();
+    assert_eq!(&ext4.head[1080..1082], b"\x53\xEF");
+    assert_eq!(
+        &ext4.tail[TAIL_BYTES as usize - 8..TAIL_BYTES as usize - 5],
+        b"\xc0\xff\xee"
+    );
+    let found = examine(&ext4);
+    assert_eq!(found[0].what, "ext2/ext3/ext4 superblock", "{found:?}");
+    assert_eq!(f.host.audit(0).last().unwrap().rpc, "ReadFile");
+
+    let init = f
+        .view
+        .disk_initialize(&c, &disk.path, WmiStyle::Gpt)
+        .unwrap();
+    assert!(init.is_success(), "{init:?}");
+    assert_eq!(f.host.data_loss_events().len(), 1);
+    let gpt = f
+        .view
+        .read_device(&c, &device, HEAD_BYTES, TAIL_BYTES)
+        .unwrap();
+    let found: Vec<(&str, u64)> = examine(&gpt).iter().map(|f| (f.what, f.offset)).collect();
+    assert_eq!(
+        found,
+        [
+            ("MBR/boot sector signature 0x55AA", 510),
+            ("GPT header", 512),
+            ("backup GPT header", 1_073_741_824 - 512)
+        ]
+    );
+    assert_eq!(
+        win32_code(
+            f.view
+                .read_device(&c, r"\\.\PhysicalDrive77", HEAD_BYTES, TAIL_BYTES)
+        ),
+        2
+    );
+}
+
+/// A target the array creates after the portal was added is not in the portal's discovery cache (neither the
+/// association nor `MSFT_iSCSITarget` list it, `Connect` cannot find it, `New` on the added portal does not refresh
+/// it) until `Update` with the portal's own address and port runs SendTargets; an `Update` naming another portal
+/// answers 0xEFFF0043. The audit records the parameters.
+#[test]
+fn update_with_the_portals_parameters_rediscovers_a_target_created_later() {
+    const LATE: &str = "iqn.2026-01.io.wincsi:late";
+    let f = fixture();
+    let c = ctx();
+    f.login(false);
+    let spec = serde_json::from_value(
+        json!({"iqn": LATE, "luns": [{"lun": 0, "size": 1_073_741_824u64}]}),
+    )
+    .unwrap();
+    f.host
+        .with_state_mut(|s| s.add_target("10.0.0.5", 3260, &spec))
+        .unwrap();
+    let portal = f
+        .view
+        .target_portals(&c, Some(("10.0.0.5", 3260)))
+        .unwrap()
+        .remove(0);
+    let listed = || {
+        f.view
+            .portal_targets(&c, &portal.path)
+            .unwrap()
+            .iter()
+            .any(|t| t.node_address == LATE)
+    };
+    assert!(!listed());
+    assert!(
+        !f.view
+            .targets(&c)
+            .unwrap()
+            .iter()
+            .any(|t| t.node_address == LATE)
+    );
+    let again = NewTargetPortal {
+        target_portal_address: "10.0.0.5",
+        target_portal_port_number: 3260,
+        initiator_portal_address: None,
+        authentication_type: None,
+        chap: None,
+    };
+    assert!(f.view.target_portal_new(&c, &again).unwrap().is_success());
+    assert!(
+        !listed(),
+        "re-adding an added portal keeps its cache (portal_readd_refreshes off)"
+    );
+    let connect = ConnectTarget {
+        node_address: LATE,
+        target_portal_address: Some("10.0.0.5"),
+        target_portal_port_number: Some(3260),
+        initiator_portal_address: None,
+        authentication_type: AuthenticationType::None,
+        chap: None,
+        is_persistent: None,
+        is_multipath_enabled: None,
+    };
+    assert_eq!(
+        f.view.target_connect(&c, &connect).unwrap().code,
+        IscsiStatus::TargetNotFound
+    );
+    let mut elsewhere = portal.clone();
+    elsewhere.target_portal_address = "10.0.0.9".to_owned();
+    assert_eq!(
+        f.view.target_portal_update(&c, &elsewhere).unwrap().code,
+        IscsiStatus::PortalNotFound
+    );
+    assert!(!listed());
+    assert!(
+        f.view
+            .target_portal_update(&c, &portal)
+            .unwrap()
+            .is_success()
+    );
+    assert!(listed());
+    let update = f
+        .host
+        .audit(0)
+        .into_iter()
+        .rfind(|e| e.rpc == "MSFT_iSCSITargetPortal.Update")
+        .unwrap();
+    assert_eq!(update.args["target_portal_address"], "10.0.0.5");
+    assert_eq!(update.args["target_portal_port_number"], 3260);
+    assert!(f.view.target_connect(&c, &connect).unwrap().is_success());
 }

@@ -117,6 +117,30 @@ pub struct StorageDeviceNumber {
     pub partition_number: u32,
 }
 
+/// What [`crate::facade::Win32Files::read_device`] read from a device: its length and its first and last bytes
+/// (`head` is bytes `0..head.len()`, `tail` is bytes `length - tail.len()..length`; they overlap on a device shorter
+/// than both). [`crate::signature::examine`] judges them.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct DeviceBytes {
+    /// The device's length in bytes (`IOCTL_DISK_GET_LENGTH_INFO`; a file's size for a file).
+    pub length: u64,
+    /// The first bytes.
+    pub head: Vec<u8>,
+    /// The last bytes.
+    pub tail: Vec<u8>,
+}
+
+impl std::fmt::Debug for DeviceBytes {
+    /// Lengths only: the bytes are megabytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBytes")
+            .field("length", &self.length)
+            .field("head_len", &self.head.len())
+            .field("tail_len", &self.tail.len())
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

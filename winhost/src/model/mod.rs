@@ -13,8 +13,8 @@ mod storage;
 use std::fmt;
 
 pub use files::{
-    AttributeTag, FileAttributes, FreeSpace, StorageDeviceNumber, SymlinkFlags, VolumeInformation,
-    VolumeNameKind,
+    AttributeTag, DeviceBytes, FileAttributes, FreeSpace, StorageDeviceNumber, SymlinkFlags,
+    VolumeInformation, VolumeNameKind,
 };
 pub use iscsi::{
     AuthenticationType, ChapCredentials, ConnectTarget, MsftInitiatorPort, MsftIscsiConnection,

@@ -28,8 +28,9 @@ pub struct MsftDisk {
     pub size: u64,
     /// `NumberOfPartitions`.
     pub number_of_partitions: Option<u32>,
-    /// `PartitionStyle`.
-    pub partition_style: PartitionStyle,
+    /// `PartitionStyle`; `None` when the provider left it NULL. Only `Some(Raw)` means "no MBR and no GPT": a NULL or
+    /// undocumented value is not proof of anything (the native backend refuses to initialise such a disk).
+    pub partition_style: Option<PartitionStyle>,
     /// `BusType`.
     pub bus_type: Option<BusType>,
     /// `IsOffline`.

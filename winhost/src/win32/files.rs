@@ -9,21 +9,22 @@ use windows::Win32::Foundation::{CloseHandle, GENERIC_READ, GENERIC_WRITE, GetLa
 use windows::Win32::Storage::FileSystem::{
     CreateDirectoryW, CreateFileW, CreateSymbolicLinkW, DeleteFileW, DeleteVolumeMountPointW,
     FILE_ATTRIBUTE_TAG_INFO, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
-    FILE_FLAGS_AND_ATTRIBUTES, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_READ,
-    FILE_SHARE_WRITE, FileAttributeTagInfo, FlushFileBuffers, GETFINALPATHNAMEBYHANDLE_FLAGS,
-    GetDiskFreeSpaceExW, GetFileAttributesW, GetFileInformationByHandleEx,
-    GetFinalPathNameByHandleW, GetVolumeInformationW, GetVolumeNameForVolumeMountPointW,
-    GetVolumePathNameW, GetVolumePathNamesForVolumeNameW, INVALID_FILE_ATTRIBUTES, OPEN_EXISTING,
-    RemoveDirectoryW, SYMBOLIC_LINK_FLAGS, SetVolumeMountPointW,
+    FILE_FLAGS_AND_ATTRIBUTES, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_MODE,
+    FILE_SHARE_READ, FILE_SHARE_WRITE, FileAttributeTagInfo, FlushFileBuffers,
+    GETFINALPATHNAMEBYHANDLE_FLAGS, GetDiskFreeSpaceExW, GetFileAttributesW,
+    GetFileInformationByHandleEx, GetFileSizeEx, GetFinalPathNameByHandleW, GetVolumeInformationW,
+    GetVolumeNameForVolumeMountPointW, GetVolumePathNameW, GetVolumePathNamesForVolumeNameW,
+    INVALID_FILE_ATTRIBUTES, OPEN_EXISTING, ReadFile, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS,
+    SetVolumeMountPointW,
 };
-use windows::Win32::System::IO::DeviceIoControl;
+use windows::Win32::System::IO::{DeviceIoControl, OVERLAPPED};
 use windows::core::HSTRING;
 
 use crate::codes::{HResult, Win32Error};
 use crate::error::{CallError, CallResult};
 use crate::model::{
-    AttributeTag, FileAttributes, FreeSpace, StorageDeviceNumber, SymlinkFlags, VolumeInformation,
-    VolumeNameKind,
+    AttributeTag, DeviceBytes, FileAttributes, FreeSpace, StorageDeviceNumber, SymlinkFlags,
+    VolumeInformation, VolumeNameKind,
 };
 use crate::page83::{self, StorageIdentifier};
 use crate::paths::VolumeGuidPath;
@@ -42,6 +43,12 @@ const IOCTL_STORAGE_QUERY_PROPERTY: u32 = 0x002D_1400;
 const DEVICE_ID_PROPERTY_QUERY: [u8; 12] = [2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 /// `sizeof(STORAGE_DEVICE_NUMBER)`: `DeviceType`, `DeviceNumber`, `PartitionNumber`, each a `u32`.
 const STORAGE_DEVICE_NUMBER_SIZE: usize = 12;
+/// `IOCTL_DISK_GET_LENGTH_INFO`: `CTL_CODE(IOCTL_DISK_BASE, 0x0017, METHOD_BUFFERED, FILE_READ_ACCESS)`; its output is
+/// `GET_LENGTH_INFORMATION { LARGE_INTEGER Length }`.
+const IOCTL_DISK_GET_LENGTH_INFO: u32 = 0x0007_405C;
+/// The buffer alignment of raw reads: a disk opened without the cache needs sector-aligned buffers (`CreateFileW`,
+/// "File Buffering"); 4096 suits 512- and 4096-byte sectors.
+const SECTOR_ALIGN: usize = 4096;
 
 /// The Win32 error inside a `windows` crate error (`HRESULT_FROM_WIN32(GetLastError())` for these functions).
 fn win32_of(e: &windows::core::Error) -> Win32Error {
@@ -84,10 +91,19 @@ const SHARE_ALL: windows::Win32::Storage::FileSystem::FILE_SHARE_MODE =
     );
 
 fn open(path: &str, access: u32, flags: FILE_FLAGS_AND_ATTRIBUTES) -> CallResult<Handle> {
+    open_shared(path, access, SHARE_ALL, flags)
+}
+
+fn open_shared(
+    path: &str,
+    access: u32,
+    share: FILE_SHARE_MODE,
+    flags: FILE_FLAGS_AND_ATTRIBUTES,
+) -> CallResult<Handle> {
     let name = wide("CreateFileW", path)?;
     // SAFETY: `name` is a NUL-terminated wide string that outlives the call; no security attributes or template
     // handle; the returned handle is owned by the `Handle` guard.
-    let h = unsafe { CreateFileW(&name, access, SHARE_ALL, None, OPEN_EXISTING, flags, None) }
+    let h = unsafe { CreateFileW(&name, access, share, None, OPEN_EXISTING, flags, None) }
         .map_err(|e| fail("CreateFileW", path, &e))?;
     Ok(Handle(h))
 }
@@ -402,4 +418,72 @@ pub(crate) fn storage_device_identifiers(device: &str) -> CallResult<Vec<Storage
         format!("IOCTL_STORAGE_QUERY_PROPERTY({device})"),
         "the device id descriptor kept growing",
     ))
+}
+
+/// A device's length: `IOCTL_DISK_GET_LENGTH_INFO`, or, for a handle that is no disk (a file standing in for one: the
+/// Wine test), `GetFileSizeEx`.
+fn device_length(h: &Handle, device: &str) -> CallResult<u64> {
+    let mut out = [0u8; 8];
+    match ioctl(h, IOCTL_DISK_GET_LENGTH_INFO, None, &mut out, device) {
+        Ok(8) => return Ok(u64::from_le_bytes(out)),
+        Ok(n) => {
+            return Err(CallError::decode(
+                format!("IOCTL_DISK_GET_LENGTH_INFO({device})"),
+                format!("{n} bytes returned, 8 expected"),
+            ));
+        }
+        Err(e)
+            if matches!(
+                e.win32_code(),
+                Some(Win32Error::InvalidFunction | Win32Error::NotSupported)
+            ) => {}
+        Err(e) => return Err(e),
+    }
+    let mut size = 0i64;
+    // SAFETY: `h` is an open handle and `size` a live i64 the call writes.
+    unsafe { GetFileSizeEx(h.0, &mut size) }.map_err(|e| fail("GetFileSizeEx", device, &e))?;
+    Ok(size.max(0) as u64)
+}
+
+/// `len` bytes at `offset` through a sector-aligned buffer (positioned reads on a synchronous handle: the
+/// `OVERLAPPED` gives the offset and the call completes before it returns). Stops early at the end of a file.
+fn read_at(h: &Handle, device: &str, offset: u64, len: usize) -> CallResult<Vec<u8>> {
+    let mut buf = vec![0u8; len + SECTOR_ALIGN];
+    let start = buf.as_ptr().align_offset(SECTOR_ALIGN).min(SECTOR_ALIGN);
+    let mut done = 0usize;
+    while done < len {
+        let at = offset + done as u64;
+        let mut ov = OVERLAPPED::default();
+        ov.Anonymous.Anonymous.Offset = at as u32;
+        ov.Anonymous.Anonymous.OffsetHigh = (at >> 32) as u32;
+        let mut read = 0u32;
+        let chunk = &mut buf[start + done..start + len];
+        // SAFETY: `h` is an open synchronous handle; `chunk` is a live, writable slice whose length the call receives;
+        // `read` and `ov` are live for the duration of the synchronous call.
+        unsafe { ReadFile(h.0, Some(chunk), Some(&mut read), Some(&mut ov)) }
+            .map_err(|e| fail("ReadFile", device, &e))?;
+        if read == 0 {
+            break;
+        }
+        done += read as usize;
+    }
+    Ok(buf[start..start + done].to_vec())
+}
+
+pub(crate) fn read_device(device: &str, head: u64, tail: u64) -> CallResult<DeviceBytes> {
+    // Read access only, shared with every reader and writer: this must never lock a disk another process uses.
+    let h = open_shared(
+        device,
+        GENERIC_READ.0,
+        FILE_SHARE_MODE(FILE_SHARE_READ.0 | FILE_SHARE_WRITE.0),
+        FILE_FLAGS_AND_ATTRIBUTES(0),
+    )?;
+    let length = device_length(&h, device)?;
+    let head_len = head.min(length);
+    let tail_len = tail.min(length);
+    Ok(DeviceBytes {
+        length,
+        head: read_at(&h, device, 0, head_len as usize)?,
+        tail: read_at(&h, device, length - tail_len, tail_len as usize)?,
+    })
 }

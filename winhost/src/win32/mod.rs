@@ -8,7 +8,7 @@
 //!   `Disconnect`/`New`/`Update`, `MSFT_SmbGlobalMapping.Create`), so a stuck format cannot starve quick queries
 //!   (reference §1.3);
 //! - `winhost-files`: the Win32 file, volume and device calls (a call on a path through an unreachable share can block
-//!   for the SMB redirector's timeout).
+//!   for the SMB redirector's timeout), the raw device reads included.
 //!
 //! Each WMI thread joins the MTA once (`CoInitializeEx(COINIT_MULTITHREADED)`), opens its own connection to each
 //! namespace on first use (a `wmi::WMIConnection` cannot cross threads), keeps it, and reopens it after
@@ -37,11 +37,11 @@ use crate::facade::{
 };
 use crate::method::{MethodOutcome, ReturnCode, SmbReturn};
 use crate::model::{
-    AttributeTag, ConnectTarget, CreatePartition, DiskAttributes, FileAttributes, FormatVolume,
-    FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession, MsftIscsiTarget,
-    MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume, NewTargetPortal,
-    ObjectPath, SmbGlobalMapping, SmbGlobalMappingCreate, StorageDeviceNumber, SupportedSize,
-    SymlinkFlags, VolumeInformation, VolumeNameKind,
+    AttributeTag, ConnectTarget, CreatePartition, DeviceBytes, DiskAttributes, FileAttributes,
+    FormatVolume, FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession,
+    MsftIscsiTarget, MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume,
+    NewTargetPortal, ObjectPath, SmbGlobalMapping, SmbGlobalMappingCreate, StorageDeviceNumber,
+    SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
 };
 use crate::page83::StorageIdentifier;
 use crate::paths::VolumeGuidPath;
@@ -640,14 +640,31 @@ impl IscsiWmi for WinHost {
     fn target_portal_update(
         &self,
         ctx: &CallContext,
-        portal: &ObjectPath,
+        portal: &MsftIscsiTargetPortal,
     ) -> CallResult<IscsiOutcome> {
+        let params = Params::default()
+            .with(
+                "InitiatorInstanceName",
+                str_in(portal.initiator_instance_name.as_deref()),
+            )
+            .with(
+                "InitiatorPortalAddress",
+                str_in(portal.initiator_portal_address.as_deref()),
+            )
+            .with(
+                "TargetPortalAddress",
+                str_in(Some(&portal.target_portal_address)),
+            )
+            .with(
+                "TargetPortalPortNumber",
+                Some(In::U16(portal.target_portal_port_number)),
+            );
         self.iscsi(
             ctx,
             Lane::Long,
             "MSFT_iSCSITargetPortal.Update",
-            Some(portal),
-            Params::default(),
+            Some(&portal.path),
+            params,
             nothing,
         )
     }
@@ -1016,6 +1033,17 @@ impl Win32Files for WinHost {
     ) -> CallResult<Vec<StorageIdentifier>> {
         let device = device.to_owned();
         self.file(ctx, move || files::storage_device_identifiers(&device))
+    }
+
+    fn read_device(
+        &self,
+        ctx: &CallContext,
+        device: &str,
+        head: u64,
+        tail: u64,
+    ) -> CallResult<DeviceBytes> {
+        let device = device.to_owned();
+        self.file(ctx, move || files::read_device(&device, head, tail))
     }
 }
 

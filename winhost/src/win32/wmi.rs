@@ -384,7 +384,7 @@ pub(crate) fn disk(o: &IWbemClassWrapper) -> CallResult<MsftDisk> {
         serial_number: opt_string(o, "SerialNumber")?,
         size: u64_of(o, "Size")?,
         number_of_partitions: opt_u32(o, "NumberOfPartitions")?,
-        partition_style: PartitionStyle::from_code(opt_u16(o, "PartitionStyle")?.unwrap_or(0)),
+        partition_style: opt_u16(o, "PartitionStyle")?.map(PartitionStyle::from_code),
         bus_type: opt_u16(o, "BusType")?.map(BusType::from_code),
         is_offline: bool_of(o, "IsOffline")?,
         offline_reason: opt_u16(o, "OfflineReason")?.map(OfflineReason::from_code),

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
+mod late;
 mod reboot;
 mod wait;
 
@@ -53,6 +54,15 @@ pub(super) fn plan(o: &CheckOptions) -> Vec<PlanStep> {
     }
     let mut actions = vec![
         format!("AddTargetPortal {} (idempotent; never removed)", t.portal),
+        match &t.late_iqn {
+            Some(late) => format!(
+                "is {late} (created after the portal was added) listed by DiscoverTargetPortal after AddTargetPortal \
+                 again, and after a refresh (native: MSFT_iSCSITargetPortal.Update; csi-proxy: RemoveTargetPortal + \
+                 AddTargetPortal {}, skipped when GetTargetDisks finds a session on a target it lists)?",
+                t.portal
+            ),
+            None => "no discovery check: no --iscsi-late-iqn".to_owned(),
+        },
         format!("GetTargetDisks {target}: refuse if the target already has a session on this node"),
         format!("DisconnectTarget {} while not connected", t.iqn),
         format!("ConnectTarget {target}; wait (at most {:?}) for its LUN's disk", o.arrival_timeout),
@@ -187,6 +197,9 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         ],
     );
     cx.end(c);
+
+    // ---- a target created after the portal was added (before any login of this run) ----
+    late::run(cx, &t).await;
 
     // ---- login and arrival ----
     let mut c = cx.begin(

@@ -77,11 +77,11 @@ pub(super) fn rescan(o: &Ops<'_>) -> HostResult<()> {
     o.accept(out, &[])
 }
 
-/// `PartitionDisk`: GPT-initialise a RAW disk, then create one maximum-size basic data partition when the disk has no
+/// `PartitionDisk`: GPT-initialise a RAW disk proven blank (`blank.rs`), then create one maximum-size basic data partition when the disk has no
 /// partition other than Microsoft Reserved (csi-proxy's calls and parameters, reference §2.3); a no-op otherwise.
 pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
     let disk = one(o, n)?;
-    if disk.partition_style == PartitionStyle::Raw {
+    if super::blank::may_initialize(o, &disk)? {
         let out =
             o.w.disk_initialize(o.c, &disk.path, PartitionStyle::Gpt)
                 .map_err(|e| o.err(e))?;

@@ -1,9 +1,11 @@
-//! The iSCSI initiator over the `MSFT_iSCSI*` classes (reference §2.5, §3): portals with discovery CHAP, logins
-//! (persistent when asked), every session of a target on logout, the target's disks through its sessions.
+//! The iSCSI initiator over the `MSFT_iSCSI*` classes (reference §2.5, §3): portals with discovery CHAP, the portal's
+//! cached targets and their rediscovery (`Update` with its documented parameters), logins (persistent when asked),
+//! every session of a target on logout, the target's disks through its sessions.
 
 use winhost::codes::IscsiStatus;
 use winhost::model::{
-    AuthenticationType, ChapCredentials, ConnectTarget, MsftIscsiTarget, NewTargetPortal,
+    AuthenticationType, ChapCredentials, ConnectTarget, MsftIscsiTarget, MsftIscsiTargetPortal,
+    NewTargetPortal,
 };
 
 use super::{HostErrorKind, HostResult, IscsiAuth, Ops, Portal};
@@ -50,29 +52,39 @@ pub(super) fn add_portal(o: &Ops<'_>, portal: &Portal, discovery: &IscsiAuth) ->
         .map(|_| ())
 }
 
-/// `DiscoverTargetPortal`: the targets the portal reports (`MSFT_iSCSITargetPortalToiSCSITarget`), spelled as they
-/// report themselves; the portal is asked to rediscover (`Update`) once when it reports none.
+/// The added portal `portal` (NotFound when it is not added).
+fn added(o: &Ops<'_>, portal: &Portal) -> HostResult<MsftIscsiTargetPortal> {
+    o.w.target_portals(o.c, Some((&portal.address, portal.port)))
+        .map_err(|e| o.err(e))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            o.fail(
+                HostErrorKind::NotFound,
+                format!("target portal {portal} is not added on this node"),
+            )
+        })
+}
+
+/// `MSFT_iSCSITargetPortal.Update` with the portal's own parameters (`Update-IscsiTargetPortal`): SendTargets again.
+fn update(o: &Ops<'_>, p: &MsftIscsiTargetPortal) -> HostResult<()> {
+    let out = o.w.target_portal_update(o.c, p).map_err(|e| o.err(e))?;
+    o.accept(out, &[])
+}
+
+/// `DiscoverTargetPortal`: the targets Windows has cached for the portal (`MSFT_iSCSITargetToiSCSITargetPortal`),
+/// spelled as they report themselves. Like csi-proxy's, it only reads the cache: a target the array created after the
+/// portal was added is listed after [`refresh`].
 pub(super) fn discover(o: &Ops<'_>, portal: &Portal) -> HostResult<Vec<String>> {
-    let p =
-        o.w.target_portals(o.c, Some((&portal.address, portal.port)))
-            .map_err(|e| o.err(e))?
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                o.fail(
-                    HostErrorKind::NotFound,
-                    format!("target portal {portal} is not added on this node"),
-                )
-            })?;
-    let mut targets = o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?;
-    if targets.is_empty() {
-        let out =
-            o.w.target_portal_update(o.c, &p.path)
-                .map_err(|e| o.err(e))?;
-        o.accept(out, &[])?;
-        targets = o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?;
-    }
+    let p = added(o, portal)?;
+    let targets = o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?;
     Ok(targets.into_iter().map(|t| t.node_address).collect())
+}
+
+/// `RefreshTargetPortal`: `Update` on the added portal, so its cache lists what the array has now.
+pub(super) fn refresh(o: &Ops<'_>, portal: &Portal) -> HostResult<()> {
+    let p = added(o, portal)?;
+    update(o, &p)
 }
 
 /// The discovered target `iqn` (compared ignoring case: IQNs are case-insensitive; reference D9), if any.
@@ -91,23 +103,10 @@ pub(super) fn connect(
     auth: &IscsiAuth,
     persistent: bool,
 ) -> HostResult<()> {
-    let p =
-        o.w.target_portals(o.c, Some((&portal.address, portal.port)))
-            .map_err(|e| o.err(e))?
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                o.fail(
-                    HostErrorKind::NotFound,
-                    format!("target portal {portal} is not added on this node"),
-                )
-            })?;
+    let p = added(o, portal)?;
     let mut target = find(o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?, iqn);
     if target.is_none() {
-        let out =
-            o.w.target_portal_update(o.c, &p.path)
-                .map_err(|e| o.err(e))?;
-        o.accept(out, &[])?;
+        update(o, &p)?;
         target = find(o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?, iqn);
     }
     let target = target.ok_or_else(|| {

@@ -33,7 +33,7 @@
 //! | `ListDiskLocations` | `SELECT MSFT_Disk` |
 //! | `ListDiskIDs` | `SELECT MSFT_Disk` → per disk `IOCTL_STORAGE_GET_DEVICE_NUMBER`, `IOCTL_STORAGE_QUERY_PROPERTY` |
 //! | `Rescan` | `MSFT_StorageSetting.UpdateHostStorageCache` |
-//! | `PartitionDisk` | `SELECT MSFT_Disk` → (RAW: `Initialize(GPT)`) → `Refresh` → `SELECT MSFT_Partition` → (no basic partition: `CreatePartition` → `Refresh` → `MSFT_Partition.Online`) |
+//! | `PartitionDisk` | `SELECT MSFT_Disk` → (RAW: `ReadFile` of its first 4 MiB + 4 KiB and last 2 MiB, refused unless blank → `Initialize(GPT)`; NULL/undocumented style: refused) → `Refresh` → `SELECT MSFT_Partition` → (no basic partition: `CreatePartition` → `Refresh` → `MSFT_Partition.Online`) |
 //! | `GetDiskStats` / `GetDiskState` | `SELECT MSFT_Disk` |
 //! | `SetDiskState(online)` | `SELECT MSFT_Disk` → (offline: `Online`) → `Refresh`; writable: (onlined: `SELECT MSFT_Disk`) → (read-only: `SetAttributes(IsReadOnly=false)`) |
 //! | `ListVolumesOnDisk` | `SELECT MSFT_Partition` → per partition `ASSOCIATORS …->MSFT_Volume` (a basic partition without its volume yet: `SELECT MSFT_Disk` → `Refresh` → list again) |
@@ -46,6 +46,8 @@
 //! | `GetVolumeIDFromTargetPath` | `FSCTL_GET_REPARSE_POINT` per hop (≤ 8) → `GetVolumeNameForVolumeMountPointW` → `GetVolumeInformationW` |
 //! | `WriteVolumeCache` | `FlushFileBuffers` |
 //! | `AddTargetPortal` | `SELECT MSFT_iSCSITargetPortal` → (absent: `New`, with discovery CHAP when given) |
+//! | `DiscoverTargetPortal` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (the cache only) |
+//! | `RefreshTargetPortal` (no csi-proxy RPC) | `SELECT MSFT_iSCSITargetPortal` → `Update(TargetPortalAddress, TargetPortalPortNumber[, InitiatorInstanceName, InitiatorPortalAddress])` |
 //! | `ConnectTarget` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (IQN ignoring case; absent: `Update` → again) → (not connected: `Connect`, `IsPersistent` when asked) |
 //! | `DisconnectTarget` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → `Disconnect` |
 //! | `GetTargetDisks` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session `ASSOCIATORS …->MSFT_Disk` |
@@ -66,8 +68,13 @@
 //! * A link's stored target is read (`ReadLink`), so a staging link into a share can be adopted when its state record
 //!   was lost.
 //! * Discovery CHAP on `AddTargetPortal`; persistent logins, whose records are removed (`Unregister`) on logout;
-//!   every session of a target is logged out, not only the first; IQNs compare ignoring case, with one rediscovery.
+//!   every session of a target is logged out, not only the first; IQNs compare ignoring case, with one rediscovery;
+//!   a portal's targets are rediscovered on request (`RefreshTargetPortal`: a target created after the portal was
+//!   added).
+//! * A RAW disk is initialised only when its first and last sectors are blank (`winhost::signature`: nothing a
+//!   libblkid probe would find, no non-zero byte), and never when its partition style is NULL or undocumented.
 
+mod blank;
 mod disk;
 mod files;
 mod iscsi;
@@ -148,6 +155,7 @@ impl NativeHost {
             discovery_chap: report.supports(Capability::Iscsi),
             persistent_logins: report.supports(Capability::Iscsi),
             read_links: true,
+            refresh_discovery: report.supports(Capability::Iscsi),
         };
         Self {
             inner: Arc::new(Inner {
@@ -571,6 +579,14 @@ impl Host for NativeHost {
         let p = path.as_str().to_owned();
         self.run(HostOp::ReadLink, d, move |o| files::read_link(o, &p))
             .await
+    }
+
+    async fn refresh_target_portal(&self, portal: &Portal, d: Deadline) -> HostResult<()> {
+        let p = portal.clone();
+        self.run(HostOp::RefreshTargetPortal, d, move |o| {
+            iscsi::refresh(o, &p)
+        })
+        .await
     }
 }
 

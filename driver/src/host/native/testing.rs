@@ -489,6 +489,26 @@ impl Host for Tapped {
         let c = Self::call(HostOp::ReadLink, json!({ "path": path.as_str() }));
         self.tap.around(c, self.host.read_link(path, d)).await
     }
+
+    async fn remove_target_portal(&self, p: &Portal, d: Deadline) -> HostResult<()> {
+        let c = Self::call(
+            HostOp::RemoveTargetPortal,
+            json!({ "target_portal": portal_json(p) }),
+        );
+        self.tap
+            .around(c, self.host.remove_target_portal(p, d))
+            .await
+    }
+
+    async fn refresh_target_portal(&self, p: &Portal, d: Deadline) -> HostResult<()> {
+        let c = Self::call(
+            HostOp::RefreshTargetPortal,
+            json!({ "target_portal": portal_json(p) }),
+        );
+        self.tap
+            .around(c, self.host.refresh_target_portal(p, d))
+            .await
+    }
 }
 
 /// Either backend, as one `Host` type (module docs).
@@ -661,6 +681,14 @@ impl Host for TestHost {
     async fn disk_number_of_volume(&self, v: &str, d: Deadline) -> HostResult<u32> {
         each!(self, h => h.disk_number_of_volume(v, d))
     }
+    async fn remove_target_portal(&self, p: &Portal, d: Deadline) -> HostResult<()> {
+        each!(self, h => h.remove_target_portal(p, d))
+    }
+
+    async fn refresh_target_portal(&self, p: &Portal, d: Deadline) -> HostResult<()> {
+        each!(self, h => h.refresh_target_portal(p, d))
+    }
+
     async fn read_link(&self, p: &HostPath, d: Deadline) -> HostResult<Option<String>> {
         each!(self, h => h.read_link(p, d))
     }

@@ -304,6 +304,7 @@ async fn a_lun_is_logged_in_cleared_partitioned_formatted_and_mounted_in_wmi_ter
         fx.calls(),
         [
             "SELECT MSFT_Disk",
+            "ReadFile",
             "MSFT_Disk.Initialize",
             "MSFT_Disk.Refresh",
             "SELECT MSFT_Partition",
@@ -601,4 +602,210 @@ async fn a_host_without_the_smb_provider_advertises_less() {
         "{}",
         e.message
     );
+}
+
+/// Logs in to the 10.0.0.5 target and brings its LUN online and writable; its disk number.
+async fn attach_lun(fx: &Fx) -> u32 {
+    let h = &fx.host;
+    h.add_target_portal(&portal("10.0.0.5"), d())
+        .await
+        .expect("portal");
+    h.connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("login");
+    let n = h
+        .get_target_disks(&portal("10.0.0.5"), IQN, d())
+        .await
+        .expect("disks")[0];
+    h.set_disk_online_writable(n, d()).await.expect("online");
+    fx.calls();
+    n
+}
+
+/// The LUN holds `content` (scenario `content` entries): another system's bytes on the whole device.
+fn lun_with(fx: &Fx, content: serde_json::Value) {
+    fx.sim
+        .with_state_mut(|s| {
+            s.replace_lun(
+                IQN,
+                0,
+                &serde_json::from_value(
+                    json!({"id": "lun0b", "size": 10 * GIB, "content": content}),
+                )
+                .expect("disk"),
+            )
+        })
+        .expect("replace");
+}
+
+/// A RAW LUN carrying another system's data (a whole-disk file system, an LVM or ZFS member, encryption, swap, a
+/// partition table Windows did not take, or bytes no signature explains) is refused before `Initialize`, naming what is
+/// where; nothing is written and no data is lost. A blank one is initialised (the first test's sequence).
+#[tokio::test]
+async fn partition_disk_refuses_a_raw_disk_whose_sectors_are_not_blank() {
+    let cases: &[(serde_json::Value, &str)] = &[
+        (
+            json!([{"signature": "ext4"}]),
+            "ext2/ext3/ext4 superblock at byte 1080",
+        ),
+        (json!([{"signature": "xfs"}]), "XFS superblock at byte 0"),
+        (
+            json!([{"signature": "lvm2"}]),
+            "LVM2 physical volume label at byte 536",
+        ),
+        (json!([{"signature": "luks2"}]), "LUKS header at byte 0"),
+        (
+            json!([{"signature": "btrfs"}]),
+            "Btrfs superblock at byte 65600",
+        ),
+        (json!([{"signature": "zfs"}]), "ZFS label at byte 16384"),
+        (json!([{"signature": "ntfs"}]), "NTFS boot sector at byte 3"),
+        (
+            json!([{"signature": "fat32"}]),
+            "FAT32 boot sector at byte 82",
+        ),
+        (
+            json!([{"signature": "swap"}]),
+            "Linux swap signature at byte 4086",
+        ),
+        (
+            json!([{"signature": "linux_raid"}]),
+            "Linux MD RAID superblock at byte 4096",
+        ),
+        (json!([{"signature": "gpt"}]), "GPT header at byte 512"),
+        (
+            json!([{"offset": 8, "from_end": true, "hex": "01"}]),
+            "non-zero data (no known signature) at byte 10737418232",
+        ),
+    ];
+    for (content, what) in cases {
+        let fx = Fx::new();
+        lun_with(&fx, content.clone());
+        let n = attach_lun(&fx).await;
+        let err = fx.host.partition_disk(n, d()).await.expect_err("not blank");
+        assert_eq!(err.kind, HostErrorKind::MayHoldData, "{content}: {err:?}");
+        assert!(
+            err.message.contains(what) && err.message.contains("is not initialised"),
+            "{content}: {}",
+            err.message
+        );
+        assert_eq!(fx.calls(), ["SELECT MSFT_Disk", "ReadFile"], "{content}");
+        assert!(fx.sim.data_loss_events().is_empty(), "{content}");
+        assert!(
+            fx.sim.with_state(|s| s
+                .disks()
+                .iter()
+                .any(|x| x.id == "lun0b" && x.partitions.is_empty() && !x.content.is_empty())),
+            "{content}: untouched"
+        );
+    }
+}
+
+/// A disk whose raw read fails cannot be proven blank: refused the same way, never initialised.
+#[tokio::test]
+async fn partition_disk_refuses_a_raw_disk_it_cannot_read() {
+    let fx = Fx::new();
+    let n = attach_lun(&fx).await;
+    fx.sim.fail_nth("ReadFile", 1, "win32:5").expect("fault");
+    let err = fx.host.partition_disk(n, d()).await.expect_err("unread");
+    assert_eq!(err.kind, HostErrorKind::MayHoldData);
+    assert!(
+        err.message.contains("could not be read to prove it blank"),
+        "{}",
+        err.message
+    );
+    assert_eq!(fx.calls(), ["SELECT MSFT_Disk", "ReadFile"]);
+    h_partition_ok(&fx, n).await;
+}
+
+async fn h_partition_ok(fx: &Fx, n: u32) {
+    fx.host
+        .partition_disk(n, d())
+        .await
+        .expect("blank: partitioned");
+    let calls = fx.calls();
+    assert_eq!(
+        calls[..3],
+        ["SELECT MSFT_Disk", "ReadFile", "MSFT_Disk.Initialize"],
+        "{calls:?}"
+    );
+}
+
+/// Only RAW calls for `Initialize`; a NULL or undocumented `PartitionStyle` proves nothing (review H1).
+#[test]
+fn partition_style_null_or_undocumented_is_refused() {
+    use winhost::codes::PartitionStyle;
+    assert_eq!(
+        super::blank::needs_initialize(Some(PartitionStyle::Raw)),
+        Ok(true)
+    );
+    assert_eq!(
+        super::blank::needs_initialize(Some(PartitionStyle::Gpt)),
+        Ok(false)
+    );
+    assert_eq!(
+        super::blank::needs_initialize(Some(PartitionStyle::Mbr)),
+        Ok(false)
+    );
+    assert!(
+        super::blank::needs_initialize(None)
+            .unwrap_err()
+            .contains("no partition style")
+    );
+    assert!(
+        super::blank::needs_initialize(Some(PartitionStyle::Unknown(7)))
+            .unwrap_err()
+            .contains("undocumented value 7")
+    );
+}
+
+/// `DiscoverTargetPortal` reads the portal's cache and never refreshes it on its own; `RefreshTargetPortal` is
+/// `Update` with the portal's own address and port, after which a target the array created later is listed.
+#[tokio::test]
+async fn discovery_reads_the_cache_and_refresh_updates_with_the_portals_parameters() {
+    const LATE: &str = "iqn.2026-01.io.wincsi:pvc-late";
+    let fx = Fx::new();
+    let h = &fx.host;
+    let p = portal("10.0.0.5");
+    h.add_target_portal(&p, d()).await.expect("portal");
+    let spec = serde_json::from_value(json!({"iqn": LATE, "luns": [{"lun": 0, "size": GIB}]}))
+        .expect("target");
+    fx.sim
+        .with_state_mut(|s| s.add_target("10.0.0.5", 3260, &spec))
+        .expect("add target");
+    fx.calls();
+    assert_eq!(
+        h.discover_target_portal(&p, d()).await.expect("discover"),
+        [IQN]
+    );
+    assert_eq!(
+        fx.calls(),
+        [
+            "SELECT MSFT_iSCSITargetPortal",
+            "ASSOCIATORS MSFT_iSCSITargetToiSCSITargetPortal->MSFT_iSCSITarget"
+        ]
+    );
+    assert!(h.capabilities().refresh_discovery);
+    h.refresh_target_portal(&p, d()).await.expect("refresh");
+    let audit = fx.sim.audit(0);
+    let update = audit.last().expect("Update");
+    assert_eq!(update.rpc, "MSFT_iSCSITargetPortal.Update");
+    assert_eq!(update.args["target_portal_address"], "10.0.0.5");
+    assert_eq!(update.args["target_portal_port_number"], 3260);
+    assert_eq!(
+        fx.calls(),
+        [
+            "SELECT MSFT_iSCSITargetPortal",
+            "MSFT_iSCSITargetPortal.Update"
+        ]
+    );
+    assert_eq!(
+        h.discover_target_portal(&p, d()).await.expect("discover"),
+        [IQN, LATE]
+    );
+    let err = h
+        .refresh_target_portal(&portal("10.0.0.77"), d())
+        .await
+        .expect_err("not added");
+    assert_eq!(err.kind, HostErrorKind::NotFound);
 }

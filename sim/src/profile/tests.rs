@@ -176,6 +176,7 @@ const TESTED: &[&str] = &[
     "disk_arrival",
     "san_policy",
     "calls_outlive_clients",
+    "host_processes",
 ];
 
 #[test]
@@ -1413,5 +1414,47 @@ fn every_release_text_is_classified_by_proxy_client() {
             kind(f.create_symlink(&p("d"), &p("plain"))),
             K::AlreadyExists
         );
+    }
+}
+
+#[test]
+fn row_host_processes() {
+    use crate::state::Spawned;
+    for v in CsiProxyVersion::ALL {
+        let f = host(v);
+        let started =
+            |rpc: &str, args: serde_json::Value| f.process_plan(rpc, &args).settle(true, &f);
+        let ps = u64::from(ps(v));
+        assert_eq!(
+            started("GetBIOSSerialNumber", serde_json::json!({})),
+            Spawned {
+                powershell: 0,
+                wmic: ps
+            },
+            "{v}"
+        );
+        for rpc in ["PathExists", "Mkdir", "Rmdir", "CreateSymlink", "IsSymlink"] {
+            assert!(
+                started(rpc, serde_json::json!({ "path": p("x") })).is_zero(),
+                "{v} {rpc}"
+            );
+        }
+        for rpc in [
+            "ListDiskLocations",
+            "Rescan",
+            "GetTargetDisks",
+            "GetService",
+            "RemoveSmbGlobalMapping",
+        ] {
+            let args = serde_json::json!({ "remote_path": r"\\s\d", "volume_id": "v" });
+            assert_eq!(
+                started(rpc, args),
+                Spawned {
+                    powershell: ps,
+                    wmic: 0
+                },
+                "{v} {rpc}"
+            );
+        }
     }
 }

@@ -84,6 +84,7 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
                 Metered::new(host, HostBackend::CsiProxy.name(), metrics),
                 volume_config(config)?,
                 &config.state_dir(),
+                config.vol_stats_cache_expiry(),
             )
             .await
         }
@@ -118,6 +119,7 @@ pub async fn native_lifecycle(
         Metered::new(host, HostBackend::Native.name(), metrics),
         cfg,
         &state_dir,
+        config.vol_stats_cache_expiry(),
     )
     .await
 }
@@ -146,16 +148,22 @@ async fn start<H: Host>(
     host: H,
     cfg: VolumeConfig,
     state_dir: &Path,
+    stats_cache: Option<Duration>,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
     let mgr = Arc::new(
         manager(host, cfg, state_dir)?
+            .with_stats_cache(stats_cache)
             .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
     );
     if let Some(metrics) = crate::metrics::installed() {
         let m = Arc::clone(&mgr);
         metrics.set_state_source(Arc::new(move || state_snapshot(m.store())));
     }
-    info!(state_dir = %state_dir.display(), "volume lifecycle ready; reconciling with the host");
+    info!(
+        state_dir = %state_dir.display(),
+        vol_stats_cache_s = stats_cache.map_or(0, |d| d.as_secs()),
+        "volume lifecycle ready; reconciling with the host"
+    );
     if let Err(e) = mgr.reconcile(Deadline::after(RECONCILE_BUDGET)).await {
         warn!(error = %e, "startup reconciliation failed; the next stage of each volume repairs it instead");
     }

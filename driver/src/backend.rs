@@ -21,7 +21,7 @@ use crate::config::{Config, HostBackend};
 use crate::error::Error;
 use crate::host::csi_proxy::{CsiProxyHost, CsiProxyProbe};
 use crate::host::native::{FailedProbe, NativeHost, NativeProbe, windows_host};
-use crate::host::{Host, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
+use crate::host::{Host, HostPath, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
 use crate::iscsi::Iscsi;
 use crate::lifecycle::{Lifecycle, VolumeConfig, VolumeManager};
 use crate::locks::Deadline;
@@ -45,17 +45,30 @@ pub fn probe(config: &Config) -> Arc<dyn HostProbe> {
     probe_within(config, PROBE_TIMEOUT)
 }
 
-/// The configured backend's probe with `timeout` per check (readiness: `observability::READINESS_TIMEOUT`).
+/// The configured backend's probe with `timeout` per check (readiness: `observability::READINESS_TIMEOUT`). Both
+/// backends' probes read the driver's own plugin directory (`<kubelet-root>\plugins\<driver-name>`) and start no
+/// process on the node: csi-proxy's `PathExists` is a Go `os.Lstat` on every release, native's `GetFileAttributesW`
+/// a Win32 call.
 pub fn probe_within(config: &Config, timeout: Duration) -> Arc<dyn HostProbe> {
+    let dir = match probe_path(config) {
+        Ok(dir) => dir,
+        Err(e) => return Arc::new(FailedProbe(e.to_string())),
+    };
     match config.host_backend {
         HostBackend::CsiProxy => Arc::new(CsiProxyProbe::new(
             ProxyClient::new(proxy_transport(config)).with_timeout(timeout),
+            dir,
         )),
         HostBackend::Native => match windows_host() {
             Ok(host) => native_probe_within(config, host, timeout),
             Err(why) => Arc::new(FailedProbe(why)),
         },
     }
+}
+
+/// What the probes read: the driver's plugin directory under `--kubelet-root`.
+fn probe_path(config: &Config) -> Result<HostPath, Error> {
+    KubeletRoot::new(&config.kubelet_root.to_string_lossy())?.plugin_dir(&config.driver_name)
 }
 
 /// Every protocol this driver serves: iSCSI for volumes that name a target, SMB for every other volume.
@@ -135,11 +148,14 @@ pub fn native_probe_within(
     windows: Arc<dyn winhost::WindowsHost>,
     timeout: Duration,
 ) -> Arc<dyn HostProbe> {
-    Arc::new(NativeProbe::within(
-        NativeHost::new(windows, None),
-        &config.kubelet_root.to_string_lossy(),
-        timeout,
-    ))
+    match probe_path(config) {
+        Ok(dir) => Arc::new(NativeProbe::within(
+            NativeHost::new(windows, None),
+            dir.as_str(),
+            timeout,
+        )),
+        Err(e) => Arc::new(FailedProbe(e.to_string())),
+    }
 }
 
 /// A lifecycle over `host` (one monomorphised instance per backend), reconciled with the host. A reconciliation

@@ -275,6 +275,23 @@ fn named_port(c: &Container, name: &str) -> i32 {
         .container_port
 }
 
+/// A Go `time.Duration` flag value as the chart writes it (`500ms`, `5s`, `1m`).
+fn go_duration(text: &str) -> std::time::Duration {
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).expect("a unit"));
+    let n: u64 = digits.parse().expect("a number");
+    match unit {
+        "ms" => std::time::Duration::from_millis(n),
+        "s" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_secs(60 * n),
+        other => panic!("unexpected unit {other:?} in {text:?}"),
+    }
+}
+
+/// A probe's `timeoutSeconds` (kubelet's default when unset: 1 s).
+fn seconds(timeout: Option<i32>) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::try_from(timeout.unwrap_or(1)).expect("positive"))
+}
+
 /// `path` is `dir` or lies below it (Windows separators).
 fn is_within(path: &str, dir: &str) -> bool {
     path == dir || path.starts_with(&format!("{}\\", dir.trim_end_matches('\\')))
@@ -550,6 +567,14 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
             .unwrap_or_else(|| i.to_owned())
     };
     assert!(image(lp).starts_with("registry.k8s.io/sig-storage/livenessprobe:v2."));
+    // The liveness timeouts nest: kubelet's > the sidecar's --probe-timeout > the driver's own Probe bound.
+    let sidecar = go_duration(&flag(lp, "probe-timeout"));
+    let kubelet = seconds(probe.timeout_seconds);
+    assert!(
+        wincsi::host::PROBE_TIMEOUT < sidecar && sidecar < kubelet,
+        "driver {:?} < sidecar {sidecar:?} < kubelet {kubelet:?}",
+        wincsi::host::PROBE_TIMEOUT
+    );
 
     // Readiness: the driver's own /readyz, only when the driver serves it.
     match exp.health {
@@ -563,6 +588,15 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
                 .expect("readiness probe");
             assert_eq!(ready.path.as_deref(), Some("/readyz"));
             assert_eq!(ready.port, IntOrString::String("health".into()));
+            // The driver's backend check gives up before kubelet does.
+            let timeout = driver
+                .readiness_probe
+                .as_ref()
+                .and_then(|p| p.timeout_seconds);
+            assert!(
+                wincsi::observability::READINESS_TIMEOUT < seconds(timeout),
+                "readiness timeoutSeconds {timeout:?}"
+            );
         }
         None => {
             assert!(driver.readiness_probe.is_none());
@@ -1219,6 +1253,71 @@ fn schema_rejects_typos_and_wrong_types() {
                 "{name} {args:?} failed, but not by the schema: {err}"
             );
         }
+    }
+}
+
+#[test]
+fn probe_timeouts_that_do_not_nest_are_refused() {
+    for (name, helm) in helms() {
+        for (args, says) in [
+            (
+                vec!["--set", "livenessProbe.probeTimeout=30s"],
+                "must be shorter than",
+            ),
+            (
+                vec!["--set", "livenessProbe.probeTimeout=10s"],
+                "must be shorter than",
+            ),
+            (
+                vec![
+                    "--set",
+                    "livenessProbe.probe.timeoutSeconds=4",
+                    "--set",
+                    "livenessProbe.probeTimeout=5s",
+                ],
+                "must be shorter than",
+            ),
+            (
+                vec!["--set", "livenessProbe.probeTimeout=800ms"],
+                "longer than 800ms",
+            ),
+            (
+                vec!["--set", "livenessProbe.probeTimeout=1m"],
+                "must be shorter than",
+            ),
+        ] {
+            let err = helm_template(&helm, &args)
+                .err()
+                .unwrap_or_else(|| panic!("{name} accepted {args:?}"));
+            assert!(
+                err.contains(says) && err.contains("livenessProbe.probeTimeout"),
+                "{name} {args:?}: {err}"
+            );
+        }
+        let err = helm_template(
+            &helm,
+            &["--set", "driver.health.readinessProbe.timeoutSeconds=2"],
+        )
+        .err()
+        .unwrap_or_else(|| {
+            panic!("{name} accepted a readiness timeout the driver's 2 s check overruns")
+        });
+        assert!(err.contains("schema"), "{name}: {err}");
+        // A chain that nests renders, with the sidecar's flag as given.
+        let r = Rendered::load(
+            helm_template(
+                &helm,
+                &[
+                    "--set",
+                    "livenessProbe.probeTimeout=1500ms",
+                    "--set",
+                    "livenessProbe.probe.timeoutSeconds=3",
+                ],
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}")),
+        );
+        let lp = container(pod_spec(r.daemonset("node").unwrap()), "liveness-probe");
+        assert_eq!(flag(lp, "probe-timeout"), "1500ms");
     }
 }
 

@@ -223,3 +223,29 @@ in a namespace that has a ResourceQuota scoped to them).
 {{- define "wincsi.criticalPodsQuotaName" -}}
 {{- printf "%s-critical-pods" (include "wincsi.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/*
+The liveness timeouts nest, outermost first: kubelet's livenessProbe.probe.timeoutSeconds >
+the livenessprobe sidecar's --probe-timeout (its dial plus the CSI Probe) > the driver's own
+bound on Probe (800 ms; it also answers within 3/4 of the sidecar's deadline). A sidecar
+timeout at or above kubelet's lets kubelet give up on /healthz while the sidecar still waits;
+one at or below the driver's bound cuts healthy Probes. Renders nothing; fails on a broken chain.
+*/}}
+{{- define "wincsi.probeChain" -}}
+{{- $t := .Values.livenessProbe.probeTimeout | toString -}}
+{{- $ms := 0 -}}
+{{- if hasSuffix "ms" $t -}}
+{{- $ms = trimSuffix "ms" $t | int -}}
+{{- else if hasSuffix "s" $t -}}
+{{- $ms = mul (trimSuffix "s" $t | int) 1000 -}}
+{{- else if hasSuffix "m" $t -}}
+{{- $ms = mul (trimSuffix "m" $t | int) 60000 -}}
+{{- end -}}
+{{- $kubelet := mul (int .Values.livenessProbe.probe.timeoutSeconds) 1000 -}}
+{{- if ge $ms $kubelet -}}
+{{- fail (printf "livenessProbe.probeTimeout (%s) must be shorter than livenessProbe.probe.timeoutSeconds (%ds): kubelet would give up on the sidecar's /healthz before the sidecar gives up on the driver's Probe" $t (int .Values.livenessProbe.probe.timeoutSeconds)) -}}
+{{- end -}}
+{{- if le $ms 800 -}}
+{{- fail (printf "livenessProbe.probeTimeout (%s) must be longer than 800ms, the driver's own bound on the CSI Probe" $t) -}}
+{{- end -}}
+{{- end }}

@@ -42,7 +42,7 @@ const PIPES: [&str; 6] = [
 
 /// Flags the driver binary accepts (the cross-team contract); anything else would make it
 /// exit with status 2 at start-up.
-const DRIVER_FLAGS: [&str; 14] = [
+const DRIVER_FLAGS: [&str; 15] = [
     "endpoint",
     "node-id",
     "driver-name",
@@ -57,6 +57,7 @@ const DRIVER_FLAGS: [&str; 14] = [
     "log-level",
     "health-address",
     "metrics-address",
+    "vol-stats-cache-expire-in-minutes",
 ];
 
 /// Keys that only mean something on Linux nodes; none may appear in a Windows pod spec.
@@ -127,6 +128,7 @@ struct Expect {
     metrics: Option<i64>,
     metrics_annotations: bool,
     image_registry: String,
+    vol_stats_cache_minutes: i64,
 }
 
 fn strings(v: &Json) -> Vec<String> {
@@ -184,6 +186,9 @@ impl Expect {
                 .then(|| values["metrics"]["port"].as_i64().expect("int")),
             metrics_annotations: b("/metrics/podAnnotations"),
             image_registry: s("/imageRegistry"),
+            vol_stats_cache_minutes: values["driver"]["volStatsCacheExpireInMinutes"]
+                .as_i64()
+                .expect("int"),
         }
     }
 
@@ -504,6 +509,10 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
     assert_eq!(flag(driver, "kubelet-root"), exp.kubelet_root);
     assert_eq!(flag(driver, "log-level"), exp.log_level);
     assert_eq!(flag(driver, "log-format"), exp.log_format);
+    assert_eq!(
+        flag(driver, "vol-stats-cache-expire-in-minutes"),
+        exp.vol_stats_cache_minutes.to_string()
+    );
     if exp.max_volumes > 0 {
         assert_eq!(
             flag(driver, "max-volumes-per-node"),
@@ -1132,6 +1141,11 @@ fn defaults_are_csi_proxy_mode_without_rbac_with_admission_policy() {
     assert_eq!(exp.driver_name, "wincsi.csi.io");
     assert_eq!(exp.kubelet_root, "C:\\var\\lib\\kubelet");
     assert!(!exp.secrets && exp.admission && !exp.csi_proxy_install);
+    // The stats cache: on, with the driver's own default.
+    assert_eq!(
+        exp.vol_stats_cache_minutes,
+        wincsi::config::DEFAULT_VOL_STATS_CACHE_MINUTES as i64
+    );
     for (name, helm) in helms() {
         let r = Rendered::load(helm_template(&helm, &[]).unwrap_or_else(|e| panic!("{name}: {e}")));
         let driver = container(pod_spec(r.daemonset("node").unwrap()), "wincsi-node");

@@ -74,6 +74,23 @@ pub(crate) struct Args {
     /// `--log-level` of the driver under test (`info` is its default in production).
     #[arg(long, default_value = "info")]
     pub(crate) driver_log_level: String,
+
+    /// Volumes of each protocol staged for the at-rest section's stats polls.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) rest_volumes: usize,
+
+    /// CSI Probes and readiness checks per csi-proxy release in the at-rest section.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) rest_checks: usize,
+
+    /// Cheap calls per client (and pattern) in the clients section (tonic's and the kubelet-like one).
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) client_calls: usize,
+
+    /// Only the clients section (tonic's and the kubelet-like client's cost per cheap RPC), printed; no results
+    /// file is written.
+    #[arg(long)]
+    pub(crate) clients_only: bool,
 }
 
 /// Helper processes the harness starts from its own executable.
@@ -118,6 +135,9 @@ impl Args {
             self.soak = 64;
             self.soak_in_flight = 8;
             self.starts = 1;
+            self.rest_volumes = 2;
+            self.rest_checks = 1;
+            self.client_calls = 200;
         }
         self
     }

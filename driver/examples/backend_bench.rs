@@ -8,10 +8,12 @@
 //! cargo run --release -p wincsi-driver --example backend_bench -- 50      # fewer
 //! ```
 //!
-//! One round = SMB stage → publish → unpublish → unstage, then iSCSI stage (RAW LUN: partition + format) → publish
-//! → unpublish → unstage, on a fresh host; latency is each CSI operation's wall time through the driver's
-//! `VolumeManager` (no CSI socket), host calls are the simulated host's audit entries per operation (csi-proxy RPCs,
-//! or WMI + Win32 calls) and the port operations the driver's protocols made.
+//! One round = SMB stage → publish → stats → unpublish → unstage, then iSCSI stage (RAW LUN: partition + format) →
+//! publish → stats → unpublish → unstage, on a fresh host, and one backend health check (what `/readyz` and the
+//! CSI `Probe` ask); latency is each CSI operation's wall time through the driver's `VolumeManager` (no CSI socket,
+//! no stats cache: every poll asks the host), host calls are the simulated host's audit entries per operation
+//! (csi-proxy RPCs, or WMI + Win32 calls) and host processes what the release played starts for them (PowerShell and
+//! `wmic` children of csi-proxy v1.1.3/v1.2.1, `sim/src/state/processes.rs`; none on v1.3.0, master and native).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,18 +24,21 @@ use sim::inproc::InProcess;
 use sim::wmi::{TestBackend, WindowsView};
 use sim::{HostOptions, Scenario, SimHost};
 use wincsi::backend::Manager;
+use wincsi::host::HostProbe;
 use wincsi::host::KubeletRoot;
 use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::host::csi_proxy::CsiProxyProbe;
 use wincsi::host::native::NativeHost;
+use wincsi::host::native::NativeProbe;
 use wincsi::host::native::testing::TestHost;
 use wincsi::lifecycle::{
-    AccessType, Capability, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
-    VolumeConfig,
+    AccessType, Capability, PublishRequest, StageRequest, StatsRequest, UnpublishRequest,
+    UnstageRequest, VolumeConfig,
 };
 use wincsi::locks::Deadline;
 use wincsi::smb::Secrets;
 
-const OPS: [&str; 4] = ["stage", "publish", "unpublish", "unstage"];
+const OPS: [&str; 5] = ["stage", "publish", "stats", "unpublish", "unstage"];
 
 /// The csi-proxy releases the simulated host plays (`shared/reference/csi-proxy-versions.md`).
 const RELEASES: [&str; 4] = ["v1.1.3", "v1.2.1", "v1.3.0", "master"];
@@ -150,7 +155,17 @@ fn requests(
 struct Cell {
     times: Vec<Duration>,
     calls: usize,
+    /// Host processes started (the last round's; every round is the same).
+    processes: u64,
     sequence: Vec<String>,
+}
+
+/// What one audited operation asked of the host: calls, processes, the call sequence.
+fn audited(sim: &SimHost, cell: &mut Cell) {
+    let audit = sim.audit(0);
+    cell.calls = audit.len();
+    cell.processes = audit.iter().map(|e| e.host_processes.total()).sum();
+    cell.sequence = audit.into_iter().map(|e| e.rpc).collect();
 }
 
 type Table = BTreeMap<(Column, &'static str, &'static str), Cell>;
@@ -168,15 +183,34 @@ async fn round(column: Column, table: &mut Table) {
         Column::CsiProxy(_) => TestBackend::CsiProxy,
         Column::Native => TestBackend::Native,
     };
-    let host = match backend {
+    let plugin_dir = KubeletRoot::new(r"C:\var\lib\kubelet")
+        .and_then(|r| r.plugin_dir("wincsi.csi.io"))
+        .expect("plugin dir");
+    let (host, probe): (TestHost, Box<dyn HostProbe>) = match backend {
         TestBackend::CsiProxy => {
-            TestHost::CsiProxy(CsiProxyHost::new(InProcess::new(sim.clone()).client()))
+            let client = InProcess::new(sim.clone()).client();
+            (
+                TestHost::CsiProxy(CsiProxyHost::new(client.clone())),
+                Box::new(CsiProxyProbe::new(client, plugin_dir)),
+            )
         }
-        TestBackend::Native => TestHost::NativeBare(NativeHost::new(
-            Arc::new(WindowsView::new(sim.clone())),
-            Some(state.path()),
-        )),
+        TestBackend::Native => {
+            let view = Arc::new(WindowsView::new(sim.clone()));
+            (
+                TestHost::NativeBare(NativeHost::new(view.clone(), Some(state.path()))),
+                Box::new(NativeProbe::new(
+                    NativeHost::new(view, None),
+                    plugin_dir.as_str(),
+                )),
+            )
+        }
     };
+    sim.clear_audit();
+    let t = Instant::now();
+    probe.check().await.expect("backend check");
+    let cell = table.entry((column, "both", "health check")).or_default();
+    cell.times.push(t.elapsed());
+    audited(&sim, cell);
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
@@ -189,9 +223,14 @@ async fn round(column: Column, table: &mut Table) {
         for op in OPS {
             sim.clear_audit();
             let t = Instant::now();
+            let stats = StatsRequest {
+                volume_id: publish.volume_id.clone(),
+                volume_path: publish.target_path.clone(),
+            };
             let r = match op {
                 "stage" => mgr.stage(&stage, d()).await,
                 "publish" => mgr.publish(&publish, d()).await,
+                "stats" => mgr.stats(&stats, d()).await.map(drop),
                 "unpublish" => mgr.unpublish(&unpublish, d()).await,
                 _ => mgr.unstage(&unstage, d()).await,
             };
@@ -199,9 +238,7 @@ async fn round(column: Column, table: &mut Table) {
             r.unwrap_or_else(|e| panic!("{column:?} {protocol} {op}: {e:?}"));
             let cell = table.entry((column, protocol, op)).or_default();
             cell.times.push(elapsed);
-            let audit = sim.audit(0);
-            cell.calls = audit.len();
-            cell.sequence = audit.into_iter().map(|e| e.rpc).collect();
+            audited(&sim, cell);
         }
     }
     assert!(sim.invariants().ok(), "{:?}", sim.invariants());
@@ -231,6 +268,14 @@ fn print_table(table: &Table, columns: &[Column], cell: impl Fn(&Cell) -> String
             println!("| {protocol} | {op} | {} |", cells.join(" | "));
         }
     }
+    let cells: Vec<String> = columns
+        .iter()
+        .map(|&c| cell(&table[&(c, "both", "health check")]))
+        .collect();
+    println!(
+        "| both | health check (`/readyz`, CSI `Probe`) | {} |",
+        cells.join(" | ")
+    );
 }
 
 fn main() {
@@ -258,6 +303,10 @@ fn main() {
         "Host calls per operation (csi-proxy RPCs; for native, WMI queries and methods plus Win32 calls):\n"
     );
     print_table(&table, &columns, |cell| cell.calls.to_string());
+    println!(
+        "\nHost processes per operation (csi-proxy's PowerShell and wmic children; the native backend starts none):\n"
+    );
+    print_table(&table, &columns, |cell| cell.processes.to_string());
     println!("\nLatency per operation through the driver's `VolumeManager`, p50 / p90:\n");
     print_table(&table, &columns, |cell| {
         format!(

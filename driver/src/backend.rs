@@ -21,7 +21,7 @@ use crate::config::{Config, HostBackend};
 use crate::error::Error;
 use crate::host::csi_proxy::{CsiProxyHost, CsiProxyProbe};
 use crate::host::native::{FailedProbe, NativeHost, NativeProbe, windows_host};
-use crate::host::{Host, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
+use crate::host::{Host, HostPath, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
 use crate::iscsi::Iscsi;
 use crate::lifecycle::{Lifecycle, VolumeConfig, VolumeManager};
 use crate::locks::Deadline;
@@ -45,17 +45,30 @@ pub fn probe(config: &Config) -> Arc<dyn HostProbe> {
     probe_within(config, PROBE_TIMEOUT)
 }
 
-/// The configured backend's probe with `timeout` per check (readiness: `observability::READINESS_TIMEOUT`).
+/// The configured backend's probe with `timeout` per check (readiness: `observability::READINESS_TIMEOUT`). Both
+/// backends' probes read the driver's own plugin directory (`<kubelet-root>\plugins\<driver-name>`) and start no
+/// process on the node: csi-proxy's `PathExists` is a Go `os.Lstat` on every release, native's `GetFileAttributesW`
+/// a Win32 call.
 pub fn probe_within(config: &Config, timeout: Duration) -> Arc<dyn HostProbe> {
+    let dir = match probe_path(config) {
+        Ok(dir) => dir,
+        Err(e) => return Arc::new(FailedProbe(e.to_string())),
+    };
     match config.host_backend {
         HostBackend::CsiProxy => Arc::new(CsiProxyProbe::new(
             ProxyClient::new(proxy_transport(config)).with_timeout(timeout),
+            dir,
         )),
         HostBackend::Native => match windows_host() {
             Ok(host) => native_probe_within(config, host, timeout),
             Err(why) => Arc::new(FailedProbe(why)),
         },
     }
+}
+
+/// What the probes read: the driver's plugin directory under `--kubelet-root`.
+fn probe_path(config: &Config) -> Result<HostPath, Error> {
+    KubeletRoot::new(&config.kubelet_root.to_string_lossy())?.plugin_dir(&config.driver_name)
 }
 
 /// Every protocol this driver serves: iSCSI for volumes that name a target, SMB for every other volume.
@@ -89,6 +102,7 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
                 Metered::new(host, HostBackend::CsiProxy.name(), metrics),
                 volume_config(config)?,
                 &config.state_dir(),
+                config.vol_stats_cache_expiry(),
             )
             .await
         }
@@ -123,6 +137,7 @@ pub async fn native_lifecycle(
         Metered::new(host, HostBackend::Native.name(), metrics),
         cfg,
         &state_dir,
+        config.vol_stats_cache_expiry(),
     )
     .await
 }
@@ -138,11 +153,14 @@ pub fn native_probe_within(
     windows: Arc<dyn winhost::WindowsHost>,
     timeout: Duration,
 ) -> Arc<dyn HostProbe> {
-    Arc::new(NativeProbe::within(
-        NativeHost::new(windows, None),
-        &config.kubelet_root.to_string_lossy(),
-        timeout,
-    ))
+    match probe_path(config) {
+        Ok(dir) => Arc::new(NativeProbe::within(
+            NativeHost::new(windows, None),
+            dir.as_str(),
+            timeout,
+        )),
+        Err(e) => Arc::new(FailedProbe(e.to_string())),
+    }
 }
 
 /// A lifecycle over `host` (one monomorphised instance per backend), reconciled with the host. A reconciliation
@@ -151,16 +169,22 @@ async fn start<H: Host>(
     host: H,
     cfg: VolumeConfig,
     state_dir: &Path,
+    stats_cache: Option<Duration>,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
     let mgr = Arc::new(
         manager(host, cfg, state_dir)?
+            .with_stats_cache(stats_cache)
             .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
     );
     if let Some(metrics) = crate::metrics::installed() {
         let m = Arc::clone(&mgr);
         metrics.set_state_source(Arc::new(move || state_snapshot(m.store())));
     }
-    info!(state_dir = %state_dir.display(), "volume lifecycle ready; reconciling with the host");
+    info!(
+        state_dir = %state_dir.display(),
+        vol_stats_cache_s = stats_cache.map_or(0, |d| d.as_secs()),
+        "volume lifecycle ready; reconciling with the host"
+    );
     if let Err(e) = mgr.reconcile(Deadline::after(RECONCILE_BUDGET)).await {
         warn!(error = %e, "startup reconciliation failed; the next stage of each volume repairs it instead");
     }

@@ -25,6 +25,13 @@ pub const DEFAULT_CSI_PROXY_PIPE_PREFIX: &str = r"\\.\pipe\";
 /// Maximum length of a CSI driver name.
 pub const MAX_DRIVER_NAME_LEN: usize = 63;
 
+/// Default of `--vol-stats-cache-expire-in-minutes`: half the peers' 10, so a volume's condition is at most a few
+/// kubelet polls old (kubelet itself polls every 1–2 minutes).
+pub const DEFAULT_VOL_STATS_CACHE_MINUTES: u64 = 5;
+
+/// The largest `--vol-stats-cache-expire-in-minutes` accepted (a day).
+pub const MAX_VOL_STATS_CACHE_MINUTES: u64 = 24 * 60;
+
 /// Build information shown by `--version` and in the `GetPluginInfo` manifest.
 pub mod build_info {
     /// Crate version.
@@ -137,6 +144,18 @@ pub struct Config {
     #[arg(long, value_name = "ADDR", value_parser = parse_http_address)]
     pub metrics_address: Option<HttpAddress>,
 
+    /// Keep each NodeGetVolumeStats answer this many minutes, per volume and path (every stage, unstage, publish,
+    /// unpublish and expansion of the volume drops its answers); 0 turns the cache off. On csi-proxy v1.1.3/v1.2.1
+    /// an iSCSI volume's answer costs two PowerShell processes, asked by kubelet every 1-2 minutes per pod volume.
+    #[arg(
+        long,
+        env = "VOL_STATS_CACHE_EXPIRE_IN_MINUTES",
+        value_name = "MINUTES",
+        default_value_t = DEFAULT_VOL_STATS_CACHE_MINUTES,
+        value_parser = parse_cache_minutes
+    )]
+    pub vol_stats_cache_expire_in_minutes: u64,
+
     /// Serve /readyz (200 while the host backend answers, else 503 with the reason) and /livez (200 while the CSI
     /// server runs) at http://ADDR: `:PORT` or `IP:PORT`; may equal --metrics-address (one listener). Off when
     /// unset.
@@ -188,6 +207,12 @@ impl Config {
             "{root}{sep}plugins{sep}{}{sep}state",
             self.driver_name
         ))
+    }
+
+    /// How long NodeGetVolumeStats answers are cached (`None`: off).
+    pub fn vol_stats_cache_expiry(&self) -> Option<std::time::Duration> {
+        (self.vol_stats_cache_expire_in_minutes > 0)
+            .then(|| std::time::Duration::from_secs(60 * self.vol_stats_cache_expire_in_minutes))
     }
 
     /// Topology segments as a map (keys are unique after validation).
@@ -346,6 +371,15 @@ fn parse_pipe_prefix(s: &str) -> Result<String, String> {
     }
 }
 
+fn parse_cache_minutes(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n <= MAX_VOL_STATS_CACHE_MINUTES => Ok(n),
+        _ => Err(format!(
+            "must be a whole number of minutes from 0 (no cache) to {MAX_VOL_STATS_CACHE_MINUTES}"
+        )),
+    }
+}
+
 fn parse_max_volumes(s: &str) -> Result<i64, String> {
     match s.parse::<i64>() {
         Ok(n) if n >= 0 => Ok(n),
@@ -470,6 +504,24 @@ mod tests {
         assert_eq!(c.host_backend, HostBackend::CsiProxy);
         assert!(c.csi_proxy_socket_dir.is_none());
         assert!(c.metrics_address.is_none() && c.health_address.is_none());
+        assert_eq!(
+            c.vol_stats_cache_expiry(),
+            Some(std::time::Duration::from_secs(300))
+        );
+        assert_eq!(
+            parse(&["--vol-stats-cache-expire-in-minutes", "0"])
+                .expect("off")
+                .vol_stats_cache_expiry(),
+            None
+        );
+        for bad in ["-1", "1441", "2.5", "x"] {
+            let arg = format!("--vol-stats-cache-expire-in-minutes={bad}");
+            let err = parse(&[arg.as_str()]).expect_err(bad);
+            assert!(
+                one_line_error(&err).contains("--vol-stats-cache-expire-in-minutes"),
+                "{bad}"
+            );
+        }
         assert_eq!(
             c.state_dir(),
             PathBuf::from(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\state")

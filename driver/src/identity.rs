@@ -10,8 +10,15 @@
 //!   the driver cannot start csi-proxy, and a crash-looping driver would also stop the kubelet
 //!   from reaching the RPCs that report the real problem: node RPCs fail with `UNAVAILABLE`
 //!   while the backend is away, which the kubelet retries;
-//! * `Probe` itself never blocks longer than [`PROBE_TIMEOUT`], well inside the sidecar's
-//!   default 1 s probe timeout, so a hung backend cannot make the sidecar restart the driver.
+//! * `Probe` itself never blocks longer than [`PROBE_TIMEOUT`] nor than three quarters of the caller's own
+//!   deadline (`grpc-timeout`, which the sidecar sets from its `--probe-timeout`), so a hung backend cannot make the
+//!   sidecar restart the driver. The chain, outermost first (the chart keeps it, and refuses values that break it):
+//!   kubelet's liveness `timeoutSeconds` (10 s) > the livenessprobe sidecar's `--probe-timeout` (5 s: dial plus
+//!   `Probe`, livenessprobe `cmd/livenessprobe/main.go` `checkProbe`) > this bound (0.8 s);
+//! * the backend check costs the node nothing: csi-proxy's `PathExists` of the driver's plugin directory (an
+//!   `os.Lstat` inside csi-proxy on every release; see `crate::host::csi_proxy::CsiProxyProbe`), natively one
+//!   `GetFileAttributesW`. Until issue 29 it was `GetBIOSSerialNumber`, a `wmic` process per call on csi-proxy
+//!   v1.1.3 and v1.2.1.
 //!
 //! So `Probe` fails only when the driver cannot answer at all — exactly when a restart helps.
 //!
@@ -34,6 +41,7 @@ use tonic::{Request, Response, Status};
 use crate::config::build_info;
 use crate::host::{HostProbe, PROBE_TIMEOUT};
 use crate::lifecycle::Lifecycle;
+use crate::locks::Deadline;
 use crate::rpc::{RpcFields, rpc};
 
 /// The Identity service.
@@ -102,16 +110,18 @@ impl IdentityService {
             );
         }
     }
-    /// Runs the backend check bounded by [`PROBE_TIMEOUT`] and logs a warning if it fails.
-    async fn probe_backend(&self) {
-        match tokio::time::timeout(PROBE_TIMEOUT, self.probe.check()).await {
+    /// Runs the backend check bounded by [`PROBE_TIMEOUT`] (and by three quarters of the caller's `deadline`, so the
+    /// answer arrives before it) and logs a warning if it fails.
+    async fn probe_backend(&self, deadline: Deadline) {
+        let bound = PROBE_TIMEOUT.min(deadline.remaining() * 3 / 4);
+        match tokio::time::timeout(bound, self.probe.check()).await {
             Ok(Ok(())) => {}
             Ok(Err(reason)) => tracing::warn!(
                 %reason,
                 "host backend unreachable; reporting ready because restarting the driver cannot fix it"
             ),
             Err(_) => tracing::warn!(
-                timeout_ms = PROBE_TIMEOUT.as_millis() as u64,
+                timeout_ms = bound.as_millis() as u64,
                 "host backend did not answer in time; reporting ready because restarting the driver cannot fix it"
             ),
         }
@@ -161,10 +171,11 @@ impl Identity for IdentityService {
 
     async fn probe(
         &self,
-        _request: Request<ProbeRequest>,
+        request: Request<ProbeRequest>,
     ) -> Result<Response<ProbeResponse>, Status> {
+        let deadline = Deadline::from_metadata(request.metadata());
         rpc("Probe", RpcFields::default(), async {
-            self.probe_backend().await;
+            self.probe_backend(deadline).await;
             self.report_quarantine().await;
             Ok(ProbeResponse { ready: Some(true) })
         })
@@ -174,6 +185,8 @@ impl Identity for IdentityService {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use futures::future::BoxFuture;
 
     use super::*;
@@ -211,6 +224,33 @@ mod tests {
             .await
             .expect("probe");
         assert_eq!(resp.into_inner().ready, Some(true));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probe_answers_before_a_short_caller_deadline() {
+        let svc = IdentityService::new("wincsi.csi.io", Arc::new(HangingProbe));
+        let start = tokio::time::Instant::now();
+        let resp = svc.probe(with_timeout("400m")).await.expect("probe");
+        assert_eq!(resp.into_inner().ready, Some(true));
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(300),
+            "3/4 of the caller's 400 ms"
+        );
+        let start = tokio::time::Instant::now();
+        svc.probe(with_timeout("5S")).await.expect("probe");
+        assert_eq!(
+            start.elapsed(),
+            PROBE_TIMEOUT,
+            "never longer than PROBE_TIMEOUT"
+        );
+    }
+
+    fn with_timeout(grpc_timeout: &str) -> Request<ProbeRequest> {
+        let mut r = Request::new(ProbeRequest {});
+        r.metadata_mut()
+            .insert("grpc-timeout", grpc_timeout.parse().expect("ascii"));
+        r
     }
 
     /// A writer into a shared buffer, for a thread-local subscriber.

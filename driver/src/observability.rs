@@ -4,11 +4,13 @@
 //! # Readiness and liveness differ on purpose
 //!
 //! * `GET /readyz`: 200 `ok` while the CSI server serves **and** the host backend answers its health check
-//!   ([`HostProbe`]; for csi-proxy `system.GetBIOSSerialNumber`), bounded by [`READINESS_TIMEOUT`]; otherwise 503
-//!   with a one-line reason, e.g. `csi-proxy GetBIOSSerialNumber: \\.\pipe\csi-proxy-system-v1alpha1 does not
+//!   ([`HostProbe`]; for csi-proxy `filesystem.PathExists` of the driver's plugin directory, which no csi-proxy
+//!   release serves with a child process; natively `GetFileAttributesW`), bounded by [`READINESS_TIMEOUT`];
+//!   otherwise 503 with a one-line reason, e.g. `csi-proxy PathExists: \\.\pipe\csi-proxy-filesystem-v1 does not
 //!   exist: …`. The result is cached for [`READINESS_CACHE`] and concurrent probes share one check, so probes never
 //!   pile up on csi-proxy. A node without csi-proxy thus shows its driver pod not ready (`READY 2/3` and
-//!   "Readiness probe failed" events) instead of healthy.
+//!   "Readiness probe failed" events) instead of healthy. [`READINESS_TIMEOUT`] (2 s) stays inside kubelet's
+//!   readiness `timeoutSeconds` (the chart's default 5 s; its schema refuses less than 3).
 //! * `GET /livez`: 200 `ok` while the CSI server loop runs (also while it drains in-flight RPCs at shutdown), 503
 //!   `starting` before it serves (start-up reconciliation, at most `backend::RECONCILE_BUDGET`); never dependent on
 //!   the backend: restarting the driver cannot start csi-proxy. For the same reason the CSI `Probe` (what the
@@ -529,7 +531,7 @@ mod tests {
         }
     }
 
-    const PIPE_MISSING: &str = "csi-proxy GetBIOSSerialNumber: \\\\.\\pipe\\csi-proxy-system-v1alpha1 does not exist: is csi-proxy running?";
+    const PIPE_MISSING: &str = "csi-proxy PathExists: \\\\.\\pipe\\csi-proxy-filesystem-v1 does not exist: is csi-proxy running?";
 
     fn serving(probe: Arc<Scripted>) -> Readiness {
         let state = ServerState::default();
@@ -563,7 +565,7 @@ mod tests {
         let probe = Scripted::new(Some(Err(format!("{PIPE_MISSING}\r\n  second line"))));
         let reason = serving(probe).ready().await.expect_err("not ready");
         assert_eq!(reason, format!("{PIPE_MISSING} second line"));
-        assert!(reason.contains(r"\\.\pipe\csi-proxy-system-v1alpha1"));
+        assert!(reason.contains(r"\\.\pipe\csi-proxy-filesystem-v1"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -179,6 +179,8 @@ pub(crate) struct Env {
     /// The native backend's port tap (shared across restarts, like the sim's audit).
     tap: Arc<Tap>,
     secrets: Option<Arc<dyn SecretSource>>,
+    /// `--vol-stats-cache-expire-in-minutes` of the driver (off unless a test turns it on).
+    stats_cache: Option<std::time::Duration>,
     _sandbox: tempfile::TempDir,
 }
 
@@ -201,7 +203,7 @@ impl Env {
             unreachable: Box::new(move |rpc| gate.unreachable_now(rpc)),
             after: Box::new(move |rpc| after.run_after(rpc)),
         });
-        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None);
+        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None, None);
         Self {
             sim,
             inproc,
@@ -210,6 +212,7 @@ impl Env {
             backend,
             tap,
             secrets: None,
+            stats_cache: None,
             _sandbox: sandbox,
         }
     }
@@ -220,6 +223,7 @@ impl Env {
         tap: &Arc<Tap>,
         dir: &Path,
         secrets: Option<&Arc<dyn SecretSource>>,
+        stats_cache: Option<std::time::Duration>,
     ) -> Arc<Manager<TestHost>> {
         let cfg = VolumeConfig {
             kubelet_root: KubeletRoot::new(KUBELET).expect("root"),
@@ -233,7 +237,9 @@ impl Env {
                 TestHost::Native(Tapped::new(native, Arc::clone(tap)))
             }
         };
-        let mgr = manager(host, cfg, dir).expect("manager");
+        let mgr = manager(host, cfg, dir)
+            .expect("manager")
+            .with_stats_cache(stats_cache);
         Arc::new(match secrets {
             Some(s) => mgr.with_secret_source(Arc::clone(s)),
             None => mgr,
@@ -243,7 +249,14 @@ impl Env {
     /// Another driver over this host and state directory whose records go through `store` (tests that stop or fail
     /// its commits: `StateStore::open_with_dir_sync_hook`).
     pub(crate) fn manager_with_store(&self, store: crate::state::StateStore) -> Manager<TestHost> {
-        let mgr = Self::manager(self.backend, &self.inproc, &self.tap, self.dir.path(), None);
+        let mgr = Self::manager(
+            self.backend,
+            &self.inproc,
+            &self.tap,
+            self.dir.path(),
+            None,
+            self.stats_cache,
+        );
         Arc::into_inner(mgr)
             .expect("a new manager")
             .with_store(store)
@@ -263,7 +276,14 @@ impl Env {
             &self.tap,
             self.dir.path(),
             self.secrets.as_ref(),
+            self.stats_cache,
         );
+    }
+
+    /// Restart the driver with its NodeGetVolumeStats cache on (`--vol-stats-cache-expire-in-minutes`).
+    pub(crate) fn set_stats_cache(&mut self, expiry: std::time::Duration) {
+        self.stats_cache = Some(expiry);
+        self.restart();
     }
 
     // ---- kubelet ----

@@ -124,6 +124,7 @@ mod tests {
             error: None,
             injected: false,
             boot: 1,
+            host_processes: sim::state::Spawned::default(),
         };
         let d = describe(&e);
         assert!(

@@ -42,7 +42,7 @@ const PIPES: [&str; 6] = [
 
 /// Flags the driver binary accepts (the cross-team contract); anything else would make it
 /// exit with status 2 at start-up.
-const DRIVER_FLAGS: [&str; 14] = [
+const DRIVER_FLAGS: [&str; 15] = [
     "endpoint",
     "node-id",
     "driver-name",
@@ -57,6 +57,7 @@ const DRIVER_FLAGS: [&str; 14] = [
     "log-level",
     "health-address",
     "metrics-address",
+    "vol-stats-cache-expire-in-minutes",
 ];
 
 /// Keys that only mean something on Linux nodes; none may appear in a Windows pod spec.
@@ -133,6 +134,7 @@ struct Expect {
     /// Names of `node.extraVolumes` (mounted by the driver through `driver.extraVolumeMounts`).
     extra_volumes: BTreeSet<String>,
     extra_mounts: usize,
+    vol_stats_cache_minutes: i64,
 }
 
 fn strings(v: &Json) -> Vec<String> {
@@ -203,6 +205,9 @@ impl Expect {
             extra_mounts: values["driver"]["extraVolumeMounts"]
                 .as_array()
                 .map_or(0, Vec::len),
+            vol_stats_cache_minutes: values["driver"]["volStatsCacheExpireInMinutes"]
+                .as_i64()
+                .expect("int"),
         }
     }
 
@@ -301,6 +306,23 @@ fn named_port(c: &Container, name: &str) -> i32 {
         .find(|p| p.name.as_deref() == Some(name))
         .unwrap_or_else(|| panic!("{}: no port {name}", c.name))
         .container_port
+}
+
+/// A Go `time.Duration` flag value as the chart writes it (`500ms`, `5s`, `1m`).
+fn go_duration(text: &str) -> std::time::Duration {
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).expect("a unit"));
+    let n: u64 = digits.parse().expect("a number");
+    match unit {
+        "ms" => std::time::Duration::from_millis(n),
+        "s" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_secs(60 * n),
+        other => panic!("unexpected unit {other:?} in {text:?}"),
+    }
+}
+
+/// A probe's `timeoutSeconds` (kubelet's default when unset: 1 s).
+fn seconds(timeout: Option<i32>) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::try_from(timeout.unwrap_or(1)).expect("positive"))
 }
 
 /// `path` is `dir` or lies below it (Windows separators).
@@ -531,6 +553,10 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
     assert_eq!(flag(driver, "kubelet-root"), exp.kubelet_root);
     assert_eq!(flag(driver, "log-level"), exp.log_level);
     assert_eq!(flag(driver, "log-format"), exp.log_format);
+    assert_eq!(
+        flag(driver, "vol-stats-cache-expire-in-minutes"),
+        exp.vol_stats_cache_minutes.to_string()
+    );
     if exp.max_volumes > 0 {
         assert_eq!(
             flag(driver, "max-volumes-per-node"),
@@ -611,6 +637,14 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
             .unwrap_or_else(|| i.to_owned())
     };
     assert!(image(lp).starts_with("registry.k8s.io/sig-storage/livenessprobe:v2."));
+    // The liveness timeouts nest: kubelet's > the sidecar's --probe-timeout > the driver's own Probe bound.
+    let sidecar = go_duration(&flag(lp, "probe-timeout"));
+    let kubelet = seconds(probe.timeout_seconds);
+    assert!(
+        wincsi::host::PROBE_TIMEOUT < sidecar && sidecar < kubelet,
+        "driver {:?} < sidecar {sidecar:?} < kubelet {kubelet:?}",
+        wincsi::host::PROBE_TIMEOUT
+    );
 
     // Readiness: the driver's own /readyz, only when the driver serves it.
     match exp.health {
@@ -627,6 +661,15 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
                 .expect("readiness probe");
             assert_eq!(ready.path.as_deref(), Some("/readyz"));
             assert_eq!(ready.port, IntOrString::String("health".into()));
+            // The driver's backend check gives up before kubelet does.
+            let timeout = driver
+                .readiness_probe
+                .as_ref()
+                .and_then(|p| p.timeout_seconds);
+            assert!(
+                wincsi::observability::READINESS_TIMEOUT < seconds(timeout),
+                "readiness timeoutSeconds {timeout:?}"
+            );
         }
         None => {
             assert!(driver.readiness_probe.is_none());
@@ -1170,6 +1213,11 @@ fn defaults_are_csi_proxy_mode_without_rbac_with_admission_policy() {
     assert_eq!(exp.driver_name, "wincsi.csi.io");
     assert_eq!(exp.kubelet_root, "C:\\var\\lib\\kubelet");
     assert!(!exp.secrets && exp.admission && !exp.csi_proxy_install);
+    // The stats cache: on, with the driver's own default.
+    assert_eq!(
+        exp.vol_stats_cache_minutes,
+        wincsi::config::DEFAULT_VOL_STATS_CACHE_MINUTES as i64
+    );
     for (name, helm) in helms() {
         let r = Rendered::load(helm_template(&helm, &[]).unwrap_or_else(|e| panic!("{name}: {e}")));
         let driver = container(pod_spec(r.daemonset("node").unwrap()), "wincsi-node");
@@ -1291,6 +1339,23 @@ fn schema_rejects_typos_and_wrong_types() {
                 "{name} {args:?} failed, but not by the schema: {err}"
             );
         }
+    }
+}
+
+#[test]
+fn a_readiness_timeout_the_driver_overruns_is_refused() {
+    // The liveness chain (driver < sidecar < kubelet) is chart_knobs.rs's; this is the readiness side: the driver
+    // bounds its backend check at 2 s, so kubelet's readiness timeout must be at least 3 s.
+    for (name, helm) in helms() {
+        let err = helm_template(
+            &helm,
+            &["--set", "driver.health.readinessProbe.timeoutSeconds=2"],
+        )
+        .err()
+        .unwrap_or_else(|| {
+            panic!("{name} accepted a readiness timeout the driver's 2 s check overruns")
+        });
+        assert!(err.contains("schema"), "{name}: {err}");
     }
 }
 

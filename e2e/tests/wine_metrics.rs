@@ -55,12 +55,11 @@ async fn health_and_metrics_over_tcp_beside_named_pipes() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", node.driver_logs()));
 
-    // csi-proxy goes away: not ready, naming the system pipe; still live. Back: ready.
+    // csi-proxy goes away: not ready, naming the filesystem pipe; still live. Back: ready.
     host.crash_csi_proxy("wine e2e").await.expect("crash");
     let reason = until_status(addr, "/readyz", 503).await;
     assert!(
-        reason.starts_with("csi-proxy GetBIOSSerialNumber: ")
-            && reason.contains("csi-proxy-system-v1alpha1"),
+        reason.starts_with("csi-proxy PathExists: ") && reason.contains("csi-proxy-filesystem-v1"),
         "{reason:?}"
     );
     assert_eq!(get(addr, "/livez").await.0, 200);

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use crate::profile::CsiProxyVersion;
 use crate::scenario::Scenario;
-use crate::state::{DataLossEvent, HostOptions, State};
+use crate::state::{DataLossEvent, HostOptions, Spawned, State};
 
 /// Every RPC the simulator serves, by bare method name (unique across the six groups).
 pub const RPCS: &[&str] = &[
@@ -108,6 +108,9 @@ pub struct AuditEntry {
     pub injected: bool,
     /// Boot number of the host when the call ran.
     pub boot: u64,
+    /// The host processes csi-proxy started for the call (PowerShell-era releases; see `state::processes`).
+    #[serde(default)]
+    pub host_processes: Spawned,
 }
 
 /// A fault: fail the `nth` call of `rpc` (counted from when the fault is added; 1 = the next call), and
@@ -187,6 +190,8 @@ struct Control {
     hangs: Vec<HangRule>,
     latency: BTreeMap<String, Duration>,
     counts: BTreeMap<String, u64>,
+    /// Host processes started, by RPC.
+    processes: BTreeMap<String, Spawned>,
 }
 
 #[derive(Debug)]
@@ -375,6 +380,7 @@ impl SimHost {
         let injected = fault.is_some() || aborted;
         let boot = self.with_state(|s| s.boots());
         let mut crash = None;
+        let mut spawned = Spawned::default();
         let result = if face == Face::CsiProxy && !self.csi_proxy_running() {
             Err(Error::host("csi-proxy is not running"))
         } else if aborted {
@@ -385,7 +391,12 @@ impl SimHost {
             let mut st = lock(&self.inner.state);
             match st.tick(tokio::time::Instant::now()) {
                 Ok(()) => {
+                    // Only csi-proxy starts processes; the Windows view is the native backend's in-process calls.
+                    let plan = (face == Face::CsiProxy).then(|| st.process_plan(rpc, &args));
                     let r = f(&mut st);
+                    if let Some(plan) = plan {
+                        spawned = plan.settle(r.is_ok(), &st);
+                    }
                     crash = st.take_crash();
                     r
                 }
@@ -404,6 +415,12 @@ impl SimHost {
             None => tracing::debug!(rpc, %args, "host call"),
         }
         let mut ctl = lock(&self.inner.ctl);
+        if !spawned.is_zero() {
+            ctl.processes
+                .entry(rpc.to_string())
+                .or_default()
+                .add(spawned);
+        }
         let seq = ctl.next_seq;
         ctl.next_seq += 1;
         ctl.audit.push_back(AuditEntry {
@@ -415,6 +432,7 @@ impl SimHost {
             error,
             injected,
             boot,
+            host_processes: spawned,
         });
         if ctl.audit.len() > AUDIT_CAP {
             ctl.audit.pop_front();
@@ -544,6 +562,12 @@ impl SimHost {
     /// How many times each RPC has been called.
     pub fn call_counts(&self) -> BTreeMap<String, u64> {
         lock(&self.inner.ctl).counts.clone()
+    }
+
+    /// The host processes csi-proxy has started so far (PowerShell and `wmic` children of the release played), by
+    /// RPC; RPCs that started none are left out. See `state::processes` for what each call starts per release.
+    pub fn host_processes(&self) -> BTreeMap<String, Spawned> {
+        lock(&self.inner.ctl).processes.clone()
     }
 
     // ---- faults ----

@@ -400,6 +400,17 @@ async fn every_rpc_round_trips_through_the_binary() {
     for rpc in sim::RPCS {
         assert!(counts.contains_key(*rpc), "{rpc} was not exercised");
     }
+    // Host processes as the release played starts them: PowerShell and wmic children up to v1.2.1, none after.
+    let processes = admin.host_processes().await.unwrap();
+    let release = admin.csi_proxy_status().await.unwrap().version;
+    assert_eq!(
+        processes.is_empty(),
+        !release.is_powershell(),
+        "{release}: {processes:?}"
+    );
+    assert!(processes.keys().all(|rpc| {
+        !["PathExists", "Mkdir", "Rmdir", "IsSymlink", "CreateSymlink"].contains(&rpc.as_str())
+    }));
     // The audit log has every call, with secrets redacted.
     let audit = admin.audit(0).await.unwrap();
     let text = serde_json::to_string(&audit).unwrap();

@@ -1,10 +1,14 @@
 //! The harness proper (Unix): runs every section against the real binaries and reports.
 
+mod clients;
 mod echo;
 mod error;
+mod kubelet_client;
 mod node;
 mod relay;
 mod report;
+mod report_rest;
+mod rest;
 mod sections;
 mod stats;
 mod sys;
@@ -134,19 +138,32 @@ async fn bench(args: Args) -> Result<bool> {
     // Targets: per-RPC fresh iSCSI volumes + the concurrency critical paths (3 per protocol) + soak workers, and one
     // wide target per concurrency level (its volumes are LUNs of one target).
     let iscsi_needed = 3 + args.iterations + 3 + args.soak_in_flight.div_ceil(2) + 8;
-    let wide = args.concurrency.len();
-    let luns = args.concurrency.iter().copied().max().unwrap_or(0);
+    // One wide target per concurrency level, and one for the at-rest section's LUNs.
+    let wide = args.concurrency.len() + 1;
+    let luns = args
+        .concurrency
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(args.rest_volumes);
     let alloc = Allocator::new(iscsi_needed, wide, luns);
     say(&format!(
         "starting wincsi-sim ({iscsi_needed} iSCSI targets, {wide} of {luns} LUNs) and wincsi-node"
     ));
-    let node = BenchNode::start(
+    let mut node = BenchNode::start(
         &bins,
         &volumes::scenario(iscsi_needed, wide, luns)?,
         &args.driver_log_level,
         &work_dir,
     )
     .await?;
+    if args.clients_only {
+        let c = clients::cheap_rpcs(&node, args.client_calls, 4).await?;
+        say(&report_rest::clients_table(&c));
+        node.shutdown().await;
+        return Ok(true);
+    }
     let idle = sys::memory(node.driver_pid())?;
     let driver_get_plugin_info = sections::driver_floor(&node, args.floor_iterations).await?;
     let sim_call = sections::sim_floor(&node, args.floor_iterations).await?;
@@ -203,6 +220,24 @@ async fn bench(args: Args) -> Result<bool> {
         &calls,
     )
     .await?;
+
+    say(&format!(
+        "at rest: probes per csi-proxy release, stats polls of {} volumes per protocol with and without the cache",
+        args.rest_volumes
+    ));
+    let at_rest = rest::at_rest(
+        &mut node,
+        &alloc,
+        args.rest_volumes,
+        args.rest_checks,
+        &mut errors,
+    )
+    .await?;
+    say(&format!(
+        "clients: {} cheap calls each by tonic's client and the kubelet-like one",
+        args.client_calls
+    ));
+    let clients = clients::cheap_rpcs(&node, args.client_calls, 4).await?;
 
     say(&format!(
         "soak: {} lifecycles, {} in flight",
@@ -262,6 +297,53 @@ async fn bench(args: Args) -> Result<bool> {
                 .join(", "),
         },
         Check {
+            name: "at rest: the readiness check and the CSI Probe start no host process on any csi-proxy release"
+                .to_owned(),
+            ok: at_rest
+                .releases
+                .iter()
+                .all(|r| r.probe_processes == 0.0 && r.readiness_processes == 0.0 && r.probe_calls > 0.0),
+            detail: at_rest
+                .releases
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}: {} per Probe, {} per readiness check ({})",
+                        r.release,
+                        r.probe_processes,
+                        r.readiness_processes,
+                        r.probe_rpcs.join(", ")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        },
+        Check {
+            name: "at rest: a poll within the cache's expiry asks the host nothing; every volume healthy".to_owned(),
+            ok: at_rest
+                .polls
+                .iter()
+                .all(|p| p.abnormal == 0 && (p.round != "cache, warm" || p.calls == 0)),
+            detail: at_rest
+                .polls
+                .iter()
+                .map(|p| format!("{} {} {}: {} calls", p.protocol.name(), p.release, p.round, p.calls))
+                .collect::<Vec<_>>()
+                .join(", "),
+        },
+        Check {
+            name: "kubelet-like client: one PING per response on a connection, each answered".to_owned(),
+            ok: clients
+                .row("kubelet-like", "one connection")
+                .is_some_and(|r| r.pings as usize >= r.calls * 9 / 10),
+            detail: clients
+                .rows
+                .iter()
+                .map(|r| format!("{} {}: {} calls, {} PINGs", r.client, r.connection, r.calls, r.pings))
+                .collect::<Vec<_>>()
+                .join("; "),
+        },
+        Check {
             name: "soak: no failed CSI call".to_owned(),
             ok: soak.errors == 0,
             detail: format!("{} errors in {} lifecycles", soak.errors, soak.lifecycles),
@@ -302,6 +384,8 @@ async fn bench(args: Args) -> Result<bool> {
         },
         operations,
         concurrency,
+        at_rest,
+        clients,
         footprint,
         soak,
         errors,

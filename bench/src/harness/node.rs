@@ -60,8 +60,13 @@ impl BenchNode {
         opts.log_level = log_level.to_owned();
         // The driver's own count of committed state-record changes is read from its metrics endpoint.
         let metrics = free_loopback_port()?;
-        opts.extra_args
-            .extend(["--metrics-address".to_owned(), metrics.to_string()]);
+        // `/readyz` on the same listener: the at-rest section counts what a readiness check costs the host.
+        opts.extra_args.extend([
+            "--metrics-address".to_owned(),
+            metrics.to_string(),
+            "--health-address".to_owned(),
+            metrics.to_string(),
+        ]);
         let driver = DriverProcess::start(&bins.node, &opts).await?;
         let conn = CsiConn::connect(driver.endpoint())?;
         let pid = sys::listener_pid(&socket_path(driver.endpoint())?).await?;
@@ -104,6 +109,37 @@ impl BenchNode {
             .map(|d| d.endpoint().to_owned())
             .ok_or_else(|| Error::Setup("the driver is not running".to_owned()))?;
         Ok(CsiConn::connect(&ep)?)
+    }
+
+    /// The driver's CSI endpoint (`unix://…`).
+    pub(crate) fn endpoint(&self) -> &str {
+        self.driver.as_ref().map_or("", |d| d.endpoint())
+    }
+
+    /// The driver's CSI socket.
+    pub(crate) fn socket(&self) -> Result<PathBuf> {
+        socket_path(self.endpoint())
+    }
+
+    /// Replaces the driver with a new process over the same state directory and simulator, with `extra` added to
+    /// its arguments (a restart: kubelet's connection is re-dialled, the volumes stay staged).
+    pub(crate) async fn restart_driver_with(&mut self, extra: &[&str]) -> Result<()> {
+        if let Some(d) = self.driver.take() {
+            d.kill().await;
+        }
+        let mut opts = self.opts.clone();
+        opts.extra_args
+            .extend(extra.iter().map(|a| (*a).to_owned()));
+        let driver = DriverProcess::start(&self.bins.node, &opts).await?;
+        self.conn = CsiConn::connect(driver.endpoint())?;
+        self.pid = sys::listener_pid(&socket_path(driver.endpoint())?).await?;
+        self.driver = Some(driver);
+        Ok(())
+    }
+
+    /// `GET /readyz` of the driver: whether it answered 200.
+    pub(crate) async fn ready(&self) -> Result<bool> {
+        Ok(get(self.metrics, "/readyz").await?.0 == 200)
     }
 
     /// The simulator's pid (the listener of its first csi-proxy socket), when it serves Unix sockets.
@@ -183,13 +219,23 @@ fn free_loopback_port() -> Result<std::net::SocketAddr> {
 
 /// `GET /metrics` over HTTP/1.1 with `Connection: close`; the body.
 async fn scrape(addr: std::net::SocketAddr) -> Result<String> {
+    match get(addr, "/metrics").await? {
+        (200, body) => Ok(body),
+        (status, _) => Err(Error::Setup(format!(
+            "scraping http://{addr}/metrics: status {status}"
+        ))),
+    }
+}
+
+/// `GET path` over HTTP/1.1 with `Connection: close`; the status and the body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> Result<(u16, String)> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let what = format!("scraping http://{addr}/metrics");
+    let what = format!("GET http://{addr}{path}");
     let mut s = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(Error::io(what.clone()))?;
     s.write_all(
-        format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
     )
     .await
     .map_err(Error::io(what.clone()))?;
@@ -198,8 +244,12 @@ async fn scrape(addr: std::net::SocketAddr) -> Result<String> {
         .await
         .map_err(Error::io(what.clone()))?;
     let text = String::from_utf8_lossy(&buf);
-    match text.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse().ok());
+    match (status, text.split_once("\r\n\r\n")) {
+        (Some(status), Some((_, body))) => Ok((status, body.to_owned())),
         _ => Err(Error::Setup(format!(
             "{what}: unexpected answer {:?}",
             text.lines().next()

@@ -72,8 +72,7 @@ async fn time_identity(conn: &CsiConn, n: usize) -> Result<Stats> {
 }
 
 /// `n` sequential `GetBIOSSerialNumber` calls to the simulator (after 100 unrecorded ones), through the csi-proxy
-/// client crate the driver uses. The audit log records them as the readiness probe's calls, which every count leaves
-/// out.
+/// client crate the driver uses (before the sections that count calls).
 pub(crate) async fn sim_floor(node: &BenchNode, n: usize) -> Result<Stats> {
     let ProxyWiring::UnixSockets(dir) = node.proxy_wiring() else {
         return Err(Error::Setup(
@@ -112,8 +111,12 @@ async fn host_calls_since(host: &AdminClient, cursor: &mut u64) -> Result<Vec<St
 }
 
 /// The csi-proxy call of the driver's backend check, which each scrape of its `/metrics` makes (cached for a
-/// second): the harness's own doing, never part of the RPC being measured, so left out of every count.
-const PROBE_RPC: &str = "GetBIOSSerialNumber";
+/// second): `PathExists` of the driver's plugin directory, the harness's own doing, never part of the RPC being
+/// measured, so left out of every count.
+fn is_probe(e: &sim::AuditEntry) -> bool {
+    const PLUGIN_DIR: &str = r"C:\var\lib\kubelet\plugins\wincsi.csi.io";
+    e.rpc == "PathExists" && e.args["path"].as_str() == Some(PLUGIN_DIR)
+}
 
 /// Like [`host_calls_since`], plus the time the simulator spent inside those calls (its own processing).
 async fn host_calls_timed(host: &AdminClient, cursor: &mut u64) -> Result<(Vec<String>, Duration)> {
@@ -121,7 +124,7 @@ async fn host_calls_timed(host: &AdminClient, cursor: &mut u64) -> Result<(Vec<S
     if let Some(last) = entries.last() {
         *cursor = last.seq;
     }
-    entries.retain(|e| e.rpc != PROBE_RPC);
+    entries.retain(|e| !is_probe(e));
     let inside = Duration::from_micros(entries.iter().map(|e| e.duration_us).sum());
     Ok((entries.into_iter().map(|e| e.rpc).collect(), inside))
 }

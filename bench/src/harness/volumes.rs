@@ -347,6 +347,25 @@ impl BenchVolume {
         })
     }
 
+    /// NodeGetVolumeStats of the pod's target path, as kubelet's volume stats calculator asks it; whether the volume
+    /// was reported healthy.
+    pub(crate) async fn stats(&self, conn: &CsiConn) -> Result<bool, CallError> {
+        let mut req = tonic::Request::new(csi::v1::NodeGetVolumeStatsRequest {
+            volume_id: self.volume.handle.clone(),
+            volume_path: self.target.clone(),
+            staging_target_path: self.staging.clone(),
+        });
+        req.set_timeout(CALL_TIMEOUT);
+        match conn.node().node_get_volume_stats(req).await {
+            Ok(r) => Ok(r.into_inner().volume_condition.is_none_or(|c| !c.abnormal)),
+            Err(s) => Err(CallError {
+                rpc: "NodeGetVolumeStats",
+                volume: self.volume.handle.clone(),
+                status: format!("{:?}: {}", s.code(), s.message()),
+            }),
+        }
+    }
+
     /// Stage then publish (a pod starting); stops at the first failure.
     pub(crate) async fn up(&self, conn: &CsiConn) -> Result<(), CallError> {
         self.call(conn, Rpc::Stage).await?;

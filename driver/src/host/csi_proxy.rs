@@ -443,26 +443,40 @@ impl Host for CsiProxyHost {
     }
 }
 
-/// Checks csi-proxy (or the simulated host) with a cheap read-only call on the `system` group.
+/// Checks csi-proxy (or the simulated host) with `filesystem.PathExists` of a path the driver owns (its plugin
+/// directory `<kubelet-root>\plugins\<driver-name>`, inside csi-proxy's `-kubelet-path`, so its path validation
+/// passes).
 ///
-/// Any answer from csi-proxy, even an error status, proves it is reachable; only a missing
-/// pipe/socket, a refused or broken connection or a deadline counts as unreachable.
+/// Why that call: it is served in csi-proxy's own process on every release (Go's `os.Lstat`, `pkg/os/filesystem/
+/// api.go` at v1.1.3, v1.2.1, v1.3.0 and master). The probe it replaces, `system.GetBIOSSerialNumber`, runs
+/// `wmic bios get serialnumber` as a new process on v1.1.3 and v1.2.1 (`pkg/os/system/api.go:37`; `wmic` is not
+/// installed by default on Windows Server 2025) and took 2.5 s on a cold start against a real server: every
+/// readiness check and every CSI `Probe` cost the node a process.
+///
+/// Any answer from csi-proxy, even an error status (e.g. a path outside its `-kubelet-path`), proves it is
+/// reachable; only a missing pipe/socket, a refused or broken connection or a deadline counts as unreachable.
 #[derive(Debug, Clone)]
 pub struct CsiProxyProbe {
     client: ProxyClient,
+    path: HostPath,
 }
 
 impl CsiProxyProbe {
-    /// Probes through `client`.
-    pub fn new(client: ProxyClient) -> Self {
-        Self { client }
+    /// Probes through `client` with `PathExists(path)`.
+    pub fn new(client: ProxyClient, path: HostPath) -> Self {
+        Self { client, path }
     }
 }
 
 impl HostProbe for CsiProxyProbe {
     fn check(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            match self.client.system().bios_serial().await {
+            match self
+                .client
+                .filesystem()
+                .path_exists(self.path.as_str())
+                .await
+            {
                 Ok(_) => Ok(()),
                 Err(e) => match e.kind() {
                     ErrorKind::PipeMissing

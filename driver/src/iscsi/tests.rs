@@ -1930,3 +1930,5 @@ async fn a_joining_stage_reads_its_disk_while_its_claim_is_written_and_creates_n
         env.assert_clean();
     }
 }
+
+mod stats_cache;

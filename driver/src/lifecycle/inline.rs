@@ -12,8 +12,8 @@
 //! removes the target link and then undoes the private stage (the mapping is removed when no other volume uses it).
 
 use super::{
-    Owner, Protocol, PublishRequest, Secrets, StageAt, StageRequest, VolumeManager, context_get,
-    host_error,
+    Invalidate, Owner, Protocol, PublishRequest, Secrets, StageAt, StageRequest, VolumeManager,
+    context_get, host_error,
 };
 use crate::error::Error;
 use crate::host::{Host, HostPath};
@@ -95,6 +95,7 @@ pub(crate) async fn publish<H: Host, P: Protocol<H>>(
     let _guard = mgr
         .volume_locks()
         .try_lock(&req.volume_id, "NodePublishVolume")?;
+    let _stats = Invalidate::around(mgr.stats_cache(), &req.volume_id);
     let staging = staging_path(mgr, &req.volume_id)?;
     mgr.refuse_foreign_path(&req.volume_id, target, Owner::Target)?;
     let access = req

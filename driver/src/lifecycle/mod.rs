@@ -86,6 +86,7 @@ mod protocol;
 mod publish;
 mod reconcile;
 mod request;
+mod stats_cache;
 #[cfg(test)]
 mod tests;
 
@@ -99,6 +100,8 @@ pub use request::{
     check_mount_flags, context_get,
 };
 use request::{mount_capability, required};
+use stats_cache::Invalidate;
+pub use stats_cache::StatsCache;
 
 /// Where credentials of inline ephemeral volumes come from (the Kubernetes API in production).
 pub trait SecretSource: Send + Sync + 'static {
@@ -128,6 +131,7 @@ pub struct VolumeManager<H, P> {
     volumes: VolumeLocks,
     objects: KeyedLocks,
     secrets: Option<Arc<dyn SecretSource>>,
+    stats_cache: StatsCache,
 }
 
 impl<H, P> std::fmt::Debug for VolumeManager<H, P> {
@@ -159,7 +163,20 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             volumes: VolumeLocks::default(),
             objects: KeyedLocks::with_observer(Arc::new(observe_lock_wait)),
             secrets: None,
+            stats_cache: StatsCache::default(),
         })
+    }
+
+    /// Cache NodeGetVolumeStats answers for `expiry` (`--vol-stats-cache-expire-in-minutes`; `None` or zero: no
+    /// cache, which is also the default of a manager built without this). See `stats_cache.rs`.
+    pub fn with_stats_cache(mut self, expiry: Option<std::time::Duration>) -> Self {
+        self.stats_cache = StatsCache::new(expiry);
+        self
+    }
+
+    /// The NodeGetVolumeStats cache.
+    pub fn stats_cache(&self) -> &StatsCache {
+        &self.stats_cache
     }
 
     /// Keep records in `store` instead (tests that stop or fail its commits).
@@ -240,6 +257,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
+        let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let access = cap.access();
         // A volume already staged here with another capability: ALREADY_EXISTS, before the capability itself is
         // judged (a block request for a volume staged as a mount is "incompatible", not "invalid").
@@ -295,6 +313,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeUnstageVolume")?;
+        let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         match self.store.volume(&req.volume_id)? {
             Some(rec) if !staging.is(&rec.staging_path) => {
                 // Not staged to this path: the spec's answer is OK, and neither the recorded staging nor whatever is
@@ -424,7 +443,16 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         required(&req.volume_path, "volume_path")?;
         let rec = self.staged_record(&req.volume_id)?;
         let path = self.locate(&rec, &req.volume_path)?;
-        self.protocol.stats(self.context(), &rec, &path, d).await
+        // After the record checks (an unstaged volume or an unpublished path is NOT_FOUND, never a cached answer).
+        let key = path.key();
+        if let Some(stats) = self.stats_cache.get(&req.volume_id, &key) {
+            debug!(abnormal = stats.abnormal, "volume stats from the cache");
+            return Ok(stats);
+        }
+        let ticket = self.stats_cache.ticket();
+        let stats = self.protocol.stats(self.context(), &rec, &path, d).await?;
+        self.stats_cache.put(&req.volume_id, &key, ticket, &stats);
+        Ok(stats)
     }
 
     /// NodeExpandVolume: grow the volume and return its capacity (0 when there is nothing to grow on the node).
@@ -433,6 +461,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         required(&req.volume_id, "volume_id")?;
         required(&req.volume_path, "volume_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeExpandVolume")?;
+        let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let rec = self.staged_record(&req.volume_id)?;
         let path = self.locate(&rec, &req.volume_path)?;
         self.protocol

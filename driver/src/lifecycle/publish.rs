@@ -4,7 +4,7 @@
 use tracing::{debug, info};
 
 use super::{
-    EPHEMERAL_KEY, Owner, Protocol, PublishRequest, UnpublishRequest, VolumeManager,
+    EPHEMERAL_KEY, Invalidate, Owner, Protocol, PublishRequest, UnpublishRequest, VolumeManager,
     check_mount_flags, context_get, host_error, inline, mount_capability, required,
 };
 use crate::error::Error;
@@ -65,6 +65,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
         let _guard = self.volumes.try_lock(&req.volume_id, "NodePublishVolume")?;
+        let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let access = cap.access();
         // A repeated publish at this target with another capability is ALREADY_EXISTS, before the capability itself
         // is judged.
@@ -343,6 +344,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         let _guard = self
             .volumes
             .try_lock(&req.volume_id, "NodeUnpublishVolume")?;
+        let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         match self.owner_of(&target)? {
             Some((owner, Owner::Target)) if owner != req.volume_id => {
                 return Err(Error::FailedPrecondition(format!(

@@ -13,7 +13,7 @@ use crate::host::{AuditEntry, Fault, InvariantReport};
 use crate::profile::{CsiProxyVersion, HostBehaviour};
 use crate::scenario::{DiskSpec, Scenario, TargetChap, TargetSpec};
 use crate::secret::Secret;
-use crate::state::{DataLossEvent, SessionRecovery};
+use crate::state::{DataLossEvent, SessionRecovery, Spawned};
 
 /// Async client for a running `wincsi-sim`'s admin interface. One connection, requests serialised.
 #[derive(Debug)]
@@ -122,6 +122,11 @@ impl AdminClient {
     /// Calls per RPC.
     pub async fn call_counts(&self) -> Result<BTreeMap<String, u64>> {
         self.typed(&Request::CallCounts).await
+    }
+
+    /// Host processes csi-proxy started so far, by RPC (RPCs that started none are absent).
+    pub async fn host_processes(&self) -> Result<BTreeMap<String, Spawned>> {
+        self.typed(&Request::HostProcesses).await
     }
 
     /// Adds a fault.

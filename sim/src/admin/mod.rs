@@ -121,6 +121,8 @@ pub enum Request {
     ClearAudit,
     /// Calls per RPC so far.
     CallCounts,
+    /// Host processes csi-proxy started so far, by RPC (`{rpc: {powershell, wmic}}`).
+    HostProcesses,
     /// Adds a fault (`rpc`, `nth`, `times`, `message`).
     InjectFault(Fault),
     /// Sets latency for an RPC (`*` = all); 0 removes it.

@@ -141,6 +141,7 @@ pub(crate) async fn handle(host: &SimHost, req: Request) -> Result<serde_json::V
             Null
         }
         Request::CallCounts => to_json(host.call_counts())?,
+        Request::HostProcesses => to_json(host.host_processes())?,
         Request::InjectFault(f) => {
             host.inject_fault(f)?;
             Null

@@ -351,6 +351,17 @@ pub const ROWS: &[ProfileRow] = &[
         ],
         source: "v1.1.3/v1.2.1 `pkg/os/iscsi/api.go:21-54` (`New-IscsiTargetPortal`; `Get-IscsiTargetPortal … \\| Get-IscsiTarget`), `:75-88` (remove); v1.3.0 `pkg/os/iscsi/api.go:23-64`, `:91-105`; master `pkg/os/iscsi/api.go:23-68`, `:97-113`; no RPC maps to `Update-IscsiTargetPortal`; unverified: whether re-running `New-IscsiTargetPortal`, or `Get-IscsiTarget` itself, runs SendTargets again (chosen: neither; the knob plays the other answer for the first)",
     },
+    ProfileRow {
+        id: "host_processes",
+        behaviour: "Host processes a call starts (counted per call: audit `host_processes`, admin `host_processes`); which steps run depends on the host before the call (`sim/src/state/processes.rs`)",
+        releases: [
+            "one `powershell` per step of every disk, volume, smb, iscsi and service call (`PartitionDisk` 2-4, `NewSmbGlobalMapping` 2-5, `UnmountVolume` 2, `ResizeVolume` 1-3, `GetVolumeIDFromTargetPath` 1 per link); `GetBIOSSerialNumber`: one `wmic`; filesystem calls: none",
+            "same",
+            "none (WMI and Win32 in-process)",
+            "none",
+        ],
+        source: "v1.1.3/v1.2.1 `pkg/utils/utils.go:12-18`, `pkg/os/system/api.go:37` (`wmic`), `pkg/os/filesystem/api.go` (Go `os`; only `PathValid`, `:52-61`, used by the SMB server, runs PowerShell), `pkg/server/disk/server.go:48-86`, `pkg/server/smb/server.go:55-122`, `pkg/os/volume/api.go:147-162,165-214,270-293`; v1.3.0, master: no `RunPowershellCmd` or `exec.Command` under `pkg/` or `cmd/`",
+    },
 ];
 
 /// The table as Markdown (the block `sim/README.md` embeds).

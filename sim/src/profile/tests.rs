@@ -182,6 +182,7 @@ const TESTED: &[&str] = &[
     "san_policy",
     "calls_outlive_clients",
     "discovery_refresh",
+    "host_processes",
 ];
 
 #[test]
@@ -1642,4 +1643,46 @@ fn row_discovery_refresh() {
     assert!(f.add_target("192.0.2.99", 3260, &spec).is_err());
     f.add_target(PORTAL, 3260, &spec).unwrap();
     assert!(f.add_target(PORTAL, 3260, &spec).is_err(), "already there");
+}
+
+#[test]
+fn row_host_processes() {
+    use crate::state::Spawned;
+    for v in CsiProxyVersion::ALL {
+        let f = host(v);
+        let started =
+            |rpc: &str, args: serde_json::Value| f.process_plan(rpc, &args).settle(true, &f);
+        let ps = u64::from(ps(v));
+        assert_eq!(
+            started("GetBIOSSerialNumber", serde_json::json!({})),
+            Spawned {
+                powershell: 0,
+                wmic: ps
+            },
+            "{v}"
+        );
+        for rpc in ["PathExists", "Mkdir", "Rmdir", "CreateSymlink", "IsSymlink"] {
+            assert!(
+                started(rpc, serde_json::json!({ "path": p("x") })).is_zero(),
+                "{v} {rpc}"
+            );
+        }
+        for rpc in [
+            "ListDiskLocations",
+            "Rescan",
+            "GetTargetDisks",
+            "GetService",
+            "RemoveSmbGlobalMapping",
+        ] {
+            let args = serde_json::json!({ "remote_path": r"\\s\d", "volume_id": "v" });
+            assert_eq!(
+                started(rpc, args),
+                Spawned {
+                    powershell: ps,
+                    wmic: 0
+                },
+                "{v} {rpc}"
+            );
+        }
+    }
 }

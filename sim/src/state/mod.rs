@@ -31,6 +31,7 @@ pub(crate) mod fs;
 pub(crate) mod iscsi;
 mod links;
 pub(crate) mod paths;
+pub(crate) mod processes;
 pub(crate) mod smb;
 pub(crate) mod system;
 
@@ -48,6 +49,7 @@ use links::LinkMode;
 pub use content::DiskContent;
 pub use disk::{Disk, DiskSource, Partition, Volume};
 pub use iscsi::{AuthType, Portal, Session, SessionRecovery, Target};
+pub use processes::Spawned;
 pub use smb::{Mapping, MappingStatus, SmbAccount, SmbServer, SmbShare};
 pub use system::Service;
 

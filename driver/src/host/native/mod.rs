@@ -590,25 +590,29 @@ impl Host for NativeHost {
     }
 }
 
-/// The native backend's liveness check for the Identity service's `Probe`: one cheap read (`SELECT MSFT_Disk
-/// WHERE Number = <none>` when the Storage classes are there, else `GetFileAttributesW` of the kubelet root).
+/// The native backend's liveness check for the Identity service's `Probe` and `/readyz`: `GetFileAttributesW` of
+/// the driver's plugin directory, on the backend's blocking pool within the check's deadline. A Win32 call in this
+/// process, nothing else: no WMI query (which a WMI provider host process serves, `WmiPrvSE.exe`, started on demand
+/// by the WMI service), no child process. What it proves is what readiness needs: the backend's pool runs calls
+/// (a pool whose 16 slots are all stuck fails it) and the kubelet root's volume answers. The WMI providers are
+/// checked once at start-up (`winhost::probe`); an operation that needs a provider that failed later reports it.
 pub struct NativeProbe {
     host: NativeHost,
-    kubelet_root: String,
+    path: String,
     timeout: std::time::Duration,
 }
 
 impl NativeProbe {
-    /// Probes `host`, each check within [`super::PROBE_TIMEOUT`].
-    pub fn new(host: NativeHost, kubelet_root: &str) -> Self {
-        Self::within(host, kubelet_root, super::PROBE_TIMEOUT)
+    /// Probes `host` at `path` (the plugin directory), each check within [`super::PROBE_TIMEOUT`].
+    pub fn new(host: NativeHost, path: &str) -> Self {
+        Self::within(host, path, super::PROBE_TIMEOUT)
     }
 
-    /// Probes `host`, each check within `timeout` (readiness uses a shorter one).
-    pub fn within(host: NativeHost, kubelet_root: &str, timeout: std::time::Duration) -> Self {
+    /// Probes `host` at `path`, each check within `timeout` (readiness uses a longer one).
+    pub fn within(host: NativeHost, path: &str, timeout: std::time::Duration) -> Self {
         Self {
             host,
-            kubelet_root: kubelet_root.to_owned(),
+            path: path.to_owned(),
             timeout,
         }
     }
@@ -618,18 +622,12 @@ impl HostProbe for NativeProbe {
     fn check(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
             let d = Deadline::after(self.timeout);
-            let root = self.kubelet_root.clone();
-            let storage = self.host.inner.caps.clear_disk_read_only;
+            let path = self.path.clone();
+            // Missing is an answer too: the backend and the volume work.
             self.host
-                .run(HostOp::GetDiskState, d, move |o| {
-                    if storage {
-                        o.w.disks(o.c, Some(u32::MAX)).map(|_| ())
-                    } else {
-                        o.w.file_attributes(o.c, &root).map(|_| ())
-                    }
-                    .map_err(|e| o.err(e))
-                })
+                .run(HostOp::PathExists, d, move |o| files::path_exists(o, &path))
                 .await
+                .map(drop)
                 .map_err(|e| e.message)
         })
     }

@@ -343,6 +343,10 @@ pub struct HostBehaviour {
     pub ps_disconnect_unconnected: OnRepeat,
     /// Bytes by which a new max-size partition stays below `SizeMax` (csi-proxy#195 shows 48640).
     pub partition_slack_bytes: u64,
+    /// Whether the Windows view's `MSFT_Disk.CreatePartition` hands back a readable `CreatedPartition`
+    /// out-parameter. Default true; whether a real node's embedded object decodes is **unverified** (winhost README,
+    /// assumption 2), so callers must not depend on it (csi-proxy re-lists the partitions instead).
+    pub created_partition_returned: bool,
 }
 
 impl Default for HostBehaviour {
@@ -353,6 +357,7 @@ impl Default for HostBehaviour {
             wmi_failures: None,
             ps_disconnect_unconnected: OnRepeat::Fails,
             partition_slack_bytes: 48_640,
+            created_partition_returned: true,
         }
     }
 }

@@ -28,12 +28,12 @@
 //! | `Rmdir` | `RemoveDirectoryW` (267 → `DeleteFileW`); force: `RemoveDirectoryTree` (2/3 = done) |
 //! | `CreateSymlink` | `CreateSymbolicLinkW(DIRECTORY)` |
 //! | `IsSymlink` | `FSCTL_GET_REPARSE_POINT` → mount point: `GetVolumeInformationW`; local link: `GetFileAttributesW(target)`; share link: `SELECT MSFT_SmbGlobalMapping` (not OK → false) → `GetFileAttributesW(target)` |
-//! | `NewSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` → OK: `GetFileAttributesW(root)` (reachable: reuse) / ours and broken: `Remove(Force)` / none: ledger → `Create` → link: `CreateSymbolicLinkW` |
+//! | `NewSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` → none: ledger → `Create` / OK: `GetFileAttributesW(root)` (reachable: reuse) / settling: wait, list again / broken: StaleMapping (never removed here: `smb.rs`) → link: `CreateSymbolicLinkW` |
 //! | `RemoveSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` → ours: `Remove(Force)`; not ours: left in place |
 //! | `ListDiskLocations` | `SELECT MSFT_Disk` |
 //! | `ListDiskIDs` | `SELECT MSFT_Disk` → per disk `IOCTL_STORAGE_GET_DEVICE_NUMBER`, `IOCTL_STORAGE_QUERY_PROPERTY` |
 //! | `Rescan` | `MSFT_StorageSetting.UpdateHostStorageCache` |
-//! | `PartitionDisk` | `SELECT MSFT_Disk` → (RAW: `Initialize(GPT)`) → `Refresh` → `SELECT MSFT_Partition` → (no basic partition: `CreatePartition` → `Refresh` → `MSFT_Partition.Online`) |
+//! | `PartitionDisk` | `SELECT MSFT_Disk` → (RAW: `Initialize(GPT)`) → `Refresh` → `SELECT MSFT_Partition` → (no basic partition: `CreatePartition` → `Refresh` → `SELECT MSFT_Partition` → first basic one: `MSFT_Partition.Online`) |
 //! | `GetDiskStats` / `GetDiskState` | `SELECT MSFT_Disk` |
 //! | `SetDiskState(online)` | `SELECT MSFT_Disk` → (offline: `Online`) → `Refresh`; writable: (onlined: `SELECT MSFT_Disk`) → (read-only: `SetAttributes(IsReadOnly=false)`) |
 //! | `ListVolumesOnDisk` | `SELECT MSFT_Partition` → per partition `ASSOCIATORS …->MSFT_Volume` (a basic partition without its volume yet: `SELECT MSFT_Disk` → `Refresh` → list again) |
@@ -46,7 +46,7 @@
 //! | `GetVolumeIDFromTargetPath` | `FSCTL_GET_REPARSE_POINT` per hop (≤ 8) → `GetVolumeNameForVolumeMountPointW` → `GetVolumeInformationW` |
 //! | `WriteVolumeCache` | `FlushFileBuffers` |
 //! | `AddTargetPortal` | `SELECT MSFT_iSCSITargetPortal` → (absent: `New`, with discovery CHAP when given) |
-//! | `ConnectTarget` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (IQN ignoring case; absent: `Update` → again) → (not connected: `Connect`, `IsPersistent` when asked) |
+//! | `ConnectTarget` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (IQN ignoring case; absent: `Update` → again) → (not connected: `Connect`, `IsPersistent` when asked; connected and persistent asked: `ASSOCIATORS …->MSFT_iSCSISession` → (none persistent: `Register`)) |
 //! | `DisconnectTarget` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → `Disconnect` |
 //! | `GetTargetDisks` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session `ASSOCIATORS …->MSFT_Disk` |
 //! | `SetMutualChapSecret` | `MSFT_iSCSISession.SetCHAPSecret` |
@@ -57,16 +57,25 @@
 //! # What it does that csi-proxy cannot (advertised by [`Host::capabilities`])
 //!
 //! * SMB mappings are listed with their status: a mapping is removed only if this driver created it (a durable
-//!   ledger in the state directory, written before `Create`); a Disconnected or broken mapping it created is
-//!   removed and re-created directly (no 1219 after a reboot); a staging link over a mapping that is not OK answers
-//!   "does not resolve" (the volume is reported abnormal) instead of an error.
+//!   ledger in the state directory, written before `Create`, and seeded at start from the driver's volume records);
+//!   `NewSmbGlobalMapping` never removes one (others may use it): a Disconnected one is reported as stale, which the
+//!   driver repairs under the share's exclusive lock (no 1219 after a reboot), and one that is `Connecting` or
+//!   `Reconnecting` is waited for; a staging link over a mapping that is not OK answers "does not resolve" (the
+//!   volume is reported abnormal) instead of an error. `RequirePrivacy` follows `--smb-require-privacy`.
 //! * A writable volume's disk has its read-only flag cleared after `Online` (SAN policy, re-attach).
 //! * Volumes are waited for (`Refresh` after `Online`, `Initialize` and `CreatePartition`, and once more when a basic
 //!   partition has no volume yet) instead of reading a half-arrived disk.
 //! * A link's stored target is read (`ReadLink`), so a staging link into a share can be adopted when its state record
 //!   was lost.
-//! * Discovery CHAP on `AddTargetPortal`; persistent logins, whose records are removed (`Unregister`) on logout;
-//!   every session of a target is logged out, not only the first; IQNs compare ignoring case, with one rediscovery.
+//! * Discovery CHAP on `AddTargetPortal`; persistent logins, whose records are removed (`Unregister`) on logout, and
+//!   made on a target that already has a session (`Register`); every session of a target is logged out, not only
+//!   the first; IQNs compare ignoring case, with one rediscovery.
+//! * Windows' own error codes: the error object WMI attaches to a failed call (`MSFT_WmiError`: `Windows System
+//!   Error 1219`, `HRESULT 0xefff003f`) is read and classified, and the "already logged in / already exists"
+//!   tolerances apply whether the provider returned the code or raised it.
+//! * A capability whose start-up check failed for a passing reason (WMI restarting at boot) is checked again with
+//!   backoff ([`NativeHost::recheck_capabilities`]); meanwhile `/readyz` says which and why
+//!   (`wincsi_host_capability_up` in metrics).
 
 mod disk;
 mod files;
@@ -77,6 +86,8 @@ mod platform;
 #[cfg(windows)]
 #[path = "platform_windows.rs"]
 mod platform;
+#[cfg(feature = "test-windows-socket")]
+mod remote;
 mod smb;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
@@ -87,12 +98,15 @@ mod volume;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
+use tracing::{info, warn};
+use winhost::codes::IscsiStatus;
 use winhost::method::{MethodOutcome, ReturnCode};
-use winhost::probe::Capability;
-use winhost::{CallContext, CallError, CancelToken, ErrorKind, WindowsHost};
+use winhost::probe::{Capability, CapabilityState, ProbeReport};
+use winhost::{CallContext, CallError, CallResult, CancelToken, ErrorKind, WindowsHost};
 
 use super::{
     DiskIds, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath,
@@ -101,11 +115,46 @@ use super::{
 use crate::locks::Deadline;
 
 pub use platform::windows_host;
+#[cfg(feature = "test-windows-socket")]
+pub use remote::remote_windows_host;
 pub use smb::LEDGER_FILE;
-use smb::Ledger;
+use smb::{Ledger, MapPass};
 
 /// How many facade calls one backend runs at a time (the rest queue for a thread).
 pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// How long `NewSmbGlobalMapping` waits for a `Connecting`/`Reconnecting` mapping to settle (within the RPC's
+/// deadline) before answering Unavailable: SMB 3's transparent failover and reconnect take seconds; longer than this,
+/// kubelet's retry is the better wait.
+pub const MAPPING_SETTLE_WAIT: Duration = Duration::from_secs(30);
+
+/// The first pause between two looks at a settling mapping (doubling, at most [`MAPPING_SETTLE_STEP_MAX`]).
+const MAPPING_SETTLE_STEP: Duration = Duration::from_millis(250);
+const MAPPING_SETTLE_STEP_MAX: Duration = Duration::from_secs(4);
+
+/// The first pause before checking a capability again after its start-up check failed (doubling, at most
+/// [`CAPABILITY_RECHECK_MAX`]).
+pub const CAPABILITY_RECHECK_FIRST: Duration = Duration::from_secs(1);
+/// The longest pause between two checks of a capability whose check keeps failing.
+pub const CAPABILITY_RECHECK_MAX: Duration = Duration::from_secs(60);
+
+/// What the native backend is told by the flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeOptions {
+    /// `RequirePrivacy` of the SMB global mappings it creates (`--smb-require-privacy`).
+    pub smb_require_privacy: bool,
+    /// How many facade calls at a time.
+    pub pool_size: usize,
+}
+
+impl Default for NativeOptions {
+    fn default() -> Self {
+        Self {
+            smb_require_privacy: true,
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
+}
 
 /// The host port over the Windows facade (see the module docs).
 #[derive(Clone)]
@@ -117,14 +166,28 @@ struct Inner {
     host: Arc<dyn WindowsHost>,
     permits: Arc<Semaphore>,
     ledger: Ledger,
-    caps: HostCapabilities,
+    options: NativeOptions,
 }
 
 impl std::fmt::Debug for NativeHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NativeHost")
-            .field("capabilities", &self.inner.caps)
+            .field("capabilities", &self.capabilities())
+            .field("options", &self.inner.options)
             .finish_non_exhaustive()
+    }
+}
+
+/// What the backend can do, from the probe: a capability counts unless the host lacks it for good (one whose probe
+/// failed for a passing reason is still the backend's; its calls answer Unavailable until a re-check finds it).
+fn capabilities_of(report: &ProbeReport) -> HostCapabilities {
+    let has = |c| report.state(c) != CapabilityState::Absent;
+    HostCapabilities {
+        list_smb_mappings: has(Capability::Smb),
+        clear_disk_read_only: has(Capability::Disks),
+        discovery_chap: has(Capability::Iscsi),
+        persistent_logins: has(Capability::Iscsi),
+        read_links: true,
     }
 }
 
@@ -141,20 +204,28 @@ impl NativeHost {
         state_dir: Option<&Path>,
         threads: usize,
     ) -> Self {
-        let report = host.probe_report();
-        let caps = HostCapabilities {
-            list_smb_mappings: report.supports(Capability::Smb),
-            clear_disk_read_only: report.supports(Capability::Disks),
-            discovery_chap: report.supports(Capability::Iscsi),
-            persistent_logins: report.supports(Capability::Iscsi),
-            read_links: true,
-        };
+        Self::with_options(
+            host,
+            state_dir,
+            NativeOptions {
+                pool_size: threads,
+                ..NativeOptions::default()
+            },
+        )
+    }
+
+    /// [`NativeHost::new`] with `options` (the flags').
+    pub fn with_options(
+        host: Arc<dyn WindowsHost>,
+        state_dir: Option<&Path>,
+        options: NativeOptions,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 host,
-                permits: Arc::new(Semaphore::new(threads.max(1))),
+                permits: Arc::new(Semaphore::new(options.pool_size.max(1))),
                 ledger: Ledger::open(state_dir),
-                caps,
+                options,
             }),
         }
     }
@@ -162,6 +233,55 @@ impl NativeHost {
     /// The facade this backend calls.
     pub fn windows(&self) -> &Arc<dyn WindowsHost> {
         &self.inner.host
+    }
+
+    /// Count the SMB mappings of `roots` (lower-cased `\\server\share`, as volume records keep them) as made by
+    /// wincsi: at start, the shares the driver's own records say it mapped — through csi-proxy before the node moved
+    /// to HostProcess mode, or before the ledger was lost (review M4). Durable before it returns; the roots added.
+    pub fn adopt_mappings(
+        &self,
+        roots: impl IntoIterator<Item = String>,
+    ) -> std::io::Result<Vec<String>> {
+        let added = self.inner.ledger.adopt(roots)?;
+        if !added.is_empty() {
+            info!(
+                shares = ?added,
+                "SMB mappings the driver's volume records say it made are counted as wincsi's (made through \
+                 csi-proxy or before the mapping ledger was lost)"
+            );
+        }
+        Ok(added)
+    }
+
+    /// Check the host's capabilities again while a start-up check failed for a passing reason (WMI restarting at
+    /// boot, a timeout), with backoff from [`CAPABILITY_RECHECK_FIRST`] doubling to [`CAPABILITY_RECHECK_MAX`], until
+    /// every capability is found present or absent for good. `report` is told each finding (metrics). Meanwhile
+    /// the capability's calls answer Unavailable and [`NativeProbe`] (readiness) names it.
+    pub async fn recheck_capabilities(self, report: impl Fn(&ProbeReport) + Send) {
+        let mut delay = CAPABILITY_RECHECK_FIRST;
+        loop {
+            let current = self.inner.host.probe_report();
+            report(&current);
+            let Some(why) = current.failure_message() else {
+                if !current.is_complete() {
+                    info!("{current}");
+                }
+                return;
+            };
+            warn!(retry_in_s = delay.as_secs(), "{why}");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(CAPABILITY_RECHECK_MAX);
+            let host = Arc::clone(&self.inner.host);
+            let checked = tokio::task::spawn_blocking(move || {
+                host.reprobe(&CallContext::after(super::PROBE_TIMEOUT))
+            })
+            .await;
+            match checked {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!(error = %e, "checking the Windows WMI providers again failed"),
+                Err(e) => warn!(error = %e, "checking the Windows WMI providers again failed"),
+            }
+        }
     }
 
     /// Run `f` (one host operation's facade calls) on the bounded blocking pool, bounded by `d`.
@@ -206,6 +326,7 @@ impl NativeHost {
                 c: &ctx,
                 op,
                 ledger: &inner.ledger,
+                smb_privacy: inner.options.smb_require_privacy,
             })
         });
         match tokio::time::timeout_at(d.instant(), task).await {
@@ -236,17 +357,66 @@ pub(crate) struct Ops<'a> {
     pub(crate) c: &'a CallContext,
     pub(crate) op: HostOp,
     pub(crate) ledger: &'a Ledger,
+    /// `RequirePrivacy` for the SMB mappings this operation creates.
+    pub(crate) smb_privacy: bool,
+}
+
+/// The code a method's raised failure carries, as its return-code table reads it: iSCSI methods raise an iscsierr.h
+/// status (`HRESULT 0xefff003f`), SMB methods a Win32 error (`Windows System Error 1219`), in the error object WMI
+/// attaches (`winhost::error_object`); Storage methods answer in `ReturnValue`.
+pub(crate) trait RaisedCode: ReturnCode {
+    /// The code `e` carries, if it is one of this table's.
+    fn raised(e: &CallError) -> Option<Self>;
+}
+
+impl RaisedCode for IscsiStatus {
+    fn raised(e: &CallError) -> Option<Self> {
+        e.iscsi_status()
+    }
+}
+
+impl RaisedCode for winhost::SmbReturn {
+    fn raised(e: &CallError) -> Option<Self> {
+        e.win32_code().map(|w| Self(w.code()))
+    }
+}
+
+impl RaisedCode for winhost::StorageReturn {
+    fn raised(_: &CallError) -> Option<Self> {
+        None
+    }
 }
 
 impl Ops<'_> {
     /// A facade failure as this operation's error.
     pub(crate) fn err(&self, e: CallError) -> HostError {
-        let kind = match e.win32_code().map(|w| w.code()) {
+        let kind = match (e.win32_code().map(|w| w.code()), e.iscsi_status()) {
             // Not a reparse point: nothing is mounted or linked there.
-            Some(4390) => HostErrorKind::NotFound,
+            (Some(4390), _) => HostErrorKind::NotFound,
+            (_, Some(IscsiStatus::TargetAlreadyLoggedIn)) => HostErrorKind::AlreadyLoggedIn,
             _ => kind_of(e.kind()),
         };
         HostError::new(self.op, kind, e.to_string())
+    }
+
+    /// A method call's output when it succeeded or answered one of `also_ok` — in its `ReturnValue` or raised with
+    /// the code in its error object, whichever way the provider reports it (reference §5 item 1) — else the failure
+    /// as this operation's error.
+    pub(crate) fn method<C: RaisedCode, T: Default>(
+        &self,
+        result: CallResult<MethodOutcome<C, T>>,
+        also_ok: &[C],
+    ) -> HostResult<T> {
+        match result {
+            Ok(outcome) => self.accept(outcome, also_ok),
+            Err(e) => match C::raised(&e) {
+                Some(code) if also_ok.contains(&code) => {
+                    tracing::debug!(op = %self.op, %code, "a tolerated code, raised");
+                    Ok(T::default())
+                }
+                _ => Err(self.err(e)),
+            },
+        }
     }
 
     /// A method's output when it succeeded (or answered one of `also_ok`), else its failure as this operation's
@@ -288,7 +458,7 @@ fn kind_of(k: ErrorKind) -> HostErrorKind {
 
 impl Host for NativeHost {
     fn capabilities(&self) -> HostCapabilities {
-        self.inner.caps
+        capabilities_of(&self.inner.host.probe_report())
     }
 
     async fn path_exists(&self, path: &HostPath, d: Deadline) -> HostResult<bool> {
@@ -335,13 +505,41 @@ impl Host for NativeHost {
         credential: Option<&SmbCredential>,
         d: Deadline,
     ) -> HostResult<()> {
-        let remote = remote.clone();
+        let op = HostOp::NewSmbGlobalMapping;
         let link = link.map(|l| l.as_str().to_owned());
         let cred = credential.map(|c| (c.principal().to_owned(), c.password().clone()));
-        self.run(HostOp::NewSmbGlobalMapping, d, move |o| {
-            smb::new_mapping(o, &remote, link.as_deref(), cred.as_ref())
-        })
-        .await
+        // A mapping the SMB client is re-establishing is waited for, never torn down (smb.rs): bounded by
+        // MAPPING_SETTLE_WAIT and the RPC's deadline, with backoff.
+        let give_up = tokio::time::Instant::now() + MAPPING_SETTLE_WAIT;
+        let mut step = MAPPING_SETTLE_STEP;
+        loop {
+            let (r, l, c) = (remote.clone(), link.clone(), cred.clone());
+            let pass = self
+                .run(op, d, move |o| {
+                    smb::new_mapping(o, &r, l.as_deref(), c.as_ref())
+                })
+                .await?;
+            let MapPass::Settling(status) = pass else {
+                return Ok(());
+            };
+            let status = smb::status_text(status);
+            let now = tokio::time::Instant::now();
+            if now + step > give_up || now + step >= d.instant() {
+                return Err(HostError::new(
+                    op,
+                    HostErrorKind::Unavailable,
+                    format!(
+                        "the SMB global mapping of {} is still {status}: the node's SMB client is re-establishing it; \
+                         it is left in place (other volumes may use it) and the stage can be retried",
+                        remote.root()
+                    ),
+                ));
+            }
+            info!(root = %remote.root(), %status, wait_ms = step.as_millis() as u64, "the SMB mapping is \
+                  re-establishing itself: waiting before looking again");
+            tokio::time::sleep(step).await;
+            step = (step * 2).min(MAPPING_SETTLE_STEP_MAX);
+        }
     }
 
     async fn remove_smb_global_mapping(&self, remote: &UncPath, d: Deadline) -> HostResult<()> {
@@ -549,8 +747,7 @@ impl Host for NativeHost {
     async fn set_mutual_chap_secret(&self, secret: &Secret, d: Deadline) -> HostResult<()> {
         let s = secret.clone();
         self.run(HostOp::SetMutualChapSecret, d, move |o| {
-            let out = o.w.set_chap_secret(o.c, s.expose()).map_err(|e| o.err(e))?;
-            o.accept(out, &[])
+            o.method(o.w.set_chap_secret(o.c, s.expose()), &[])
         })
         .await
     }
@@ -598,12 +795,48 @@ impl NativeProbe {
     }
 }
 
+/// Why the backend cannot serve all it should right now, besides answering: a capability whose start-up check failed
+/// for a passing reason (being checked again), or a call lane whose every thread is stuck in a call its caller gave
+/// up on. `None` when neither.
+pub fn degraded(windows: &dyn WindowsHost) -> Option<String> {
+    if let Some(why) = windows.probe_report().failure_message() {
+        return Some(why);
+    }
+    let stuck: Vec<String> = windows
+        .lanes()
+        .iter()
+        .filter(|l| l.exhausted())
+        .map(|l| {
+            let oldest = l.stuck.iter().max_by_key(|s| s.running_for);
+            match oldest {
+                Some(s) => format!(
+                    "{} (every thread stuck; oldest {} for {}s)",
+                    l.name,
+                    s.call,
+                    s.running_for.as_secs()
+                ),
+                None => format!("{} (every thread stuck)", l.name),
+            }
+        })
+        .collect();
+    (!stuck.is_empty()).then(|| {
+        format!(
+            "Windows answers no more calls in these lanes: {}; the calls outlived their callers and hold their threads \
+             until Windows answers",
+            stuck.join(", ")
+        )
+    })
+}
+
 impl HostProbe for NativeProbe {
     fn check(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
+            if let Some(why) = degraded(&**self.host.windows()) {
+                return Err(why);
+            }
             let d = Deadline::after(self.timeout);
             let root = self.kubelet_root.clone();
-            let storage = self.host.inner.caps.clear_disk_read_only;
+            let storage = self.host.capabilities().clear_disk_read_only;
             self.host
                 .run(HostOp::GetDiskState, d, move |o| {
                     if storage {

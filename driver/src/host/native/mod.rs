@@ -77,9 +77,11 @@
 //!   backoff ([`NativeHost::recheck_capabilities`]); meanwhile `/readyz` says which and why
 //!   (`wincsi_host_capability_up` in metrics).
 
+mod capability;
 mod disk;
 mod files;
 mod iscsi;
+mod ops;
 #[cfg(not(windows))]
 #[path = "platform_other.rs"]
 mod platform;
@@ -102,11 +104,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
-use tracing::{info, warn};
-use winhost::codes::IscsiStatus;
-use winhost::method::{MethodOutcome, ReturnCode};
-use winhost::probe::{Capability, CapabilityState, ProbeReport};
-use winhost::{CallContext, CallError, CallResult, CancelToken, ErrorKind, WindowsHost};
+use tracing::info;
+use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
     DiskIds, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath,
@@ -114,6 +113,11 @@ use super::{
 };
 use crate::locks::Deadline;
 
+use capability::capabilities_of;
+pub use capability::{
+    CAPABILITY_CHECK_TIMEOUT, CAPABILITY_RECHECK_FIRST, CAPABILITY_RECHECK_MAX, degraded,
+};
+pub(crate) use ops::Ops;
 pub use platform::windows_host;
 #[cfg(feature = "test-windows-socket")]
 pub use remote::remote_windows_host;
@@ -131,12 +135,6 @@ pub const MAPPING_SETTLE_WAIT: Duration = Duration::from_secs(30);
 /// The first pause between two looks at a settling mapping (doubling, at most [`MAPPING_SETTLE_STEP_MAX`]).
 const MAPPING_SETTLE_STEP: Duration = Duration::from_millis(250);
 const MAPPING_SETTLE_STEP_MAX: Duration = Duration::from_secs(4);
-
-/// The first pause before checking a capability again after its start-up check failed (doubling, at most
-/// [`CAPABILITY_RECHECK_MAX`]).
-pub const CAPABILITY_RECHECK_FIRST: Duration = Duration::from_secs(1);
-/// The longest pause between two checks of a capability whose check keeps failing.
-pub const CAPABILITY_RECHECK_MAX: Duration = Duration::from_secs(60);
 
 /// What the native backend is told by the flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,19 +173,6 @@ impl std::fmt::Debug for NativeHost {
             .field("capabilities", &self.capabilities())
             .field("options", &self.inner.options)
             .finish_non_exhaustive()
-    }
-}
-
-/// What the backend can do, from the probe: a capability counts unless the host lacks it for good (one whose probe
-/// failed for a passing reason is still the backend's; its calls answer Unavailable until a re-check finds it).
-fn capabilities_of(report: &ProbeReport) -> HostCapabilities {
-    let has = |c| report.state(c) != CapabilityState::Absent;
-    HostCapabilities {
-        list_smb_mappings: has(Capability::Smb),
-        clear_disk_read_only: has(Capability::Disks),
-        discovery_chap: has(Capability::Iscsi),
-        persistent_logins: has(Capability::Iscsi),
-        read_links: true,
     }
 }
 
@@ -251,37 +236,6 @@ impl NativeHost {
             );
         }
         Ok(added)
-    }
-
-    /// Check the host's capabilities again while a start-up check failed for a passing reason (WMI restarting at
-    /// boot, a timeout), with backoff from [`CAPABILITY_RECHECK_FIRST`] doubling to [`CAPABILITY_RECHECK_MAX`], until
-    /// every capability is found present or absent for good. `report` is told each finding (metrics). Meanwhile
-    /// the capability's calls answer Unavailable and [`NativeProbe`] (readiness) names it.
-    pub async fn recheck_capabilities(self, report: impl Fn(&ProbeReport) + Send) {
-        let mut delay = CAPABILITY_RECHECK_FIRST;
-        loop {
-            let current = self.inner.host.probe_report();
-            report(&current);
-            let Some(why) = current.failure_message() else {
-                if !current.is_complete() {
-                    info!("{current}");
-                }
-                return;
-            };
-            warn!(retry_in_s = delay.as_secs(), "{why}");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(CAPABILITY_RECHECK_MAX);
-            let host = Arc::clone(&self.inner.host);
-            let checked = tokio::task::spawn_blocking(move || {
-                host.reprobe(&CallContext::after(super::PROBE_TIMEOUT))
-            })
-            .await;
-            match checked {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => warn!(error = %e, "checking the Windows WMI providers again failed"),
-                Err(e) => warn!(error = %e, "checking the Windows WMI providers again failed"),
-            }
-        }
     }
 
     /// Run `f` (one host operation's facade calls) on the bounded blocking pool, bounded by `d`.
@@ -348,111 +302,6 @@ struct CancelOnDrop(CancelToken);
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.0.cancel();
-    }
-}
-
-/// What one host operation's facade calls run with (on a pool thread).
-pub(crate) struct Ops<'a> {
-    pub(crate) w: &'a dyn WindowsHost,
-    pub(crate) c: &'a CallContext,
-    pub(crate) op: HostOp,
-    pub(crate) ledger: &'a Ledger,
-    /// `RequirePrivacy` for the SMB mappings this operation creates.
-    pub(crate) smb_privacy: bool,
-}
-
-/// The code a method's raised failure carries, as its return-code table reads it: iSCSI methods raise an iscsierr.h
-/// status (`HRESULT 0xefff003f`), SMB methods a Win32 error (`Windows System Error 1219`), in the error object WMI
-/// attaches (`winhost::error_object`); Storage methods answer in `ReturnValue`.
-pub(crate) trait RaisedCode: ReturnCode {
-    /// The code `e` carries, if it is one of this table's.
-    fn raised(e: &CallError) -> Option<Self>;
-}
-
-impl RaisedCode for IscsiStatus {
-    fn raised(e: &CallError) -> Option<Self> {
-        e.iscsi_status()
-    }
-}
-
-impl RaisedCode for winhost::SmbReturn {
-    fn raised(e: &CallError) -> Option<Self> {
-        e.win32_code().map(|w| Self(w.code()))
-    }
-}
-
-impl RaisedCode for winhost::StorageReturn {
-    fn raised(_: &CallError) -> Option<Self> {
-        None
-    }
-}
-
-impl Ops<'_> {
-    /// A facade failure as this operation's error.
-    pub(crate) fn err(&self, e: CallError) -> HostError {
-        let kind = match (e.win32_code().map(|w| w.code()), e.iscsi_status()) {
-            // Not a reparse point: nothing is mounted or linked there.
-            (Some(4390), _) => HostErrorKind::NotFound,
-            (_, Some(IscsiStatus::TargetAlreadyLoggedIn)) => HostErrorKind::AlreadyLoggedIn,
-            _ => kind_of(e.kind()),
-        };
-        HostError::new(self.op, kind, e.to_string())
-    }
-
-    /// A method call's output when it succeeded or answered one of `also_ok` — in its `ReturnValue` or raised with
-    /// the code in its error object, whichever way the provider reports it (reference §5 item 1) — else the failure
-    /// as this operation's error.
-    pub(crate) fn method<C: RaisedCode, T: Default>(
-        &self,
-        result: CallResult<MethodOutcome<C, T>>,
-        also_ok: &[C],
-    ) -> HostResult<T> {
-        match result {
-            Ok(outcome) => self.accept(outcome, also_ok),
-            Err(e) => match C::raised(&e) {
-                Some(code) if also_ok.contains(&code) => {
-                    tracing::debug!(op = %self.op, %code, "a tolerated code, raised");
-                    Ok(T::default())
-                }
-                _ => Err(self.err(e)),
-            },
-        }
-    }
-
-    /// A method's output when it succeeded (or answered one of `also_ok`), else its failure as this operation's
-    /// error (the code, its meaning and the `ExtendedStatus` in the message).
-    pub(crate) fn accept<C: ReturnCode, T>(
-        &self,
-        outcome: MethodOutcome<C, T>,
-        also_ok: &[C],
-    ) -> HostResult<T> {
-        outcome
-            .accept(also_ok)
-            .map_err(|f| HostError::new(self.op, kind_of(f.kind()), f.to_string()))
-    }
-
-    /// A failure of this operation.
-    pub(crate) fn fail(&self, kind: HostErrorKind, message: impl Into<String>) -> HostError {
-        HostError::new(self.op, kind, message)
-    }
-}
-
-/// The facade's classification as the port's (reference §1.4's table).
-fn kind_of(k: ErrorKind) -> HostErrorKind {
-    match k {
-        ErrorKind::NotFound => HostErrorKind::NotFound,
-        ErrorKind::AlreadyExists => HostErrorKind::AlreadyExists,
-        ErrorKind::NotEmpty => HostErrorKind::NotEmpty,
-        ErrorKind::MultipleConnections => HostErrorKind::MultipleConnections,
-        ErrorKind::NetworkPathNotFound => HostErrorKind::NetworkPathNotFound,
-        ErrorKind::NetworkNameNotFound => HostErrorKind::NetworkNameNotFound,
-        ErrorKind::StaleMapping => HostErrorKind::StaleMapping,
-        ErrorKind::LogonFailure => HostErrorKind::LogonFailure,
-        ErrorKind::AccessDenied => HostErrorKind::AccessDenied,
-        ErrorKind::InvalidPath => HostErrorKind::InvalidPath,
-        ErrorKind::Unavailable => HostErrorKind::Unavailable,
-        ErrorKind::DeadlineExceeded | ErrorKind::Cancelled => HostErrorKind::DeadlineExceeded,
-        ErrorKind::Other => HostErrorKind::Other,
     }
 }
 
@@ -793,39 +642,6 @@ impl NativeProbe {
             timeout,
         }
     }
-}
-
-/// Why the backend cannot serve all it should right now, besides answering: a capability whose start-up check failed
-/// for a passing reason (being checked again), or a call lane whose every thread is stuck in a call its caller gave
-/// up on. `None` when neither.
-pub fn degraded(windows: &dyn WindowsHost) -> Option<String> {
-    if let Some(why) = windows.probe_report().failure_message() {
-        return Some(why);
-    }
-    let stuck: Vec<String> = windows
-        .lanes()
-        .iter()
-        .filter(|l| l.exhausted())
-        .map(|l| {
-            let oldest = l.stuck.iter().max_by_key(|s| s.running_for);
-            match oldest {
-                Some(s) => format!(
-                    "{} (every thread stuck; oldest {} for {}s)",
-                    l.name,
-                    s.call,
-                    s.running_for.as_secs()
-                ),
-                None => format!("{} (every thread stuck)", l.name),
-            }
-        })
-        .collect();
-    (!stuck.is_empty()).then(|| {
-        format!(
-            "Windows answers no more calls in these lanes: {}; the calls outlived their callers and hold their threads \
-             until Windows answers",
-            stuck.join(", ")
-        )
-    })
 }
 
 impl HostProbe for NativeProbe {

@@ -112,6 +112,13 @@ impl Ledger {
         let Some(path) = path else {
             return Ok(());
         };
+        if roots.is_empty() {
+            // Nothing held: no file (a missing file reads as empty), so a node with no mapping keeps no record.
+            return match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
+        }
         let tmp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec(roots).map_err(std::io::Error::other)?;
         {

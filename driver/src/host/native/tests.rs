@@ -1058,3 +1058,86 @@ async fn a_capability_whose_check_failed_at_start_is_checked_again_until_found()
     let view = Arc::new(WindowsView::new(fx.sim.clone()).with_probe(absent));
     assert_eq!(degraded(&*view), None);
 }
+
+// ---- review L6: a reused mapping made without encryption is warned about ----
+
+/// Someone else mapped the share without `RequirePrivacy`: wincsi, which would have required it, reuses it (it
+/// works, and removing it is not wincsi's to do) and says so at `warn`; with `--smb-require-privacy=false` it does
+/// not. (Before: silently reused.)
+#[test]
+fn a_reused_mapping_without_encryption_is_warned_about() {
+    use std::io::Write;
+    use std::sync::Mutex;
+    use winhost::model::SmbGlobalMappingCreate;
+    use winhost::{CallContext, SmbWmi};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let sandbox = tempfile::tempdir().expect("tmp");
+    let sim = SimHost::new(&scenario(), sandbox.path(), HostOptions::default()).expect("sim");
+    let view = WindowsView::with_handle(sim.clone(), rt.handle().clone());
+    let ctx = CallContext::after(Duration::from_secs(60));
+    view.global_mapping_create(
+        &ctx,
+        &SmbGlobalMappingCreate {
+            remote_path: r"\\fs1\data",
+            local_path: None,
+            user_name: Some(r"CORP\bob"),
+            password: PW,
+            persistent: None,
+            require_privacy: Some(false),
+            require_integrity: None,
+            use_write_through: None,
+        },
+    )
+    .expect("someone else's mapping");
+    let ledger = super::Ledger::open(None);
+    let reuse = |privacy: bool| -> String {
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(sub);
+        let ops = super::Ops {
+            w: &view,
+            c: &ctx,
+            op: crate::host::HostOp::NewSmbGlobalMapping,
+            ledger: &ledger,
+            smb_privacy: privacy,
+        };
+        let pass = super::smb::new_mapping(
+            &ops,
+            &share(r"\\fs1\data"),
+            None,
+            Some(&(r"CORP\bob".to_owned(), Secret::new(PW))),
+        )
+        .expect("reused");
+        assert_eq!(pass, super::smb::MapPass::Done);
+        String::from_utf8_lossy(&buf.0.lock().expect("lock")).into_owned()
+    };
+    let warned = reuse(true);
+    assert!(
+        warned.contains("WARN") && warned.contains("does not require encryption"),
+        "{warned}"
+    );
+    assert!(!warned.contains(PW));
+    assert!(!reuse(false).contains("does not require encryption"));
+    assert_eq!(
+        sim.with_state(|s| s.mappings().len()),
+        1,
+        "reused, not replaced"
+    );
+}

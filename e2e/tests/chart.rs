@@ -42,7 +42,7 @@ const PIPES: [&str; 6] = [
 
 /// Flags the driver binary accepts (the cross-team contract); anything else would make it
 /// exit with status 2 at start-up.
-const DRIVER_FLAGS: [&str; 14] = [
+const DRIVER_FLAGS: [&str; 15] = [
     "endpoint",
     "node-id",
     "driver-name",
@@ -57,6 +57,7 @@ const DRIVER_FLAGS: [&str; 14] = [
     "log-level",
     "health-address",
     "metrics-address",
+    "smb-require-privacy",
 ];
 
 /// Keys that only mean something on Linux nodes; none may appear in a Windows pod spec.
@@ -127,6 +128,7 @@ struct Expect {
     metrics: Option<i64>,
     metrics_annotations: bool,
     image_registry: String,
+    smb_require_privacy: bool,
 }
 
 fn strings(v: &Json) -> Vec<String> {
@@ -184,6 +186,7 @@ impl Expect {
                 .then(|| values["metrics"]["port"].as_i64().expect("int")),
             metrics_annotations: b("/metrics/podAnnotations"),
             image_registry: s("/imageRegistry"),
+            smb_require_privacy: b("/driver/smbRequirePrivacy"),
         }
     }
 
@@ -496,6 +499,18 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
         assert!(
             !df.contains_key("max-volumes-per-node"),
             "0 means the flag is not passed"
+        );
+    }
+    // SMB encryption: the native backend's flag in hostProcess mode; csi-proxy's own flag decides otherwise.
+    if exp.host_process {
+        assert_eq!(
+            flag(driver, "smb-require-privacy"),
+            exp.smb_require_privacy.to_string()
+        );
+    } else {
+        assert!(
+            !df.contains_key("smb-require-privacy"),
+            "csi-proxy's -require-privacy decides in csiProxy mode"
         );
     }
     assert!(

@@ -23,7 +23,7 @@
 //!
 //! Injected faults ([`crate::SimHost::fail_nth`] on a name of [`CALLS`]) answer as follows, by the fault's message:
 //! `return:N` — the method ran and returned `ReturnValue` N (methods only); `raise:N` — the provider raised N in its
-//! error object ([`raised`]: `Windows System Error N` for SMB methods, `HRESULT 0x…` otherwise);
+//! error object (`raised`: `Windows System Error N` for SMB methods, `HRESULT 0x…` otherwise);
 //! `hresult:0xXXXXXXXX` — the COM call failed with that HRESULT; `win32:N` — the Win32 call failed with error N;
 //! anything else — `WBEM_E_FAILED` for WMI calls, error 31 (`ERROR_GEN_FAILURE`) for Win32 calls.
 

@@ -36,7 +36,7 @@ impl NativeHost {
     /// Check the host's capabilities again while a start-up check failed for a passing reason (WMI restarting at
     /// boot, a timeout), with backoff from [`CAPABILITY_RECHECK_FIRST`] doubling to [`CAPABILITY_RECHECK_MAX`], until
     /// every capability is found present or absent for good. `report` is told each finding (metrics). Meanwhile
-    /// the capability's calls answer Unavailable and [`NativeProbe`] (readiness) names it.
+    /// the capability's calls answer Unavailable and [`NativeProbe`](super::NativeProbe) (readiness) names it.
     pub async fn recheck_capabilities(self, report: impl Fn(&ProbeReport) + Send) {
         let mut delay = CAPABILITY_RECHECK_FIRST;
         loop {

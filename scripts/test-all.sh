@@ -173,7 +173,7 @@ e2e:democratic"
 
 # The test targets whose simulated host the native backend can drive (WINCSI_TEST_HOST_BACKEND=native: the driver's
 # unit suites and the suites that take the backend switch, over the simulated host's Windows view).
-NATIVE_TARGETS="driver:lib driver:iscsi_node driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood"
+NATIVE_TARGETS="driver:lib driver:iscsi_node driver:smb_node driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood"
 
 # Prints "<package dir> <test executable>" for each of PROFILE_TARGETS, from the build `test (linux)` made (the
 # same command and features, so cargo only lists the executables). Fails when a listed target is missing.

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 use crate::config::{Config, HostBackend};
 use crate::error::Error;
 use crate::host::csi_proxy::{CsiProxyHost, CsiProxyProbe};
-use crate::host::native::{FailedProbe, NativeHost, NativeProbe, windows_host};
+use crate::host::native::{FailedProbe, NativeHost, NativeOptions, NativeProbe, windows_host};
 use crate::host::{Host, HostPath, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
 use crate::iscsi::Iscsi;
 use crate::lifecycle::{Lifecycle, VolumeConfig, VolumeManager};
@@ -37,6 +37,25 @@ pub fn proxy_transport(config: &Config) -> Transport {
         None => Transport::NamedPipes {
             prefix: config.csi_proxy_pipe_prefix.clone(),
         },
+    }
+}
+
+/// The Windows host the native backend runs on: this machine's (`winhost::win32`), or, in a test build with
+/// `--test-windows-socket`, a simulated host's Windows view over a socket.
+fn windows_host_for(config: &Config) -> Result<Arc<dyn winhost::WindowsHost>, String> {
+    #[cfg(feature = "test-windows-socket")]
+    if let Some(addr) = &config.test_windows_socket {
+        return crate::host::native::remote_windows_host(addr);
+    }
+    let _ = config;
+    windows_host()
+}
+
+/// The native backend's options from the flags.
+fn native_options(config: &Config) -> NativeOptions {
+    NativeOptions {
+        smb_require_privacy: config.smb_require_privacy,
+        ..NativeOptions::default()
     }
 }
 
@@ -59,7 +78,7 @@ pub fn probe_within(config: &Config, timeout: Duration) -> Arc<dyn HostProbe> {
             ProxyClient::new(proxy_transport(config)).with_timeout(timeout),
             dir,
         )),
-        HostBackend::Native => match windows_host() {
+        HostBackend::Native => match windows_host_for(config) {
             Ok(host) => native_probe_within(config, host, timeout),
             Err(why) => Arc::new(FailedProbe(why)),
         },
@@ -91,6 +110,12 @@ pub const RECONCILE_BUDGET: std::time::Duration = std::time::Duration::from_secs
 pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
     match config.host_backend {
         HostBackend::CsiProxy => {
+            if !config.smb_require_privacy {
+                warn!(
+                    "--smb-require-privacy=false has no effect with --host-backend csi-proxy: csi-proxy's own \
+                     -require-privacy flag decides (v1.2.0 and later; v1.1.x always requires it)"
+                );
+            }
             let metrics = crate::metrics::installed().cloned();
             let mut client = ProxyClient::new(proxy_transport(config));
             if let Some(m) = metrics.clone() {
@@ -103,11 +128,12 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
                 volume_config(config)?,
                 &config.state_dir(),
                 config.vol_stats_cache_expiry(),
+                |_| {},
             )
             .await
         }
         HostBackend::Native => {
-            let windows = windows_host().map_err(Error::FailedPrecondition)?;
+            let windows = windows_host_for(config).map_err(Error::FailedPrecondition)?;
             native_lifecycle(config, windows).await
         }
     }
@@ -131,15 +157,54 @@ pub async fn native_lifecycle(
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir)
         .map_err(|e| Error::io("creating the state directory", e))?;
-    let host = NativeHost::new(windows, Some(&state_dir));
+    let host = NativeHost::with_options(windows, Some(&state_dir), native_options(config));
     let metrics = crate::metrics::installed().cloned();
+    // While a capability's start-up check failed for a passing reason, check again (readiness and metrics say so
+    // meanwhile); once everything is found present or absent, the task ends.
+    tokio::spawn(host.clone().recheck_capabilities(report_capabilities));
+    let seeding = host.clone();
     start(
         Metered::new(host, HostBackend::Native.name(), metrics),
         cfg,
         &state_dir,
         config.vol_stats_cache_expiry(),
+        move |store| adopt_recorded_mappings(&seeding, store),
     )
     .await
+}
+
+/// `wincsi_host_capability_up` for each capability of the native backend's probe `report`.
+fn report_capabilities(report: &winhost::probe::ProbeReport) {
+    if let Some(m) = crate::metrics::installed() {
+        for c in winhost::probe::Capability::ALL {
+            m.set_capability_up(HostBackend::Native.name(), c.name(), report.supports(c));
+        }
+    }
+}
+
+/// The shares this node's volume records say the driver mapped (SMB volumes staged, or to be re-staged): the
+/// mappings are its own whichever backend made them.
+pub fn recorded_shares(store: &StateStore) -> Vec<String> {
+    let Ok(volumes) = store.volumes() else {
+        return Vec::new();
+    };
+    let mut roots: Vec<String> = volumes
+        .iter()
+        .filter(|r| matches!(r.phase, Phase::Staged | Phase::NeedsRestage))
+        .filter_map(|r| r.details::<crate::smb::SmbRecord>().ok().flatten())
+        .map(|d| d.root)
+        .collect();
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+/// Seed the native backend's mapping ledger from the records (review M4: a node moved from `csiProxy` to
+/// `hostProcess` mode, or a lost ledger), before reconciliation may need to repair one of them.
+pub(crate) fn adopt_recorded_mappings(host: &NativeHost, store: &StateStore) {
+    if let Err(e) = host.adopt_mappings(recorded_shares(store)) {
+        warn!(error = %e, "cannot record the SMB mappings the volume records name as wincsi's");
+    }
 }
 
 /// The probe of the native backend on `windows`.
@@ -155,7 +220,7 @@ pub fn native_probe_within(
 ) -> Arc<dyn HostProbe> {
     match probe_path(config) {
         Ok(dir) => Arc::new(NativeProbe::within(
-            NativeHost::new(windows, None),
+            NativeHost::with_options(windows, None, native_options(config)),
             dir.as_str(),
             timeout,
         )),
@@ -165,17 +230,20 @@ pub fn native_probe_within(
 
 /// A lifecycle over `host` (one monomorphised instance per backend), reconciled with the host. A reconciliation
 /// failure (e.g. csi-proxy not up yet) is logged, not fatal: stage repairs a broken staging object by itself.
+/// `before_reconcile` sees the record store first.
 async fn start<H: Host>(
     host: H,
     cfg: VolumeConfig,
     state_dir: &Path,
     stats_cache: Option<Duration>,
+    before_reconcile: impl FnOnce(&StateStore),
 ) -> Result<Arc<dyn Lifecycle>, Error> {
     let mgr = Arc::new(
         manager(host, cfg, state_dir)?
             .with_stats_cache(stats_cache)
             .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
     );
+    before_reconcile(mgr.store());
     if let Some(metrics) = crate::metrics::installed() {
         let m = Arc::clone(&mgr);
         metrics.set_state_source(Arc::new(move || state_snapshot(m.store())));
@@ -278,10 +346,11 @@ pub async fn run_job<J: HostJob>(config: &Config, job: J) -> J::Output {
             };
             job.run(host, info).await
         }
-        HostBackend::Native => match windows_host() {
+        HostBackend::Native => match windows_host_for(config) {
             Ok(windows) => {
                 let state_dir = config.state_dir();
-                let host = NativeHost::new(windows, Some(&state_dir));
+                let host =
+                    NativeHost::with_options(windows, Some(&state_dir), native_options(config));
                 let info = BackendInfo {
                     kind: HostBackend::Native,
                     description: "native: Win32 and WMI in this process (no csi-proxy)".to_owned(),

@@ -161,6 +161,25 @@ pub struct Config {
     /// unset.
     #[arg(long, value_name = "ADDR", value_parser = parse_http_address)]
     pub health_address: Option<HttpAddress>,
+
+    /// Require SMB encryption (`RequirePrivacy`) on the SMB global mappings the native backend creates: true
+    /// (default, as csi-proxy's `-require-privacy`) or false for servers without SMB 3 encryption. With
+    /// --host-backend csi-proxy, csi-proxy's own `-require-privacy` flag decides (v1.2.0 and later).
+    #[arg(
+        long,
+        env = "SMB_REQUIRE_PRIVACY",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub smb_require_privacy: bool,
+
+    /// TEST BUILD ONLY (feature `test-windows-socket`): with --host-backend native, drive the simulated host's
+    /// Windows view served at ADDR (`unix:PATH` or `tcp:127.0.0.1:PORT`, `wincsi-sim --windows-socket`) instead of
+    /// this machine.
+    #[cfg(feature = "test-windows-socket")]
+    #[arg(long, value_name = "ADDR")]
+    pub test_windows_socket: Option<String>,
 }
 
 impl Config {

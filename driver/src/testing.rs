@@ -229,17 +229,23 @@ impl Env {
             kubelet_root: KubeletRoot::new(KUBELET).expect("root"),
             driver_name: "wincsi.csi.io".into(),
         };
+        let mut seed = None;
         let host = match backend {
             TestBackend::CsiProxy => TestHost::CsiProxy(CsiProxyHost::new(inproc.client())),
             TestBackend::Native => {
                 let view = Arc::new(WindowsView::new(inproc.host().clone()));
                 let native = NativeHost::new(view, Some(dir));
+                seed = Some(native.clone());
                 TestHost::Native(Tapped::new(native, Arc::clone(tap)))
             }
         };
         let mgr = manager(host, cfg, dir)
             .expect("manager")
             .with_stats_cache(stats_cache);
+        // As `backend::native_lifecycle` does: the shares the records say this driver mapped are its own.
+        if let Some(native) = seed {
+            crate::backend::adopt_recorded_mappings(&native, mgr.store());
+        }
         Arc::new(match secrets {
             Some(s) => mgr.with_secret_source(Arc::clone(s)),
             None => mgr,
@@ -260,6 +266,13 @@ impl Env {
         Arc::into_inner(mgr)
             .expect("a new manager")
             .with_store(store)
+    }
+
+    /// The same host and state directory, driven by `backend` from now on: a node moved between the chart's modes
+    /// (a restarted driver).
+    pub(crate) fn switch_backend(&mut self, backend: TestBackend) {
+        self.backend = backend;
+        self.restart();
     }
 
     /// Read inline volumes' Secrets from `source` (now and after restarts).

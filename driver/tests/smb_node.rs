@@ -1,5 +1,6 @@
-//! SMB through the real `wincsi-node` binary: CSI Node RPCs on its Unix socket, csi-proxy served by the in-process
-//! simulated host (`--csi-proxy-socket-dir`), logs at TRACE. Checks the wiring (capabilities, codes, deadlines), that
+//! SMB through the real `wincsi-node` binary: CSI Node RPCs on its Unix socket, the in-process simulated host served
+//! as csi-proxy (`--csi-proxy-socket-dir`) or, with `WINCSI_TEST_HOST_BACKEND=native`, as its Windows view over a
+//! socket (`--host-backend native --test-windows-socket`, the test build's transport), logs at TRACE. Checks the wiring (capabilities, codes, deadlines), that
 //! the durable state survives a SIGKILL of the driver, and that no secret reaches the driver's logs.
 //!
 //! Readiness is the binary's `serving CSI` line (printed after the socket is bound), so nothing sleeps.
@@ -16,6 +17,8 @@ use csi::v1::node_client::NodeClient;
 use csi::v1::node_service_capability::rpc::Type as RpcType;
 use csi::v1::{self as v1, volume_capability};
 use hyper_util::rt::TokioIo;
+use sim::wmi::remote::Address;
+use sim::wmi::{TestBackend, WindowsView};
 use sim::{HostOptions, Scenario, SimHost};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
@@ -31,7 +34,7 @@ struct Driver {
 }
 
 impl Driver {
-    fn spawn(sock: &Path, proxy_dir: &Path, state: &Path) -> Self {
+    fn spawn(sock: &Path, host_args: &[String], state: &Path) -> Self {
         let mut cmd = Command::new(BIN);
         for var in [
             "CSI_ENDPOINT",
@@ -50,7 +53,7 @@ impl Driver {
                 "--node-id",
                 "win-1",
             ])
-            .args(["--csi-proxy-socket-dir", &proxy_dir.display().to_string()])
+            .args(host_args)
             .args([
                 "--state-dir",
                 &state.display().to_string(),
@@ -184,8 +187,32 @@ async fn smb_volume_through_the_binary_survives_a_driver_kill() {
             .expect("mkdir parent");
     }
 
+    // The backend under test: csi-proxy's sockets, or the Windows view served over a socket of its own.
+    let windows = match TestBackend::from_env_or_panic() {
+        TestBackend::CsiProxy => None,
+        TestBackend::Native => {
+            let addr = Address::Unix(dir.path().join("windows.sock"));
+            let server =
+                sim::wmi::remote::serve(WindowsView::new(host.clone()), &addr).expect("serve");
+            Some((server, addr))
+        }
+    };
+    let host_args: Vec<String> = match &windows {
+        None => vec![
+            "--csi-proxy-socket-dir".into(),
+            socks.path().display().to_string(),
+        ],
+        Some((_, addr)) => vec![
+            "--host-backend".into(),
+            "native".into(),
+            "--test-windows-socket".into(),
+            addr.to_string(),
+        ],
+    };
+    // The host calls made from here on are the driver's (kubelet's mkdirs above went through csi-proxy).
+    let since = host.audit(0).last().map_or(0, |e| e.seq);
     let sock = dir.path().join("csi.sock");
-    let mut driver = Driver::spawn(&sock, socks.path(), state.path());
+    let mut driver = Driver::spawn(&sock, &host_args, state.path());
     driver.wait_for("serving CSI");
     let mut node = node_client(&sock).await;
 
@@ -261,7 +288,7 @@ async fn smb_volume_through_the_binary_survives_a_driver_kill() {
 
     // The driver is killed after the stage; a new one takes over from the durable records.
     let first_log = driver.kill();
-    let mut driver = Driver::spawn(&sock, socks.path(), state.path());
+    let mut driver = Driver::spawn(&sock, &host_args, state.path());
     driver.wait_for("serving CSI");
     let mut node = node_client(&sock).await;
 
@@ -322,5 +349,16 @@ async fn smb_volume_through_the_binary_survives_a_driver_kill() {
         !all.contains(PASSWORD),
         "a secret appears in the driver's logs"
     );
+    if let Some((server, _)) = windows {
+        // Only Windows was talked to: the mapping through WMI, no csi-proxy RPC.
+        let audit = host.audit(since);
+        assert!(
+            audit
+                .iter()
+                .any(|e| e.rpc == "MSFT_SmbGlobalMapping.Create")
+        );
+        assert!(!audit.iter().any(|e| sim::RPCS.contains(&e.rpc.as_str())));
+        server.stop();
+    }
     serve.shutdown().await.expect("shutdown");
 }

@@ -37,13 +37,50 @@ impl TestNode {
         scenario: &Scenario,
         customise: impl FnOnce(&mut DriverOptions),
     ) -> Result<TestNode> {
+        Self::start_on(bins, scenario, false, customise).await
+    }
+
+    /// The driver on the native backend (`--host-backend native`, a test build's `--test-windows-socket`) driving
+    /// the simulator's Windows view over a Unix socket (`wincsi-sim --windows-socket`): the real binary's native
+    /// backend, off Windows. Unix only.
+    pub async fn start_native(bins: &Binaries, scenario: &Scenario) -> Result<TestNode> {
+        Self::start_on(bins, scenario, true, |_| {}).await
+    }
+
+    async fn start_on(
+        bins: &Binaries,
+        scenario: &Scenario,
+        native: bool,
+        customise: impl FnOnce(&mut DriverOptions),
+    ) -> Result<TestNode> {
         let dir = tempfile::Builder::new()
             .prefix("wincsi-e2e-")
             .tempdir()
             .map_err(Error::io("creating the node's temporary directory"))?;
         let wiring = ProxyWiring::for_this_os(dir.path());
-        let sim = SimProcess::start(&bins.sim, scenario, &dir.path().join("host"), &wiring).await?;
+        let windows = format!("unix:{}", dir.path().join("windows.sock").display());
+        let sim_args = if native {
+            vec!["--windows-socket".to_owned(), windows.clone()]
+        } else {
+            Vec::new()
+        };
+        let sim = SimProcess::start_with(
+            &bins.sim,
+            scenario,
+            &dir.path().join("host"),
+            &wiring,
+            &sim_args,
+        )
+        .await?;
         let mut driver_opts = DriverOptions::new(dir.path(), wiring);
+        if native {
+            driver_opts.extra_args.extend([
+                "--host-backend".to_owned(),
+                "native".to_owned(),
+                "--test-windows-socket".to_owned(),
+                windows,
+            ]);
+        }
         customise(&mut driver_opts);
         let driver = DriverProcess::start(&bins.node, &driver_opts).await?;
         let conn = CsiConn::connect(driver.endpoint())?;
@@ -93,6 +130,12 @@ impl TestNode {
     /// The node's temporary directory.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The local directory standing for the simulated host's `C:\` (its sandbox), for kubelet's files and a pod's
+    /// data in the external mode ([`crate::LocalFiles::with_drive_c`]).
+    pub fn drive_c(&self) -> std::path::PathBuf {
+        self.dir.path().join("host").join("sandbox").join("c")
     }
 
     /// Kills the driver abruptly (no shutdown handler runs).

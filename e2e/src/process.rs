@@ -178,6 +178,18 @@ impl SimProcess {
         workdir: &Path,
         wiring: &ProxyWiring,
     ) -> Result<SimProcess> {
+        Self::start_with(bin, scenario, workdir, wiring, &[]).await
+    }
+
+    /// [`SimProcess::start`] with more flags (e.g. `--windows-socket unix:PATH`: its Windows view for a native
+    /// driver).
+    pub async fn start_with(
+        bin: &Path,
+        scenario: &Scenario,
+        workdir: &Path,
+        wiring: &ProxyWiring,
+        extra_args: &[String],
+    ) -> Result<SimProcess> {
         std::fs::create_dir_all(workdir)
             .map_err(Error::io(format!("creating {}", workdir.display())))?;
         let file = workdir.join("scenario.json");
@@ -198,6 +210,7 @@ impl SimProcess {
         } else {
             args.extend(["--admin".to_owned(), "tcp:127.0.0.1:0".to_owned()]);
         }
+        args.extend(extra_args.iter().cloned());
         let mut child = spawn(bin, "wincsi-sim", &args, &[])?;
         let log = OutputLog::default();
         let ready = log.capture(

@@ -42,7 +42,7 @@ const PIPES: [&str; 6] = [
 
 /// Flags the driver binary accepts (the cross-team contract); anything else would make it
 /// exit with status 2 at start-up.
-const DRIVER_FLAGS: [&str; 15] = [
+const DRIVER_FLAGS: [&str; 16] = [
     "endpoint",
     "node-id",
     "driver-name",
@@ -58,6 +58,7 @@ const DRIVER_FLAGS: [&str; 15] = [
     "health-address",
     "metrics-address",
     "vol-stats-cache-expire-in-minutes",
+    "smb-require-privacy",
 ];
 
 /// Keys that only mean something on Linux nodes; none may appear in a Windows pod spec.
@@ -135,6 +136,7 @@ struct Expect {
     extra_volumes: BTreeSet<String>,
     extra_mounts: usize,
     vol_stats_cache_minutes: i64,
+    smb_require_privacy: bool,
 }
 
 fn strings(v: &Json) -> Vec<String> {
@@ -208,6 +210,7 @@ impl Expect {
             vol_stats_cache_minutes: values["driver"]["volStatsCacheExpireInMinutes"]
                 .as_i64()
                 .expect("int"),
+            smb_require_privacy: b("/driver/smbRequirePrivacy"),
         }
     }
 
@@ -566,6 +569,18 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
         assert!(
             !df.contains_key("max-volumes-per-node"),
             "0 means the flag is not passed"
+        );
+    }
+    // SMB encryption: the native backend's flag in hostProcess mode; csi-proxy's own flag decides otherwise.
+    if exp.host_process {
+        assert_eq!(
+            flag(driver, "smb-require-privacy"),
+            exp.smb_require_privacy.to_string()
+        );
+    } else {
+        assert!(
+            !df.contains_key("smb-require-privacy"),
+            "csi-proxy's -require-privacy decides in csiProxy mode"
         );
     }
     assert!(

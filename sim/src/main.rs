@@ -51,6 +51,11 @@ struct Args {
     /// or `tcp:127.0.0.1:0` with `--pipes`).
     #[arg(long, value_name = "ADDR")]
     admin: Option<String>,
+    /// Also serve the host's Windows view (the native backend's facade) at ADDR: `unix:PATH` or
+    /// `tcp:127.0.0.1:PORT` (port 0: any; the ready line's `windows` says which), for a test build of
+    /// `wincsi-node --host-backend native --test-windows-socket ADDR` (sim/README.md).
+    #[arg(long, value_name = "ADDR")]
+    windows_socket: Option<String>,
     /// Log level (error, warn, info, debug, trace); logs go to stderr.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -108,12 +113,25 @@ async fn run(args: Args) -> sim::Result<()> {
     };
     let serving = sim::serve(host.clone(), &endpoints)?;
     let admin = serve_admin(host.clone(), &admin_addr).await?;
+    let windows = match &args.windows_socket {
+        Some(a) => {
+            let addr: sim::wmi::remote::Address = a
+                .parse()
+                .map_err(|e| sim::Error::Admin(format!("--windows-socket {e}")))?;
+            let view = sim::wmi::WindowsView::new(host.clone());
+            let server = sim::wmi::remote::serve(view, &addr)
+                .map_err(|e| sim::Error::Admin(format!("--windows-socket {addr}: {e}")))?;
+            Some(server)
+        }
+        None => None,
+    };
     let ready = ReadyLine {
         ready: true,
         endpoints: serving.endpoints().to_vec(),
         admin: admin.addr().to_string(),
         // Absolute (canonical on Unix) even when --root was relative: the sandbox's links are made from it.
         root: host.root().to_path_buf(),
+        windows: windows.as_ref().map(|w| w.address().to_string()),
     };
     let line = serde_json::to_string(&ready).map_err(|e| sim::Error::Admin(e.to_string()))?;
     {
@@ -125,6 +143,9 @@ async fn run(args: Args) -> sim::Result<()> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     host.release_hangs();
+    if let Some(w) = windows {
+        w.stop();
+    }
     admin.shutdown().await;
     serving.shutdown().await
 }

@@ -1,6 +1,7 @@
 //! Why a facade call failed, and the classification the backend's logic decides on.
 
 use crate::codes::{HResult, HResultCode, IscsiStatus, StorageReturn, Win32Error};
+use crate::error_object::ErrorObject;
 
 /// The result of a facade call.
 pub type CallResult<T> = Result<T, CallError>;
@@ -8,14 +9,19 @@ pub type CallResult<T> = Result<T, CallError>;
 /// A facade call that did not produce an answer. A method that ran and answered with a non-zero `ReturnValue` is
 /// *not* an error at this level: it is a [`crate::MethodOutcome`] the logic above interprets.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize))]
 pub enum CallError {
-    /// A COM/WMI call failed with an HRESULT (connect, query, `GetObject`, `ExecMethod`).
-    #[error("{call}: {hresult}")]
+    /// A COM/WMI call failed with an HRESULT (connect, query, `GetObject`, `ExecMethod`), with the error object WMI
+    /// left on the thread when there was one ([`crate::error_object`]: what the provider said, e.g. `Windows System
+    /// Error 1219`).
+    #[error("{call}: {hresult}{}", object_suffix(.error))]
     Wmi {
         /// What was called, e.g. `ExecMethod MSFT_Disk.Online` (never an argument value).
         call: String,
         /// The HRESULT.
         hresult: HResult,
+        /// The extended error object (`MSFT_WmiError`, `__ExtendedStatus`), when WMI attached one.
+        error: Option<Box<ErrorObject>>,
     },
     /// A Win32 function failed.
     #[error("{function}({path}): Win32 error {code}")]
@@ -60,6 +66,13 @@ pub enum CallError {
     },
 }
 
+fn object_suffix(error: &Option<Box<ErrorObject>>) -> String {
+    match error {
+        Some(e) if !e.is_empty() => format!(": {e}"),
+        _ => String::new(),
+    }
+}
+
 fn started_text(started: bool) -> &'static str {
     if started {
         "the host call had started and may still complete: outcome unknown"
@@ -83,6 +96,24 @@ impl CallError {
         Self::Wmi {
             call: call.into(),
             hresult,
+            error: None,
+        }
+    }
+
+    /// A WMI failure with the error object WMI attached to it.
+    pub fn wmi_with(call: impl Into<String>, hresult: HResult, error: ErrorObject) -> Self {
+        Self::Wmi {
+            call: call.into(),
+            hresult,
+            error: (!error.is_empty()).then(|| Box::new(error)),
+        }
+    }
+
+    /// The error object WMI attached, if any.
+    pub fn error_object(&self) -> Option<&ErrorObject> {
+        match self {
+            Self::Wmi { error, .. } => error.as_deref(),
+            _ => None,
         }
     }
 
@@ -98,7 +129,27 @@ impl CallError {
     pub fn win32_code(&self) -> Option<Win32Error> {
         match self {
             Self::Win32 { code, .. } => Some(*code),
-            Self::Wmi { hresult, .. } => hresult.win32(),
+            Self::Wmi { hresult, error, .. } => error
+                .as_ref()
+                .and_then(|e| e.cause())
+                .and_then(|c| c.win32())
+                .or_else(|| hresult.win32()),
+            _ => None,
+        }
+    }
+
+    /// The iSCSI initiator status behind the error: the error object's `HRESULT 0xEFFF….` code, or an HRESULT that is
+    /// one (how the iSCSI provider raises a failure; reference §2.5).
+    pub fn iscsi_status(&self) -> Option<IscsiStatus> {
+        match self {
+            Self::Wmi { hresult, error, .. } => error
+                .as_ref()
+                .and_then(|e| e.cause())
+                .and_then(|c| match c {
+                    crate::error_object::ErrorCause::Iscsi(i) => Some(i),
+                    _ => None,
+                })
+                .or_else(|| hresult.iscsi()),
             _ => None,
         }
     }
@@ -116,7 +167,14 @@ impl CallError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::Win32 { code, .. } => ErrorKind::from_win32(*code),
-            Self::Wmi { hresult, .. } => ErrorKind::from_hresult(*hresult),
+            // What the provider said wins over the carrier HRESULT (`WBEM_E_FAILED` says nothing), unless it names
+            // nothing more specific than the HRESULT does.
+            Self::Wmi { hresult, error, .. } => error
+                .as_ref()
+                .and_then(|e| e.cause())
+                .map(|c| c.kind())
+                .filter(|k| *k != ErrorKind::Other)
+                .unwrap_or_else(|| ErrorKind::from_hresult(*hresult)),
             Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Self::Cancelled { .. } => ErrorKind::Cancelled,
             Self::Unsupported { .. } | Self::Unavailable(_) => ErrorKind::Unavailable,
@@ -143,7 +201,8 @@ pub enum ErrorKind {
     NetworkNameNotFound,
     /// A local name is in use by a stale mapping: Win32 85.
     StaleMapping,
-    /// Bad user name or password: Win32 1326/86, iSCSI authentication/authorization failures.
+    /// Bad user name or password: Win32 1326/86, a user name without a domain (1312), iSCSI
+    /// authentication/authorization failures.
     LogonFailure,
     /// Access denied: Win32 5, storage 40001, `WBEM_E_ACCESS_DENIED`.
     AccessDenied,
@@ -173,7 +232,10 @@ impl ErrorKind {
             W::BadNetPath => Self::NetworkPathNotFound,
             W::BadNetName => Self::NetworkNameNotFound,
             W::AlreadyAssigned => Self::StaleMapping,
-            W::LogonFailure | W::InvalidPassword => Self::LogonFailure,
+            // 1312 ("a specified logon session does not exist") is what New-SmbGlobalMapping answers for a user name
+            // without a domain (csi-driver-smb known issues; MicrosoftDocs/windows-powershell-docs#2655): the
+            // credentials are the problem, as with 1326.
+            W::LogonFailure | W::InvalidPassword | W::NoSuchLogonSession => Self::LogonFailure,
             W::AccessDenied => Self::AccessDenied,
             W::InvalidName | W::BadPathname => Self::InvalidPath,
             _ => Self::Other,
@@ -261,6 +323,7 @@ mod tests {
             (85, ErrorKind::StaleMapping),
             (1326, ErrorKind::LogonFailure),
             (86, ErrorKind::LogonFailure),
+            (1312, ErrorKind::LogonFailure),
             (5, ErrorKind::AccessDenied),
             (123, ErrorKind::InvalidPath),
             (161, ErrorKind::InvalidPath),
@@ -295,6 +358,65 @@ mod tests {
         for (raw, kind) in cases {
             assert_eq!(ErrorKind::from_hresult(HResult(raw)), kind, "0x{raw:08X}");
         }
+    }
+
+    /// `WBEM_E_FAILED` says nothing; the error object WMI attached says what the provider meant.
+    #[test]
+    fn the_error_object_classifies_what_its_hresult_does_not() {
+        let call = "ExecMethod MSFT_SmbGlobalMapping.Create";
+        let bare = CallError::wmi(call, HResult(0x8004_1001));
+        assert_eq!(bare.kind(), ErrorKind::Other);
+        assert_eq!(bare.win32_code(), None);
+        let object = ErrorObject {
+            class: Some("MSFT_WmiError".into()),
+            error_code: Some(1219),
+            error_type: Some("Win32".into()),
+            message_id: Some("Windows System Error 1219".into()),
+            message: Some("Multiple connections to a server ...".into()),
+            ..Default::default()
+        };
+        let e = CallError::wmi_with(call, HResult(0x8004_1001), object);
+        assert_eq!(e.kind(), ErrorKind::MultipleConnections);
+        assert_eq!(e.win32_code(), Some(Win32Error::SessionCredentialConflict));
+        assert!(e.error_object().is_some());
+        assert_eq!(
+            e.to_string(),
+            "ExecMethod MSFT_SmbGlobalMapping.Create: WBEM_E_FAILED: the call failed. (0x80041001): Windows System \
+             Error 1219: Multiple connections to a server ..."
+        );
+        let login = CallError::wmi_with(
+            "ExecMethod MSFT_iSCSITarget.Connect",
+            HResult(0x8004_1001),
+            ErrorObject {
+                error_code: Some(0xEFFF_003F),
+                error_type: Some("HRESULT".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            login.iscsi_status(),
+            Some(IscsiStatus::TargetAlreadyLoggedIn)
+        );
+        assert_eq!(login.kind(), ErrorKind::AlreadyExists);
+        // An HRESULT that is itself the status still counts; an object naming nothing leaves the HRESULT's kind.
+        assert_eq!(
+            CallError::wmi("x", HResult(0xEFFF_0029)).iscsi_status(),
+            Some(IscsiStatus::TargetNotFound)
+        );
+        let vague = CallError::wmi_with(
+            "x",
+            HResult(0x8004_1033),
+            ErrorObject {
+                message: Some("shutting down".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(vague.kind(), ErrorKind::Unavailable);
+        assert!(
+            CallError::wmi_with("x", HResult(1), ErrorObject::default())
+                .error_object()
+                .is_none()
+        );
     }
 
     #[test]

@@ -23,11 +23,12 @@ use crate::model::{
     AttributeTag, ConnectTarget, CreatePartition, DeviceBytes, DiskAttributes, FileAttributes,
     FormatVolume, FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession,
     MsftIscsiTarget, MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume,
-    NewTargetPortal, ObjectPath, SmbGlobalMapping, SmbGlobalMappingCreate, StorageDeviceNumber,
-    SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
+    NewTargetPortal, ObjectPath, RegisterSession, SmbGlobalMapping, SmbGlobalMappingCreate,
+    StorageDeviceNumber, SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
 };
 use crate::page83::StorageIdentifier;
 use crate::paths::VolumeGuidPath;
+use crate::pool::PoolStatus;
 use crate::probe::ProbeReport;
 use crate::reparse::ReparsePoint;
 
@@ -225,6 +226,14 @@ pub trait IscsiWmi: Send + Sync {
         connection: &ObjectPath,
     ) -> CallResult<Vec<MsftDisk>>;
 
+    /// `MSFT_iSCSISession.Register(…)`: make an existing session persistent (the initiator logs it back in at boot).
+    fn session_register(
+        &self,
+        ctx: &CallContext,
+        session: &ObjectPath,
+        params: &RegisterSession<'_>,
+    ) -> CallResult<IscsiOutcome>;
+
     /// `MSFT_iSCSISession.Unregister()`: drop the persistent login record.
     fn session_unregister(
         &self,
@@ -372,11 +381,22 @@ pub trait Win32Files: Send + Sync {
     ) -> CallResult<DeviceBytes>;
 }
 
-/// What the host offers, as found by the start-up probe.
+/// What the host offers, as found by the start-up probe, and how its call lanes are doing.
 pub trait Capabilities: Send + Sync {
     /// The probe's findings. Calls into a missing namespace or class fail with [`crate::CallError::Unsupported`]
     /// without reaching the host.
     fn probe_report(&self) -> ProbeReport;
+
+    /// Run the probe again and keep its findings (what [`Capabilities::probe_report`] answers from now on): after a
+    /// probe that could not tell ([`crate::probe::CapabilityState::ProbeFailed`]: WMI restarting at boot, a
+    /// timeout), calls into what it now finds are served.
+    fn reprobe(&self, ctx: &CallContext) -> CallResult<ProbeReport>;
+
+    /// The implementation's call lanes (its worker pools), for reports: stuck calls, exhausted lanes. None when it
+    /// has no lanes of its own (the simulated host).
+    fn lanes(&self) -> Vec<PoolStatus> {
+        Vec::new()
+    }
 }
 
 /// Everything the native backend needs, as one object-safe trait (`Arc<dyn WindowsHost>`).

@@ -18,6 +18,7 @@
 pub mod call;
 pub mod codes;
 pub mod error;
+pub mod error_object;
 pub mod facade;
 pub mod location;
 pub mod method;
@@ -26,6 +27,8 @@ pub mod page83;
 pub mod paths;
 pub mod pool;
 pub mod probe;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod reparse;
 pub mod signature;
 pub mod smb;
@@ -36,6 +39,7 @@ pub mod wql;
 pub use call::{CallContext, CancelToken};
 pub use codes::{HResult, IscsiStatus, StorageReturn, Win32Error};
 pub use error::{CallError, CallResult, ErrorKind};
+pub use error_object::{ErrorCause, ErrorObject};
 pub use facade::{Capabilities, IscsiWmi, SmbWmi, StorageWmi, Win32Files, WindowsHost};
 pub use method::{ExtendedStatus, MethodFailure, MethodOutcome, ReturnCode, SmbReturn};
 pub use model::ObjectPath;

@@ -44,6 +44,7 @@ impl ReturnCode for IscsiStatus {
 /// (1219, 53, …) here or in the HRESULT is **unverified** (reference §5 item 1), so a value that is a known Win32
 /// error is shown and classified as one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct SmbReturn(pub u32);
 
 impl SmbReturn {
@@ -93,6 +94,7 @@ impl ReturnCode for SmbReturn {
 /// object". Whether WMI hands it over as an embedded object or as text is **unverified** (reference §5 item 10): the
 /// Windows implementation reads the fields of an object, and keeps text as [`ExtendedStatus::text`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct ExtendedStatus {
     /// `Message`.
     pub message: Option<String>,
@@ -148,6 +150,7 @@ impl fmt::Display for ExtendedStatus {
 
 /// What a WMI method call returned: the method ran (no COM error) and answered `code`.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize))]
 pub struct MethodOutcome<C, T = ()> {
     /// `Class.Method`, for messages.
     pub method: &'static str,
@@ -157,6 +160,30 @@ pub struct MethodOutcome<C, T = ()> {
     pub extended_status: Option<ExtendedStatus>,
     /// The typed out-parameters (`Default` when the call failed and returned none).
     pub output: T,
+}
+
+/// The wire form of an outcome: its method name is interned on arrival (a `&'static str` cannot be borrowed from
+/// the input).
+#[cfg(feature = "remote")]
+impl<'de, C: serde::Deserialize<'de>, T: serde::Deserialize<'de>> serde::Deserialize<'de>
+    for MethodOutcome<C, T>
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Wire<C, T> {
+            method: crate::remote::StaticName,
+            code: C,
+            extended_status: Option<ExtendedStatus>,
+            output: T,
+        }
+        let w = Wire::<C, T>::deserialize(d)?;
+        Ok(Self {
+            method: w.method.0,
+            code: w.code,
+            extended_status: w.extended_status,
+            output: w.output,
+        })
+    }
 }
 
 impl<C: ReturnCode, T> MethodOutcome<C, T> {

@@ -22,6 +22,7 @@ const IDENTIFIER_HEADER: usize = 16;
 
 /// One `STORAGE_IDENTIFIER`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct StorageIdentifier {
     /// `CodeSet`.
     pub code_set: u32,

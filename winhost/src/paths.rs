@@ -120,6 +120,7 @@ impl UncParts {
 /// A volume GUID path, `\\?\Volume{xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx}\`, canonical (lower-case GUID, trailing
 /// `\`). Two spellings of the same volume compare equal.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct VolumeGuidPath {
     guid: String,
 }

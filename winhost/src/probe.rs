@@ -8,10 +8,11 @@
 
 use std::fmt;
 
-use crate::codes::HResult;
+use crate::codes::{HResult, HResultCode};
 
 /// A WMI namespace the facade uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub enum Namespace {
     /// `ROOT\Microsoft\Windows\Storage`: disks, partitions, volumes, storage settings, the iSCSI initiator.
     Storage,
@@ -40,6 +41,7 @@ impl fmt::Display for Namespace {
 
 /// What a class is needed for (so a backend can run with part of the host, e.g. SMB only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub enum Capability {
     /// Disks, partitions, volumes (block volumes).
     Disks,
@@ -47,6 +49,55 @@ pub enum Capability {
     Iscsi,
     /// SMB global mappings.
     Smb,
+}
+
+impl Capability {
+    /// Every capability, in probe order.
+    pub const ALL: [Self; 3] = [Self::Disks, Self::Iscsi, Self::Smb];
+
+    /// Its name in messages and metrics (`disks`, `iscsi`, `smb`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Disks => "disks",
+            Self::Iscsi => "iscsi",
+            Self::Smb => "smb",
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Disks => "disks and volumes",
+            Self::Iscsi => "the iSCSI initiator",
+            Self::Smb => "SMB global mappings",
+        })
+    }
+}
+
+/// What the probe found for a capability.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapabilityState {
+    /// Every class and method it needs is there.
+    Present,
+    /// The host lacks something it needs (a namespace or class that does not exist, a missing method): it stays so.
+    Absent,
+    /// The probe could not tell (WMI answered something other than "no such namespace/class": restarting at boot,
+    /// a timeout, access denied): check again.
+    ProbeFailed,
+}
+
+/// Whether an HRESULT from `ConnectServer`/`GetObject` says the namespace or class does not exist (a fact of this
+/// host), rather than that WMI could not answer (a moment of this host: `WBEM_E_SHUTTING_DOWN`,
+/// `RPC_E_DISCONNECTED`, timeouts, …).
+pub fn is_absence(h: HResult) -> bool {
+    matches!(
+        h.code(),
+        HResultCode::WbemENotFound
+            | HResultCode::WbemEInvalidClass
+            | HResultCode::WbemEInvalidNamespace
+            | HResultCode::WbemEInvalidMethod
+    )
 }
 
 /// A class the facade calls, and the methods it calls on it.
@@ -118,7 +169,7 @@ pub const REQUIRED_CLASSES: &[ClassRequirement] = {
         req(
             Storage,
             "MSFT_iSCSISession",
-            &["Unregister", "SetCHAPSecret"],
+            &["Register", "Unregister", "SetCHAPSecret"],
             Iscsi,
         ),
         req(Storage, "MSFT_iSCSIConnection", &[], Iscsi),
@@ -140,8 +191,10 @@ pub enum ClassStatus {
         /// Methods `GetMethod` did not find.
         missing_methods: Vec<&'static str>,
     },
-    /// `GetObject` of the class failed (Wine: `WBEM_E_NOT_FOUND`).
+    /// `GetObject` of the class says it does not exist (Wine: `WBEM_E_NOT_FOUND`; [`is_absence`]).
     Missing(HResult),
+    /// `GetObject` of the class failed otherwise: the probe could not tell (see [`CapabilityState::ProbeFailed`]).
+    Failed(HResult),
     /// Not checked: the namespace could not be opened.
     NamespaceUnavailable,
 }
@@ -189,7 +242,8 @@ impl ProbeReport {
                         } else {
                             match class(ns, r) {
                                 Ok(missing_methods) => ClassStatus::Present { missing_methods },
-                                Err(h) => ClassStatus::Missing(h),
+                                Err(h) if is_absence(h) => ClassStatus::Missing(h),
+                                Err(h) => ClassStatus::Failed(h),
                             }
                         };
                         (r.class, status)
@@ -249,6 +303,90 @@ impl ProbeReport {
         self.missing_message().is_none()
     }
 
+    /// What the probe found for `capability`: absent when the host lacks something it needs for good, failed when
+    /// the probe could not tell (and nothing it needs is known to be absent), present otherwise.
+    pub fn state(&self, capability: Capability) -> CapabilityState {
+        if self.supports(capability) {
+            return CapabilityState::Present;
+        }
+        let mut failed = false;
+        for r in REQUIRED_CLASSES
+            .iter()
+            .filter(|r| r.capability == capability)
+        {
+            let ns = self.namespaces.iter().find(|n| n.namespace == r.namespace);
+            if let Some(h) = ns.and_then(|n| n.connect_error) {
+                if is_absence(h) {
+                    return CapabilityState::Absent;
+                }
+                failed = true;
+                continue;
+            }
+            match self.status(r.namespace, r.class) {
+                Some(ClassStatus::Missing(_)) | None => return CapabilityState::Absent,
+                Some(ClassStatus::Present { missing_methods })
+                    if r.methods.iter().any(|m| missing_methods.contains(m)) =>
+                {
+                    return CapabilityState::Absent;
+                }
+                Some(ClassStatus::Failed(_) | ClassStatus::NamespaceUnavailable) => failed = true,
+                Some(ClassStatus::Present { .. }) => {}
+            }
+        }
+        if failed {
+            CapabilityState::ProbeFailed
+        } else {
+            CapabilityState::Absent
+        }
+    }
+
+    /// Whether the probe's answer is final: no capability's probe failed (what is absent stays absent).
+    pub fn is_settled(&self) -> bool {
+        Capability::ALL
+            .iter()
+            .all(|&c| self.state(c) != CapabilityState::ProbeFailed)
+    }
+
+    /// One message naming each capability whose probe failed and why, or `None` when none did: the readiness
+    /// reason while the backend checks again.
+    pub fn failure_message(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        for cap in Capability::ALL {
+            if self.state(cap) != CapabilityState::ProbeFailed {
+                continue;
+            }
+            let mut why = Vec::new();
+            for ns in &self.namespaces {
+                let needed = REQUIRED_CLASSES
+                    .iter()
+                    .any(|r| r.capability == cap && r.namespace == ns.namespace);
+                if !needed {
+                    continue;
+                }
+                if let Some(h) = ns.connect_error {
+                    why.push(format!("namespace {} ({})", ns.namespace, short(h)));
+                    continue;
+                }
+                for (class, status) in &ns.classes {
+                    let of_cap = REQUIRED_CLASSES
+                        .iter()
+                        .any(|r| r.capability == cap && r.class == *class);
+                    if let (true, ClassStatus::Failed(h)) = (of_cap, status) {
+                        why.push(format!("{class} ({})", short(*h)));
+                    }
+                }
+            }
+            parts.push(format!("{cap}: {}", why.join(", ")));
+        }
+        (!parts.is_empty()).then(|| {
+            format!(
+                "the native backend's check of the Windows WMI providers failed, so these are unavailable until it \
+                 succeeds (checked again with backoff): {}",
+                parts.join("; ")
+            )
+        })
+    }
+
     /// One message naming everything missing, or `None` when nothing is. This is what the backend reports at start-up
     /// on a host without the Storage/SMB providers (and what the Wine test asserts).
     pub fn missing_message(&self) -> Option<String> {
@@ -273,6 +411,21 @@ impl ProbeReport {
                     "{} has no class {}",
                     ns.namespace,
                     missing.join(", ")
+                ));
+            }
+            let failed: Vec<String> = ns
+                .classes
+                .iter()
+                .filter_map(|(c, s)| match s {
+                    ClassStatus::Failed(h) => Some(format!("{c} ({})", short(*h))),
+                    _ => None,
+                })
+                .collect();
+            if !failed.is_empty() {
+                parts.push(format!(
+                    "{} could not be checked for {}",
+                    ns.namespace,
+                    failed.join(", ")
                 ));
             }
             let methods: Vec<String> = ns
@@ -391,6 +544,59 @@ mod tests {
         assert!(r.has_method(Namespace::Storage, "MSFT_Volume", "Format"));
         assert!(!r.supports(Capability::Disks));
         assert!(r.supports(Capability::Iscsi) && r.supports(Capability::Smb));
+    }
+
+    /// At boot WMI can answer "shutting down" or time out: that is not a missing provider, and the report says so.
+    #[test]
+    fn a_failed_probe_is_told_from_an_absent_class() {
+        let r = ProbeReport::from_lookup(
+            |ns| (ns == Namespace::Smb).then_some(HResult(0x8004_1033)),
+            |_, c| {
+                if c.class == "MSFT_iSCSITarget" {
+                    Err(HResult(0x8004_1069))
+                } else {
+                    Ok(vec![])
+                }
+            },
+        );
+        assert_eq!(r.state(Capability::Disks), CapabilityState::Present);
+        assert_eq!(r.state(Capability::Iscsi), CapabilityState::ProbeFailed);
+        assert_eq!(r.state(Capability::Smb), CapabilityState::ProbeFailed);
+        assert!(!r.is_settled());
+        let msg = r.failure_message().expect("failed");
+        assert!(
+            msg.contains(
+                "the iSCSI initiator: MSFT_iSCSITarget (0x80041069 WBEM_E_TIMED_OUT); SMB global mappings: namespace \
+                 ROOT\\Microsoft\\Windows\\SMB (0x80041033 WBEM_E_SHUTTING_DOWN)"
+            ),
+            "{msg}"
+        );
+        assert!(
+            r.missing_message().expect("incomplete").contains(
+                "could not be checked for MSFT_iSCSITarget (0x80041069 WBEM_E_TIMED_OUT)"
+            )
+        );
+        // What Wine answers is a fact of the host: settled, absent, no failure to report.
+        let w = wine_like();
+        assert!(w.is_settled() && w.failure_message().is_none());
+        assert_eq!(w.state(Capability::Smb), CapabilityState::Absent);
+        assert_eq!(w.state(Capability::Disks), CapabilityState::Absent);
+        assert!(ProbeReport::complete().is_settled());
+        // A missing method is absence too.
+        let no_register = ProbeReport::from_lookup(
+            |_| None,
+            |_, c| {
+                Ok(if c.class == "MSFT_iSCSISession" {
+                    vec!["Register"]
+                } else {
+                    vec![]
+                })
+            },
+        );
+        assert_eq!(
+            no_register.state(Capability::Iscsi),
+            CapabilityState::Absent
+        );
     }
 
     #[test]

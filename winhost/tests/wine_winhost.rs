@@ -119,6 +119,38 @@ fn the_probe_names_the_missing_storage_and_smb_classes_and_calls_into_them_are_r
     assert_eq!(err.kind(), ErrorKind::Unavailable);
 }
 
+/// What Wine lacks it lacks for good: the probe's answers are absences (`WBEM_E_NOT_FOUND`, `WBEM_E_INVALID_NAMESPACE`),
+/// not failures, so the report is settled (nothing to check again, nothing for readiness to report); a reprobe —
+/// the same `IWbemServices` connections at packet privacy, the class definitions cached per connection — finds the
+/// same; every lane is there and idle.
+#[test]
+fn the_probe_runs_again_and_finds_the_same_absences_and_the_lanes_are_idle() {
+    use winhost::probe::CapabilityState;
+    let host = host();
+    let first = host.probe_report();
+    assert!(first.is_settled(), "{:?}", first.failure_message());
+    assert_eq!(first.failure_message(), None);
+    for cap in [Capability::Disks, Capability::Iscsi, Capability::Smb] {
+        assert_eq!(first.state(cap), CapabilityState::Absent, "{cap:?}");
+    }
+    let again = host.reprobe(&ctx()).expect("reprobe");
+    assert_eq!(again, first);
+    assert_eq!(host.probe_report(), first);
+    let lanes = host.lanes();
+    let names: Vec<&str> = lanes.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "winhost-wmi",
+            "winhost-disk",
+            "winhost-iscsi",
+            "winhost-smb",
+            "winhost-files"
+        ]
+    );
+    assert!(lanes.iter().all(|l| l.stuck.is_empty() && !l.exhausted()));
+}
+
 #[test]
 fn directories_attributes_and_reparse_tags() {
     let host = host();

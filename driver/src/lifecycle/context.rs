@@ -313,8 +313,9 @@ pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
             "the share {subject} does not exist on its server (Windows error 67); check the volume's source"
         )),
         HostErrorKind::LogonFailure => Error::FailedPrecondition(format!(
-            "the server rejected the credentials for {subject} (Windows error 1326/86); check username, password and \
-             domain in the node-stage secret"
+            "the server rejected the credentials for {subject} (Windows error 1326/86, or 1312 for a user name without \
+             a domain: write a local account as .\\user or HOST\\user); check username, password and domain in the \
+             node-stage secret"
         )),
         HostErrorKind::AccessDenied => Error::FailedPrecondition(format!(
             "access to {subject} was denied on the host ({op}: {message})"

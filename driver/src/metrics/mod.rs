@@ -15,6 +15,7 @@
 //! | `wincsi_volumes_published` | gauge | `protocol` | the record store, at each scrape (0 likewise) |
 //! | `wincsi_state_record_problems` | gauge | `problem` | the record store / lifecycle, at each scrape |
 //! | `wincsi_host_backend_up` | gauge | `backend` | the readiness check, at each scrape |
+//! | `wincsi_host_capability_up` | gauge | `backend`, `capability` | the native backend's check of the Windows providers (`disks`, `iscsi`, `smb`): 1 present, 0 absent or not yet checked successfully |
 //! | `wincsi_state_commit_duration_seconds` | histogram | — | the record store: a change queued → durable on disk |
 //! | `wincsi_state_commit_wait_seconds` | histogram | — | the record store: how long a caller waited for its change to be durable (less than the above when it awaited it later) |
 //! | `wincsi_state_commit_groups_total` | counter | — | the record store: groups committed (one directory `fsync` each) |
@@ -98,6 +99,12 @@ struct GroupLabels {
     group: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CapabilityLabels {
+    backend: &'static str,
+    capability: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -148,6 +155,7 @@ pub struct Metrics {
     published: Family<ProtocolLabels, Gauge>,
     problems: Family<ProblemLabels, Gauge>,
     backend_up: Family<BackendLabels, Gauge>,
+    capability_up: Family<CapabilityLabels, Gauge>,
     commit_duration: Histogram,
     commit_wait: Histogram,
     commit_groups: Counter,
@@ -183,6 +191,7 @@ impl Metrics {
         let published = Family::<ProtocolLabels, Gauge>::default();
         let problems = Family::<ProblemLabels, Gauge>::default();
         let backend_up = Family::<BackendLabels, Gauge>::default();
+        let capability_up = Family::<CapabilityLabels, Gauge>::default();
         let commit_duration = wait_histogram();
         let commit_wait = wait_histogram();
         let commit_groups = Counter::default();
@@ -229,6 +238,12 @@ impl Metrics {
             "wincsi_host_backend_up",
             "1 when the host backend answered its health check at this scrape, else 0",
             backend_up.clone(),
+        );
+        registry.register(
+            "wincsi_host_capability_up",
+            "1 when the host backend found a capability (disks, iscsi, smb) usable, 0 when the host lacks it or its \
+             check failed and is being retried",
+            capability_up.clone(),
         );
         registry.register(
             "wincsi_state_commit_duration_seconds",
@@ -283,6 +298,7 @@ impl Metrics {
             published,
             problems,
             backend_up,
+            capability_up,
             commit_duration,
             commit_wait,
             commit_groups,
@@ -375,6 +391,16 @@ impl Metrics {
         set_family(&self.problems, &snap.problems, |p| ProblemLabels {
             problem: p,
         });
+    }
+
+    /// Whether `backend` found `capability` usable.
+    pub fn set_capability_up(&self, backend: &'static str, capability: &'static str, up: bool) {
+        self.capability_up
+            .get_or_create(&CapabilityLabels {
+                backend,
+                capability,
+            })
+            .set(i64::from(up));
     }
 
     /// Whether `backend` answered its health check.

@@ -807,11 +807,22 @@ async fn reboot_stats_reconcile_and_restage() {
         Phase::NeedsRestage
     );
     assert_eq!(env.take_ops(), vec![IsSymlink, Rmdir, PathExists]);
-    // kubelet re-stages: the Disconnected mapping is re-created and the target resolves again.
+    // kubelet re-stages: the Disconnected mapping is re-created and the target resolves again (csi-proxy creates over
+    // it; native reports it stale and the driver's repair removes it first, never inside NewSmbGlobalMapping).
     env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("restage");
-    assert_eq!(env.take_ops(), vec![Rmdir, NewSmbGlobalMapping, IsSymlink]);
+    let native = vec![
+        Rmdir,
+        NewSmbGlobalMapping,
+        RemoveSmbGlobalMapping,
+        NewSmbGlobalMapping,
+        IsSymlink,
+    ];
+    assert_eq!(
+        env.take_ops(),
+        env.per_backend(vec![Rmdir, NewSmbGlobalMapping, IsSymlink], native)
+    );
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
     assert!(env.resolves(&target("p1")));
     let report = env.mgr.reconcile(d()).await.expect("reconcile");
@@ -837,9 +848,9 @@ async fn disconnected_mapping_that_blocks_create_is_replaced() {
         NewSmbGlobalMapping,
         IsSymlink,
     ];
-    // The native backend sees the Disconnected mapping and repairs it inside NewSmbGlobalMapping.
-    let native = vec![Rmdir, NewSmbGlobalMapping, IsSymlink];
-    assert_eq!(env.take_ops(), env.per_backend(csi_proxy, native));
+    // The same on the native backend: it reports the Disconnected mapping stale (never removing it inside
+    // NewSmbGlobalMapping) and the driver's repair removes and maps again.
+    assert_eq!(env.take_ops(), csi_proxy);
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
 }
 
@@ -1113,10 +1124,9 @@ async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
         NewSmbGlobalMapping,
         IsSymlink,
     ];
-    // The native backend repairs the Disconnected mapping inside one NewSmbGlobalMapping (under the shared side:
-    // it removes and re-creates the mapping the other staged volumes use; their links resolve again at once).
-    let native = vec![Rmdir, NewSmbGlobalMapping, IsSymlink];
-    assert_eq!(env.take_ops(), env.per_backend(csi_proxy, native));
+    // The same on the native backend: the repair runs only after the upgrade to the exclusive side (it used to
+    // remove and re-create the mapping inside the plain call, under the shared side).
+    assert_eq!(env.take_ops(), csi_proxy);
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
     assert!(
         env.mgr.object_locks().is_empty(),

@@ -84,6 +84,9 @@ pub struct ReadyLine {
     pub admin: String,
     /// Sandbox root.
     pub root: PathBuf,
+    /// The Windows view's address (`--windows-socket`), when served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<String>,
 }
 
 impl ReadyLine {
@@ -351,6 +354,7 @@ mod tests {
             endpoints: vec!["/s/csi-proxy-disk-v1.sock".into()],
             admin: "unix:/s/admin.sock".into(),
             root: "/s/sandbox".into(),
+            windows: None,
         };
         let line = serde_json::to_string(&r).unwrap();
         assert_eq!(ReadyLine::parse(&line).unwrap(), r);

@@ -382,6 +382,10 @@ pub struct HostBehaviour {
     /// only `Update-IscsiTargetPortal` / `MSFT_iSCSITargetPortal.Update`, or removing and re-adding the portal,
     /// refreshes; row `discovery_refresh`).
     pub portal_readd_refreshes: bool,
+    /// Whether the Windows view's `MSFT_Disk.CreatePartition` hands back a readable `CreatedPartition`
+    /// out-parameter. Default true; whether a real node's embedded object decodes is **unverified** (winhost README,
+    /// assumption 2), so callers must not depend on it (csi-proxy re-lists the partitions instead).
+    pub created_partition_returned: bool,
 }
 
 impl Default for HostBehaviour {
@@ -393,6 +397,7 @@ impl Default for HostBehaviour {
             ps_disconnect_unconnected: OnRepeat::Fails,
             partition_slack_bytes: 48_640,
             portal_readd_refreshes: false,
+            created_partition_returned: true,
         }
     }
 }

@@ -397,9 +397,11 @@ impl State {
         self.crash.take()
     }
 
-    /// Applies everything that became due by `now`: disks and volumes whose arrival delay elapsed appear.
+    /// Applies everything that became due by `now`: disks and volumes whose arrival delay elapsed appear, SMB
+    /// mappings whose reconnection ended settle.
     pub fn tick(&mut self, now: tokio::time::Instant) -> Result<()> {
-        if disk::complete_arrivals(self, Some(now)) {
+        let settled = smb::settle_mappings(self, now);
+        if disk::complete_arrivals(self, Some(now)) || settled {
             self.sync_links()?;
         }
         Ok(())
@@ -472,6 +474,7 @@ impl State {
         self.boots += 1;
         for m in self.mappings.values_mut() {
             m.status = MappingStatus::Disconnected;
+            m.settles = None;
         }
         let sessions = std::mem::take(&mut self.sessions);
         for s in &sessions {

@@ -102,6 +102,9 @@ pub struct Mapping {
     pub status: MappingStatus,
     /// RequirePrivacy it was created with.
     pub require_privacy: bool,
+    /// A status change due by itself (the SMB client reconnecting, or giving up), on tokio's clock.
+    #[serde(skip)]
+    pub settles: Option<(tokio::time::Instant, MappingStatus)>,
 }
 
 pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
@@ -149,6 +152,21 @@ pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
 /// Makes `<root>/unc/<server>/<share>` exist exactly for usable (OK, reachable) mappings, and
 /// `<root>/unc-long/<server>/<share>` (the v1.3.0+ `\\?\\\server\share` link form) for the same shares while that
 /// form resolves ([`crate::profile::HostBehaviour::long_unc_links_resolve`]).
+/// Applies the mapping status changes due by `now` ([`State::set_mapping_status`]); whether any was.
+pub(crate) fn settle_mappings(st: &mut State, now: tokio::time::Instant) -> bool {
+    let mut changed = false;
+    for m in st.mappings.values_mut() {
+        if let Some((at, then)) = m.settles
+            && at <= now
+        {
+            m.status = then;
+            m.settles = None;
+            changed = true;
+        }
+    }
+    changed
+}
+
 pub(crate) fn sync_unc_links(st: &mut State) -> Result<()> {
     let mut want = std::collections::BTreeSet::new();
     for m in st.mappings.values() {
@@ -478,6 +496,7 @@ impl State {
                 password: password.clone(),
                 status: MappingStatus::Ok,
                 require_privacy,
+                settles: None,
             },
         );
         Ok(())
@@ -522,8 +541,32 @@ impl State {
         if !reachable {
             for m in self.mappings.values_mut().filter(|m| m.server == key) {
                 m.status = MappingStatus::Disconnected;
+                m.settles = None;
             }
         }
+        self.sync_links()
+    }
+
+    /// Sets the status of the global mapping of `root` (`\\server\share`, any case), e.g. `Reconnecting` after a
+    /// network blip or an SMB 3 transparent failover. With `settle = (after, then)` it turns `then` by itself once
+    /// `after` has passed on tokio's clock (the SMB client reconnected, or gave up): what `Connecting` and
+    /// `Reconnecting` mean (`MSFT_SmbMapping.Status`, reference §2.2); how long Windows takes is **unverified**.
+    pub fn set_mapping_status(
+        &mut self,
+        root: &str,
+        status: MappingStatus,
+        settle: Option<(std::time::Duration, MappingStatus)>,
+    ) -> Result<()> {
+        let key = root
+            .replace('/', "\\")
+            .trim_end_matches('\\')
+            .to_lowercase();
+        let m = self
+            .mappings
+            .get_mut(&key)
+            .ok_or_else(|| Error::Scenario(format!("no SMB global mapping of {root}")))?;
+        m.status = status;
+        m.settles = settle.map(|(after, then)| (tokio::time::Instant::now() + after, then));
         self.sync_links()
     }
 

@@ -1,19 +1,20 @@
 //! The iSCSI initiator classes over the host model (Microsoft's "iSCSI Initiator WMI Classes"; reference §2.5).
 //!
 //! The model's portals, discovery, targets, CHAP checks (node-wide mutual secret included), sessions and LUN disks
-//! are the ones the csi-proxy view drives; what differs is Windows' own answer: a status code (iscsierr.h) as the
-//! method's `ReturnValue` (default), or, with `host.behaviour.wmi_failures = exception`, as the failed call's
-//! HRESULT (how the provider reports failures is **unverified**: reference §1.4; the native backend reads both). Unlike csi-proxy, this face can add a
+//! are the ones the csi-proxy view drives; what differs is Windows' own answer: a status code (iscsierr.h) raised
+//! with the failed call's `MSFT_WmiError` (default: `HRESULT 0xefff0029,Connect-IscsiTarget` is what PowerShell
+//! shows, reference §2.5; [`super::raised`]), or, with `host.behaviour.wmi_failures = return_value`, as the method's
+//! `ReturnValue` (the exact channel is **unverified**: reference §1.4; the native backend reads both). Unlike csi-proxy, this face can add a
 //! portal with discovery CHAP and log in persistently (reference §3).
 
 use serde_json::json;
-use winhost::codes::{HResult, IscsiStatus};
+use winhost::codes::IscsiStatus;
 use winhost::facade::IscsiOutcome;
 use winhost::model::{
     AuthenticationType, ConnectTarget, MsftDisk, MsftInitiatorPort, MsftIscsiConnection,
-    MsftIscsiSession, MsftIscsiTarget, MsftIscsiTargetPortal, NewTargetPortal,
+    MsftIscsiSession, MsftIscsiTarget, MsftIscsiTargetPortal, NewTargetPortal, RegisterSession,
 };
-use winhost::{CallContext, CallError, CallResult, IscsiWmi, MethodOutcome, ObjectPath};
+use winhost::{CallContext, CallResult, IscsiWmi, MethodOutcome, ObjectPath};
 
 use super::objects::{
     INITIATOR_IQN, connection_of, msft_connection, msft_disk, msft_portal, msft_session,
@@ -27,12 +28,13 @@ use crate::state::iscsi::{chap_secret_len_ok, port_or_default};
 use crate::state::{AuthType, DiskSource, State};
 
 /// How a failed SMB or iSCSI provider method reports itself to the Windows view: `host.behaviour.wmi_failures` when
-/// set, else a `ReturnValue` (what Microsoft's method pages document). The csi-proxy release played does not
-/// matter here (it only decides how csi-proxy's library reads the same answer).
+/// set, else raised with its error object (what PowerShell's `CimException`s for these providers show: a
+/// `FullyQualifiedErrorId` of `Windows System Error N` or `HRESULT 0xefff….`, the error object's `MessageID`). The
+/// csi-proxy release played does not matter here (it only decides how csi-proxy's library reads the same answer).
 pub(crate) fn report(st: &State) -> WmiFailureReport {
     st.behaviour
         .wmi_failures
-        .unwrap_or(WmiFailureReport::ReturnValue)
+        .unwrap_or(WmiFailureReport::Exception)
 }
 
 /// A failed iSCSI method, as the host reports it (module docs).
@@ -42,7 +44,12 @@ fn failed<T: Default>(
     status: IscsiStatus,
 ) -> CallResult<IscsiOutcome<T>> {
     match report(st) {
-        WmiFailureReport::Exception => Err(CallError::wmi(method, HResult(status.code()))),
+        WmiFailureReport::Exception => Err(super::raised(
+            method,
+            status.code(),
+            "HRESULT",
+            status.meaning().unwrap_or("iSCSI initiator error"),
+        )),
         WmiFailureReport::ReturnValue => Ok(MethodOutcome::new(method, status, None, T::default())),
     }
 }
@@ -419,6 +426,42 @@ impl IscsiWmi for WindowsView {
             let iqn = st.sessions[si].iqn.clone();
             st.persistent_logins
                 .retain(|p| !p.iqn.eq_ignore_ascii_case(&iqn));
+            ok(CALL, ())
+        })
+    }
+
+    /// `Register(IsMultipathEnabled, ChapUsername, ChapSecret)`: the session becomes persistent — a login record the
+    /// initiator replays at boot, with the CHAP credentials given here and the session's authentication type
+    /// (Microsoft's *Register method of the MSFT_iSCSISession class*). Registering a persistent session again
+    /// replaces its record (**unverified**: the page lists no "already registered" code).
+    fn session_register(
+        &self,
+        ctx: &CallContext,
+        session: &ObjectPath,
+        params: &RegisterSession<'_>,
+    ) -> CallResult<IscsiOutcome> {
+        const CALL: &str = "MSFT_iSCSISession.Register";
+        let args = json!({
+            "session": session.as_str(),
+            "chap_username": params.chap.map(|c| c.username),
+            "chap_secret": params.chap.map(|_| crate::REDACTED),
+            "is_multipath_enabled": params.is_multipath_enabled,
+        });
+        self.method(ctx, CALL, args, |st| {
+            let si = session_of(st, session)
+                .ok_or_else(|| bad_path(CALL))?
+                .ok_or_else(|| not_found(CALL))?;
+            let mut record = st.sessions[si].clone();
+            record.chap_username = params
+                .chap
+                .map(|c| c.username.to_owned())
+                .unwrap_or_default();
+            record.chap_secret = Secret::new(params.chap.map(|c| c.secret).unwrap_or(""));
+            record.persistent = true;
+            st.sessions[si].persistent = true;
+            st.persistent_logins
+                .retain(|p| !p.iqn.eq_ignore_ascii_case(&record.iqn));
+            st.persistent_logins.push(record);
             ok(CALL, ())
         })
     }

@@ -22,13 +22,15 @@
 //! hung call blocks its thread until released, exactly as a stuck WMI provider holds a worker thread.
 //!
 //! Injected faults ([`crate::SimHost::fail_nth`] on a name of [`CALLS`]) answer as follows, by the fault's message:
-//! `return:N` — the method ran and returned `ReturnValue` N (methods only); `hresult:0xXXXXXXXX` — the COM call
-//! failed with that HRESULT; `win32:N` — the Win32 call failed with error N; anything else — `WBEM_E_FAILED` for WMI
-//! calls, error 31 (`ERROR_GEN_FAILURE`) for Win32 calls.
+//! `return:N` — the method ran and returned `ReturnValue` N (methods only); `raise:N` — the provider raised N in its
+//! error object (`raised`: `Windows System Error N` for SMB methods, `HRESULT 0x…` otherwise);
+//! `hresult:0xXXXXXXXX` — the COM call failed with that HRESULT; `win32:N` — the Win32 call failed with error N;
+//! anything else — `WBEM_E_FAILED` for WMI calls, error 31 (`ERROR_GEN_FAILURE`) for Win32 calls.
 
 mod files;
 mod iscsi;
 mod objects;
+pub mod remote;
 mod smb;
 mod storage;
 #[cfg(test)]
@@ -36,10 +38,11 @@ mod tests;
 mod walk;
 
 use std::fmt;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use winhost::codes::{HResult, HResultCode, Win32Error};
 use winhost::method::ReturnCode;
-use winhost::probe::ProbeReport;
+use winhost::probe::{ClassStatus, Namespace, ProbeReport, REQUIRED_CLASSES, is_absence};
 use winhost::{CallContext, CallError, CallResult, Capabilities, MethodOutcome};
 
 use crate::error::Error;
@@ -84,6 +87,7 @@ pub const CALLS: &[&str] = &[
     "MSFT_iSCSISession.Unregister",
     "MSFT_iSCSISession.SetCHAPSecret",
     "SELECT MSFT_InitiatorPort",
+    "MSFT_iSCSISession.Register",
     // ROOT\Microsoft\Windows\SMB
     "SELECT MSFT_SmbGlobalMapping",
     "MSFT_SmbGlobalMapping.Create",
@@ -109,6 +113,26 @@ pub const CALLS: &[&str] = &[
     "IOCTL_STORAGE_GET_DEVICE_NUMBER",
     "IOCTL_STORAGE_QUERY_PROPERTY",
     "ReadFile",
+    // The start-up probe when it runs again (`Capabilities::reprobe`): a fault here is a probe that could not tell
+    // (`hresult:0x80041033`, WMI shutting down at boot).
+    "ConnectServer ROOT\\Microsoft\\Windows\\Storage",
+    "ConnectServer ROOT\\Microsoft\\Windows\\SMB",
+    "GetObject MSFT_Disk",
+    "GetObject MSFT_Partition",
+    "GetObject MSFT_Volume",
+    "GetObject MSFT_PartitionToVolume",
+    "GetObject MSFT_StorageSetting",
+    "GetObject MSFT_iSCSITargetPortal",
+    "GetObject MSFT_iSCSITarget",
+    "GetObject MSFT_iSCSISession",
+    "GetObject MSFT_iSCSIConnection",
+    "GetObject MSFT_InitiatorPort",
+    "GetObject MSFT_iSCSITargetToiSCSITargetPortal",
+    "GetObject MSFT_iSCSITargetToiSCSISession",
+    "GetObject MSFT_iSCSITargetToiSCSIConnection",
+    "GetObject MSFT_iSCSIConnectionToDisk",
+    "GetObject MSFT_iSCSISessionToDisk",
+    "GetObject MSFT_SmbGlobalMapping",
 ];
 
 /// The environment variable that chooses which face of the simulated host the driver's test suites use:
@@ -175,13 +199,16 @@ impl fmt::Display for TestBackend {
 pub struct WindowsView {
     host: SimHost,
     handle: tokio::runtime::Handle,
-    probe: ProbeReport,
+    /// What this host has for good: a namespace or class missing here stays missing (`with_probe`).
+    facts: Arc<ProbeReport>,
+    /// What the last probe found (shared by clones): `with_probe`'s report until a `reprobe`.
+    probe: Arc<RwLock<ProbeReport>>,
 }
 
 impl fmt::Debug for WindowsView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WindowsView")
-            .field("complete", &self.probe.is_complete())
+            .field("complete", &self.report().is_complete())
             .finish_non_exhaustive()
     }
 }
@@ -197,15 +224,27 @@ impl WindowsView {
         Self {
             host,
             handle,
-            probe: ProbeReport::complete(),
+            facts: Arc::new(ProbeReport::complete()),
+            probe: Arc::new(RwLock::new(ProbeReport::complete())),
         }
     }
 
-    /// A host whose start-up probe found what `report` says (for example no SMB namespace). Calls into a missing
-    /// class fail with [`CallError::Unsupported`] without reaching the host, as the Windows implementation's do.
+    /// A host whose start-up probe found what `report` says: a namespace or class it reports absent (`Missing`,
+    /// `WBEM_E_INVALID_NAMESPACE`) is absent for good; one whose probe failed (`Failed`, any other connect error:
+    /// WMI shutting down at boot) is there, and a [`Capabilities::reprobe`] finds it unless a fault is injected on
+    /// its `ConnectServer …` / `GetObject …` call. Calls into what the current report lacks fail with
+    /// [`CallError::Unsupported`] without reaching the host, as the Windows implementation's do.
     pub fn with_probe(mut self, report: ProbeReport) -> Self {
-        self.probe = report;
+        self.facts = Arc::new(report.clone());
+        self.probe = Arc::new(RwLock::new(report));
         self
+    }
+
+    fn report(&self) -> ProbeReport {
+        self.probe
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The simulated host.
@@ -286,7 +325,8 @@ impl WindowsView {
 
     /// What the probe found missing for call `name` (WMI calls name their class first).
     fn missing(&self, name: &str) -> Option<String> {
-        if self.probe.is_complete() {
+        let probe = self.report();
+        if probe.is_complete() {
             return None;
         }
         let class = name
@@ -304,19 +344,109 @@ impl WindowsView {
         } else {
             return None;
         };
-        (!self.probe.has_class(namespace, class)).then(|| format!("{namespace} {class}"))
+        (!probe.has_class(namespace, class)).then(|| format!("{namespace} {class}"))
+    }
+}
+
+/// The audited name of a probe's `ConnectServer`.
+fn connect_call(ns: Namespace) -> &'static str {
+    match ns {
+        Namespace::Storage => "ConnectServer ROOT\\Microsoft\\Windows\\Storage",
+        Namespace::Smb => "ConnectServer ROOT\\Microsoft\\Windows\\SMB",
+    }
+}
+
+/// The audited name of a probe's `GetObject` of `class`.
+fn get_object_call(class: &str) -> &'static str {
+    CALLS
+        .iter()
+        .copied()
+        .find(|c| c.strip_prefix("GetObject ") == Some(class))
+        .unwrap_or("GetObject")
+}
+
+fn hresult_of(e: &CallError) -> HResult {
+    match e {
+        CallError::Wmi { hresult, .. } => *hresult,
+        _ => HResult(HResultCode::WbemEFailed.code()),
     }
 }
 
 impl Capabilities for WindowsView {
     fn probe_report(&self) -> ProbeReport {
-        self.probe.clone()
+        self.report()
+    }
+
+    /// The probe again, through the host's call path (audited; a fault on `ConnectServer …` or `GetObject …` is a
+    /// probe that could not tell): what the host lacks for good stays missing, the rest is found.
+    fn reprobe(&self, ctx: &CallContext) -> CallResult<ProbeReport> {
+        let facts = self.facts.clone();
+        let mut connect = Vec::new();
+        for ns in Namespace::ALL {
+            let fact = facts
+                .namespaces
+                .iter()
+                .find(|n| n.namespace == ns)
+                .and_then(|n| n.connect_error);
+            let error = match fact {
+                Some(h) if is_absence(h) => Some(h),
+                _ => self
+                    .call(ctx, connect_call(ns), serde_json::json!({}), |_| Ok(()))
+                    .err()
+                    .map(|e| hresult_of(&e)),
+            };
+            connect.push((ns, error));
+        }
+        let mut classes = Vec::new();
+        for r in REQUIRED_CLASSES {
+            if connect
+                .iter()
+                .any(|(n, e)| *n == r.namespace && e.is_some())
+            {
+                continue;
+            }
+            let fact = facts
+                .namespaces
+                .iter()
+                .find(|n| n.namespace == r.namespace)
+                .and_then(|n| n.classes.iter().find(|(c, _)| *c == r.class))
+                .map(|(_, s)| s.clone());
+            let answer = match fact {
+                Some(ClassStatus::Missing(h)) => Err(h),
+                Some(ClassStatus::Present { missing_methods }) => self
+                    .call(ctx, get_object_call(r.class), serde_json::json!({}), |_| {
+                        Ok(())
+                    })
+                    .map(|()| missing_methods)
+                    .map_err(|e| hresult_of(&e)),
+                _ => self
+                    .call(ctx, get_object_call(r.class), serde_json::json!({}), |_| {
+                        Ok(())
+                    })
+                    .map(|()| Vec::new())
+                    .map_err(|e| hresult_of(&e)),
+            };
+            classes.push((r.class, answer));
+        }
+        let report = ProbeReport::from_lookup(
+            |ns| connect.iter().find(|(n, _)| *n == ns).and_then(|(_, e)| *e),
+            |_, r| {
+                classes
+                    .iter()
+                    .find(|(c, _)| *c == r.class)
+                    .map(|(_, a)| a.clone())
+                    .unwrap_or(Ok(Vec::new()))
+            },
+        );
+        *self.probe.write().unwrap_or_else(PoisonError::into_inner) = report.clone();
+        Ok(report)
     }
 }
 
 /// How an injected fault answers (module docs).
 enum Fault {
     Return(u32),
+    Raise(u32),
     HResult(u32),
     Win32(u32),
     /// The host rebooted while the call was hung.
@@ -337,6 +467,8 @@ impl Fault {
             Self::Rebooted
         } else if let Some(n) = message.strip_prefix("return:").and_then(number) {
             Self::Return(n)
+        } else if let Some(n) = message.strip_prefix("raise:").and_then(number) {
+            Self::Raise(n)
         } else if let Some(n) = message.strip_prefix("hresult:").and_then(number) {
             Self::HResult(n)
         } else if let Some(n) = message.strip_prefix("win32:").and_then(number) {
@@ -354,6 +486,17 @@ impl Fault {
                 CallError::Unavailable("the node rebooted while the call was running".into())
             }
             Self::HResult(h) => CallError::wmi(name, HResult(h)),
+            Self::Raise(code) if name.starts_with("MSFT_Smb") => {
+                raised(name, code, "WIN32", crate::profile::windows_message(code))
+            }
+            Self::Raise(code) => raised(
+                name,
+                code,
+                "HRESULT",
+                winhost::IscsiStatus::from_code(code)
+                    .meaning()
+                    .unwrap_or("the provider failed"),
+            ),
             Self::Win32(code) | Self::Return(code) if win32_call => {
                 CallError::win32(name, "", Win32Error::from_code(code))
             }
@@ -364,6 +507,33 @@ impl Fault {
             Self::Return(_) | Self::Other => CallError::win32(name, "", Win32Error::from_code(31)),
         }
     }
+}
+
+/// A Management Infrastructure provider's failed method as WMI raises it (the SMB and iSCSI providers): the call
+/// fails — with `WBEM_E_FAILED` here (which HRESULT DCOM returns is **unverified**, reference §5 item 1) — and the
+/// error object on the thread is an `MSFT_WmiError` whose `MessageID` is what PowerShell prints as the
+/// `FullyQualifiedErrorId` of its `CimException`: `Windows System Error 1219,New-SmbGlobalMapping` (csi-driver-smb
+/// #219), `HRESULT 0xefff0029,Connect-IscsiTarget` (public PowerShell transcripts, reference §2.5), category
+/// `NotSpecified` (0) in both. `error_Type` as `MI_Context_PostError` names the result types (`WIN32`, `HRESULT`).
+pub(crate) fn raised(call: &'static str, code: u32, error_type: &str, message: &str) -> CallError {
+    let message_id = if error_type == "WIN32" {
+        format!("Windows System Error {code}")
+    } else {
+        format!("HRESULT 0x{code:08x}")
+    };
+    CallError::wmi_with(
+        call,
+        HResult(HResultCode::WbemEFailed.code()),
+        winhost::ErrorObject {
+            class: Some("MSFT_WmiError".to_owned()),
+            error_code: Some(code),
+            error_type: Some(error_type.to_owned()),
+            error_category: Some(0),
+            message: Some(message.to_owned()),
+            message_id: Some(message_id),
+            ..Default::default()
+        },
+    )
 }
 
 /// `WBEM_E_NOT_FOUND` for an instance method or association on an object that no longer exists (reference §1.4:

@@ -3,15 +3,15 @@
 //! `Create` is the model's own mapping creation (the one csi-proxy's NewSmbGlobalMapping reaches): 53, 67, 5, 1219,
 //! 1326 by cause, and over an existing mapping of the same root 1219 (Disconnected, with
 //! `disconnected_mapping_blocks_create`) or 85 (OK; **unverified**, reference §5 item 4). Unlike csi-proxy, a Windows
-//! caller sees every mapping with its `Status` and can remove a Disconnected one itself. The error is a
-//! `ReturnValue` holding the Windows error, or, with `host.behaviour.wmi_failures = exception`, the HRESULT wrapping
-//! it (**unverified** which: reference §5 item 1).
+//! caller sees every mapping with its `Status` and can remove a Disconnected one itself. The error is raised, as
+//! PowerShell shows it (`Windows System Error 1219,New-SmbGlobalMapping`, csi-driver-smb #219): the call fails and
+//! its `MSFT_WmiError` carries the Windows error ([`super::raised`]); with `host.behaviour.wmi_failures =
+//! return_value`, it is the method's `ReturnValue` instead (the other plausible answer: reference §5 item 1).
 
 use serde_json::json;
-use winhost::codes::HResult;
 use winhost::facade::SmbOutcome;
 use winhost::model::{SmbGlobalMapping, SmbGlobalMappingCreate};
-use winhost::{CallContext, CallError, CallResult, MethodOutcome, ObjectPath, SmbReturn, SmbWmi};
+use winhost::{CallContext, CallResult, MethodOutcome, ObjectPath, SmbReturn, SmbWmi};
 
 use super::iscsi::report;
 use super::objects::{mapping_of, msft_mapping};
@@ -22,7 +22,12 @@ use crate::state::State;
 
 fn failed<T: Default>(st: &State, method: &'static str, code: u32) -> CallResult<SmbOutcome<T>> {
     match report(st) {
-        WmiFailureReport::Exception => Err(CallError::wmi(method, HResult(0x8007_0000 | code))),
+        WmiFailureReport::Exception => Err(super::raised(
+            method,
+            code,
+            "WIN32",
+            crate::profile::windows_message(code),
+        )),
         WmiFailureReport::ReturnValue => Ok(MethodOutcome::new(
             method,
             SmbReturn(code),

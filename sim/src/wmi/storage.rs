@@ -329,7 +329,13 @@ impl StorageWmi for WindowsView {
                 .map_err(|e| super::win32(CALL, "", io_code(&e)))?;
             let d = &st.disks[di];
             let pi = d.partitions.len() - 1;
-            Ok(ok(CALL, Some(msft_partition(d, pi))))
+            // `host.behaviour.created_partition_returned = false`: the embedded `CreatedPartition` does not come
+            // back readable (winhost README, assumption 2), and the caller must find the partition itself.
+            let created = st
+                .behaviour
+                .created_partition_returned
+                .then(|| msft_partition(d, pi));
+            Ok(ok(CALL, created))
         })
     }
 

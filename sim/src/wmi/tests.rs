@@ -79,6 +79,18 @@ fn fixture() -> Fixture {
     }
 }
 
+/// Provider failures as `ReturnValue`s (`host.behaviour.wmi_failures = return_value`) instead of raised ones (the
+/// default): the tests that read the codes from outcomes.
+fn return_values(f: &Fixture) {
+    f.host
+        .with_state_mut(|s| {
+            let mut b = *s.behaviour();
+            b.wmi_failures = Some(crate::profile::WmiFailureReport::ReturnValue);
+            s.set_behaviour(b)
+        })
+        .unwrap();
+}
+
 fn ctx() -> CallContext {
     CallContext::after(Duration::from_secs(60))
 }
@@ -324,6 +336,7 @@ fn a_read_only_disk_refuses_writes_until_its_flag_is_cleared() {
 #[test]
 fn smb_mappings_are_listed_with_status_created_removed_and_repaired() {
     let f = fixture();
+    return_values(&f);
     let c = ctx();
     let create = |user: &'static str, remote: &'static str| SmbGlobalMappingCreate {
         remote_path: remote,
@@ -353,7 +366,7 @@ fn smb_mappings_are_listed_with_status_created_removed_and_repaired() {
             & 0x10,
         0
     );
-    // Another principal on the same server: 1219 (as ReturnValue by default).
+    // Another principal on the same server: 1219 (as ReturnValue here).
     let other = f
         .view
         .global_mapping_create(&c, &create(r"CORP\eve", r"\\fs1\apps"))
@@ -403,17 +416,12 @@ fn smb_mappings_are_listed_with_status_created_removed_and_repaired() {
     assert!(f.host.invariants().ok(), "{:?}", f.host.invariants());
 }
 
+/// By default the SMB and iSCSI providers raise their failures: `WBEM_E_FAILED` with an `MSFT_WmiError` whose
+/// `MessageID` is what PowerShell prints (`Windows System Error 53`, `HRESULT 0xefff0009`).
 #[test]
-fn provider_failures_can_arrive_as_hresults() {
+fn provider_failures_are_raised_with_their_error_object() {
     let f = fixture();
     let c = ctx();
-    f.host
-        .with_state_mut(|s| {
-            let mut b = *s.behaviour();
-            b.wmi_failures = Some(crate::profile::WmiFailureReport::Exception);
-            s.set_behaviour(b)
-        })
-        .unwrap();
     let err = f
         .view
         .global_mapping_create(
@@ -430,13 +438,47 @@ fn provider_failures_can_arrive_as_hresults() {
             },
         )
         .unwrap_err();
+    let CallError::Wmi { hresult, error, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(hresult.0, 0x8004_1001);
+    let object = error.as_deref().expect("error object");
+    assert_eq!(object.class.as_deref(), Some("MSFT_WmiError"));
+    assert_eq!(
+        object.message_id.as_deref(),
+        Some("Windows System Error 53")
+    );
+    assert_eq!(
+        (object.error_code, object.error_type.as_deref()),
+        (Some(53), Some("WIN32"))
+    );
     assert_eq!(err.win32_code(), Some(Win32Error::BadNetPath));
     assert_eq!(err.kind(), ErrorKind::NetworkPathNotFound);
+    let err = f
+        .view
+        .target_portal_new(
+            &c,
+            &NewTargetPortal {
+                target_portal_address: "10.0.0.9",
+                target_portal_port_number: 3260,
+                initiator_portal_address: None,
+                authentication_type: None,
+                chap: None,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.error_object().and_then(|o| o.message_id.as_deref()),
+        Some("HRESULT 0xefff0009")
+    );
+    assert_eq!(err.iscsi_status(), Some(IscsiStatus::AuthenticationFailure));
+    assert_eq!(err.kind(), ErrorKind::LogonFailure);
 }
 
 #[test]
 fn discovery_chap_and_persistent_logins_that_survive_a_reboot_until_unregistered() {
     let f = fixture();
+    return_values(&f);
     let c = ctx();
     let portal = |chap: Option<ChapCredentials<'static>>| NewTargetPortal {
         target_portal_address: "10.0.0.9",
@@ -505,6 +547,7 @@ fn discovery_chap_and_persistent_logins_that_survive_a_reboot_until_unregistered
 #[test]
 fn a_persistent_record_left_behind_is_a_leftover_and_logins_check_chap() {
     let f = fixture();
+    return_values(&f);
     let c = ctx();
     f.login(true);
     let target = f.view.targets(&c).unwrap().remove(0);
@@ -822,6 +865,222 @@ fn a_host_without_the_storage_classes_refuses_calls_into_them() {
         f.host.audit(0).len() == 1,
         "refused calls never reach the host"
     );
+}
+
+/// A mapping the SMB client re-establishes: `Reconnecting` until its time passes on tokio's clock, then `OK` — and
+/// a reboot overrides it (`Disconnected`, no pending change).
+#[test]
+fn a_mapping_can_be_reconnecting_for_a_while() {
+    let f = fixture();
+    let c = ctx();
+    f.view
+        .global_mapping_create(
+            &c,
+            &SmbGlobalMappingCreate {
+                remote_path: r"\\fs1\data",
+                local_path: None,
+                user_name: Some(r"CORP\bob"),
+                password: PW,
+                persistent: None,
+                require_privacy: None,
+                require_integrity: None,
+                use_write_through: None,
+            },
+        )
+        .unwrap();
+    let status = || f.view.global_mappings(&ctx()).unwrap()[0].status;
+    let later = |secs| tokio::time::Instant::now() + Duration::from_secs(secs);
+    f.host
+        .with_state_mut(|s| {
+            s.set_mapping_status(
+                r"\\FS1\Data",
+                crate::state::MappingStatus::Reconnecting,
+                Some((Duration::from_secs(5), crate::state::MappingStatus::Ok)),
+            )
+        })
+        .unwrap();
+    assert_eq!(status(), SmbMappingStatus::Reconnecting);
+    assert!(f.view.file_attributes(&c, r"\\fs1\data\hello.txt").is_err());
+    // Its time passes (what the host's call path does with tokio's clock at each call).
+    f.host.with_state_mut(|s| s.tick(later(6))).unwrap();
+    assert_eq!(status(), SmbMappingStatus::Ok);
+    assert!(f.view.file_attributes(&c, r"\\fs1\data\hello.txt").is_ok());
+    f.host
+        .with_state_mut(|s| {
+            s.set_mapping_status(
+                r"\\fs1\data",
+                crate::state::MappingStatus::Reconnecting,
+                Some((Duration::from_secs(5), crate::state::MappingStatus::Ok)),
+            )
+        })
+        .unwrap();
+    f.host.reboot().unwrap();
+    f.host.with_state_mut(|s| s.tick(later(10))).unwrap();
+    assert_eq!(status(), SmbMappingStatus::Disconnected);
+    assert!(
+        f.host
+            .with_state_mut(|s| s.set_mapping_status(
+                r"\\fs1\none",
+                crate::state::MappingStatus::Ok,
+                None
+            ))
+            .is_err()
+    );
+}
+
+/// `MSFT_iSCSISession.Register` makes a non-persistent session persistent: the initiator logs it back in at boot
+/// with the credentials given to `Register`.
+#[test]
+fn a_session_registered_later_comes_back_after_a_reboot() {
+    let f = fixture();
+    let c = ctx();
+    f.login(false);
+    let session = f.view.sessions(&c).unwrap().remove(0);
+    assert!(!session.is_persistent);
+    let out = f
+        .view
+        .session_register(
+            &c,
+            &session.path,
+            &winhost::model::RegisterSession {
+                is_multipath_enabled: None,
+                chap: Some(ChapCredentials {
+                    username: "node",
+                    secret: CHAP,
+                }),
+            },
+        )
+        .unwrap();
+    assert!(out.is_success());
+    assert!(f.view.sessions(&c).unwrap()[0].is_persistent);
+    f.host.reboot().unwrap();
+    assert_eq!(f.view.sessions(&c).unwrap().len(), 1, "logged in at boot");
+    let audit = serde_json::to_string(&f.host.audit(0)).unwrap();
+    assert!(!audit.contains(CHAP));
+}
+
+/// The probe again goes through the call path: a fault on a `GetObject`/`ConnectServer` is a probe that could not
+/// tell; what the host lacks for good (`with_probe`'s absent classes) stays absent.
+#[test]
+fn the_probe_runs_again_through_the_call_path() {
+    use winhost::codes::HResult;
+    use winhost::probe::{Capability, CapabilityState, Namespace, ProbeReport};
+    let f = fixture();
+    let c = ctx();
+    let at_boot = ProbeReport::from_lookup(
+        |ns| (ns == Namespace::Smb).then_some(HResult(0x8004_1033)),
+        |_, r| {
+            if r.class == "MSFT_iSCSITarget" {
+                Err(HResult(0x8004_1002))
+            } else {
+                Ok(vec![])
+            }
+        },
+    );
+    let view = f.view.clone().with_probe(at_boot);
+    assert_eq!(
+        view.probe_report().state(Capability::Smb),
+        CapabilityState::ProbeFailed
+    );
+    f.host
+        .fail_nth("GetObject MSFT_Disk", 1, "hresult:0x80041069")
+        .unwrap();
+    let again = view.reprobe(&c).unwrap();
+    assert_eq!(again.state(Capability::Smb), CapabilityState::Present);
+    assert_eq!(again.state(Capability::Disks), CapabilityState::ProbeFailed);
+    assert_eq!(again.state(Capability::Iscsi), CapabilityState::Absent);
+    assert_eq!(view.probe_report(), again, "kept");
+    let third = view.reprobe(&c).unwrap();
+    assert_eq!(third.state(Capability::Disks), CapabilityState::Present);
+    assert!(third.is_settled());
+    let names: Vec<String> = f.host.audit(0).into_iter().map(|e| e.rpc).collect();
+    assert!(names.contains(&"ConnectServer ROOT\\Microsoft\\Windows\\SMB".to_owned()));
+    assert!(
+        !names.contains(&"GetObject MSFT_iSCSITarget".to_owned()),
+        "absent for good: not asked again"
+    );
+}
+
+/// The Windows view over a socket answers as in process: objects, outcomes, raised errors with their error
+/// objects, the probe report; a hung call makes the client give up at its deadline (`started: true`) or when
+/// cancelled, while the server's call runs on.
+#[test]
+fn the_view_over_a_socket_answers_as_in_process() {
+    use winhost::remote::{Address, RemoteHost};
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let addr = Address::Unix(dir.path().join("windows.sock"));
+    let server = super::remote::serve(f.view.clone(), &addr).unwrap();
+    let remote = RemoteHost::connect(addr.clone()).unwrap();
+    let c = ctx();
+    assert!(remote.probe_report().is_complete());
+    assert_eq!(
+        remote.disks(&c, None).unwrap(),
+        f.view.disks(&c, None).unwrap()
+    );
+    let err = remote
+        .global_mapping_create(
+            &c,
+            &SmbGlobalMappingCreate {
+                remote_path: r"\\nowhere\x",
+                local_path: None,
+                user_name: Some(r"CORP\bob"),
+                password: PW,
+                persistent: None,
+                require_privacy: Some(true),
+                require_integrity: None,
+                use_write_through: None,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NetworkPathNotFound);
+    assert!(err.error_object().is_some());
+    let os = remote.disks(&c, Some(0)).unwrap().remove(0);
+    let online = remote.disk_online(&c, &os.path).unwrap();
+    assert_eq!(online.method, "MSFT_Disk.Online");
+    assert!(online.is_success());
+    assert_eq!(
+        win32_code(remote.create_directory(&c, r"C:\no\such\parent")),
+        3
+    );
+    // A hung call: the client stops waiting at its deadline, the call having started.
+    f.host.hang_nth("SELECT MSFT_Disk", 1).unwrap();
+    let short = CallContext::after(Duration::from_millis(300));
+    assert_eq!(
+        remote.disks(&short, None).unwrap_err(),
+        CallError::DeadlineExceeded { started: true }
+    );
+    f.host.release_hangs();
+    f.rt.block_on(f.host.wait_unhung());
+    // Cancelled while the server's call hangs: at once, the call having started.
+    let token = winhost::CancelToken::new();
+    let cancelled = CallContext::after(Duration::from_secs(60)).with_cancel(token.clone());
+    f.host.hang_nth("SELECT MSFT_Partition", 1).unwrap();
+    let (host, handle) = (f.host.clone(), f.rt.handle().clone());
+    let canceller = std::thread::spawn(move || {
+        handle.block_on(host.wait_hung(1));
+        token.cancel();
+    });
+    assert_eq!(
+        remote.partitions(&cancelled, None).unwrap_err(),
+        CallError::Cancelled { started: true }
+    );
+    canceller.join().unwrap();
+    f.host.release_hangs();
+    // Not sent at all once past its deadline; a server that is gone is Unavailable.
+    let past = CallContext::new(std::time::Instant::now() - Duration::from_millis(1));
+    assert_eq!(
+        remote.disks(&past, None).unwrap_err(),
+        CallError::DeadlineExceeded { started: false }
+    );
+    server.stop();
+    assert_eq!(
+        remote.disks(&c, None).unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    // Secrets never reach the audit through the socket either.
+    let audit = serde_json::to_string(&f.host.audit(0)).unwrap();
+    assert!(!audit.contains(PW));
 }
 
 /// The raw read sees a LUN's bytes as the scenario put them (here an ext4 file system a Linux node wrote on the whole

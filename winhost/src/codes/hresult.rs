@@ -48,6 +48,7 @@ code_table! {
 
 /// An HRESULT as returned by a COM/WMI call, with its classification helpers.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct HResult(pub u32);
 
 impl HResult {

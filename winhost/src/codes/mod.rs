@@ -100,6 +100,21 @@ macro_rules! code_table {
                 value.code()
             }
         }
+
+        /// The raw value (the `remote` transport's wire form).
+        #[cfg(feature = "remote")]
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                serde::Serialize::serialize(&self.code(), s)
+            }
+        }
+
+        #[cfg(feature = "remote")]
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                <$repr as serde::Deserialize>::deserialize(d).map(Self::from_code)
+            }
+        }
     };
 }
 pub(crate) use code_table;

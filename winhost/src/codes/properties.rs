@@ -175,4 +175,20 @@ impl SmbMappingStatus {
     pub fn is_ok(self) -> bool {
         self == Self::Ok
     }
+
+    /// Whether the SMB client is (re)establishing the connection by itself (`Connecting`, `Reconnecting`, or a
+    /// `NetworkError` it retries): wait for it; removing the mapping cannot fix a network and would cut the open
+    /// handles of everyone using it.
+    pub fn is_settling(self) -> bool {
+        matches!(
+            self,
+            Self::Connecting | Self::Reconnecting | Self::NetworkError
+        )
+    }
+
+    /// Whether the mapping serves no one until it is re-created (`Disconnected`: after a reboot or a credential
+    /// change; `Unavailable`): azurefile-csi-driver PR #3416 repairs `Disconnected` ones.
+    pub fn is_broken(self) -> bool {
+        matches!(self, Self::Disconnected | Self::Unavailable)
+    }
 }

@@ -2,6 +2,7 @@
 
 /// `dwFileAttributes` (`GetFileAttributesW`, `FILE_ATTRIBUTE_TAG_INFO.FileAttributes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct FileAttributes(pub u32);
 
 impl FileAttributes {
@@ -27,6 +28,7 @@ impl FileAttributes {
 /// following the final link (`GetFileInformationByHandleEx(FileAttributeTagInfo)` on a handle opened with
 /// `FILE_FLAG_OPEN_REPARSE_POINT`, reference §2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct AttributeTag {
     /// The attributes.
     pub attributes: FileAttributes,
@@ -37,6 +39,7 @@ pub struct AttributeTag {
 
 /// `CreateSymbolicLinkW` flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct SymlinkFlags {
     /// `SYMBOLIC_LINK_FLAG_DIRECTORY` (0x1): always set it for directory links (reference D11).
     pub directory: bool,
@@ -60,6 +63,7 @@ impl SymlinkFlags {
 
 /// The form `GetFinalPathNameByHandleW` answers in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub enum VolumeNameKind {
     /// `VOLUME_NAME_DOS` (0): `\\?\C:\…`, `\\?\UNC\server\share\…`.
     Dos,
@@ -82,6 +86,7 @@ impl VolumeNameKind {
 
 /// `GetVolumeInformationW` results.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct VolumeInformation {
     /// The volume label.
     pub label: String,
@@ -97,6 +102,7 @@ pub struct VolumeInformation {
 
 /// `GetDiskFreeSpaceExW` results, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct FreeSpace {
     /// `lpFreeBytesAvailableToCaller` (quota-aware).
     pub available_to_caller: u64,
@@ -108,6 +114,7 @@ pub struct FreeSpace {
 
 /// `STORAGE_DEVICE_NUMBER` (`IOCTL_STORAGE_GET_DEVICE_NUMBER`): csi-proxy keys `ListDiskIDs` by `device_number`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct StorageDeviceNumber {
     /// `DeviceType` (`FILE_DEVICE_DISK` is 7).
     pub device_type: u32,
@@ -121,6 +128,7 @@ pub struct StorageDeviceNumber {
 /// (`head` is bytes `0..head.len()`, `tail` is bytes `length - tail.len()..length`; they overlap on a device shorter
 /// than both). [`crate::signature::examine`] judges them.
 #[derive(Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct DeviceBytes {
     /// The device's length in bytes (`IOCTL_DISK_GET_LENGTH_INFO`; a file's size for a file).
     pub length: u64,

@@ -6,6 +6,7 @@ use super::{ObjectPath, redacted};
 
 /// `MSFT_iSCSITargetPortal`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftIscsiTargetPortal {
     /// `__PATH`.
     pub path: ObjectPath,
@@ -21,6 +22,7 @@ pub struct MsftIscsiTargetPortal {
 
 /// `MSFT_iSCSITarget`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftIscsiTarget {
     /// `__PATH`.
     pub path: ObjectPath,
@@ -32,6 +34,7 @@ pub struct MsftIscsiTarget {
 
 /// `MSFT_iSCSISession`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftIscsiSession {
     /// `__PATH`.
     pub path: ObjectPath,
@@ -57,6 +60,7 @@ pub struct MsftIscsiSession {
 
 /// `MSFT_iSCSIConnection`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftIscsiConnection {
     /// `__PATH`.
     pub path: ObjectPath,
@@ -72,6 +76,7 @@ pub struct MsftIscsiConnection {
 
 /// `MSFT_InitiatorPort` (the local initiator: its IQN is what arrays put in their ACLs).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftInitiatorPort {
     /// `__PATH`.
     pub path: ObjectPath,
@@ -86,6 +91,7 @@ pub struct MsftInitiatorPort {
 /// `AuthenticationType` of `MSFT_iSCSITarget.Connect` and `MSFT_iSCSITargetPortal.New`: the strings csi-proxy passes
 /// (upper case, `pkg/server/iscsi/server.go`, reference §2.5).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub enum AuthenticationType {
     /// `NONE`.
     #[default]
@@ -163,6 +169,17 @@ pub struct ConnectTarget<'a> {
     pub is_multipath_enabled: Option<bool>,
 }
 
+/// `MSFT_iSCSISession.Register` in-parameters (only those set are passed): make an existing session persistent, so
+/// the initiator logs it back in at boot (Microsoft's *Register method of the MSFT_iSCSISession class*:
+/// `IsMultipathEnabled`, `ChapUsername`, `ChapSecret`; reference §2.5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegisterSession<'a> {
+    /// `IsMultipathEnabled`.
+    pub is_multipath_enabled: Option<bool>,
+    /// `ChapUsername` and `ChapSecret`: the credentials the persistent login uses at boot.
+    pub chap: Option<ChapCredentials<'a>>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,7 +207,12 @@ mod tests {
             authentication_type: Some(AuthenticationType::OneWayChap),
             chap: Some(chap),
         };
+        let register = RegisterSession {
+            is_multipath_enabled: None,
+            chap: Some(chap),
+        };
         for text in [
+            format!("{register:?}"),
             format!("{connect:?}"),
             format!("{portal:?}"),
             format!("{chap:#?}"),

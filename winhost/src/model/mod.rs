@@ -18,7 +18,7 @@ pub use files::{
 };
 pub use iscsi::{
     AuthenticationType, ChapCredentials, ConnectTarget, MsftInitiatorPort, MsftIscsiConnection,
-    MsftIscsiSession, MsftIscsiTarget, MsftIscsiTargetPortal, NewTargetPortal,
+    MsftIscsiSession, MsftIscsiTarget, MsftIscsiTargetPortal, NewTargetPortal, RegisterSession,
 };
 pub use smb::{SmbGlobalMapping, SmbGlobalMappingCreate};
 pub use storage::{
@@ -29,6 +29,7 @@ pub use storage::{
 /// A WMI object path (`__PATH`), as the host gave it. Opaque: pass it back to instance methods and association
 /// queries; never parse or build one.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct ObjectPath(String);
 
 impl ObjectPath {

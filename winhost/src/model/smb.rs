@@ -8,6 +8,7 @@ use super::{ObjectPath, redacted};
 
 /// `MSFT_SmbGlobalMapping` (reference §2.2). It has no user-name property.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct SmbGlobalMapping {
     /// `__PATH`.
     pub path: ObjectPath,

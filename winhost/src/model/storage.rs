@@ -9,6 +9,7 @@ use super::ObjectPath;
 
 /// `MSFT_Disk` (Microsoft's `MSFT_Disk` class page), the properties the native backend reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftDisk {
     /// `__PATH`.
     pub path: ObjectPath,
@@ -49,6 +50,7 @@ pub struct MsftDisk {
 
 /// `MSFT_Partition` (Microsoft's `MSFT_Partition` class page).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftPartition {
     /// `__PATH`.
     pub path: ObjectPath,
@@ -85,6 +87,7 @@ impl MsftPartition {
 
 /// `MSFT_Volume` (Microsoft's `MSFT_Volume` class page).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftVolume {
     /// `__PATH`.
     pub path: ObjectPath,
@@ -110,6 +113,7 @@ pub struct MsftVolume {
 
 /// `MSFT_StorageSetting`, from the static `Get` method's `StorageSettings` out-parameter.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsftStorageSetting {
     /// `NewDiskPolicy`: the SAN policy.
     pub new_disk_policy: Option<NewDiskPolicy>,
@@ -117,6 +121,7 @@ pub struct MsftStorageSetting {
 
 /// `MSFT_Partition.GetSupportedSize` out-parameters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct SupportedSize {
     /// `SizeMin` in bytes.
     pub min: u64,
@@ -164,6 +169,7 @@ impl GptType {
 /// `MSFT_Disk.CreatePartition` in-parameters (only those set are passed; the page forbids `Size` with
 /// `UseMaximumSize`, and `DriveLetter` with `AssignDriveLetter`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct CreatePartition {
     /// `Size` in bytes.
     pub size: Option<u64>,
@@ -204,6 +210,7 @@ impl CreatePartition {
 
 /// `MSFT_Disk.SetAttributes` in-parameters (only those set are passed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct DiskAttributes {
     /// `IsReadOnly`.
     pub is_read_only: Option<bool>,
@@ -215,6 +222,7 @@ pub struct DiskAttributes {
 
 /// `MSFT_Volume.Format` in-parameters (only those set are passed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
 pub struct FormatVolume {
     /// `FileSystem`: `NTFS`, `ReFS`, …
     pub file_system: Option<String>,

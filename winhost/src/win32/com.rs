@@ -9,7 +9,7 @@ use std::sync::Once;
 use windows::Win32::Foundation::RPC_E_TOO_LATE;
 use windows::Win32::System::Com::{
     COINIT_MULTITHREADED, CoInitializeEx, CoInitializeSecurity, CoUninitialize, EOAC_NONE,
-    RPC_C_AUTHN_LEVEL_DEFAULT, RPC_C_IMP_LEVEL_IMPERSONATE,
+    RPC_C_AUTHN_LEVEL_PKT_PRIVACY, RPC_C_IMP_LEVEL_IMPERSONATE,
 };
 
 use crate::codes::HResult;
@@ -46,9 +46,10 @@ impl Drop for Apartment {
     }
 }
 
-/// `CoInitializeSecurity` with the default authentication level and impersonation, once per process: what the `wmi`
-/// crate does when it initialises COM itself, and Microsoft's WMI client examples. (The crate skips it when COM is
-/// already initialised, as it is on our threads.) Whoever calls it first wins; `RPC_E_TOO_LATE` means someone did.
+/// `CoInitializeSecurity` at packet privacy with impersonation, once per process, as csi-proxy master does
+/// (`kubernetes-csi/csi-proxy@eeba470 pkg/wmi/wmi.go:46,220`): a namespace that requires encryption refuses anything
+/// less (MS-WMI §2.2.30.3), and locally it costs nothing. Each connection's proxy is set the same way
+/// (`services.rs`). Whoever calls it first wins; `RPC_E_TOO_LATE` means someone did.
 fn set_process_security_once() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -61,7 +62,7 @@ fn set_process_security_once() {
                 -1,
                 None,
                 None,
-                RPC_C_AUTHN_LEVEL_DEFAULT,
+                RPC_C_AUTHN_LEVEL_PKT_PRIVACY,
                 RPC_C_IMP_LEVEL_IMPERSONATE,
                 None,
                 EOAC_NONE,
@@ -70,7 +71,7 @@ fn set_process_security_once() {
         };
         match result {
             Ok(()) => {
-                tracing::debug!("COM process security set (default authentication, impersonate)")
+                tracing::debug!("COM process security set (packet privacy, impersonate)")
             }
             Err(e) if e.code() == RPC_E_TOO_LATE => {
                 tracing::debug!("COM process security was already set by someone else")

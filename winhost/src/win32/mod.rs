@@ -1,14 +1,20 @@
 //! The Windows implementation of the facade: the only code that touches COM, WMI and Win32.
 //!
 //! # Threading
-//! [`WinHost`] owns three bounded [`WorkerPool`]s:
+//! [`WinHost`] owns five bounded [`WorkerPool`]s, one per lane, so that what is stuck in one lane cannot starve
+//! another (reference §1.3; review L2: two calls to an unreachable SMB server used to hold both threads every long
+//! call shared):
 //! - `winhost-wmi`: queries, association walks and quick methods (`Online`, `SetAttributes`, `Remove`, …);
-//! - `winhost-wmi-long`: methods that do device or network I/O and can take long (`Format`, `Resize`,
-//!   `GetSupportedSize`, `Flush`, `CreatePartition`, `Initialize`, `UpdateHostStorageCache`, iSCSI `Connect`/
-//!   `Disconnect`/`New`/`Update`, `MSFT_SmbGlobalMapping.Create`), so a stuck format cannot starve quick queries
-//!   (reference §1.3);
+//! - `winhost-disk`: disk and volume methods that do device I/O (`Format`, `Resize`, `GetSupportedSize`, `Flush`,
+//!   `CreatePartition`, `Initialize`, `UpdateHostStorageCache`);
+//! - `winhost-iscsi`: iSCSI methods that talk to a target (`Connect`, `Disconnect`, portal `New`/`Update`);
+//! - `winhost-smb`: `MSFT_SmbGlobalMapping.Create` (talks to a file server);
 //! - `winhost-files`: the Win32 file, volume and device calls (a call on a path through an unreachable share can block
 //!   for the SMB redirector's timeout), the raw device reads included.
+//!
+//! A call whose caller stopped waiting keeps its thread until the provider answers; each lane replaces such a stuck
+//! thread (up to [`WinHostConfig::max_replacements`] at a time) and reports it ([`Capabilities::lanes`]; the
+//! backend's readiness names an exhausted lane). See [`crate::pool`].
 //!
 //! Each WMI thread joins the MTA once (`CoInitializeEx(COINIT_MULTITHREADED)`), opens its own connection to each
 //! namespace on first use (a `wmi::WMIConnection` cannot cross threads), keeps it, and reopens it after
@@ -19,12 +25,15 @@
 //! # Start-up probe
 //! [`WinHost::start`] runs the probe ([`crate::probe`]) before anything else and keeps its report: a call into a
 //! namespace, class or method the probe did not find fails with [`CallError::Unsupported`] without touching COM.
+//! [`Capabilities::reprobe`] runs it again (the backend does, with backoff, while a probe failed for a reason other
+//! than "no such namespace or class": WMI restarting at boot, a timeout) and serves what it then finds.
 
 mod com;
 mod files;
+mod services;
 mod wmi;
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use ::wmi::{IWbemClassWrapper, Variant};
 
@@ -40,38 +49,47 @@ use crate::model::{
     AttributeTag, ConnectTarget, CreatePartition, DeviceBytes, DiskAttributes, FileAttributes,
     FormatVolume, FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession,
     MsftIscsiTarget, MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume,
-    NewTargetPortal, ObjectPath, SmbGlobalMapping, SmbGlobalMappingCreate, StorageDeviceNumber,
-    SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
+    NewTargetPortal, ObjectPath, RegisterSession, SmbGlobalMapping, SmbGlobalMappingCreate,
+    StorageDeviceNumber, SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
 };
 use crate::page83::StorageIdentifier;
 use crate::paths::VolumeGuidPath;
-use crate::pool::{PoolConfig, WorkerPool};
+use crate::pool::{PoolConfig, PoolStatus, WorkerPool};
 use crate::probe::{Namespace, ProbeReport};
 use crate::reparse::ReparsePoint;
 use crate::smb::credential_string;
 use crate::wql::{Select, WqlValue};
 use wmi::WmiThread;
 
-/// Pool sizes.
+/// Pool sizes, per lane (module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WinHostConfig {
     /// Threads for queries and quick methods.
     pub wmi_threads: usize,
-    /// Threads for long methods.
-    pub wmi_long_threads: usize,
+    /// Threads for disk and volume methods that do device I/O.
+    pub disk_threads: usize,
+    /// Threads for iSCSI methods that talk to a target.
+    pub iscsi_threads: usize,
+    /// Threads for SMB mapping creation.
+    pub smb_threads: usize,
     /// Threads for Win32 file, volume and device calls.
     pub file_threads: usize,
     /// How many calls may wait for a thread, per pool.
     pub queue_capacity: usize,
+    /// How many threads stuck in calls their callers gave up on may be replaced at a time, per pool.
+    pub max_replacements: usize,
 }
 
 impl Default for WinHostConfig {
     fn default() -> Self {
         Self {
             wmi_threads: 2,
-            wmi_long_threads: 2,
+            disk_threads: 2,
+            iscsi_threads: 2,
+            smb_threads: 2,
             file_threads: 4,
             queue_capacity: 256,
+            max_replacements: 4,
         }
     }
 }
@@ -79,15 +97,19 @@ impl Default for WinHostConfig {
 /// The facade over the real Windows host.
 pub struct WinHost {
     wmi: WorkerPool<WmiThread>,
-    long: WorkerPool<WmiThread>,
+    disk: WorkerPool<WmiThread>,
+    iscsi: WorkerPool<WmiThread>,
+    smb: WorkerPool<WmiThread>,
     files: WorkerPool<()>,
-    report: ProbeReport,
+    report: RwLock<ProbeReport>,
 }
 
 #[derive(Clone, Copy)]
 enum Lane {
     Quick,
-    Long,
+    Disk,
+    Iscsi,
+    Smb,
 }
 
 /// An in-parameter value, built into a COM `VARIANT` on the worker thread.
@@ -140,34 +162,45 @@ impl WinHost {
             name: name.to_owned(),
             threads,
             queue_capacity: config.queue_capacity,
+            max_replacements: config.max_replacements,
         };
         let com = Arc::new(WmiThread::new);
-        let wmi = WorkerPool::new(pool("winhost-wmi", config.wmi_threads), com.clone())
-            .map_err(|e| pool_error("winhost-wmi", e))?;
-        let long = WorkerPool::new(pool("winhost-wmi-long", config.wmi_long_threads), com)
-            .map_err(|e| pool_error("winhost-wmi-long", e))?;
+        let wmi_pool = |name: &str, threads| {
+            WorkerPool::new(pool(name, threads), com.clone()).map_err(|e| pool_error(name, e))
+        };
+        let wmi = wmi_pool("winhost-wmi", config.wmi_threads)?;
+        let disk = wmi_pool("winhost-disk", config.disk_threads)?;
+        let iscsi = wmi_pool("winhost-iscsi", config.iscsi_threads)?;
+        let smb = wmi_pool("winhost-smb", config.smb_threads)?;
         let files = WorkerPool::new(
             pool("winhost-files", config.file_threads),
             Arc::new(|| Ok(())),
         )
         .map_err(|e| pool_error("winhost-files", e))?;
-        let report = wmi.run(ctx, |t| Ok(t.probe()))?;
-        match report.missing_message() {
-            Some(m) => tracing::warn!("{m}"),
-            None => tracing::info!("{report}"),
-        }
+        let report = wmi.run(ctx, "probe", |t| Ok(t.probe()))?;
+        log_report(&report);
         Ok(Self {
             wmi,
-            long,
+            disk,
+            iscsi,
+            smb,
             files,
-            report,
+            report: RwLock::new(report),
         })
     }
 
+    fn report(&self) -> ProbeReport {
+        self.report
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn check(&self, ns: Namespace, class: &'static str, method: Option<&str>) -> CallResult<()> {
+        let report = self.report.read().unwrap_or_else(PoisonError::into_inner);
         let present = match method {
-            Some(m) => self.report.has_method(ns, class, m),
-            None => self.report.has_class(ns, class),
+            Some(m) => report.has_method(ns, class, m),
+            None => report.has_class(ns, class),
         };
         if present {
             Ok(())
@@ -184,7 +217,9 @@ impl WinHost {
     fn lane(&self, lane: Lane) -> &WorkerPool<WmiThread> {
         match lane {
             Lane::Quick => &self.wmi,
-            Lane::Long => &self.long,
+            Lane::Disk => &self.disk,
+            Lane::Iscsi => &self.iscsi,
+            Lane::Smb => &self.smb,
         }
     }
 
@@ -197,7 +232,7 @@ impl WinHost {
         decode: fn(&IWbemClassWrapper) -> CallResult<T>,
     ) -> CallResult<Vec<T>> {
         self.check(ns, class, None)?;
-        self.wmi.run(ctx, move |t| {
+        self.wmi.run(ctx, class, move |t| {
             let mut select = Select::new(class, &[]);
             for (property, value) in &filter {
                 let v = match value {
@@ -226,7 +261,7 @@ impl WinHost {
         self.check(Namespace::Storage, assoc_class, None)?;
         self.check(Namespace::Storage, result_class, None)?;
         let of = of.clone();
-        self.wmi.run(ctx, move |t| {
+        self.wmi.run(ctx, assoc_class, move |t| {
             t.associators(Namespace::Storage, &of, assoc_class, result_class, decode)
         })
     }
@@ -249,7 +284,7 @@ impl WinHost {
             .ok_or_else(|| CallError::decode(qualified, "not Class.Method"))?;
         self.check(ns, class, Some(method))?;
         let object_path = object.map_or_else(|| class.to_owned(), |p| p.as_str().to_owned());
-        self.lane(lane).run(ctx, move |t| {
+        self.lane(lane).run(ctx, qualified, move |t| {
             let inputs = params
                 .0
                 .into_iter()
@@ -311,9 +346,20 @@ impl WinHost {
     fn file<T: Send + 'static>(
         &self,
         ctx: &CallContext,
+        function: &'static str,
         job: impl FnOnce() -> CallResult<T> + Send + 'static,
     ) -> CallResult<T> {
-        self.files.run(ctx, move |_| job())
+        self.files.run(ctx, function, move |_| job())
+    }
+}
+
+fn log_report(report: &ProbeReport) {
+    if let Some(m) = report.failure_message() {
+        tracing::warn!("{m}");
+    } else if let Some(m) = report.missing_message() {
+        tracing::warn!("{m}");
+    } else {
+        tracing::info!("{report}");
     }
 }
 
@@ -414,7 +460,7 @@ impl StorageWmi for WinHost {
         let params = Params::default().with("PartitionStyle", Some(In::U16(style.code())));
         self.storage(
             ctx,
-            Lane::Long,
+            Lane::Disk,
             "MSFT_Disk.Initialize",
             Some(disk),
             params,
@@ -441,7 +487,7 @@ impl StorageWmi for WinHost {
             .with("IsActive", p.is_active.map(In::Bool));
         self.storage(
             ctx,
-            Lane::Long,
+            Lane::Disk,
             "MSFT_Disk.CreatePartition",
             Some(disk),
             params,
@@ -502,7 +548,7 @@ impl StorageWmi for WinHost {
     ) -> CallResult<StorageOutcome<Option<SupportedSize>>> {
         self.storage(
             ctx,
-            Lane::Long,
+            Lane::Disk,
             "MSFT_Partition.GetSupportedSize",
             Some(partition),
             Params::default(),
@@ -519,7 +565,7 @@ impl StorageWmi for WinHost {
         let params = Params::default().with("Size", Some(In::U64(size)));
         self.storage(
             ctx,
-            Lane::Long,
+            Lane::Disk,
             "MSFT_Partition.Resize",
             Some(partition),
             params,
@@ -541,7 +587,7 @@ impl StorageWmi for WinHost {
             .with("Force", f.force.map(In::Bool));
         self.storage(
             ctx,
-            Lane::Long,
+            Lane::Disk,
             "MSFT_Volume.Format",
             Some(volume),
             params,
@@ -552,7 +598,7 @@ impl StorageWmi for WinHost {
     fn volume_flush(&self, ctx: &CallContext, volume: &ObjectPath) -> CallResult<StorageOutcome> {
         self.storage(
             ctx,
-            Lane::Long,
+            Lane::Disk,
             "MSFT_Volume.Flush",
             Some(volume),
             Params::default(),
@@ -577,7 +623,7 @@ impl StorageWmi for WinHost {
     fn update_host_storage_cache(&self, ctx: &CallContext) -> CallResult<StorageOutcome> {
         self.storage(
             ctx,
-            Lane::Long,
+            Lane::Disk,
             "MSFT_StorageSetting.UpdateHostStorageCache",
             None,
             Params::default(),
@@ -629,7 +675,7 @@ impl IscsiWmi for WinHost {
             .with("ChapSecret", str_in(p.chap.map(|c| c.secret)));
         self.iscsi(
             ctx,
-            Lane::Long,
+            Lane::Iscsi,
             "MSFT_iSCSITargetPortal.New",
             None,
             params,
@@ -661,7 +707,7 @@ impl IscsiWmi for WinHost {
             );
         self.iscsi(
             ctx,
-            Lane::Long,
+            Lane::Iscsi,
             "MSFT_iSCSITargetPortal.Update",
             Some(&portal.path),
             params,
@@ -716,7 +762,7 @@ impl IscsiWmi for WinHost {
             .with("IsMultipathEnabled", p.is_multipath_enabled.map(In::Bool));
         self.iscsi(
             ctx,
-            Lane::Long,
+            Lane::Iscsi,
             "MSFT_iSCSITarget.Connect",
             None,
             params,
@@ -733,7 +779,7 @@ impl IscsiWmi for WinHost {
         let params = Params::default().with("SessionIdentifier", str_in(Some(session_identifier)));
         self.iscsi(
             ctx,
-            Lane::Long,
+            Lane::Iscsi,
             "MSFT_iSCSITarget.Disconnect",
             Some(target),
             params,
@@ -818,6 +864,26 @@ impl IscsiWmi for WinHost {
         )
     }
 
+    fn session_register(
+        &self,
+        ctx: &CallContext,
+        session: &ObjectPath,
+        p: &RegisterSession<'_>,
+    ) -> CallResult<IscsiOutcome> {
+        let params = Params::default()
+            .with("IsMultipathEnabled", p.is_multipath_enabled.map(In::Bool))
+            .with("ChapUsername", str_in(p.chap.map(|c| c.username)))
+            .with("ChapSecret", str_in(p.chap.map(|c| c.secret)));
+        self.iscsi(
+            ctx,
+            Lane::Quick,
+            "MSFT_iSCSISession.Register",
+            Some(session),
+            params,
+            nothing,
+        )
+    }
+
     fn set_chap_secret(&self, ctx: &CallContext, secret: &str) -> CallResult<IscsiOutcome> {
         let params = Params::default().with("ChapSecret", str_in(Some(secret)));
         self.iscsi(
@@ -871,7 +937,7 @@ impl SmbWmi for WinHost {
             .with("UseWriteThrough", p.use_write_through.map(In::Bool));
         self.call(
             ctx,
-            Lane::Long,
+            Lane::Smb,
             Namespace::Smb,
             "MSFT_SmbGlobalMapping.Create",
             None,
@@ -904,22 +970,28 @@ impl SmbWmi for WinHost {
 impl Win32Files for WinHost {
     fn create_directory(&self, ctx: &CallContext, path: &str) -> CallResult<()> {
         let path = path.to_owned();
-        self.file(ctx, move || files::create_directory(&path))
+        self.file(ctx, "CreateDirectoryW", move || {
+            files::create_directory(&path)
+        })
     }
 
     fn remove_directory(&self, ctx: &CallContext, path: &str) -> CallResult<()> {
         let path = path.to_owned();
-        self.file(ctx, move || files::remove_directory(&path))
+        self.file(ctx, "RemoveDirectoryW", move || {
+            files::remove_directory(&path)
+        })
     }
 
     fn delete_file(&self, ctx: &CallContext, path: &str) -> CallResult<()> {
         let path = path.to_owned();
-        self.file(ctx, move || files::delete_file(&path))
+        self.file(ctx, "DeleteFileW", move || files::delete_file(&path))
     }
 
     fn remove_tree(&self, ctx: &CallContext, path: &str) -> CallResult<()> {
         let path = path.to_owned();
-        self.file(ctx, move || files::remove_tree(&path))
+        self.file(ctx, "RemoveDirectoryTree", move || {
+            files::remove_tree(&path)
+        })
     }
 
     fn create_symbolic_link(
@@ -930,24 +1002,30 @@ impl Win32Files for WinHost {
         flags: SymlinkFlags,
     ) -> CallResult<()> {
         let (link, target) = (link.to_owned(), target.to_owned());
-        self.file(ctx, move || {
+        self.file(ctx, "CreateSymbolicLinkW", move || {
             files::create_symbolic_link(&link, &target, flags)
         })
     }
 
     fn file_attributes(&self, ctx: &CallContext, path: &str) -> CallResult<FileAttributes> {
         let path = path.to_owned();
-        self.file(ctx, move || files::file_attributes(&path))
+        self.file(ctx, "GetFileAttributesW", move || {
+            files::file_attributes(&path)
+        })
     }
 
     fn attribute_tag(&self, ctx: &CallContext, path: &str) -> CallResult<AttributeTag> {
         let path = path.to_owned();
-        self.file(ctx, move || files::attribute_tag(&path))
+        self.file(ctx, "GetFileInformationByHandleEx", move || {
+            files::attribute_tag(&path)
+        })
     }
 
     fn read_reparse_point(&self, ctx: &CallContext, path: &str) -> CallResult<ReparsePoint> {
         let path = path.to_owned();
-        self.file(ctx, move || files::read_reparse_point(&path))
+        self.file(ctx, "FSCTL_GET_REPARSE_POINT", move || {
+            files::read_reparse_point(&path)
+        })
     }
 
     fn final_path_name(
@@ -957,7 +1035,9 @@ impl Win32Files for WinHost {
         kind: VolumeNameKind,
     ) -> CallResult<String> {
         let path = path.to_owned();
-        self.file(ctx, move || files::final_path_name(&path, kind))
+        self.file(ctx, "GetFinalPathNameByHandleW", move || {
+            files::final_path_name(&path, kind)
+        })
     }
 
     fn set_volume_mount_point(
@@ -967,14 +1047,16 @@ impl Win32Files for WinHost {
         volume: &VolumeGuidPath,
     ) -> CallResult<()> {
         let (mount_point, volume) = (mount_point.to_owned(), volume.clone());
-        self.file(ctx, move || {
+        self.file(ctx, "SetVolumeMountPointW", move || {
             files::set_volume_mount_point(&mount_point, &volume)
         })
     }
 
     fn delete_volume_mount_point(&self, ctx: &CallContext, mount_point: &str) -> CallResult<()> {
         let mount_point = mount_point.to_owned();
-        self.file(ctx, move || files::delete_volume_mount_point(&mount_point))
+        self.file(ctx, "DeleteVolumeMountPointW", move || {
+            files::delete_volume_mount_point(&mount_point)
+        })
     }
 
     fn volume_name_for_mount_point(
@@ -983,14 +1065,16 @@ impl Win32Files for WinHost {
         mount_point: &str,
     ) -> CallResult<VolumeGuidPath> {
         let mount_point = mount_point.to_owned();
-        self.file(ctx, move || {
+        self.file(ctx, "GetVolumeNameForVolumeMountPointW", move || {
             files::volume_name_for_mount_point(&mount_point)
         })
     }
 
     fn volume_path_name(&self, ctx: &CallContext, path: &str) -> CallResult<String> {
         let path = path.to_owned();
-        self.file(ctx, move || files::volume_path_name(&path))
+        self.file(ctx, "GetVolumePathNameW", move || {
+            files::volume_path_name(&path)
+        })
     }
 
     fn volume_path_names(
@@ -999,22 +1083,30 @@ impl Win32Files for WinHost {
         volume: &VolumeGuidPath,
     ) -> CallResult<Vec<String>> {
         let volume = volume.clone();
-        self.file(ctx, move || files::volume_path_names(&volume))
+        self.file(ctx, "GetVolumePathNamesForVolumeNameW", move || {
+            files::volume_path_names(&volume)
+        })
     }
 
     fn volume_information(&self, ctx: &CallContext, root: &str) -> CallResult<VolumeInformation> {
         let root = root.to_owned();
-        self.file(ctx, move || files::volume_information(&root))
+        self.file(ctx, "GetVolumeInformationW", move || {
+            files::volume_information(&root)
+        })
     }
 
     fn disk_free_space(&self, ctx: &CallContext, path: &str) -> CallResult<FreeSpace> {
         let path = path.to_owned();
-        self.file(ctx, move || files::disk_free_space(&path))
+        self.file(ctx, "GetDiskFreeSpaceExW", move || {
+            files::disk_free_space(&path)
+        })
     }
 
     fn flush_volume(&self, ctx: &CallContext, volume: &VolumeGuidPath) -> CallResult<()> {
         let volume = volume.clone();
-        self.file(ctx, move || files::flush_volume(&volume))
+        self.file(ctx, "FlushFileBuffers", move || {
+            files::flush_volume(&volume)
+        })
     }
 
     fn storage_device_number(
@@ -1023,7 +1115,9 @@ impl Win32Files for WinHost {
         device: &str,
     ) -> CallResult<StorageDeviceNumber> {
         let device = device.to_owned();
-        self.file(ctx, move || files::storage_device_number(&device))
+        self.file(ctx, "IOCTL_STORAGE_GET_DEVICE_NUMBER", move || {
+            files::storage_device_number(&device)
+        })
     }
 
     fn storage_device_identifiers(
@@ -1032,7 +1126,9 @@ impl Win32Files for WinHost {
         device: &str,
     ) -> CallResult<Vec<StorageIdentifier>> {
         let device = device.to_owned();
-        self.file(ctx, move || files::storage_device_identifiers(&device))
+        self.file(ctx, "IOCTL_STORAGE_QUERY_PROPERTY", move || {
+            files::storage_device_identifiers(&device)
+        })
     }
 
     fn read_device(
@@ -1049,6 +1145,23 @@ impl Win32Files for WinHost {
 
 impl Capabilities for WinHost {
     fn probe_report(&self) -> ProbeReport {
-        self.report.clone()
+        self.report()
+    }
+
+    fn reprobe(&self, ctx: &CallContext) -> CallResult<ProbeReport> {
+        let report = self.wmi.run(ctx, "probe", |t| Ok(t.probe()))?;
+        log_report(&report);
+        *self.report.write().unwrap_or_else(PoisonError::into_inner) = report.clone();
+        Ok(report)
+    }
+
+    fn lanes(&self) -> Vec<PoolStatus> {
+        vec![
+            self.wmi.status(),
+            self.disk.status(),
+            self.iscsi.status(),
+            self.smb.status(),
+            self.files.status(),
+        ]
     }
 }

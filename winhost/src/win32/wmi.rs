@@ -1,14 +1,17 @@
 //! The WMI side: a worker thread's COM context (apartment and lazily opened connections), the query and method-call
-//! helpers, and the decoding of WMI objects into the facade's data types. Safe code over the `wmi` crate.
+//! helpers, and the decoding of WMI objects (and of the error objects of failed calls) into the facade's data types.
+//! Safe code over `services.rs` (the `IWbemServices` calls) and the `wmi` crate's object wrapper.
 
-use wmi::{IWbemClassWrapper, Variant, WMIConnection, WMIError};
+use wmi::{IWbemClassWrapper, Variant, WMIError};
 
 use super::com::Apartment;
+use super::services::{Failure, Services};
 use crate::codes::{
     BusType, CimStatusCode, DiskOperationalStatus, FileSystemType, HResult, HResultCode,
     NewDiskPolicy, OfflineReason, PartitionStyle, SmbMappingStatus, UniqueIdFormat,
 };
 use crate::error::{CallError, CallResult};
+use crate::error_object::ErrorObject;
 use crate::method::ExtendedStatus;
 use crate::model::{
     MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession, MsftIscsiTarget,
@@ -20,8 +23,8 @@ use crate::wql::{self, Select};
 
 /// A COM worker thread's context. Field order matters: the connections are released before the apartment is left.
 pub(crate) struct WmiThread {
-    storage: Option<WMIConnection>,
-    smb: Option<WMIConnection>,
+    storage: Option<Services>,
+    smb: Option<Services>,
     _apartment: Apartment,
 }
 
@@ -42,6 +45,15 @@ fn wmi_error(call: &str, e: WMIError) -> CallError {
     }
 }
 
+/// A failed COM call as the facade's error, with its error object decoded.
+fn com_error(call: &str, f: Failure) -> CallError {
+    let mut object = f.object.as_ref().map(error_object).unwrap_or_default();
+    if object.message.is_none() {
+        object.message = f.description;
+    }
+    CallError::wmi_with(call, f.hresult, object)
+}
+
 impl WmiThread {
     /// Join the MTA on this thread. Connections are opened on first use.
     pub(crate) fn new() -> Result<Self, String> {
@@ -54,21 +66,21 @@ impl WmiThread {
         })
     }
 
-    fn slot(&mut self, ns: Namespace) -> &mut Option<WMIConnection> {
+    fn slot(&mut self, ns: Namespace) -> &mut Option<Services> {
         match ns {
             Namespace::Storage => &mut self.storage,
             Namespace::Smb => &mut self.smb,
         }
     }
 
-    fn connection(&mut self, ns: Namespace) -> CallResult<&WMIConnection> {
+    fn connection(&mut self, ns: Namespace) -> CallResult<&mut Services> {
         let slot = self.slot(ns);
         if slot.is_none() {
-            let conn = WMIConnection::with_namespace_path(ns.path())
-                .map_err(|e| wmi_error(&format!("ConnectServer {}", ns.path()), e))?;
+            let conn = Services::connect(ns.path())
+                .map_err(|f| com_error(&format!("ConnectServer {}", ns.path()), f))?;
             *slot = Some(conn);
         }
-        Ok(slot.as_ref().expect("connected above"))
+        Ok(slot.as_mut().expect("connected above"))
     }
 
     /// Drop the namespace's connection after an error that says it is dead, so the next call reconnects (reference
@@ -89,11 +101,9 @@ impl WmiThread {
     }
 
     fn objects(&mut self, ns: Namespace, query: &str) -> CallResult<Vec<IWbemClassWrapper>> {
-        let result = (|| -> CallResult<Vec<IWbemClassWrapper>> {
-            let conn = self.connection(ns)?;
-            let rows = conn.exec_query(query).map_err(|e| wmi_error(query, e))?;
-            rows.map(|r| r.map_err(|e| wmi_error(query, e))).collect()
-        })();
+        let result = self
+            .connection(ns)
+            .and_then(|conn| conn.query(query).map_err(|f| com_error(query, f)));
         if let Err(e) = &result {
             self.note(ns, e);
         }
@@ -128,7 +138,8 @@ impl WmiThread {
     }
 
     /// `ExecMethod`: `object_path` is the instance's `__PATH`, or the class name for a static method. In-parameters are
-    /// put on an instance of the method's input signature (fetched from the class definition).
+    /// put on an instance of the method's input signature, taken from the class definition this connection fetched
+    /// once. A failure keeps the error object the provider attached.
     pub(crate) fn exec(
         &mut self,
         ns: Namespace,
@@ -141,8 +152,9 @@ impl WmiThread {
         let result = (|| -> CallResult<IWbemClassWrapper> {
             let conn = self.connection(ns)?;
             let signature = conn
-                .get_object(class)
-                .and_then(|c| c.get_method(method))
+                .class(class)
+                .map_err(|f| com_error(&call, f))?
+                .get_method(method)
                 .map_err(|e| wmi_error(&call, e))?;
             let in_params = match signature {
                 Some(signature) => {
@@ -164,8 +176,8 @@ impl WmiThread {
                     ));
                 }
             };
-            conn.exec_method(object_path, method, in_params.as_ref())
-                .map_err(|e| wmi_error(&call, e))?
+            conn.exec(object_path, method, in_params.as_ref())
+                .map_err(|f| com_error(&call, f))?
                 .ok_or_else(|| CallError::decode(&call, "no out-parameters (no ReturnValue)"))
         })();
         if let Err(e) = &result {
@@ -174,8 +186,9 @@ impl WmiThread {
         result
     }
 
-    /// The start-up probe: open each namespace, then fetch each required class and method signature. Nothing is
-    /// executed (reference §4: executing a method of a missing class crashes under Wine).
+    /// The probe: open each namespace, then fetch each required class and method signature. Nothing is executed
+    /// (reference §4: executing a method of a missing class crashes under Wine). A namespace that could not be
+    /// opened is tried again on the next probe (and by the next call).
     pub(crate) fn probe(&mut self) -> ProbeReport {
         let mut connect_errors = Vec::new();
         for ns in Namespace::ALL {
@@ -187,7 +200,6 @@ impl WmiThread {
                 connect_errors.push((ns, h));
             }
         }
-        let (storage, smb) = (self.storage.as_ref(), self.smb.as_ref());
         ProbeReport::from_lookup(
             |ns| {
                 connect_errors
@@ -196,16 +208,10 @@ impl WmiThread {
                     .map(|(_, h)| *h)
             },
             |ns, req| {
-                let conn = match ns {
-                    Namespace::Storage => storage,
-                    Namespace::Smb => smb,
-                };
-                let Some(conn) = conn else {
+                let Some(conn) = self.slot(ns).as_mut() else {
                     return Err(HResult(HResultCode::WbemEFailed.code()));
                 };
-                let class = conn.get_object(req.class).map_err(|e| {
-                    hresult_of(&e).unwrap_or(HResult(HResultCode::WbemEFailed.code()))
-                })?;
+                let class = conn.class(req.class).map_err(|f| f.hresult)?;
                 Ok(req
                     .methods
                     .iter()
@@ -504,6 +510,33 @@ pub(crate) fn smb_mapping(o: &IWbemClassWrapper) -> CallResult<SmbGlobalMapping>
         require_integrity: opt_bool(o, "RequireIntegrity")?,
         use_write_through: opt_bool(o, "UseWriteThrough")?,
     })
+}
+
+// ---- Error objects ----
+
+/// The error object of a failed call (`MSFT_WmiError`: `error_Code`, `error_Type`, `error_Category`, `Message`,
+/// `MessageID`, `CIMStatusCode`; `__ExtendedStatus`: `StatusCode`, `Description`, `Operation`, `ProviderName`),
+/// best-effort: a property that cannot be read is left out (the failure stands either way).
+pub(crate) fn error_object(o: &IWbemClassWrapper) -> ErrorObject {
+    let text = |name: &str| opt_string(o, name).ok().flatten().filter(|s| !s.is_empty());
+    // uint32 values arrive as VT_I4: an iSCSI code (0xEFFF….) may come negative if not converted by CIM type.
+    let number = |name: &str| match get(o, name).ok().flatten() {
+        Some(Variant::I4(n)) => Some(n as u32),
+        Some(v) => as_u64(&v).and_then(|n| u32::try_from(n).ok()),
+        None => None,
+    };
+    ErrorObject {
+        class: text("__CLASS"),
+        error_code: number("error_Code"),
+        error_type: text("error_Type"),
+        error_category: number("error_Category").and_then(|n| u16::try_from(n).ok()),
+        message: text("Message").or_else(|| text("Description")),
+        message_id: text("MessageID"),
+        cim_status_code: number("CIMStatusCode"),
+        status_code: number("StatusCode"),
+        operation: text("Operation"),
+        provider_name: text("ProviderName"),
+    }
 }
 
 // ---- Method out-parameters ----

@@ -96,12 +96,20 @@ pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
         o.w.disk_create_partition(o.c, &disk.path, &CreatePartition::csi_proxy_basic_data())
             .map_err(|e| o.err(e))?;
     // 42002: created, but no access path could be assigned (csi-proxy accepts it, `pkg/os/disk/api.go:196`).
-    let created = o.accept(out, &[StorageReturn::AccessPathInUse])?;
+    o.accept(out, &[StorageReturn::AccessPathInUse])?;
     refresh(o, &disk)?;
-    if let Some(p) = created {
-        let out = o.w.partition_online(o.c, &p.path).map_err(|e| o.err(e))?;
-        o.accept(out, &[])?;
-    }
+    // The partition to online is found by listing, not by trusting the `CreatedPartition` out-parameter (whether it
+    // decodes on a node is unverified): csi-proxy re-lists after `Refresh` and onlines the first basic partition
+    // (`kubernetes-csi/csi-proxy@v1.3.0 pkg/os/disk/api.go:177-219`).
+    let parts = o.w.partitions(o.c, Some(n)).map_err(|e| o.err(e))?;
+    let Some(p) = parts.iter().find(|p| !p.is_microsoft_reserved()) else {
+        return Err(o.fail(
+            HostErrorKind::Other,
+            format!("disk {n}: CreatePartition succeeded but the disk shows no basic partition"),
+        ));
+    };
+    let out = o.w.partition_online(o.c, &p.path).map_err(|e| o.err(e))?;
+    o.accept(out, &[])?;
     Ok(())
 }
 

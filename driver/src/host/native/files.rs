@@ -165,16 +165,18 @@ pub(super) fn is_symlink(o: &Ops<'_>, path: &str) -> HostResult<bool> {
     Ok(false)
 }
 
-/// Whether `target`, a path on a share, resolves: the share's mapping is OK and the path answers.
+/// Whether `target`, a path on a share, resolves: the share's mapping is OK (or re-establishing itself:
+/// `Reconnecting` after a blip is not a broken volume) and the path answers.
 fn share_resolves(o: &Ops<'_>, target: &str) -> HostResult<bool> {
     let Some(parts) = UncParts::parse(target) else {
         return Ok(false);
     };
     let root = parts.share_root();
     let mappings = o.w.global_mappings(o.c).map_err(|e| o.err(e))?;
-    let usable = mappings
-        .iter()
-        .any(|m| super::smb::same_share_root(&m.remote_path, &root) && m.status.is_ok());
+    let usable = mappings.iter().any(|m| {
+        super::smb::same_share_root(&m.remote_path, &root)
+            && (m.status.is_ok() || m.status.is_settling())
+    });
     if !usable {
         return Ok(false);
     }

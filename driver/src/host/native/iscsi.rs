@@ -1,11 +1,13 @@
 //! The iSCSI initiator over the `MSFT_iSCSI*` classes (reference §2.5, §3): portals with discovery CHAP, the portal's
-//! cached targets and their rediscovery (`Update` with its documented parameters), logins (persistent when asked),
-//! every session of a target on logout, the target's disks through its sessions.
+//! cached targets and their rediscovery (`Update` with its documented parameters), logins (persistent when asked,
+//! also for a target that already has a session), every session of a target on logout, the target's disks through
+//! its sessions. A tolerated status ("already logged in", "not found" on logout) counts whether the provider returns
+//! it or raises it with its error object (`Ops::method`).
 
 use winhost::codes::IscsiStatus;
 use winhost::model::{
     AuthenticationType, ChapCredentials, ConnectTarget, MsftIscsiTarget, MsftIscsiTargetPortal,
-    NewTargetPortal,
+    NewTargetPortal, RegisterSession,
 };
 
 use super::{HostErrorKind, HostResult, IscsiAuth, Ops, Portal};
@@ -47,9 +49,11 @@ pub(super) fn add_portal(o: &Ops<'_>, portal: &Portal, discovery: &IscsiAuth) ->
         authentication_type: chap.map(|_| auth),
         chap,
     };
-    let out = o.w.target_portal_new(o.c, &params).map_err(|e| o.err(e))?;
-    o.accept(out, &[IscsiStatus::TargetPortalAlreadyExists])
-        .map(|_| ())
+    o.method(
+        o.w.target_portal_new(o.c, &params),
+        &[IscsiStatus::TargetPortalAlreadyExists],
+    )
+    .map(|_| ())
 }
 
 /// The added portal `portal` (NotFound when it is not added).
@@ -94,8 +98,10 @@ fn find(targets: Vec<MsftIscsiTarget>, iqn: &str) -> Option<MsftIscsiTarget> {
         .find(|t| t.node_address.eq_ignore_ascii_case(iqn))
 }
 
-/// `ConnectTarget`: find the target through the portal (rediscover once with `Update` when it is not there), nothing
-/// when it already has a session (through any portal), else `Connect`.
+/// `ConnectTarget`: find the target through the portal (rediscover once with `Update` when it is not there); when it
+/// already has a session (through any portal) nothing more — except that a persistent login asked for is made so:
+/// a session that is not persistent yet is `Register`ed (with the login's CHAP credentials, which the initiator
+/// replays at boot); else `Connect` ("already logged in", returned or raised, counts as logged in).
 pub(super) fn connect(
     o: &Ops<'_>,
     portal: &Portal,
@@ -115,10 +121,13 @@ pub(super) fn connect(
             format!("target {iqn} is not discovered through {portal}"),
         )
     })?;
+    let (auth_type, chap) = credentials(auth);
     if target.is_connected {
+        if persistent {
+            make_persistent(o, &target, chap)?;
+        }
         return Ok(());
     }
-    let (auth_type, chap) = credentials(auth);
     let params = ConnectTarget {
         node_address: &target.node_address,
         target_portal_address: Some(&portal.address),
@@ -129,9 +138,40 @@ pub(super) fn connect(
         is_persistent: persistent.then_some(true),
         is_multipath_enabled: None,
     };
-    let out = o.w.target_connect(o.c, &params).map_err(|e| o.err(e))?;
-    o.accept(out, &[IscsiStatus::TargetAlreadyLoggedIn])
-        .map(|_| ())
+    o.method(
+        o.w.target_connect(o.c, &params),
+        &[IscsiStatus::TargetAlreadyLoggedIn],
+    )
+    .map(|_| ())
+}
+
+/// A persistent login for a target that already has a session: nothing when one of its sessions is persistent,
+/// else `MSFT_iSCSISession.Register` on the first one (review L3: an early return used to leave
+/// `persistentLogin: true` unapplied to a session made without it).
+fn make_persistent(
+    o: &Ops<'_>,
+    target: &MsftIscsiTarget,
+    chap: Option<ChapCredentials<'_>>,
+) -> HostResult<()> {
+    let sessions =
+        o.w.target_sessions(o.c, &target.path)
+            .map_err(|e| o.err(e))?;
+    if sessions.iter().any(|s| s.is_persistent) {
+        return Ok(());
+    }
+    let Some(session) = sessions.first() else {
+        // Connected a moment ago, gone now: the next login makes it persistent.
+        return Ok(());
+    };
+    tracing::info!(
+        iqn = %target.node_address,
+        "the target already has a session that is not persistent: registering it for boot"
+    );
+    let params = RegisterSession {
+        is_multipath_enabled: None,
+        chap,
+    };
+    o.method(o.w.session_register(o.c, &session.path, &params), &[])
 }
 
 fn target(o: &Ops<'_>, iqn: &str) -> HostResult<Option<MsftIscsiTarget>> {
@@ -146,13 +186,15 @@ pub(super) fn disconnect(o: &Ops<'_>, iqn: &str) -> HostResult<()> {
     };
     for s in o.w.target_sessions(o.c, &t.path).map_err(|e| o.err(e))? {
         if s.is_persistent {
-            let out = o.w.session_unregister(o.c, &s.path).map_err(|e| o.err(e))?;
-            o.accept(out, &[IscsiStatus::NotFound])?;
+            o.method(
+                o.w.session_unregister(o.c, &s.path),
+                &[IscsiStatus::NotFound],
+            )?;
         }
-        let out =
-            o.w.target_disconnect(o.c, &t.path, &s.session_identifier)
-                .map_err(|e| o.err(e))?;
-        o.accept(out, &[IscsiStatus::NotFound])?;
+        o.method(
+            o.w.target_disconnect(o.c, &t.path, &s.session_identifier),
+            &[IscsiStatus::NotFound],
+        )?;
     }
     Ok(())
 }

@@ -28,7 +28,7 @@
 //! | `Rmdir` | `RemoveDirectoryW` (267 → `DeleteFileW`); force: `RemoveDirectoryTree` (2/3 = done) |
 //! | `CreateSymlink` | `CreateSymbolicLinkW(DIRECTORY)` |
 //! | `IsSymlink` | `FSCTL_GET_REPARSE_POINT` → mount point: `GetVolumeInformationW`; local link: `GetFileAttributesW(target)`; share link: `SELECT MSFT_SmbGlobalMapping` (not OK → false) → `GetFileAttributesW(target)` |
-//! | `NewSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` → OK: `GetFileAttributesW(root)` (reachable: reuse) / ours and broken: `Remove(Force)` / none: ledger → `Create` → link: `CreateSymbolicLinkW` |
+//! | `NewSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` → none: ledger → `Create` / OK: `GetFileAttributesW(root)` (reachable: reuse) / settling: wait, list again / broken: StaleMapping (never removed here: `smb.rs`) → link: `CreateSymbolicLinkW` |
 //! | `RemoveSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` → ours: `Remove(Force)`; not ours: left in place |
 //! | `ListDiskLocations` | `SELECT MSFT_Disk` |
 //! | `ListDiskIDs` | `SELECT MSFT_Disk` → per disk `IOCTL_STORAGE_GET_DEVICE_NUMBER`, `IOCTL_STORAGE_QUERY_PROPERTY` |
@@ -59,31 +59,43 @@
 //! # What it does that csi-proxy cannot (advertised by [`Host::capabilities`])
 //!
 //! * SMB mappings are listed with their status: a mapping is removed only if this driver created it (a durable
-//!   ledger in the state directory, written before `Create`); a Disconnected or broken mapping it created is
-//!   removed and re-created directly (no 1219 after a reboot); a staging link over a mapping that is not OK answers
-//!   "does not resolve" (the volume is reported abnormal) instead of an error.
+//!   ledger in the state directory, written before `Create`, and seeded at start from the driver's volume records);
+//!   `NewSmbGlobalMapping` never removes one (others may use it): a Disconnected one is reported as stale, which the
+//!   driver repairs under the share's exclusive lock (no 1219 after a reboot), and one that is `Connecting` or
+//!   `Reconnecting` is waited for; a staging link over a mapping that is not OK answers "does not resolve" (the
+//!   volume is reported abnormal) instead of an error. `RequirePrivacy` follows `--smb-require-privacy`.
 //! * A writable volume's disk has its read-only flag cleared after `Online` (SAN policy, re-attach).
 //! * Volumes are waited for (`Refresh` after `Online`, `Initialize` and `CreatePartition`, and once more when a basic
 //!   partition has no volume yet) instead of reading a half-arrived disk.
 //! * A link's stored target is read (`ReadLink`), so a staging link into a share can be adopted when its state record
 //!   was lost.
-//! * Discovery CHAP on `AddTargetPortal`; persistent logins, whose records are removed (`Unregister`) on logout;
-//!   every session of a target is logged out, not only the first; IQNs compare ignoring case, with one rediscovery;
-//!   a portal's targets are rediscovered on request (`RefreshTargetPortal`: a target created after the portal was
-//!   added).
+//! * Discovery CHAP on `AddTargetPortal`; persistent logins, whose records are removed (`Unregister`) on logout, and
+//!   made on a target that already has a session (`Register`); every session of a target is logged out, not only
+//!   the first; IQNs compare ignoring case, with one rediscovery; a portal's targets are rediscovered on request
+//!   (`RefreshTargetPortal`: a target created after the portal was added).
 //! * A RAW disk is initialised only when its first and last sectors are blank (`winhost::signature`: nothing a
 //!   libblkid probe would find, no non-zero byte), and never when its partition style is NULL or undocumented.
+//! * Windows' own error codes: the error object WMI attaches to a failed call (`MSFT_WmiError`: `Windows System
+//!   Error 1219`, `HRESULT 0xefff003f`) is read and classified, and the "already logged in / already exists"
+//!   tolerances apply whether the provider returned the code or raised it.
+//! * A capability whose start-up check failed for a passing reason (WMI restarting at boot) is checked again with
+//!   backoff ([`NativeHost::recheck_capabilities`]); meanwhile `/readyz` says which and why
+//!   (`wincsi_host_capability_up` in metrics).
 
 mod blank;
+mod capability;
 mod disk;
 mod files;
 mod iscsi;
+mod ops;
 #[cfg(not(windows))]
 #[path = "platform_other.rs"]
 mod platform;
 #[cfg(windows)]
 #[path = "platform_windows.rs"]
 mod platform;
+#[cfg(feature = "test-windows-socket")]
+mod remote;
 mod smb;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
@@ -94,12 +106,12 @@ mod volume;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
-use winhost::method::{MethodOutcome, ReturnCode};
-use winhost::probe::Capability;
-use winhost::{CallContext, CallError, CancelToken, ErrorKind, WindowsHost};
+use tracing::info;
+use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
     DiskIds, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath,
@@ -107,12 +119,46 @@ use super::{
 };
 use crate::locks::Deadline;
 
+use capability::capabilities_of;
+pub use capability::{
+    CAPABILITY_CHECK_TIMEOUT, CAPABILITY_RECHECK_FIRST, CAPABILITY_RECHECK_MAX, degraded,
+};
+pub(crate) use ops::Ops;
 pub use platform::windows_host;
+#[cfg(feature = "test-windows-socket")]
+pub use remote::remote_windows_host;
 pub use smb::LEDGER_FILE;
-use smb::Ledger;
+use smb::{Ledger, MapPass};
 
 /// How many facade calls one backend runs at a time (the rest queue for a thread).
 pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// How long `NewSmbGlobalMapping` waits for a `Connecting`/`Reconnecting` mapping to settle (within the RPC's
+/// deadline) before answering Unavailable: SMB 3's transparent failover and reconnect take seconds; longer than this,
+/// kubelet's retry is the better wait.
+pub const MAPPING_SETTLE_WAIT: Duration = Duration::from_secs(30);
+
+/// The first pause between two looks at a settling mapping (doubling, at most [`MAPPING_SETTLE_STEP_MAX`]).
+const MAPPING_SETTLE_STEP: Duration = Duration::from_millis(250);
+const MAPPING_SETTLE_STEP_MAX: Duration = Duration::from_secs(4);
+
+/// What the native backend is told by the flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeOptions {
+    /// `RequirePrivacy` of the SMB global mappings it creates (`--smb-require-privacy`).
+    pub smb_require_privacy: bool,
+    /// How many facade calls at a time.
+    pub pool_size: usize,
+}
+
+impl Default for NativeOptions {
+    fn default() -> Self {
+        Self {
+            smb_require_privacy: true,
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
+}
 
 /// The host port over the Windows facade (see the module docs).
 #[derive(Clone)]
@@ -124,13 +170,14 @@ struct Inner {
     host: Arc<dyn WindowsHost>,
     permits: Arc<Semaphore>,
     ledger: Ledger,
-    caps: HostCapabilities,
+    options: NativeOptions,
 }
 
 impl std::fmt::Debug for NativeHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NativeHost")
-            .field("capabilities", &self.inner.caps)
+            .field("capabilities", &self.capabilities())
+            .field("options", &self.inner.options)
             .finish_non_exhaustive()
     }
 }
@@ -148,21 +195,28 @@ impl NativeHost {
         state_dir: Option<&Path>,
         threads: usize,
     ) -> Self {
-        let report = host.probe_report();
-        let caps = HostCapabilities {
-            list_smb_mappings: report.supports(Capability::Smb),
-            clear_disk_read_only: report.supports(Capability::Disks),
-            discovery_chap: report.supports(Capability::Iscsi),
-            persistent_logins: report.supports(Capability::Iscsi),
-            read_links: true,
-            refresh_discovery: report.supports(Capability::Iscsi),
-        };
+        Self::with_options(
+            host,
+            state_dir,
+            NativeOptions {
+                pool_size: threads,
+                ..NativeOptions::default()
+            },
+        )
+    }
+
+    /// [`NativeHost::new`] with `options` (the flags').
+    pub fn with_options(
+        host: Arc<dyn WindowsHost>,
+        state_dir: Option<&Path>,
+        options: NativeOptions,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 host,
-                permits: Arc::new(Semaphore::new(threads.max(1))),
+                permits: Arc::new(Semaphore::new(options.pool_size.max(1))),
                 ledger: Ledger::open(state_dir),
-                caps,
+                options,
             }),
         }
     }
@@ -170,6 +224,24 @@ impl NativeHost {
     /// The facade this backend calls.
     pub fn windows(&self) -> &Arc<dyn WindowsHost> {
         &self.inner.host
+    }
+
+    /// Count the SMB mappings of `roots` (lower-cased `\\server\share`, as volume records keep them) as made by
+    /// wincsi: at start, the shares the driver's own records say it mapped — through csi-proxy before the node moved
+    /// to HostProcess mode, or before the ledger was lost (review M4). Durable before it returns; the roots added.
+    pub fn adopt_mappings(
+        &self,
+        roots: impl IntoIterator<Item = String>,
+    ) -> std::io::Result<Vec<String>> {
+        let added = self.inner.ledger.adopt(roots)?;
+        if !added.is_empty() {
+            info!(
+                shares = ?added,
+                "SMB mappings the driver's volume records say it made are counted as wincsi's (made through \
+                 csi-proxy or before the mapping ledger was lost)"
+            );
+        }
+        Ok(added)
     }
 
     /// Run `f` (one host operation's facade calls) on the bounded blocking pool, bounded by `d`.
@@ -214,6 +286,7 @@ impl NativeHost {
                 c: &ctx,
                 op,
                 ledger: &inner.ledger,
+                smb_privacy: inner.options.smb_require_privacy,
             })
         });
         match tokio::time::timeout_at(d.instant(), task).await {
@@ -238,65 +311,9 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// What one host operation's facade calls run with (on a pool thread).
-pub(crate) struct Ops<'a> {
-    pub(crate) w: &'a dyn WindowsHost,
-    pub(crate) c: &'a CallContext,
-    pub(crate) op: HostOp,
-    pub(crate) ledger: &'a Ledger,
-}
-
-impl Ops<'_> {
-    /// A facade failure as this operation's error.
-    pub(crate) fn err(&self, e: CallError) -> HostError {
-        let kind = match e.win32_code().map(|w| w.code()) {
-            // Not a reparse point: nothing is mounted or linked there.
-            Some(4390) => HostErrorKind::NotFound,
-            _ => kind_of(e.kind()),
-        };
-        HostError::new(self.op, kind, e.to_string())
-    }
-
-    /// A method's output when it succeeded (or answered one of `also_ok`), else its failure as this operation's
-    /// error (the code, its meaning and the `ExtendedStatus` in the message).
-    pub(crate) fn accept<C: ReturnCode, T>(
-        &self,
-        outcome: MethodOutcome<C, T>,
-        also_ok: &[C],
-    ) -> HostResult<T> {
-        outcome
-            .accept(also_ok)
-            .map_err(|f| HostError::new(self.op, kind_of(f.kind()), f.to_string()))
-    }
-
-    /// A failure of this operation.
-    pub(crate) fn fail(&self, kind: HostErrorKind, message: impl Into<String>) -> HostError {
-        HostError::new(self.op, kind, message)
-    }
-}
-
-/// The facade's classification as the port's (reference §1.4's table).
-fn kind_of(k: ErrorKind) -> HostErrorKind {
-    match k {
-        ErrorKind::NotFound => HostErrorKind::NotFound,
-        ErrorKind::AlreadyExists => HostErrorKind::AlreadyExists,
-        ErrorKind::NotEmpty => HostErrorKind::NotEmpty,
-        ErrorKind::MultipleConnections => HostErrorKind::MultipleConnections,
-        ErrorKind::NetworkPathNotFound => HostErrorKind::NetworkPathNotFound,
-        ErrorKind::NetworkNameNotFound => HostErrorKind::NetworkNameNotFound,
-        ErrorKind::StaleMapping => HostErrorKind::StaleMapping,
-        ErrorKind::LogonFailure => HostErrorKind::LogonFailure,
-        ErrorKind::AccessDenied => HostErrorKind::AccessDenied,
-        ErrorKind::InvalidPath => HostErrorKind::InvalidPath,
-        ErrorKind::Unavailable => HostErrorKind::Unavailable,
-        ErrorKind::DeadlineExceeded | ErrorKind::Cancelled => HostErrorKind::DeadlineExceeded,
-        ErrorKind::Other => HostErrorKind::Other,
-    }
-}
-
 impl Host for NativeHost {
     fn capabilities(&self) -> HostCapabilities {
-        self.inner.caps
+        capabilities_of(&self.inner.host.probe_report())
     }
 
     async fn path_exists(&self, path: &HostPath, d: Deadline) -> HostResult<bool> {
@@ -343,13 +360,41 @@ impl Host for NativeHost {
         credential: Option<&SmbCredential>,
         d: Deadline,
     ) -> HostResult<()> {
-        let remote = remote.clone();
+        let op = HostOp::NewSmbGlobalMapping;
         let link = link.map(|l| l.as_str().to_owned());
         let cred = credential.map(|c| (c.principal().to_owned(), c.password().clone()));
-        self.run(HostOp::NewSmbGlobalMapping, d, move |o| {
-            smb::new_mapping(o, &remote, link.as_deref(), cred.as_ref())
-        })
-        .await
+        // A mapping the SMB client is re-establishing is waited for, never torn down (smb.rs): bounded by
+        // MAPPING_SETTLE_WAIT and the RPC's deadline, with backoff.
+        let give_up = tokio::time::Instant::now() + MAPPING_SETTLE_WAIT;
+        let mut step = MAPPING_SETTLE_STEP;
+        loop {
+            let (r, l, c) = (remote.clone(), link.clone(), cred.clone());
+            let pass = self
+                .run(op, d, move |o| {
+                    smb::new_mapping(o, &r, l.as_deref(), c.as_ref())
+                })
+                .await?;
+            let MapPass::Settling(status) = pass else {
+                return Ok(());
+            };
+            let status = smb::status_text(status);
+            let now = tokio::time::Instant::now();
+            if now + step > give_up || now + step >= d.instant() {
+                return Err(HostError::new(
+                    op,
+                    HostErrorKind::Unavailable,
+                    format!(
+                        "the SMB global mapping of {} is still {status}: the node's SMB client is re-establishing it; \
+                         it is left in place (other volumes may use it) and the stage can be retried",
+                        remote.root()
+                    ),
+                ));
+            }
+            info!(root = %remote.root(), %status, wait_ms = step.as_millis() as u64, "the SMB mapping is \
+                  re-establishing itself: waiting before looking again");
+            tokio::time::sleep(step).await;
+            step = (step * 2).min(MAPPING_SETTLE_STEP_MAX);
+        }
     }
 
     async fn remove_smb_global_mapping(&self, remote: &UncPath, d: Deadline) -> HostResult<()> {
@@ -557,8 +602,7 @@ impl Host for NativeHost {
     async fn set_mutual_chap_secret(&self, secret: &Secret, d: Deadline) -> HostResult<()> {
         let s = secret.clone();
         self.run(HostOp::SetMutualChapSecret, d, move |o| {
-            let out = o.w.set_chap_secret(o.c, s.expose()).map_err(|e| o.err(e))?;
-            o.accept(out, &[])
+            o.method(o.w.set_chap_secret(o.c, s.expose()), &[])
         })
         .await
     }
@@ -621,6 +665,9 @@ impl NativeProbe {
 impl HostProbe for NativeProbe {
     fn check(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
+            if let Some(why) = degraded(&**self.host.windows()) {
+                return Err(why);
+            }
             let d = Deadline::after(self.timeout);
             let path = self.path.clone();
             // Missing is an answer too: the backend and the volume work.

@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use winhost::probe::Capability;
+use winhost::probe::{Capability, CapabilityState};
 use winhost::win32::{WinHost, WinHostConfig};
 use winhost::{CallContext, Capabilities, WindowsHost};
 
@@ -11,8 +11,9 @@ use winhost::{CallContext, Capabilities, WindowsHost};
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The process's Windows facade, started on first use. `Err` (the operator's message) when it cannot start, or when
-/// the host has neither the Storage nor the SMB WMI providers (a host without them cannot serve any volume; Wine is
-/// one: reference §4). A host with only some of them starts, and the missing ones are logged once.
+/// the host has neither the Storage nor the SMB WMI providers for good (a host without them cannot serve any volume;
+/// Wine is one: reference §4). A host with only some of them starts, and the missing ones are logged once; one whose
+/// check failed for a passing reason (WMI restarting at boot) starts too, and the backend checks again.
 pub fn windows_host() -> Result<Arc<dyn WindowsHost>, String> {
     static HOST: OnceLock<Result<Arc<dyn WindowsHost>, String>> = OnceLock::new();
     HOST.get_or_init(|| {
@@ -20,7 +21,8 @@ pub fn windows_host() -> Result<Arc<dyn WindowsHost>, String> {
             .map_err(|e| format!("the native host backend cannot start: {e}"))?;
         let report = host.probe_report();
         if let Some(missing) = report.missing_message() {
-            if !report.supports(Capability::Disks) && !report.supports(Capability::Smb) {
+            let absent = |c| report.state(c) == CapabilityState::Absent;
+            if absent(Capability::Disks) && absent(Capability::Smb) {
                 return Err(format!("--host-backend native: {missing}"));
             }
             tracing::warn!(%missing, "the native host backend runs without part of the Windows storage providers");

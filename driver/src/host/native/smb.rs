@@ -4,19 +4,42 @@
 //! A global mapping has no owner or user field, so "created by wincsi" is recorded: the share root goes into a
 //! durable ledger (`native-smb-mappings.json` in the state directory) **before** `Create`, and leaves it after
 //! `Remove` (or after a `Create` that definitely failed). A crash in between over-counts, which only means a mapping
-//! wincsi may have created is removed by wincsi later. A mapping not in the ledger is someone else's (another
-//! driver, an administrator, a csi-proxy-era wincsi): it is reused while it works and never removed; when it does not
-//! work, stage fails with a message saying so instead of removing it.
+//! wincsi may have created is removed by wincsi later. At start the driver also adds the shares its own volume records
+//! say it mapped ([`super::NativeHost::adopt_mappings`]): mappings made through csi-proxy before a node moved to
+//! HostProcess mode, or before the state directory's ledger was lost. A mapping in neither is someone else's
+//! (another driver, an administrator): it is reused while it works and never removed; when it does not work, stage
+//! fails with a message saying so instead of removing it.
+//!
+//! **`NewSmbGlobalMapping` never removes a mapping.** The driver calls it under the share's *shared* lock while
+//! other staged volumes use the mapping, so a repair inside it would cut their pods' open handles (for the sibling
+//! class, Microsoft documents `Force` as "the mapping will be removed even if it is in use, which may cause data
+//! loss"). What it finds decides the answer instead:
+//!
+//! | The share's mapping | Answer |
+//! | --- | --- |
+//! | none | `Create` (then the link) |
+//! | `OK`, its root answers | reused (a warning when wincsi requires encryption and it does not) |
+//! | `Connecting`, `Reconnecting`, `NetworkError` | left alone and waited for (bounded, with backoff, by the async side in `mod.rs`), then `Unavailable` |
+//! | `Disconnected`, `Unavailable`; or `OK` but its root refuses its credentials (1326, 5, 1219) | `StaleMapping`: the driver's own repair upgrades to the share's exclusive lock, removes it (only if wincsi made it) and maps again (`driver/src/smb/mapping.rs`) |
+//! | `OK` but its root does not answer otherwise (53, 64, 1231, a timeout) | `Unavailable`: re-creating cannot reach the server either, and removing it would cut its users |
+//! | `Paused` | `Unavailable`, naming it (an operator's doing) |
+//!
+//! csi-proxy, by contrast, removes an OK-but-unreachable mapping inside its own `NewSmbGlobalMapping`
+//! (`kubernetes-csi/csi-proxy@v1.3.0 pkg/server/smb/server.go:71-93`).
 //!
 //! `Create` gets `RemotePath` = the share root, the credential as `user:password` with `\` and `:` escaped in the
-//! user name (reference §2.2; `winhost::smb::credential_string`), `RequirePrivacy = true` (csi-proxy's default since
-//! v1.2.0). The link at `link` points at the full remote path (share plus subdirectory), as a directory link.
+//! user name (reference §2.2; `winhost::smb::credential_string`), and `RequirePrivacy` as `--smb-require-privacy`
+//! says (default true, csi-proxy's `-require-privacy` default since v1.2.0: `kubernetes-csi/csi-proxy@v1.3.0
+//! cmd/csi-proxy/main.go:40`; v1.1.3 always passes `-RequirePrivacy $true`, `@v1.1.3 pkg/os/smb/api.go:68`). The
+//! link at `link` points at the full remote path (share plus subdirectory), as a directory link.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use tracing::{info, warn};
+use winhost::ErrorKind;
+use winhost::codes::SmbMappingStatus;
 use winhost::model::{SmbGlobalMapping, SmbGlobalMappingCreate, SymlinkFlags};
 use winhost::paths::UncParts;
 
@@ -66,11 +89,38 @@ impl Ledger {
         if !changed {
             return Ok(());
         }
-        let Some(path) = &self.path else {
+        Self::write(self.path.as_deref(), &roots)
+    }
+
+    /// Add every root of `roots` not there yet, durably, in one write; the roots added.
+    pub(crate) fn adopt(
+        &self,
+        roots: impl IntoIterator<Item = String>,
+    ) -> std::io::Result<Vec<String>> {
+        let mut held = self.lock();
+        let added: Vec<String> = roots
+            .into_iter()
+            .filter(|r| held.insert(r.clone()))
+            .collect();
+        if !added.is_empty() {
+            Self::write(self.path.as_deref(), &held)?;
+        }
+        Ok(added)
+    }
+
+    fn write(path: Option<&Path>, roots: &BTreeSet<String>) -> std::io::Result<()> {
+        let Some(path) = path else {
             return Ok(());
         };
+        if roots.is_empty() {
+            // Nothing held: no file (a missing file reads as empty), so a node with no mapping keeps no record.
+            return match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
+        }
         let tmp = path.with_extension("json.tmp");
-        let bytes = serde_json::to_vec(&*roots).map_err(std::io::Error::other)?;
+        let bytes = serde_json::to_vec(roots).map_err(std::io::Error::other)?;
         {
             use std::io::Write;
             let mut f = std::fs::File::create(&tmp)?;
@@ -107,54 +157,116 @@ fn ledger_error(o: &Ops<'_>, e: std::io::Error) -> super::HostError {
     )
 }
 
-/// `NewSmbGlobalMapping`: reuse a working mapping, repair one of ours that does not work, refuse to touch one that is
-/// not ours, create one otherwise; then the link.
+/// One pass of `NewSmbGlobalMapping` (see the module docs' table).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum MapPass {
+    /// Mapped (created or reused) and linked.
+    Done,
+    /// The share's mapping is re-establishing itself (`Connecting`, `Reconnecting`, `NetworkError`): ask again later.
+    Settling(SmbMappingStatus),
+}
+
+/// A mapping status as PowerShell shows it (`Disconnected`).
+pub(super) fn status_text(status: SmbMappingStatus) -> String {
+    match status.meaning() {
+        Some(m) => m.to_owned(),
+        None => format!("in status {}", status.code()),
+    }
+}
+
+/// Whether the root's answer through an `OK` mapping says its credentials no longer work (a rotated password, a
+/// session under another user): the mapping must be re-created with the requested ones.
+fn credentials_rejected(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::LogonFailure | ErrorKind::AccessDenied | ErrorKind::MultipleConnections
+    )
+}
+
+/// The `StaleMapping` answer for a mapping that serves no one: the driver's repair removes it if wincsi made it.
+fn stale(o: &Ops<'_>, root: &str, key: &str, why: &str) -> super::HostError {
+    let message = if o.ledger.contains(key) {
+        format!(
+            "the SMB global mapping of {root} {why}: it must be re-created (wincsi does so under the share's \
+             exclusive lock, never while another stage of the share runs)"
+        )
+    } else {
+        // The protocol's repair asks to remove it (which leaves it in place, not ours) and retries once, then reports
+        // this message as FailedPrecondition.
+        format!(
+            "the SMB global mapping of {root} {why} and was not created by wincsi, which never removes a mapping it \
+             did not create; remove or repair it on the node (Remove-SmbGlobalMapping -RemotePath {root})"
+        )
+    };
+    o.fail(HostErrorKind::StaleMapping, message)
+}
+
+/// `NewSmbGlobalMapping`, one pass: create the share's mapping when there is none, reuse a working one, and answer
+/// for any other (module docs) — never removing one; then the link.
 pub(super) fn new_mapping(
     o: &Ops<'_>,
     remote: &UncPath,
     link: Option<&str>,
     cred: Option<&(String, Secret)>,
-) -> HostResult<()> {
+) -> HostResult<MapPass> {
     let root = remote.root().to_string();
     let key = remote.root_key();
     let mappings = o.w.global_mappings(o.c).map_err(|e| o.err(e))?;
-    let ours = o.ledger.contains(&key);
-    let usable = match find(&mappings, &root) {
-        None => false,
-        Some(m) => {
-            let working =
-                m.status.is_ok() && o.w.file_attributes(o.c, &format!(r"{root}\")).is_ok();
-            if !working {
-                if !ours {
-                    // StaleMapping: the protocol's repair asks to remove it (which leaves it in place, not ours)
-                    // and retries once, then reports this message as FailedPrecondition.
-                    return Err(o.fail(
-                        HostErrorKind::StaleMapping,
-                        format!(
-                            "the SMB global mapping of {root} is {} and was not created by wincsi, which never removes \
-                             a mapping it did not create; remove or repair it on the node (Remove-SmbGlobalMapping \
-                             -RemotePath {root})",
-                            if m.status.is_ok() { "not reachable".to_owned() } else { m.status.to_string() }
-                        ),
-                    ));
-                }
-                info!(root = %root, status = %m.status, "repairing the SMB mapping wincsi created: removing it");
-                let out =
-                    o.w.global_mapping_remove(o.c, &m.path, true)
-                        .map_err(|e| o.err(e))?;
-                o.accept(out, &[])?;
-            }
-            working
+    match find(&mappings, &root) {
+        None => create(o, &root, &key, cred)?,
+        Some(m) if m.status.is_settling() => return Ok(MapPass::Settling(m.status)),
+        Some(m) if m.status.is_broken() => {
+            return Err(stale(
+                o,
+                &root,
+                &key,
+                &format!("is {}", status_text(m.status)),
+            ));
         }
-    };
-    if !usable {
-        create(o, &root, &key, cred)?;
+        Some(m) if m.status.is_ok() => match o.w.file_attributes(o.c, &format!(r"{root}\")) {
+            Ok(_) => {
+                if o.smb_privacy && m.require_privacy == Some(false) {
+                    warn!(
+                        root = %root,
+                        "reusing an SMB global mapping that does not require encryption (RequirePrivacy false), \
+                         although --smb-require-privacy is on: someone else made it; remove it on the node to have \
+                         wincsi map the share encrypted"
+                    );
+                }
+            }
+            Err(e) if credentials_rejected(e.kind()) => {
+                return Err(stale(
+                    o,
+                    &root,
+                    &key,
+                    &format!("is OK but its share refuses the credentials it was made with ({e})"),
+                ));
+            }
+            Err(e) => {
+                return Err(o.fail(
+                    HostErrorKind::Unavailable,
+                    format!(
+                        "the SMB global mapping of {root} is OK but its share does not answer ({e}); it is left in \
+                         place (other volumes may use it, and re-creating it cannot reach the server either)"
+                    ),
+                ));
+            }
+        },
+        Some(m) => {
+            return Err(o.fail(
+                HostErrorKind::Unavailable,
+                format!(
+                    "the SMB global mapping of {root} is {}; wincsi leaves it so (resume it on the node)",
+                    status_text(m.status)
+                ),
+            ));
+        }
     }
     if let Some(link) = link {
         o.w.create_symbolic_link(o.c, link, &remote.to_string(), SymlinkFlags::DIRECTORY)
             .map_err(|e| o.err(e))?;
     }
-    Ok(())
+    Ok(MapPass::Done)
 }
 
 fn create(o: &Ops<'_>, root: &str, key: &str, cred: Option<&(String, Secret)>) -> HostResult<()> {
@@ -165,14 +277,11 @@ fn create(o: &Ops<'_>, root: &str, key: &str, cred: Option<&(String, Secret)>) -
         user_name: cred.map(|(u, _)| u.as_str()).filter(|u| !u.is_empty()),
         password: cred.map(|(_, p)| p.expose()).unwrap_or(""),
         persistent: None,
-        require_privacy: Some(true),
+        require_privacy: Some(o.smb_privacy),
         require_integrity: None,
         use_write_through: None,
     };
-    let created =
-        o.w.global_mapping_create(o.c, &params)
-            .map_err(|e| o.err(e))
-            .and_then(|out| o.accept(out, &[]));
+    let created = o.method(o.w.global_mapping_create(o.c, &params), &[]);
     if let Err(e) = &created
         && e.kind != HostErrorKind::DeadlineExceeded
         && e.kind != HostErrorKind::Unavailable
@@ -199,10 +308,7 @@ pub(super) fn remove_mapping(o: &Ops<'_>, remote: &UncPath) -> HostResult<()> {
         info!(root = %root, "SMB mapping left in place: it was not created by wincsi");
         return Ok(());
     }
-    let out =
-        o.w.global_mapping_remove(o.c, &m.path, true)
-            .map_err(|e| o.err(e))?;
-    o.accept(out, &[])?;
+    o.method(o.w.global_mapping_remove(o.c, &m.path, true), &[])?;
     o.ledger.set(&key, false).map_err(|e| ledger_error(o, e))
 }
 

@@ -10,7 +10,8 @@ use sim::wmi::WindowsView;
 use sim::{HostOptions, Scenario, SimHost};
 use winhost::probe::{Namespace, ProbeReport};
 
-use super::{LEDGER_FILE, NativeHost};
+use super::{LEDGER_FILE, MAPPING_SETTLE_WAIT, NativeHost, degraded};
+use crate::host::HostProbe;
 use crate::host::{
     Host, HostErrorKind, HostPath, IscsiAuth, KubeletRoot, Portal, Secret, SmbCredential, UncPath,
 };
@@ -35,8 +36,9 @@ fn scenario() -> Scenario {
         &json!({
             "host": {"directories": [r"C:\var\lib\kubelet\plugins", r"C:\var\lib\kubelet\pods"]},
             "smb": {"servers": [{"name": "fs1",
-                "accounts": [{"user": "bob", "password": PW, "domain": "CORP"}],
-                "shares": [{"name": "data", "files": {"base/f.txt": "x"}}]}]},
+                "accounts": [{"user": "bob", "password": PW, "domain": "CORP"},
+                             {"user": "alice", "password": PW, "domain": "CORP"}],
+                "shares": [{"name": "data", "files": {"base/f.txt": "x"}}, {"name": "apps"}]}]},
             "iscsi": {"portals": [
                 {"address": "10.0.0.5", "targets": [
                     {"iqn": IQN, "chap": {"mode": "one_way", "username": "node", "secret": CHAP},
@@ -155,21 +157,39 @@ async fn smb_sequences_and_the_mapping_ledger() {
             "CreateSymbolicLinkW"
         ]
     );
-    // After a reboot the mapping is Disconnected: the link does not resolve (false, not an error), and the next
-    // NewSmbGlobalMapping removes and re-creates it directly (csi-proxy would hit 1219).
+    // After a reboot the mapping is Disconnected: the link does not resolve (false, not an error), and
+    // NewSmbGlobalMapping says the mapping is stale instead of removing it (other volumes may hold it: the driver
+    // repairs under the share's exclusive lock), naming it as wincsi's; the repair is Remove, then the mapping again.
     fx.sim.reboot().expect("reboot");
     assert!(!h.is_symlink(&stage, d()).await.expect("is"));
     fx.calls();
     h.rmdir(&stage, false, d()).await.expect("rmdir");
+    let stale = h
+        .new_smb_global_mapping(&share(r"\\fs1\data\base"), Some(&stage), Some(&bob()), d())
+        .await
+        .expect_err("stale");
+    assert_eq!(stale.kind, HostErrorKind::StaleMapping);
+    assert!(
+        stale
+            .message
+            .contains("is Disconnected: it must be re-created"),
+        "{}",
+        stale.message
+    );
+    h.remove_smb_global_mapping(&share(r"\\fs1\data"), d())
+        .await
+        .expect("remove ours");
     h.new_smb_global_mapping(&share(r"\\fs1\data\base"), Some(&stage), Some(&bob()), d())
         .await
-        .expect("repair");
+        .expect("map again");
     assert_eq!(
         fx.calls(),
         [
             "RemoveDirectoryW",
             "SELECT MSFT_SmbGlobalMapping",
+            "SELECT MSFT_SmbGlobalMapping",
             "MSFT_SmbGlobalMapping.Remove",
+            "SELECT MSFT_SmbGlobalMapping",
             "MSFT_SmbGlobalMapping.Create",
             "CreateSymbolicLinkW"
         ]
@@ -310,6 +330,7 @@ async fn a_lun_is_logged_in_cleared_partitioned_formatted_and_mounted_in_wmi_ter
             "SELECT MSFT_Partition",
             "MSFT_Disk.CreatePartition",
             "MSFT_Disk.Refresh",
+            "SELECT MSFT_Partition",
             "MSFT_Partition.Online"
         ]
     );
@@ -601,6 +622,524 @@ async fn a_host_without_the_smb_provider_advertises_less() {
             .contains(r"ROOT\Microsoft\Windows\SMB MSFT_SmbGlobalMapping"),
         "{}",
         e.message
+    );
+}
+
+// ---- review M3: a mapping others use is never removed inside NewSmbGlobalMapping ----
+
+/// NodeStageVolume of SMB volume `id` on `\\fs1\data` as `CORP\bob`.
+fn smb_stage(id: &str) -> crate::lifecycle::StageRequest {
+    use crate::lifecycle::{AccessType, Capability as Cap, Secrets, StageRequest};
+    StageRequest {
+        volume_id: id.into(),
+        staging_target_path: format!(
+            r"{K}\plugins\kubernetes.io\csi\wincsi.csi.io\{id}\globalmount"
+        ),
+        capability: Some(Cap {
+            access_type: AccessType::Mount {
+                fs_type: String::new(),
+                mount_flags: Vec::new(),
+            },
+            access_mode: 1,
+        }),
+        volume_context: [("source".to_owned(), r"\\fs1\data".to_owned())].into(),
+        secrets: Secrets::new([("username", "bob"), ("domain", "CORP"), ("password", PW)]),
+    }
+}
+
+fn removes(sim: &SimHost) -> usize {
+    sim.audit(0)
+        .iter()
+        .filter(|e| e.rpc == "MSFT_SmbGlobalMapping.Remove")
+        .count()
+}
+
+/// A mapping the SMB client is re-establishing (`Reconnecting` after a blip, SMB 3 transparent failover) is waited
+/// for, with backoff, and reused once it is OK again — never removed; one that stays so is left in place and the
+/// call answers Unavailable after [`MAPPING_SETTLE_WAIT`]. (Before: `Remove(Force)` and `Create` at once, under the
+/// shared lock, while the other volumes' pods held files open on it.)
+#[tokio::test(start_paused = true)]
+async fn a_mapping_the_smb_client_is_reestablishing_is_waited_for_and_never_removed() {
+    let fx = Fx::new();
+    let h = &fx.host;
+    let v1 = path(r"C:\var\lib\kubelet\plugins\v1");
+    h.new_smb_global_mapping(&share(r"\\fs1\data"), Some(&v1), Some(&bob()), d())
+        .await
+        .expect("map");
+    fx.sim
+        .with_state_mut(|s| {
+            s.set_mapping_status(
+                r"\\fs1\data",
+                MappingStatus::Reconnecting,
+                Some((Duration::from_secs(3), MappingStatus::Ok)),
+            )
+        })
+        .expect("reconnecting");
+    fx.calls();
+    let v2 = path(r"C:\var\lib\kubelet\plugins\v2");
+    h.new_smb_global_mapping(&share(r"\\fs1\data"), Some(&v2), Some(&bob()), d())
+        .await
+        .expect("reused once reconnected");
+    let calls = fx.calls();
+    assert!(
+        calls
+            .iter()
+            .filter(|c| *c == "SELECT MSFT_SmbGlobalMapping")
+            .count()
+            >= 2,
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls[calls.len() - 2..],
+        ["GetFileAttributesW", "CreateSymbolicLinkW"],
+        "{calls:?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with("MSFT_SmbGlobalMapping."))
+    );
+    assert!(
+        h.is_symlink(&v1, d()).await.expect("is"),
+        "v1 kept its mapping"
+    );
+    // Still reconnecting after the bounded wait: Unavailable, the mapping untouched.
+    fx.sim
+        .with_state_mut(|s| s.set_mapping_status(r"\\fs1\data", MappingStatus::Reconnecting, None))
+        .expect("reconnecting");
+    let started = tokio::time::Instant::now();
+    let v3 = path(r"C:\var\lib\kubelet\plugins\v3");
+    let e = h
+        .new_smb_global_mapping(&share(r"\\fs1\data"), Some(&v3), Some(&bob()), d())
+        .await
+        .expect_err("still reconnecting");
+    assert_eq!(e.kind, HostErrorKind::Unavailable);
+    assert!(e.message.contains("still Reconnecting"), "{}", e.message);
+    assert!(started.elapsed() <= MAPPING_SETTLE_WAIT, "bounded");
+    assert_eq!(removes(&fx.sim), 0);
+    assert_eq!(fx.sim.with_state(|s| s.mappings().len()), 1);
+}
+
+/// An OK mapping whose share does not answer (a server blip: 64) is left in place — re-creating it cannot reach
+/// the server, and removing it cuts its users; one whose share refuses its credentials (a rotated password) is
+/// stale, for the driver's repair under the exclusive lock. Neither is removed inside the call.
+#[tokio::test]
+async fn an_ok_mapping_is_never_removed_inside_the_call_whatever_its_share_answers() {
+    let fx = Fx::new();
+    let h = &fx.host;
+    let v1 = path(r"C:\var\lib\kubelet\plugins\v1");
+    h.new_smb_global_mapping(&share(r"\\fs1\data"), Some(&v1), Some(&bob()), d())
+        .await
+        .expect("map");
+    fx.sim
+        .fail_nth("GetFileAttributesW", 1, "win32:64")
+        .expect("fault");
+    let v2 = path(r"C:\var\lib\kubelet\plugins\v2");
+    let e = h
+        .new_smb_global_mapping(&share(r"\\fs1\data"), Some(&v2), Some(&bob()), d())
+        .await
+        .expect_err("the share does not answer");
+    assert_eq!(e.kind, HostErrorKind::Unavailable);
+    assert!(e.message.contains("left in place"), "{}", e.message);
+    fx.sim
+        .with_state_mut(|s| s.set_smb_password("fs1", "bob", sim::Secret::new("Rotated-Pw-9")))
+        .expect("rotate");
+    let e = h
+        .new_smb_global_mapping(&share(r"\\fs1\data"), Some(&v2), Some(&bob()), d())
+        .await
+        .expect_err("credentials refused");
+    assert_eq!(e.kind, HostErrorKind::StaleMapping);
+    assert_eq!(removes(&fx.sim), 0);
+    assert_eq!(fx.sim.with_state(|s| s.mappings().len()), 1);
+}
+
+/// The driver's repair of a mapping its other staged volumes use happens only under the share's exclusive lock, and
+/// the same way on both backends: the stage that finds the mapping Disconnected after a reboot upgrades, removes and
+/// maps again; the others' links resolve afterwards.
+#[tokio::test]
+async fn a_disconnected_mapping_is_repaired_only_by_the_drivers_exclusive_repair() {
+    use crate::testing::Env;
+    let mut env = Env::on(
+        sim::wmi::TestBackend::Native,
+        &json!({"smb": {"servers": [{"name": "fs1",
+            "accounts": [{"user": "bob", "password": PW, "domain": "CORP"}],
+            "shares": [{"name": "data"}]}]}}),
+    );
+    let req = smb_stage;
+    for id in ["v1", "v2"] {
+        env.stage(&req(id), crate::testing::d())
+            .await
+            .expect("stage");
+    }
+    env.sim.reboot().expect("reboot");
+    env.restart();
+    env.sim.clear_audit();
+    env.clear_calls();
+    env.stage(&req("v3"), crate::testing::d())
+        .await
+        .expect("v3 repairs the mapping");
+    let wmi: Vec<String> = env
+        .sim
+        .audit(0)
+        .into_iter()
+        .map(|e| e.rpc)
+        .filter(|r| r.starts_with("MSFT_SmbGlobalMapping."))
+        .collect();
+    assert_eq!(
+        wmi,
+        [
+            "MSFT_SmbGlobalMapping.Remove",
+            "MSFT_SmbGlobalMapping.Create"
+        ]
+    );
+    assert_eq!(
+        env.sim
+            .with_state(|s| s.mappings().values().next().map(|m| m.status)),
+        Some(MappingStatus::Ok)
+    );
+    // The plain call (shared side) reports the mapping stale; the repair runs afresh after the upgrade.
+    use crate::host::HostOp::{IsSymlink, NewSmbGlobalMapping, RemoveSmbGlobalMapping, Rmdir};
+    assert_eq!(
+        env.take_ops(),
+        [
+            Rmdir,
+            NewSmbGlobalMapping,
+            NewSmbGlobalMapping,
+            RemoveSmbGlobalMapping,
+            NewSmbGlobalMapping,
+            IsSymlink
+        ]
+    );
+}
+
+// ---- review M4: the driver's records say which shares it mapped ----
+
+/// A node moved from csiProxy to hostProcess mode: the mapping its volume was staged with was made through
+/// csi-proxy, so it is in no native ledger; after a reboot it is Disconnected. The native backend counts it as
+/// wincsi's because the records say so, and the restage repairs it. (Before: "not created by wincsi", forever.)
+#[tokio::test]
+async fn a_share_mapped_through_csi_proxy_is_repaired_after_the_node_moves_to_native() {
+    use crate::testing::Env;
+    let mut env = Env::on(
+        sim::wmi::TestBackend::CsiProxy,
+        &json!({"smb": {"servers": [{"name": "fs1",
+            "accounts": [{"user": "bob", "password": PW, "domain": "CORP"}],
+            "shares": [{"name": "data"}]}]}}),
+    );
+    let req = smb_stage("v1");
+    env.stage(&req, crate::testing::d())
+        .await
+        .expect("stage through csi-proxy");
+    env.sim.reboot().expect("reboot");
+    env.switch_backend(sim::wmi::TestBackend::Native);
+    assert_eq!(
+        crate::backend::recorded_shares(env.mgr.store()),
+        [r"\\fs1\data".to_owned()]
+    );
+    env.mgr
+        .reconcile(crate::testing::d())
+        .await
+        .expect("reconcile");
+    env.stage(&req, crate::testing::d())
+        .await
+        .expect("the restage repairs the csi-proxy-era mapping");
+    assert_eq!(
+        env.sim
+            .with_state(|s| s.mappings().values().next().map(|m| m.status)),
+        Some(MappingStatus::Ok)
+    );
+    let ledger = std::fs::read_to_string(env.dir.path().join(LEDGER_FILE)).expect("ledger");
+    assert!(ledger.contains(r"\\\\fs1\\data"), "{ledger}");
+}
+
+// ---- review M1: the error object of a failed call ----
+
+/// The SMB and iSCSI providers raise their failures (`WBEM_E_FAILED` here) with an `MSFT_WmiError` naming the code
+/// (`Windows System Error 1219`, `HRESULT 0xefff003f`): the kind comes from it, and the tolerated codes are tolerated
+/// raised as returned. (Before: only the HRESULT was read, so 1219 was "Other" and "already logged in" an error.)
+#[tokio::test]
+async fn raised_provider_errors_are_read_from_their_error_object() {
+    let fx = Fx::new();
+    let h = &fx.host;
+    h.new_smb_global_mapping(&share(r"\\fs1\data"), None, Some(&bob()), d())
+        .await
+        .expect("bob maps");
+    let alice = SmbCredential::new(r"CORP\alice", Secret::new(PW));
+    let e = h
+        .new_smb_global_mapping(&share(r"\\FS1\apps"), None, Some(&alice), d())
+        .await
+        .expect_err("1219");
+    assert_eq!(e.kind, HostErrorKind::MultipleConnections, "{}", e.message);
+    assert!(e.message.contains("Windows System Error"), "{}", e.message);
+    fx.sim
+        .fail_nth("MSFT_SmbGlobalMapping.Create", 1, "raise:1312")
+        .expect("fault");
+    let e = h
+        .new_smb_global_mapping(&share(r"\\fs1\apps"), None, Some(&bob()), d())
+        .await
+        .expect_err("1312");
+    assert_eq!(e.kind, HostErrorKind::LogonFailure, "{}", e.message);
+    // iSCSI: a portal that exists, a login that exists and a session already gone are not failures.
+    for (call, code) in [
+        ("MSFT_iSCSITargetPortal.New", "raise:0xEFFF0032"),
+        ("MSFT_iSCSITarget.Connect", "raise:0xEFFF003F"),
+        ("MSFT_iSCSITarget.Disconnect", "raise:0xEFFF000B"),
+    ] {
+        fx.sim.fail_nth(call, 1, code).expect("fault");
+    }
+    h.add_target_portal(&portal("10.0.0.5"), d())
+        .await
+        .expect("portal: already exists (another stage added it meanwhile)");
+    h.add_target_portal(&portal("10.0.0.5"), d())
+        .await
+        .expect("portal");
+    h.connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("already logged in");
+    h.connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("logged in");
+    h.disconnect_target(&portal("10.0.0.5"), IQN, d())
+        .await
+        .expect("session gone already (another logout meanwhile)");
+    h.disconnect_target(&portal("10.0.0.5"), IQN, d())
+        .await
+        .expect("logout");
+    // An untolerated raised status keeps its kind.
+    fx.sim
+        .fail_nth("MSFT_iSCSITarget.Connect", 1, "raise:0xEFFF0009")
+        .expect("fault");
+    let e = h
+        .connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect_err("authentication failure");
+    assert_eq!(e.kind, HostErrorKind::LogonFailure, "{}", e.message);
+    assert!(e.message.contains("HRESULT 0xefff0009"), "{}", e.message);
+}
+
+// ---- review L3: persistentLogin on a target that already has a session ----
+
+#[tokio::test]
+async fn a_persistent_login_asked_for_a_target_with_a_session_registers_it() {
+    let fx = Fx::new();
+    let h = &fx.host;
+    h.add_target_portal(&portal("10.0.0.5"), d())
+        .await
+        .expect("portal");
+    h.connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("login");
+    fx.calls();
+    h.connect_target_persistent(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("persistent");
+    assert_eq!(
+        fx.calls(),
+        [
+            "SELECT MSFT_iSCSITargetPortal",
+            "ASSOCIATORS MSFT_iSCSITargetToiSCSITargetPortal->MSFT_iSCSITarget",
+            "ASSOCIATORS MSFT_iSCSITargetToiSCSISession->MSFT_iSCSISession",
+            "MSFT_iSCSISession.Register"
+        ]
+    );
+    h.connect_target_persistent(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("already persistent: nothing more");
+    assert!(
+        !fx.calls()
+            .contains(&"MSFT_iSCSISession.Register".to_owned())
+    );
+    // The initiator logs it back in at boot, with the login's CHAP credentials.
+    fx.sim.reboot().expect("reboot");
+    assert_eq!(fx.sim.with_state(|s| s.sessions().len()), 1);
+    let audit = serde_json::to_string(&fx.sim.audit(0)).expect("audit");
+    assert!(!audit.contains(CHAP));
+}
+
+// ---- review L4: the new partition is found by listing ----
+
+#[tokio::test]
+async fn the_new_partition_is_onlined_though_its_out_parameter_does_not_decode() {
+    let fx = Fx::new();
+    let h = &fx.host;
+    fx.sim
+        .with_state_mut(|s| {
+            let mut b = *s.behaviour();
+            b.created_partition_returned = false;
+            s.set_behaviour(b)
+        })
+        .expect("behaviour");
+    h.add_target_portal(&portal("10.0.0.5"), d())
+        .await
+        .expect("portal");
+    h.connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("login");
+    let n = h
+        .get_target_disks(&portal("10.0.0.5"), IQN, d())
+        .await
+        .expect("disks")[0];
+    h.set_disk_online_writable(n, d()).await.expect("online");
+    fx.calls();
+    h.partition_disk(n, d()).await.expect("partition");
+    let calls = fx.calls();
+    assert_eq!(
+        calls[calls.len() - 2..],
+        ["SELECT MSFT_Partition", "MSFT_Partition.Online"],
+        "{calls:?}"
+    );
+}
+
+// ---- review M5: a capability whose start-up check failed is checked again ----
+
+/// At boot WMI answered "shutting down" for the SMB namespace: the backend starts without SMB, says so on readiness,
+/// and checks again with backoff (a second failure included) until SMB is found; then SMB volumes work and readiness
+/// is green. (Before: the start-up report was kept for the process's life, readiness green, SMB refused.)
+#[tokio::test(start_paused = true)]
+async fn a_capability_whose_check_failed_at_start_is_checked_again_until_found() {
+    let fx = Fx::new();
+    let at_boot = ProbeReport::from_lookup(
+        |ns| (ns == Namespace::Smb).then_some(winhost::codes::HResult(0x8004_1033)),
+        |_, _| Ok(Vec::new()),
+    );
+    let view = Arc::new(WindowsView::new(fx.sim.clone()).with_probe(at_boot));
+    let h = NativeHost::new(view.clone(), None);
+    assert!(
+        h.capabilities().list_smb_mappings,
+        "not absent: only unchecked"
+    );
+    let why = degraded(&*view).expect("degraded");
+    assert!(
+        why.contains("SMB global mappings: namespace ROOT\\Microsoft\\Windows\\SMB (0x80041033 WBEM_E_SHUTTING_DOWN)"),
+        "{why}"
+    );
+    let probe = super::NativeProbe::new(h.clone(), K);
+    assert_eq!(probe.check().await.expect_err("not ready"), why);
+    let e = h
+        .new_smb_global_mapping(&share(r"\\fs1\data"), None, Some(&bob()), d())
+        .await
+        .expect_err("unavailable meanwhile");
+    assert_eq!(e.kind, HostErrorKind::Unavailable);
+    // The first check again fails too; the second finds it.
+    fx.sim
+        .fail_nth(
+            "ConnectServer ROOT\\Microsoft\\Windows\\SMB",
+            1,
+            "hresult:0x80041033",
+        )
+        .expect("fault");
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    h.clone()
+        .recheck_capabilities(move |r| {
+            s.lock()
+                .expect("lock")
+                .push(r.supports(winhost::probe::Capability::Smb));
+        })
+        .await;
+    assert_eq!(*seen.lock().expect("lock"), [false, false, true]);
+    assert_eq!(
+        fx.sim
+            .audit(0)
+            .iter()
+            .filter(|e| e.rpc == "ConnectServer ROOT\\Microsoft\\Windows\\SMB")
+            .count(),
+        2
+    );
+    assert_eq!(degraded(&*view), None);
+    probe.check().await.expect("ready");
+    h.new_smb_global_mapping(&share(r"\\fs1\data"), None, Some(&bob()), d())
+        .await
+        .expect("SMB works");
+    // A host that lacks SMB for good is settled at once: nothing to check again, nothing degraded.
+    let absent = ProbeReport::from_lookup(
+        |ns| (ns == Namespace::Smb).then_some(winhost::codes::HResult(0x8004_100E)),
+        |_, _| Ok(Vec::new()),
+    );
+    let view = Arc::new(WindowsView::new(fx.sim.clone()).with_probe(absent));
+    assert_eq!(degraded(&*view), None);
+}
+
+// ---- review L6: a reused mapping made without encryption is warned about ----
+
+/// Someone else mapped the share without `RequirePrivacy`: wincsi, which would have required it, reuses it (it
+/// works, and removing it is not wincsi's to do) and says so at `warn`; with `--smb-require-privacy=false` it does
+/// not. (Before: silently reused.)
+#[test]
+fn a_reused_mapping_without_encryption_is_warned_about() {
+    use std::io::Write;
+    use std::sync::Mutex;
+    use winhost::model::SmbGlobalMappingCreate;
+    use winhost::{CallContext, SmbWmi};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let sandbox = tempfile::tempdir().expect("tmp");
+    let sim = SimHost::new(&scenario(), sandbox.path(), HostOptions::default()).expect("sim");
+    let view = WindowsView::with_handle(sim.clone(), rt.handle().clone());
+    let ctx = CallContext::after(Duration::from_secs(60));
+    view.global_mapping_create(
+        &ctx,
+        &SmbGlobalMappingCreate {
+            remote_path: r"\\fs1\data",
+            local_path: None,
+            user_name: Some(r"CORP\bob"),
+            password: PW,
+            persistent: None,
+            require_privacy: Some(false),
+            require_integrity: None,
+            use_write_through: None,
+        },
+    )
+    .expect("someone else's mapping");
+    let ledger = super::Ledger::open(None);
+    let reuse = |privacy: bool| -> String {
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(sub);
+        let ops = super::Ops {
+            w: &view,
+            c: &ctx,
+            op: crate::host::HostOp::NewSmbGlobalMapping,
+            ledger: &ledger,
+            smb_privacy: privacy,
+        };
+        let pass = super::smb::new_mapping(
+            &ops,
+            &share(r"\\fs1\data"),
+            None,
+            Some(&(r"CORP\bob".to_owned(), Secret::new(PW))),
+        )
+        .expect("reused");
+        assert_eq!(pass, super::smb::MapPass::Done);
+        String::from_utf8_lossy(&buf.0.lock().expect("lock")).into_owned()
+    };
+    let warned = reuse(true);
+    assert!(
+        warned.contains("WARN") && warned.contains("does not require encryption"),
+        "{warned}"
+    );
+    assert!(!warned.contains(PW));
+    assert!(!reuse(false).contains("does not require encryption"));
+    assert_eq!(
+        sim.with_state(|s| s.mappings().len()),
+        1,
+        "reused, not replaced"
     );
 }
 

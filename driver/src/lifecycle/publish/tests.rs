@@ -87,7 +87,7 @@ async fn a_target_csi_proxy_refuses_is_refused_before_any_host_call_or_record() 
         format!("{pod}\\..\u{2215}..\u{2215}..\u{2215}Windows\\mount"),
         format!("{pod}\\..\u{ff3c}..\u{ff3c}x\\mount"),
         format!(r"{pod}\pv..1\mount"),
-        format!("C:\\var\\l\u{131}b\\kubelet\\pods\\p1\\volumes\\kubernetes.io~csi\\pv\\mount"),
+        "C:\\var\\l\u{131}b\\kubelet\\pods\\p1\\volumes\\kubernetes.io~csi\\pv\\mount".to_owned(),
     ];
     for target in &targets {
         env.mkdir_parent(target);

@@ -70,6 +70,8 @@ pub enum HostOp {
     ListTargetPortals,
     /// Reading a link's stored target (no csi-proxy RPC: a native backend's `FSCTL_GET_REPARSE_POINT`).
     ReadLink,
+    /// Reading a disk's partition table (no csi-proxy RPC: a native backend's `MSFT_Disk` and `MSFT_Partition`).
+    DiskLayout,
 }
 
 impl HostOp {
@@ -108,6 +110,7 @@ impl HostOp {
             Self::SetMutualChapSecret => "SetMutualChapSecret",
             Self::ListTargetPortals => "ListTargetPortals",
             Self::ReadLink => "ReadLink",
+            Self::DiskLayout => "DiskLayout",
         }
     }
 }

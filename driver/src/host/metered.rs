@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    DiskIds, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath, HostResult,
-    IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath,
+    HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -171,6 +171,7 @@ impl<H: Host> Host for Metered<H> {
         list_target_portals() -> Vec<Portal> => ListTargetPortals;
         disk_number_of_volume(volume_id: &str) -> u32 => GetDiskNumberFromVolumeID;
         read_link(path: &HostPath) -> Option<String> => ReadLink;
+        disk_layout(disk: u32) -> DiskLayout => DiskLayout;
     }
 }
 

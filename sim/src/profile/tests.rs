@@ -67,6 +67,8 @@ impl DerefMut for Fx {
 fn host_with(v: CsiProxyVersion, json: &str, f: impl FnOnce(&mut Scenario)) -> Fx {
     let dir = tempfile::tempdir().unwrap();
     let mut sc = Scenario::from_json(json).unwrap();
+    // The rows are about the releases, not about arrival (row `disk_arrival` and its neighbours set their own).
+    sc.host.behaviour.arrival = crate::Arrival::INSTANT;
     f(&mut sc);
     let opts = HostOptions {
         csi_proxy_version: Some(v),
@@ -1053,52 +1055,95 @@ fn row_unmount_not_mounted() {
 
 #[tokio::test(start_paused = true)]
 async fn row_disk_arrival() {
+    use tokio::time::{Instant, advance};
+    let ms = Duration::from_millis;
+    let realistic = |sc: &mut Scenario| sc.host.behaviour.arrival = Arrival::default();
     for v in CsiProxyVersion::ALL {
         for rescan in [false, true] {
-            let mut f = host(v);
-            // Paused tokio time: the login's clock and ours agree to the nanosecond.
-            let start = tokio::time::Instant::now();
+            let mut f = host_with(v, SCENARIO, realistic);
+            // The slow LUN's own delays: its disk 1000 ms after the login, its volumes 500 ms after it is online.
             login(&mut f, SLOW).unwrap();
-            assert!(
-                f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty(),
-                "{v}: not arrived yet"
-            );
             let locations = f.list_disk_locations().len();
-            f.tick(start + Duration::from_millis(999)).unwrap();
-            assert!(f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty());
+            advance(ms(999)).await;
+            // Not arrived: neither the cache's lag nor a Rescan shows it.
+            f.rescan().unwrap();
+            f.tick(Instant::now()).unwrap();
+            assert!(f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty(), "{v}");
+            advance(ms(1)).await;
             if rescan {
+                // Arrived: a Rescan shows it at once.
                 f.rescan().unwrap();
             } else {
-                f.tick(start + Duration::from_millis(1000)).unwrap();
+                // Arrived: the cache shows it by itself 500 ms later.
+                f.tick(Instant::now() + ms(499)).unwrap();
+                assert!(f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty());
+                advance(ms(500)).await;
+                f.tick(Instant::now()).unwrap();
             }
             let n: u32 = f.get_target_disks(PORTAL, 3260, SLOW).unwrap()[0]
                 .parse()
                 .unwrap();
-            assert_eq!(f.list_disk_locations().len(), locations + 1);
+            assert_eq!(f.list_disk_locations().len(), locations + 1, "{v}");
+            // It arrived offline (SAN policy); its volume arrives 500 ms after it comes online.
             f.set_disk_state(n, true).unwrap();
-            if !rescan {
-                // The disk is there but its partition cache is stale for another 500 ms.
-                for t in [1000, 1499] {
-                    f.tick(start + Duration::from_millis(t)).unwrap();
-                    let r = f.list_volumes_on_disk(n, 0);
-                    if ps(v) {
-                        assert!(
-                            host_err(r).contains("No MSFT_Partition objects found"),
-                            "{v}"
-                        );
-                    } else {
-                        assert!(r.unwrap().is_empty(), "{v}");
-                    }
-                }
-                f.tick(start + Duration::from_millis(1500)).unwrap();
+            advance(ms(499)).await;
+            f.rescan().unwrap();
+            let r = f.list_volumes_on_disk(n, 0);
+            if ps(v) {
+                // A partition without its volume: the pipeline's empty output split on CRLF.
+                assert_eq!(r.unwrap(), vec![String::new()], "{v}");
+            } else {
+                assert!(r.unwrap().is_empty(), "{v}");
+            }
+            advance(ms(1)).await;
+            if rescan {
+                f.rescan().unwrap();
+            } else {
+                f.tick(Instant::now() + ms(499)).unwrap();
+                assert!(f.list_volumes_on_disk(n, 0).unwrap().iter().all(String::is_empty));
+                advance(ms(500)).await;
+                f.tick(Instant::now()).unwrap();
             }
             let vols = f.list_volumes_on_disk(n, 0).unwrap();
             assert_eq!(vols.len(), 1, "{v}");
             assert!(f.is_volume_formatted(&vols[0]).unwrap());
         }
-        // The delay can be changed at run time (before the login).
+        // The host's defaults (500 ms each): a RAW LUN's disk, then the volume PartitionDisk makes.
+        let mut f = host_with(v, SCENARIO, realistic);
+        login(&mut f, EMPTY).unwrap();
+        advance(ms(500)).await;
+        f.rescan().unwrap();
+        let n: u32 = f.get_target_disks(PORTAL, 3260, EMPTY).unwrap()[0]
+            .parse()
+            .unwrap();
+        f.set_disk_state(n, true).unwrap();
+        f.partition_disk(n).unwrap();
+        f.rescan().unwrap();
+        assert!(
+            f.list_volumes_on_disk(n, 0).unwrap().iter().all(String::is_empty),
+            "{v}: the new partition's volume has not arrived"
+        );
+        assert_eq!(
+            f.partition_disk(n).map_err(|e| e.to_string()),
+            Ok(()),
+            "{v}: the partition is there at once, so PartitionDisk is a no-op"
+        );
+        advance(ms(500)).await;
+        f.rescan().unwrap();
+        assert_eq!(f.list_volumes_on_disk(n, 0).unwrap().len(), 1, "{v}");
+        // Offline and online again: the volume arrives again.
+        f.set_disk_state(n, false).unwrap();
+        f.set_disk_state(n, true).unwrap();
+        f.rescan().unwrap();
+        assert!(f.list_volumes_on_disk(n, 0).unwrap().iter().all(String::is_empty));
+        // The instant model: everything at once.
         let mut f = host(v);
-        f.set_lun_arrival_delay("empty", Duration::from_millis(10), Duration::ZERO)
+        let n = attach(&mut f, EMPTY)[0];
+        f.partition_disk(n).unwrap();
+        assert_eq!(f.list_volumes_on_disk(n, 0).unwrap().len(), 1, "{v}");
+        // A LUN's delay can be changed at run time (before the login); `complete_arrivals` is a test's control.
+        let mut f = host(v);
+        f.set_lun_arrival_delay("empty", ms(10), Duration::ZERO)
             .unwrap();
         login(&mut f, EMPTY).unwrap();
         assert!(f.get_target_disks(PORTAL, 3260, EMPTY).unwrap().is_empty());
@@ -1156,7 +1201,8 @@ async fn row_calls_outlive_clients() {
             csi_proxy_version: Some(v),
             ..HostOptions::default()
         };
-        let sc = Scenario::from_json(SCENARIO).unwrap();
+        let mut sc = Scenario::from_json(SCENARIO).unwrap();
+        sc.host.behaviour.arrival = Arrival::INSTANT;
         let h = crate::SimHost::new(&sc, dir.path(), opts).unwrap();
         let n = h.with_state_mut(|s| {
             s.add_target_portal(PORTAL, 3260).unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{DataLossEvent, State, dir_usage, wipe_dir, write_files};
+use super::{DataLossEvent, State, arrival, dir_usage, wipe_dir, write_files};
 use crate::error::{Error, Result};
 use crate::profile::texts::{self, DiskOp, PartitionFailure, VolumeOp};
 use crate::profile::{Backend, ResizeSkip};
@@ -48,12 +48,26 @@ pub struct Volume {
     pub drive_letter: Option<char>,
     /// Data Windows cannot read (formatting it is a data-loss event).
     pub foreign_data: bool,
+    /// When the volume arrives (`None` = it has; see `arrival.rs`).
+    #[serde(skip)]
+    pub arrives_at: Option<Instant>,
 }
 
 impl Volume {
     /// The `MSFT_Volume.UniqueId` form: `\\?\Volume{GUID}\`.
     pub fn id(&self) -> String {
         format!(r"\\?\Volume{{{}}}\", self.guid)
+    }
+
+    /// A new, unformatted volume that arrives at `arrives_at` (`None`: at once).
+    pub(crate) fn new(guid: String, arrives_at: Option<Instant>) -> Self {
+        Volume {
+            guid,
+            filesystem: None,
+            drive_letter: None,
+            foreign_data: false,
+            arrives_at,
+        }
     }
 }
 
@@ -101,16 +115,14 @@ pub struct Disk {
     pub foreign_data: bool,
     /// `ListDiskIDs` cannot open this disk.
     pub unopenable: bool,
-    /// Delay between a login and the disk becoming visible (iSCSI LUNs).
-    pub arrival_delay_ms: u64,
-    /// Further delay before its partitions and volumes are visible.
-    pub volume_arrival_delay_ms: u64,
-    /// When the disk becomes visible (`None` = it is; `Rescan` clears it).
+    /// The LUN's own delay between a login and the disk's arrival (`None`: the host's, [`crate::Arrival::disk_ms`]).
+    pub arrival_delay_ms: Option<u64>,
+    /// The LUN's own delay between the disk coming online and its volumes' arrival (`None`: the host's,
+    /// [`crate::Arrival::volumes_after_online_ms`]).
+    pub volume_arrival_delay_ms: Option<u64>,
+    /// When the disk arrives (`None` = it has; see `arrival.rs`).
     #[serde(skip)]
     pub arrives_at: Option<Instant>,
-    /// When its partitions and volumes become visible (`None` = they are).
-    #[serde(skip)]
-    pub volumes_arrive_at: Option<Instant>,
 }
 
 impl Disk {
@@ -131,45 +143,24 @@ impl Disk {
         self.number.is_some() && self.arrives_at.is_none()
     }
 
-    /// Whether its partition table is visible (present and not waiting for the partition cache).
+    /// Whether its partition table is visible: with the disk (Windows reads it when the disk arrives, offline or
+    /// not).
     pub fn layout_visible(&self) -> bool {
-        self.present() && self.volumes_arrive_at.is_none()
+        self.present()
     }
 
-    /// Whether the volumes of this disk are visible to the host.
+    /// Whether volumes of this disk can be visible (present and online; each still has to arrive).
     pub fn volumes_visible(&self) -> bool {
-        self.layout_visible() && self.online
+        self.present() && self.online
     }
 
-    /// Whether the disk or its volumes are still arriving.
-    pub fn arriving(&self) -> bool {
-        self.number.is_some() && (self.arrives_at.is_some() || self.volumes_arrive_at.is_some())
+    /// The volume of partition `pi`, if it is visible (the disk present and online, the volume arrived).
+    pub fn visible_volume(&self, pi: usize) -> Option<&Volume> {
+        self.partitions[pi]
+            .volume
+            .as_ref()
+            .filter(|v| self.volumes_visible() && v.arrives_at.is_none())
     }
-
-    /// Starts the arrival clock at a login (`now`), per the disk's delays.
-    pub(crate) fn schedule_arrival(&mut self, now: Instant) {
-        let disk = Duration::from_millis(self.arrival_delay_ms);
-        let vols = Duration::from_millis(self.volume_arrival_delay_ms);
-        self.arrives_at = (!disk.is_zero()).then(|| now + disk);
-        self.volumes_arrive_at = (!(disk + vols).is_zero()).then(|| now + disk + vols);
-    }
-}
-
-/// Completes arrivals due by `now` (`None`: all of them). Returns whether anything changed.
-pub(crate) fn complete_arrivals(st: &mut State, now: Option<Instant>) -> bool {
-    let due = |t: &Option<Instant>| t.is_some_and(|t| now.is_none_or(|n| t <= n));
-    let mut changed = false;
-    for d in st.disks.iter_mut() {
-        if due(&d.arrives_at) {
-            d.arrives_at = None;
-            changed = true;
-        }
-        if d.arrives_at.is_none() && due(&d.volumes_arrive_at) {
-            d.volumes_arrive_at = None;
-            changed = true;
-        }
-    }
-    changed
 }
 
 pub(crate) fn build_disk(
@@ -203,10 +194,9 @@ pub(crate) fn build_disk(
         partitions: Vec::new(),
         foreign_data: spec.foreign_data,
         unopenable: spec.unopenable,
-        arrival_delay_ms: 0,
-        volume_arrival_delay_ms: 0,
+        arrival_delay_ms: None,
+        volume_arrival_delay_ms: None,
         arrives_at: None,
-        volumes_arrive_at: None,
     };
     if spec.partition_style == PartitionStyle::Raw && !spec.partitions.is_empty() {
         return Err(Error::Scenario(format!(
@@ -240,6 +230,7 @@ fn add_partition(st: &mut State, disk: &mut Disk, number: u32, p: &PartitionSpec
                 filesystem: v.filesystem.clone(),
                 drive_letter: v.drive_letter.map(|c| c.to_ascii_uppercase()),
                 foreign_data: v.foreign_data,
+                arrives_at: None,
             })
         }
         (Some(_), PartitionKind::Reserved) => {
@@ -308,9 +299,9 @@ pub(crate) fn sync_volume_links(st: &mut State) -> Result<()> {
     let dir = st.layout.volumes_dir();
     let mut visible = BTreeMap::new();
     for d in &st.disks {
-        for p in &d.partitions {
+        for (pi, p) in d.partitions.iter().enumerate() {
             if let Some(v) = &p.volume {
-                visible.insert(v.guid.clone(), d.volumes_visible());
+                visible.insert(v.guid.clone(), d.visible_volume(pi).is_some());
             }
         }
     }
@@ -416,11 +407,8 @@ impl State {
     /// Finds a visible volume by its exact `\\?\Volume{GUID}\` id (case-insensitive, as WQL compares).
     pub(crate) fn find_volume(&self, id: &str) -> Option<(usize, usize)> {
         for (di, d) in self.disks.iter().enumerate() {
-            if !d.volumes_visible() {
-                continue;
-            }
-            for (pi, p) in d.partitions.iter().enumerate() {
-                if let Some(v) = &p.volume
+            for pi in 0..d.partitions.len() {
+                if let Some(v) = d.visible_volume(pi)
                     && v.id().eq_ignore_ascii_case(id)
                 {
                     return Some((di, pi));
@@ -512,6 +500,11 @@ impl State {
         }
         let guid = self.new_guid();
         let slack = self.behaviour.partition_slack_bytes;
+        // The partition is listed at once (the call returns it); its volume arrives later.
+        let arrives_at = arrival::due(
+            Instant::now(),
+            self.behaviour.arrival.volume_after_partition(),
+        );
         let d = &mut self.disks[di];
         if d.partitions
             .iter()
@@ -538,21 +531,19 @@ impl State {
             number,
             kind: PartitionKind::Basic,
             size,
-            volume: Some(Volume {
-                guid: guid.clone(),
-                filesystem: None,
-                drive_letter: None,
-                foreign_data: false,
-            }),
+            volume: Some(Volume::new(guid.clone(), arrives_at)),
         });
         wipe_dir(&self.layout.volume_store(&guid))?;
         self.sync_links()
     }
 
-    /// `Rescan` (`Update-HostStorageCache`): the storage cache is refreshed, so every disk, partition and volume
-    /// still arriving becomes visible.
+    /// `Rescan` (`Update-HostStorageCache`): the storage cache is refreshed, so every disk and volume that has
+    /// arrived shows; nothing that has not arrived does (see `arrival.rs`).
     pub fn rescan(&mut self) -> Result<()> {
-        self.complete_arrivals()
+        if arrival::complete(self, Instant::now(), Duration::ZERO, None) {
+            self.sync_links()?;
+        }
+        Ok(())
     }
 
     /// `ListDiskIDs`: page83 and serial by disk number; one unopenable disk fails the whole call.
@@ -583,6 +574,10 @@ impl State {
         let di = self.disk_by_number(n, DiskOp::SetState(online))?;
         if self.disks[di].online != online {
             self.disks[di].online = online;
+            if online {
+                let arrival = self.behaviour.arrival;
+                self.disks[di].schedule_volumes(Instant::now(), &arrival);
+            }
             self.sync_links()?;
         }
         Ok(())
@@ -620,9 +615,12 @@ impl State {
                 } else if !d.online {
                     Err(Nothing::Volumes)
                 } else {
-                    let v: Vec<String> = parts
+                    let v: Vec<String> = d
+                        .partitions
                         .iter()
-                        .filter_map(|p| p.volume.as_ref().map(Volume::id))
+                        .enumerate()
+                        .filter(|(_, p)| partition == 0 || p.number == partition)
+                        .filter_map(|(pi, _)| d.visible_volume(pi).map(Volume::id))
                         .collect();
                     if v.is_empty() {
                         Err(Nothing::Volumes)
@@ -770,10 +768,15 @@ impl State {
         Ok(self.disks[di].number.unwrap_or_default())
     }
 
-    /// `WriteVolumeCache`.
+    /// `WriteVolumeCache` (also the first step of `UnmountVolume`): on a read-only disk it fails (chosen,
+    /// **unverified**: `behaviour.read_only_flush_fails`).
     pub fn write_volume_cache(&self, id: &str) -> Result<()> {
         require_volume_id(id)?;
-        self.volume_or(id, VolumeOp::WriteCache).map(|_| ())
+        let (di, _) = self.volume_or(id, VolumeOp::WriteCache)?;
+        if self.disks[di].read_only && self.behaviour.read_only_flush_fails {
+            return Err(texts::flush_write_protected(&self.profile, id));
+        }
+        Ok(())
     }
 
     /// Changes the size of a disk (e.g. the storage backend expanded a LUN). Partitions are untouched.
@@ -802,15 +805,16 @@ impl State {
         volume_delay: Duration,
         now: Instant,
     ) -> Result<()> {
+        let arrival = self.behaviour.arrival;
         let d = self
             .disks
             .iter_mut()
             .find(|d| d.id == disk_id)
             .ok_or_else(|| Error::Scenario(format!("no disk with id {disk_id}")))?;
-        d.arrival_delay_ms = delay.as_millis() as u64;
-        d.volume_arrival_delay_ms = volume_delay.as_millis() as u64;
+        d.arrival_delay_ms = Some(delay.as_millis() as u64);
+        d.volume_arrival_delay_ms = Some(volume_delay.as_millis() as u64);
         if d.arriving() {
-            d.schedule_arrival(now);
+            d.schedule_arrival(now, &arrival);
         }
         Ok(())
     }

@@ -470,9 +470,7 @@ impl State {
                 let letter = drive.chars().next().map(|c| c.to_ascii_uppercase());
                 self.disks
                     .iter()
-                    .filter(|d| d.volumes_visible())
-                    .flat_map(|d| d.partitions.iter())
-                    .filter_map(|p| p.volume.as_ref())
+                    .flat_map(|d| (0..d.partitions.len()).filter_map(|pi| d.visible_volume(pi)))
                     .find(|v| v.drive_letter == letter)
                     .map(|v| v.id())
                     .ok_or_else(fail)

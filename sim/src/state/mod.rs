@@ -25,6 +25,7 @@
 //! them with marker files that the model follows itself; see `links.rs`. All link handling goes through
 //! `Layout::links`, never straight to the OS.
 
+pub(crate) mod arrival;
 pub(crate) mod disk;
 pub(crate) mod fs;
 pub(crate) mod iscsi;
@@ -391,17 +392,20 @@ impl State {
         self.crash.take()
     }
 
-    /// Applies everything that became due by `now`: disks and volumes whose arrival delay elapsed appear.
+    /// Applies everything that became due by `now`: disks and volumes that arrived at least the storage cache's lag
+    /// ago appear (see `arrival.rs`).
     pub fn tick(&mut self, now: tokio::time::Instant) -> Result<()> {
-        if disk::complete_arrivals(self, Some(now)) {
+        let lag = self.behaviour.arrival.cache_lag();
+        if arrival::complete(self, now, lag, None) {
             self.sync_links()?;
         }
         Ok(())
     }
 
-    /// Completes every pending disk and volume arrival at once (what `Rescan` does to the storage cache).
+    /// Completes every pending disk and volume arrival at once: a test's (or the admin interface's) control of
+    /// time. No host call does this; `Rescan` shows only what has arrived.
     pub fn complete_arrivals(&mut self) -> Result<()> {
-        if disk::complete_arrivals(self, None) {
+        if arrival::force_all(self) {
             self.sync_links()?;
         }
         Ok(())

@@ -605,6 +605,17 @@ pub(super) fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
     if e.kind.is_uncertain() {
         return block_error(e, &subject);
     }
+    // 41010 "The specified partition type is not valid.": csi-proxy v1.3.0 and later pass the GPT basic-data type to
+    // `CreatePartition` even on an MBR disk (sim/README.md row `partition_disk_mbr`).
+    if e.op == HostOp::PartitionDisk && e.message.contains("41010") {
+        return Error::FailedPrecondition(format!(
+            "PartitionDisk on {subject} failed: {}. {disk} is MBR-initialised without partitions, and csi-proxy \
+             v1.3.0 and later create only GPT partitions (an MBR disk refuses their partition type): make it RAW \
+             again (clean the LUN on the storage system, or Clear-Disk on the node), which this driver initialises \
+             GPT, or use the native backend; nothing was created",
+            e.message
+        ));
+    }
     Error::FailedPrecondition(format!(
         "{} on {subject} failed: {}. If {disk} is read-only (a write-protected LUN, or the node's SAN policy), \
          csi-proxy cannot clear that: make the LUN writable on the storage system, or clear it on the node \

@@ -1678,6 +1678,62 @@ async fn a_disk_with_only_the_reserved_partition_gets_its_volume_on_every_releas
     }
 }
 
+/// Issue 28 item 5: an MBR-initialised LUN without partitions. The PowerShell era's `New-Partition` makes an IFS
+/// partition there; v1.3.0 and master pass the GPT basic-data type, which an MBR disk refuses (row
+/// `partition_disk_mbr`): the stage fails with a message that says why and what to do, creating nothing. The native
+/// backend passes the IFS type on an MBR disk and stages it.
+#[tokio::test(start_paused = true)]
+async fn an_mbr_lun_without_partitions_is_staged_or_refused_with_the_reason() {
+    let mbr = |sc: &mut Value| lun_spec(sc, 0)["partition_style"] = json!("mbr");
+    let staged = |env: &Env, what: String| {
+        let r = env.record("v1");
+        assert!(r.partitioned && r.volume.is_some(), "{what}: {r:?}");
+        assert!(env.data_loss().is_empty(), "{what}");
+    };
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, mbr);
+        let r = env.mgr.stage(&stage_req("v1", 0, &[], &[]), d()).await;
+        if matches!(v, CsiProxyVersion::V1_1_3 | CsiProxyVersion::V1_2_1) {
+            r.unwrap_or_else(|e| panic!("{v}: {e}"));
+            staged(&env, v.to_string());
+            env.mgr
+                .unstage(&unstage_req("v1"), d())
+                .await
+                .expect("unstage");
+        } else {
+            assert!(
+                matches!(&r, Err(Error::FailedPrecondition(m))
+                    if m.contains("MBR-initialised") && m.contains("only GPT partitions")),
+                "{v}: {r:?}"
+            );
+            assert!(
+                env.disk("lun0").partitions.is_empty(),
+                "{v}: nothing created"
+            );
+            assert!(!env.ops().contains(&FormatVolume), "{v}");
+            // Nothing of this driver's is on the disk: no record keeps the session.
+            assert!(env.mgr.store().volumes().expect("list").is_empty(), "{v}");
+        }
+        env.assert_clean();
+    }
+    let env = Env::with_on(sim::wmi::TestBackend::Native, mbr);
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .unwrap_or_else(|e| panic!("native: {e}"));
+    staged(&env, "native".into());
+    assert_eq!(
+        env.disk("lun0").partitions.len(),
+        1,
+        "native: one IFS partition"
+    );
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_read_only_lun_fails_clearly_and_is_never_formatted() {
     for v in CsiProxyVersion::ALL {

@@ -176,6 +176,9 @@ const TESTED: &[&str] = &[
     "not_found_texts",
     "unmount_not_mounted",
     "disk_arrival",
+    "partition_disk_mbr",
+    "volume_id_match",
+    "read_only_flush",
     "san_policy",
     "calls_outlive_clients",
 ];
@@ -1068,7 +1071,10 @@ async fn row_disk_arrival() {
             // Not arrived: neither the cache's lag nor a Rescan shows it.
             f.rescan().unwrap();
             f.tick(Instant::now()).unwrap();
-            assert!(f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty(), "{v}");
+            assert!(
+                f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty(),
+                "{v}"
+            );
             advance(ms(1)).await;
             if rescan {
                 // Arrived: a Rescan shows it at once.
@@ -1100,7 +1106,12 @@ async fn row_disk_arrival() {
                 f.rescan().unwrap();
             } else {
                 f.tick(Instant::now() + ms(499)).unwrap();
-                assert!(f.list_volumes_on_disk(n, 0).unwrap().iter().all(String::is_empty));
+                assert!(
+                    f.list_volumes_on_disk(n, 0)
+                        .unwrap()
+                        .iter()
+                        .all(String::is_empty)
+                );
                 advance(ms(500)).await;
                 f.tick(Instant::now()).unwrap();
             }
@@ -1120,7 +1131,10 @@ async fn row_disk_arrival() {
         f.partition_disk(n).unwrap();
         f.rescan().unwrap();
         assert!(
-            f.list_volumes_on_disk(n, 0).unwrap().iter().all(String::is_empty),
+            f.list_volumes_on_disk(n, 0)
+                .unwrap()
+                .iter()
+                .all(String::is_empty),
             "{v}: the new partition's volume has not arrived"
         );
         assert_eq!(
@@ -1135,7 +1149,12 @@ async fn row_disk_arrival() {
         f.set_disk_state(n, false).unwrap();
         f.set_disk_state(n, true).unwrap();
         f.rescan().unwrap();
-        assert!(f.list_volumes_on_disk(n, 0).unwrap().iter().all(String::is_empty));
+        assert!(
+            f.list_volumes_on_disk(n, 0)
+                .unwrap()
+                .iter()
+                .all(String::is_empty)
+        );
         // The instant model: everything at once.
         let mut f = host(v);
         let n = attach(&mut f, EMPTY)[0];
@@ -1459,5 +1478,78 @@ fn every_release_text_is_classified_by_proxy_client() {
             kind(f.create_symlink(&p("d"), &p("plain"))),
             K::AlreadyExists
         );
+    }
+}
+
+#[test]
+fn row_partition_disk_mbr() {
+    let mbr = SCENARIO.replace(
+        r#"{ "lun": 0, "id": "empty", "size": 1073741824 }"#,
+        r#"{ "lun": 0, "id": "empty", "size": 1073741824, "partition_style": "mbr" }"#,
+    );
+    assert_ne!(mbr, SCENARIO);
+    for v in CsiProxyVersion::ALL {
+        let mut f = host_with(v, &mbr, |_| {});
+        let n = attach(&mut f, EMPTY)[0];
+        let r = f.partition_disk(n);
+        let disk = |f: &Fx| f.disks().iter().find(|d| d.id == "empty").unwrap().clone();
+        if ps(v) {
+            r.unwrap();
+            let d = disk(&f);
+            assert_eq!(d.partitions.len(), 1, "{v}: an IFS partition");
+            assert_eq!(f.list_volumes_on_disk(n, 0).unwrap().len(), 1, "{v}");
+        } else {
+            let e = host_err(r);
+            assert!(e.contains("41010"), "{v}: {e}");
+            assert!(
+                e.starts_with(&format!("error creating partition on disk {n}.")),
+                "{v}: {e}"
+            );
+            assert!(disk(&f).partitions.is_empty(), "{v}: nothing created");
+        }
+    }
+}
+
+#[test]
+fn row_volume_id_match() {
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        let id = data_volume(&mut f);
+        let upper = id.to_ascii_uppercase();
+        assert_ne!(id, upper);
+        assert!(f.is_volume_formatted(&id).unwrap(), "{v}");
+        let r = f.is_volume_formatted(&upper);
+        if v == V1_3_0 {
+            assert!(r.is_err(), "{v}: exact-case");
+        } else {
+            assert!(r.unwrap(), "{v}: case-insensitive");
+        }
+    }
+}
+
+#[test]
+fn row_read_only_flush() {
+    let ro = SCENARIO.replace(
+        r#""id": "data", "size": 2147483648,"#,
+        r#""id": "data", "size": 2147483648, "read_only": true,"#,
+    );
+    assert_ne!(ro, SCENARIO);
+    for v in CsiProxyVersion::ALL {
+        for fails in [true, false] {
+            let mut f = host_with(v, &ro, |sc| sc.host.behaviour.read_only_flush_fails = fails);
+            let id = data_volume(&mut f);
+            let r = f.write_volume_cache(&id);
+            if fails {
+                let e = host_err(r);
+                let want = if ps(v) {
+                    "The media is write protected."
+                } else {
+                    "19"
+                };
+                assert!(e.contains(want), "{v}: {e}");
+            } else {
+                r.unwrap();
+            }
+        }
     }
 }

@@ -433,7 +433,9 @@ pub(crate) fn flush_write_protected(p: &Profile, id: &str) -> Error {
             );
             format!("error writing volume cache. cmd: {cmd}, output: {out}, error: exit status 1")
         }
-        Backend::MicrosoftWmi => format!("error writing volume ({id}) cache. result: 19, error: <nil>"),
+        Backend::MicrosoftWmi => {
+            format!("error writing volume ({id}) cache. result: 19, error: <nil>")
+        }
         Backend::GoOleWmi => format!(
             "error writing volume ({id}) cache. error: {}",
             wmi_error("MSFT_Volume", "Flush", DISPATCH, 19)
@@ -552,6 +554,8 @@ pub(crate) enum PartitionFailure {
     Offline,
     ReadOnly,
     NoSpace,
+    /// v1.3.0 and master pass a GPT basic-data `GptType` to `CreatePartition` on an MBR disk (N5; code unverified).
+    GptTypeOnMbr,
 }
 
 /// PartitionDisk failures on an existing disk. v1.1.3 `pkg/os/disk/api.go:144-173`; v1.3.0
@@ -567,6 +571,7 @@ pub(crate) fn partition_failed(
         PartitionFailure::Offline => ("The disk is offline.", 41002u32),
         PartitionFailure::ReadOnly => ("The disk is read only.", 41001),
         PartitionFailure::NoSpace => ("Not enough available capacity.", 40004),
+        PartitionFailure::GptTypeOnMbr => ("The specified partition type is not valid.", 41010),
     };
     let text = match (p.backend, initialise) {
         (Backend::PowerShell, true) => {

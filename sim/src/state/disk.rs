@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{DataLossEvent, State, arrival, dir_usage, wipe_dir, write_files};
 use crate::error::{Error, Result};
 use crate::profile::texts::{self, DiskOp, PartitionFailure, VolumeOp};
-use crate::profile::{Backend, ResizeSkip};
+use crate::profile::{Backend, CsiProxyVersion, ResizeSkip};
 use crate::scenario::{DiskSpec, PartitionKind, PartitionSpec, PartitionStyle};
 
 pub(crate) const MIB: u64 = 1024 * 1024;
@@ -404,12 +404,27 @@ impl State {
             .ok_or_else(|| texts::disk_not_found(&self.profile, op, n))
     }
 
-    /// Finds a visible volume by its exact `\\?\Volume{GUID}\` id (case-insensitive, as WQL compares).
+    /// Finds a visible volume by its exact `\\?\Volume{GUID}\` id (case-insensitive, as WQL `=` compares).
     pub(crate) fn find_volume(&self, id: &str) -> Option<(usize, usize)> {
+        self.find_volume_by(id, false)
+    }
+
+    /// The volume a csi-proxy volume call names: case-insensitive as WQL `=` compares (the PowerShell era's
+    /// `Get-Volume -UniqueId`, master `pkg/wmi/volume.go:53-56`), case-sensitive on v1.3.0, which enumerates
+    /// `MSFT_Volume` and compares `UniqueId == volumeID` in Go (v1.3.0 `pkg/cim/volume.go:38-65`, `:59`).
+    pub(crate) fn find_rpc_volume(&self, id: &str) -> Option<(usize, usize)> {
+        self.find_volume_by(id, self.profile.version == CsiProxyVersion::V1_3_0)
+    }
+
+    fn find_volume_by(&self, id: &str, exact: bool) -> Option<(usize, usize)> {
         for (di, d) in self.disks.iter().enumerate() {
             for pi in 0..d.partitions.len() {
                 if let Some(v) = d.visible_volume(pi)
-                    && v.id().eq_ignore_ascii_case(id)
+                    && (if exact {
+                        v.id() == id
+                    } else {
+                        v.id().eq_ignore_ascii_case(id)
+                    })
                 {
                     return Some((di, pi));
                 }
@@ -419,7 +434,7 @@ impl State {
     }
 
     fn volume_or(&self, id: &str, op: VolumeOp) -> Result<(usize, usize)> {
-        self.find_volume(id)
+        self.find_rpc_volume(id)
             .ok_or_else(|| texts::volume_not_found(&self.profile, op, id))
     }
 
@@ -511,6 +526,17 @@ impl State {
             .any(|p| p.kind != PartitionKind::Reserved)
         {
             return Ok(());
+        }
+        // v1.3.0 and master always pass a GPT basic-data `GptType` (v1.3.0 `pkg/os/disk/api.go:184-199`, `:193`;
+        // master `pkg/os/disk/api.go:192-204`, `:201`), which an MBR disk refuses (the code is unverified);
+        // PowerShell's `New-Partition -UseMaximumSize` makes an IFS partition there (v1.1.3 `:166-173`).
+        if d.partition_style == PartitionStyle::Mbr && self.profile.backend != Backend::PowerShell {
+            return Err(texts::partition_failed(
+                &self.profile,
+                n,
+                false,
+                PartitionFailure::GptTypeOnMbr,
+            ));
         }
         let free = d.free_space(None);
         if free < MIB {

@@ -23,8 +23,8 @@ use winhost::{CallContext, CallResult, ExtendedStatus, MethodOutcome, ObjectPath
 use super::objects::{disk_of, msft_disk, msft_partition, msft_volume, partition_of, volume_of};
 use super::{WindowsView, bad_path, not_found};
 use crate::scenario::{PartitionKind, PartitionStyle, SanPolicy};
-use crate::state::disk::{MIB, MSR_SIZE};
 use crate::state::arrival::{complete, due};
+use crate::state::disk::{MIB, MSR_SIZE};
 use crate::state::{Partition, State, Volume, dir_usage, wipe_dir};
 
 /// `Resize` refuses growth below one extent (csi-proxy#195: "The size of the extent is less than the minimum of
@@ -284,6 +284,11 @@ impl StorageWmi for WindowsView {
             let max = params.use_maximum_size == Some(true);
             if max == params.size.is_some() {
                 return Ok(fail(CALL, StorageReturn::SizeParameterRequired));
+            }
+            // A GPT type on an MBR disk (csi-proxy v1.3.0 and later always pass one): refused, code unverified
+            // (row `partition_disk_mbr`).
+            if d.partition_style == PartitionStyle::Mbr && params.gpt_type.is_some() {
+                return Ok(fail(CALL, StorageReturn::InvalidPartitionType));
             }
             let kind = match params.gpt_type.as_deref() {
                 None => PartitionKind::Basic,

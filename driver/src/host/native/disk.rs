@@ -102,8 +102,16 @@ pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
             ),
         ));
     }
+    // csi-proxy v1.3.0 and later always pass the GPT basic-data type, which an MBR disk refuses (sim/README.md row
+    // `partition_disk_mbr`): an MBR-initialised disk without partitions gets an IFS partition (MbrType 7), as the
+    // PowerShell era's `New-Partition -UseMaximumSize` makes there.
+    let mut params = CreatePartition::csi_proxy_basic_data();
+    if disk.partition_style == PartitionStyle::Mbr {
+        params.gpt_type = None;
+        params.mbr_type = Some(MBR_IFS);
+    }
     let out =
-        o.w.disk_create_partition(o.c, &disk.path, &CreatePartition::csi_proxy_basic_data())
+        o.w.disk_create_partition(o.c, &disk.path, &params)
             .map_err(|e| o.err(e))?;
     // 42002: created, but no access path could be assigned (csi-proxy accepts it, `pkg/os/disk/api.go:196`).
     let created = o.accept(out, &[StorageReturn::AccessPathInUse])?;
@@ -140,7 +148,10 @@ pub(super) fn layout(o: &Ops<'_>, n: u32) -> HostResult<DiskLayout> {
 
 /// MBR partition types Windows mounts as a volume (IFS/NTFS/exFAT, FAT12, FAT16, FAT16B, FAT32, FAT32 LBA, FAT16
 /// LBA: Microsoft's *Partition types* list for `PARTITION_INFORMATION_MBR`, `IsRecognizedPartition`).
-const MBR_VOLUME_TYPES: [u16; 7] = [0x07, 0x01, 0x04, 0x06, 0x0B, 0x0C, 0x0E];
+const MBR_VOLUME_TYPES: [u16; 7] = [MBR_IFS, 0x01, 0x04, 0x06, 0x0B, 0x0C, 0x0E];
+
+/// `MbrType` IFS (NTFS, exFAT): `MSFT_Disk.CreatePartition`'s documented value 7.
+const MBR_IFS: u16 = 0x07;
 
 /// What Windows makes of a partition: Microsoft Reserved, one it gives a volume (GPT basic data, a recognised MBR
 /// type), or another type.

@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::host::csi_proxy::{CsiProxyHost, CsiProxyProbe};
 use crate::host::native::{FailedProbe, NativeHost, NativeOptions, NativeProbe, windows_host};
 use crate::host::{Host, HostPath, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
-use crate::iscsi::Iscsi;
+use crate::iscsi::{Iscsi, IscsiSettings};
 use crate::lifecycle::{Lifecycle, VolumeConfig, VolumeManager};
 use crate::locks::Deadline;
 use crate::metrics::StateSnapshot;
@@ -96,10 +96,31 @@ pub type Protocols = (Iscsi, Smb);
 /// The volume lifecycle over host `H` with every protocol ([`Protocols`]).
 pub type Manager<H> = VolumeManager<H, Protocols>;
 
-/// A lifecycle over `host` with every protocol, keeping records in `state_dir`.
+/// A lifecycle over `host` with every protocol, keeping records in `state_dir` (the iSCSI protocol's default
+/// settings).
 pub fn manager<H: Host>(host: H, cfg: VolumeConfig, state_dir: &Path) -> Result<Manager<H>, Error> {
-    let protocols = (Iscsi::new(host.capabilities()), Smb::default());
+    manager_with(host, cfg, state_dir, IscsiSettings::default())
+}
+
+/// [`manager`] with the iSCSI protocol's `iscsi` settings (`--disk-settle-time`).
+pub fn manager_with<H: Host>(
+    host: H,
+    cfg: VolumeConfig,
+    state_dir: &Path,
+    iscsi: IscsiSettings,
+) -> Result<Manager<H>, Error> {
+    let protocols = (
+        Iscsi::with_settings(host.capabilities(), iscsi),
+        Smb::default(),
+    );
     VolumeManager::new(host, protocols, cfg, state_dir)
+}
+
+/// The iSCSI protocol's settings from the flags.
+pub fn iscsi_settings(config: &Config) -> IscsiSettings {
+    IscsiSettings {
+        settle: config.disk_settle_time,
+    }
 }
 
 /// How long startup reconciliation may take before the driver serves anyway.
@@ -129,6 +150,7 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
                 &config.state_dir(),
                 config.vol_stats_cache_expiry(),
                 |_| {},
+                iscsi_settings(config),
             )
             .await
         }
@@ -169,6 +191,7 @@ pub async fn native_lifecycle(
         &state_dir,
         config.vol_stats_cache_expiry(),
         move |store| adopt_recorded_mappings(&seeding, store),
+        iscsi_settings(config),
     )
     .await
 }
@@ -237,9 +260,10 @@ async fn start<H: Host>(
     state_dir: &Path,
     stats_cache: Option<Duration>,
     before_reconcile: impl FnOnce(&StateStore),
+    iscsi: IscsiSettings,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
     let mgr = Arc::new(
-        manager(host, cfg, state_dir)?
+        manager_with(host, cfg, state_dir, iscsi)?
             .with_stats_cache(stats_cache)
             .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
     );

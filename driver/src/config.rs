@@ -180,7 +180,17 @@ pub struct Config {
     #[cfg(feature = "test-windows-socket")]
     #[arg(long, value_name = "ADDR")]
     pub test_windows_socket: Option<String>,
+    /// How long an iSCSI LUN's disk must show no volume (online, looked at again with Rescans) before the csi-proxy
+    /// backend takes it for empty and partitions it, and how long a new partition's volume is waited for: Windows'
+    /// volumes arrive some time after a disk comes online or is partitioned, and csi-proxy cannot list partitions.
+    /// Too short risks formatting another system's partition whose volume arrived late. The native backend reads
+    /// partition tables instead. `<N>ms`, `<N>s` or `<N>m`.
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_DISK_SETTLE, value_parser = parse_duration)]
+    pub disk_settle_time: std::time::Duration,
 }
+
+/// The default `--disk-settle-time`.
+pub const DEFAULT_DISK_SETTLE: &str = "15s";
 
 impl Config {
     /// Parses and validates flags (first item is the program name).
@@ -397,6 +407,27 @@ fn parse_cache_minutes(s: &str) -> Result<u64, String> {
             "must be a whole number of minutes from 0 (no cache) to {MAX_VOL_STATS_CACHE_MINUTES}"
         )),
     }
+}
+
+/// A duration `<N>ms`, `<N>s` or `<N>m`, more than zero and at most an hour.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    const RULE: &str = "must be a duration like 1500ms, 15s or 2m (more than zero, at most 60m)";
+    let t = s.trim();
+    let (n, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => return Err(RULE.to_owned()),
+    };
+    let n: u64 = n.parse().map_err(|_| RULE.to_owned())?;
+    let d = match unit {
+        "ms" => std::time::Duration::from_millis(n),
+        "s" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_secs(n.saturating_mul(60)),
+        _ => return Err(RULE.to_owned()),
+    };
+    if d.is_zero() || d > std::time::Duration::from_secs(3600) {
+        return Err(RULE.to_owned());
+    }
+    Ok(d)
 }
 
 fn parse_max_volumes(s: &str) -> Result<i64, String> {

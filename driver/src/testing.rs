@@ -20,7 +20,7 @@ use sim::inproc::InProcess;
 use sim::wmi::{TestBackend, WindowsView};
 use sim::{HostOptions, Scenario, SimHost, State};
 
-use crate::backend::{Manager, manager};
+use crate::backend::{Manager, manager_with};
 use crate::error::Error;
 use crate::host::csi_proxy::CsiProxyHost;
 use crate::host::native::NativeHost;
@@ -92,6 +92,7 @@ fn op_of(rpc: &str) -> HostOp {
         ReadLink,
         RemoveTargetPortal,
         RefreshTargetPortal,
+        DiskLayout,
     ];
     ALL.iter()
         .copied()
@@ -167,6 +168,13 @@ pub(crate) fn d() -> Deadline {
 /// The kubelet root every test uses.
 pub(crate) const KUBELET: &str = r"C:\var\lib\kubelet";
 
+/// The iSCSI settings of the unit tests' driver: a 2 s settle time, generous against the simulated host's default
+/// arrival (volumes 0.5 s after a disk comes online or is partitioned, shown 0.5 s later without a `Rescan`), and
+/// short, so the tests' looks stay few (their clock is paused, but every look is a host call).
+pub(crate) const ISCSI: crate::iscsi::IscsiSettings = crate::iscsi::IscsiSettings {
+    settle: std::time::Duration::from_secs(2),
+};
+
 /// A driver on an in-process simulated host.
 pub(crate) struct Env {
     pub(crate) sim: SimHost,
@@ -239,7 +247,7 @@ impl Env {
                 TestHost::Native(Tapped::new(native, Arc::clone(tap)))
             }
         };
-        let mgr = manager(host, cfg, dir)
+        let mgr = manager_with(host, cfg, dir, ISCSI)
             .expect("manager")
             .with_stats_cache(stats_cache);
         // As `backend::native_lifecycle` does: the shares the records say this driver mapped are its own.

@@ -13,7 +13,18 @@
 //! * **kill** — the driver process dies right after that call returned: the in-flight operation is dropped while
 //!   the *next* host call is pending (after the last call of an operation: the operation completed on the host but
 //!   kubelet never saw the answer), then a fresh `VolumeManager` (with startup reconciliation) runs over the same
-//!   state directory and the same host.
+//!   state directory and the same host;
+//! * **outlive** (destructive calls only: `PartitionDisk`, `FormatVolume`, `ResizeVolume`, or the native backend's
+//!   `MSFT_Disk.Initialize`, `MSFT_Disk.CreatePartition`, `MSFT_Volume.Format`, `MSFT_Partition.Resize`) — the driver
+//!   dies *inside* that call, which goes on on the host (csi-proxy and a WMI provider finish a call whose client went
+//!   away); the restarted driver's retry while it still runs must fail without issuing that call again; then the call
+//!   completes, after the restart, and kubelet's retries go on.
+//!
+//! The simulated host's arrival is realistic (disks and volumes appear some time after what caused them; `Rescan`
+//! hurries nothing), with every delay scaled down to 100 ms and the driver's settle time to 500 ms so the many cells
+//! stay fast. A wait looks again and again, and in real time how often varies: only the first call of each step is
+//! a cell (a repeated look at the same thing is one step), and a look repeated within a step is faulted only at its
+//! first occurrence, whose place does not depend on timing (the unit suite covers every look in paused time).
 //!
 //! Then kubelet's policy applies: retry the same RPC until it succeeds (bounded), then carry on with the remaining
 //! operations. Every cell must converge: the data the pod wrote is on the volume and survives a later re-stage, the
@@ -62,7 +73,8 @@ fn scenario() -> Scenario {
                 {"address": "10.0.0.5", "targets": [
                     {"iqn": IQN, "chap": {"mode": "one_way", "username": "node-a", "secret": CHAP_SECRET},
                      "luns": [{"lun": 0, "size": 1u64 << 30, "online": false}]}]}
-            ]}
+            ]},
+            "host": {"behaviour": {"arrival": common::ARRIVAL}}
         })
         .to_string(),
     )
@@ -90,7 +102,29 @@ enum Fault {
     Fail,
     Hang,
     Kill,
+    Outlive,
 }
+
+/// The host calls that destroy data when issued twice or at the wrong time (module docs, **outlive**).
+const DESTRUCTIVE: [&str; 7] = [
+    "PartitionDisk",
+    "FormatVolume",
+    "ResizeVolume",
+    "MSFT_Disk.Initialize",
+    "MSFT_Disk.CreatePartition",
+    "MSFT_Volume.Format",
+    "MSFT_Partition.Resize",
+];
+
+/// The calls a wait repeats (module docs): faulted only at their first occurrence within a step.
+const LOOKS: [&str; 6] = [
+    "GetTargetDisks",
+    "Rescan",
+    "ListVolumesOnDisk",
+    "MSFT_StorageSetting.UpdateHostStorageCache",
+    "SELECT MSFT_Disk",
+    "SELECT MSFT_Partition",
+];
 
 struct Cell {
     workflow: Workflow,
@@ -195,7 +229,7 @@ fn manager(sim: &SimHost, proxy: &ProxyClient, state: &Path) -> Arc<Manager<Test
         driver_name: "wincsi.csi.io".into(),
     };
     let host = common::backend::host_for(sim, proxy.clone(), state);
-    Arc::new(wincsi::backend::manager(host, cfg, state).expect("manager"))
+    Arc::new(wincsi::backend::manager_with(host, cfg, state, common::ISCSI).expect("manager"))
 }
 
 struct Env {
@@ -395,12 +429,45 @@ async fn record(w: Workflow) -> Vec<(Op, Vec<String>)> {
     out
 }
 
+/// `rpcs` with every immediately repeated run of one to four calls kept once: the steps of a sequence.
+fn squeeze(mut rpcs: Vec<String>) -> Vec<String> {
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for len in 1..=4 {
+            let mut i = 0;
+            while i + 2 * len <= rpcs.len() {
+                if rpcs[i..i + len] == rpcs[i + len..i + 2 * len] {
+                    rpcs.drain(i + len..i + 2 * len);
+                    changed = true;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+    rpcs
+}
+
 fn cells(w: Workflow, recorded: &[(Op, Vec<String>)]) -> Vec<Cell> {
     let mut cells = Vec::new();
     for (op, rpcs) in recorded {
         let occurrence = |i: usize| rpcs[..=i].iter().filter(|r| **r == rpcs[i]).count() as u64;
+        // Its place does not depend on how often a wait looked (module docs).
+        let stable = |i: usize| !LOOKS.contains(&rpcs[i].as_str()) || occurrence(i) == 1;
         for (index, rpc) in rpcs.iter().enumerate() {
-            for fault in [Fault::Fail, Fault::Hang, Fault::Kill] {
+            let step =
+                squeeze(rpcs[..=index].to_vec()).len() > squeeze(rpcs[..index].to_vec()).len();
+            if !step || !stable(index) {
+                continue;
+            }
+            for fault in [Fault::Fail, Fault::Hang, Fault::Kill, Fault::Outlive] {
+                let next_stable = index + 1 >= rpcs.len() || stable(index + 1);
+                if (fault == Fault::Kill && !next_stable)
+                    || (fault == Fault::Outlive && !DESTRUCTIVE.contains(&rpc.as_str()))
+                {
+                    continue;
+                }
                 cells.push(Cell {
                     workflow: w,
                     op: *op,
@@ -482,6 +549,29 @@ async fn run_cell(cell: &Cell) {
                     }
                     env.restart().await;
                 }
+                Fault::Outlive => {
+                    env.sim.hang_nth(&cell.rpc, cell.nth).expect("hang");
+                    tokio::select! {
+                        r = env.run(op, long()) => panic!("{what}: finished despite the hang: {r:?}"),
+                        () = env.sim.wait_hung(1) => {}
+                    }
+                    // Killed inside the call, which goes on on the host; the restarted driver's retry while it runs
+                    // (a short deadline: it waits for the call's outcome until then) must fail and issue no second one.
+                    env.restart().await;
+                    let calls = env.sim.call_counts().get(&cell.rpc).copied();
+                    let r = env.run(op, Deadline::after(Duration::from_secs(3))).await;
+                    assert!(
+                        r.is_err(),
+                        "{what}: succeeded while the first call may still run: {r:?}"
+                    );
+                    assert_eq!(
+                        env.sim.call_counts().get(&cell.rpc).copied(),
+                        calls,
+                        "{what}: issued again while the first may still run"
+                    );
+                    // The first call completes, after the restart.
+                    env.drain_hangs().await;
+                }
             }
             kubelet_retries += env.retry(op, &what).await;
         } else {
@@ -534,13 +624,17 @@ async fn matrix() {
         println!("hardening matrix: cell {}/{total}: {cell}", i + 1);
         run_cell(cell).await;
     }
+    let outlive = all.iter().filter(|c| c.fault == Fault::Outlive).count();
     println!(
-        "hardening matrix: {total} cells (fail/hang/kill × every recorded host call), {total} converged, 0 failed"
+        "hardening matrix: {total} cells (fail/hang/kill × every recorded step, outlive × every destructive call: \
+         {outlive}), {total} converged, 0 failed"
     );
     assert!(
         total >= 3 * 20,
         "the recorded sequences shrank: {total} cells"
     );
+    // csi-proxy: PartitionDisk, FormatVolume; native: Initialize, CreatePartition, Format.
+    assert!(outlive >= 2, "no destructive call was recorded: {outlive}");
 }
 
 // ---- A connection that goes silent (issue 29 item 3): its own cells, its own test ----

@@ -19,6 +19,7 @@ use wincsi::lifecycle::{
     AccessType, Capability, ExpandRequest, PublishRequest, StageRequest, StatsRequest,
     UnpublishRequest,
 };
+use wincsi::locks::Deadline;
 use wincsi::smb::Secrets;
 
 const IQN_A: &str = "iqn.2024-01.io.example:store-a";
@@ -39,6 +40,7 @@ const MIB: u64 = 1 << 20;
 fn scenario() -> Scenario {
     Scenario::from_json(
         &json!({
+            "host": {"behaviour": {"arrival": common::ARRIVAL}},
             "disks": [{"number": 0, "size": 100 * GIB, "partition_style": "gpt",
                        "partitions": [{"kind": "basic", "volume": {"filesystem": "NTFS", "drive_letter": "C"}}]}],
             "iscsi": {"portals": [
@@ -175,13 +177,17 @@ async fn raw_lun_is_initialised_formatted_mounted_published_and_cleaned_up() {
         .await
         .expect("stage");
     let rpcs = env.rpcs();
+    // Squeezed: the waits for the disk (it arrives after the login), for the settle time (csi-proxy cannot list
+    // partitions) and for the new volume (it arrives after PartitionDisk) look again and again.
     assert_eq!(
-        rpcs,
+        squeeze(rpcs),
         [
             "Mkdir", // kubelet
             "AddTargetPortal",
             "DiscoverTargetPortal",
             "ConnectTarget",
+            "GetTargetDisks",
+            "Rescan",
             "GetTargetDisks",
             "ListDiskLocations",
             "ListDiskIDs",
@@ -190,6 +196,8 @@ async fn raw_lun_is_initialised_formatted_mounted_published_and_cleaned_up() {
             "Rescan",
             "ListVolumesOnDisk",
             "PartitionDisk",
+            "ListVolumesOnDisk",
+            "Rescan",
             "ListVolumesOnDisk",
             "IsVolumeFormatted",
             "FormatVolume",
@@ -311,13 +319,29 @@ async fn existing_data_is_mounted_not_formatted() {
 #[tokio::test]
 async fn foreign_layouts_are_refused_untouched() {
     let env = Env::new().await;
-    for (lun, want) in [(2, "no volume Windows can use"), (3, "refusing to format")] {
+    for (lun, want) in [
+        (2, "Windows makes no volume for"),
+        (3, "refusing to format"),
+    ] {
+        let req = stage_req("v1", "10.0.0.5", IQN_A, lun);
+        env.kubelet_mkdir_parent(&req.staging_target_path).await;
         let err = env
-            .stage(&stage_req("v1", "10.0.0.5", IQN_A, lun))
+            .mgr
+            .stage(&req, Deadline::after(Duration::from_secs(10)))
             .await
             .expect_err("refused");
-        assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
-        assert!(err.to_string().contains(want), "{err}");
+        if lun == 2 {
+            // csi-proxy cannot list partitions: after the settle time the disk counts as empty and PartitionDisk
+            // runs (a no-op on a partitioned disk); no volume ever appears, so nothing is formatted, and the answer
+            // stays retryable (a late volume of this driver's own partition looks the same), naming the foreign
+            // layout as the likely cause. kubelet unstages the uncertain volume once the pod is gone.
+            assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+            assert!(err.to_string().contains(want), "{err}");
+            env.unstage("v1").await.expect("unstage");
+        } else {
+            assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+            assert!(err.to_string().contains(want), "{err}");
+        }
         let rpcs = env.rpcs();
         assert!(
             !rpcs
@@ -641,11 +665,18 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
         env.finish().await;
         rpcs
     };
-    // First stage 16, unstage 4 (`UnmountVolume` flushes first: no `WriteVolumeCache`).
-    assert_eq!(rpcs.len(), 16 + 4, "{rpcs:?}");
+    // First stage 20 squeezed steps, unstage 4 (`UnmountVolume` flushes first: no `WriteVolumeCache`).
+    assert_eq!(squeeze(rpcs.clone()).len(), 20 + 4, "{rpcs:?}");
+    // Killed at the first call of each squeezed step whose occurrence does not depend on how often a wait looked (in
+    // real time, the looks before it vary): the looks of the waits are the unit suite's cells (paused time).
     for (i, rpc) in rpcs.iter().enumerate() {
+        let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
+        let new_step = squeeze(rpcs[..=i].to_vec()).len() > squeeze(rpcs[..i].to_vec()).len();
+        let looks = ["GetTargetDisks", "Rescan", "ListVolumesOnDisk"].contains(&rpc.as_str());
+        if !new_step || (looks && nth > 1) {
+            continue;
+        }
         for kubelet_unstages_instead in [false, true] {
-            let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
             let mut env = Env::new().await;
             env.kubelet_mkdir_parent(&staging("v1")).await;
             env.sim.hang_nth(rpc, nth).expect("hang");
@@ -676,4 +707,25 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
             env.finish().await;
         }
     }
+}
+
+/// `rpcs` with every immediately repeated run of one to four calls kept once (the waits look again and again; how
+/// often depends on arrival times): a sequence is asserted by what it does, not by how many times it looked.
+fn squeeze(mut rpcs: Vec<String>) -> Vec<String> {
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for len in 1..=4 {
+            let mut i = 0;
+            while i + 2 * len <= rpcs.len() {
+                if rpcs[i..i + len] == rpcs[i + len..i + 2 * len] {
+                    rpcs.drain(i + len..i + 2 * len);
+                    changed = true;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+    rpcs
 }

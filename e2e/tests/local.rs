@@ -363,6 +363,13 @@ async fn node_reboot_during_a_file_server_outage_recovers_across_a_driver_restar
 /// Crashes the driver while the `nth` call of host RPC `rpc` is in flight during kubelet's first NodeStage
 /// attempt, restarts it, and lets kubelet retry: the volume must end up staged and usable, then tear down clean.
 async fn crash_mid_stage(rpc: &str, nth: u64, vol: Volume) {
+    crash_mid_stage_then(rpc, nth, vol, false).await;
+}
+
+/// [`crash_mid_stage`]; with `outlives`, the hung call is destructive and goes on on the host after the driver died
+/// (csi-proxy finishes a call whose client went away): the restarted driver's first attempt must fail without
+/// issuing it again, then the call completes, after the restart, and kubelet's retries converge without data loss.
+async fn crash_mid_stage_then(rpc: &str, nth: u64, vol: Volume, outlives: bool) {
     let mut node = node().await;
     let pod = Pod::new("crash", "victim-0");
     node.host().hang(rpc, nth).await.expect("hang");
@@ -391,6 +398,24 @@ async fn crash_mid_stage(rpc: &str, nth: u64, vol: Volume) {
 
     // The DaemonSet restarts the driver (it reconciles); kubelet retries the same NodeStage, then publishes.
     step!(node, node.start_driver());
+    if outlives {
+        let admin = sim::admin::AdminClient::connect(node.sim().admin_addr())
+            .await
+            .expect("admin");
+        let calls = admin.call_counts().await.expect("counts").get(rpc).copied();
+        let retry = node.kubelet().stage_once(&admin, &vol).await;
+        assert!(
+            matches!(&retry, Err(e) if e.to_string().contains("may still be running")),
+            "the retry while {rpc} runs waits for it: {retry:?}"
+        );
+        assert_eq!(
+            admin.call_counts().await.expect("counts").get(rpc).copied(),
+            calls,
+            "{rpc} issued again while the first may still run"
+        );
+        // The first call completes, after the restart.
+        admin.release_hangs().await.expect("release");
+    }
     let t = step!(node, node.kubelet().mount(node.host(), &pod, &vol));
     step!(
         node,
@@ -428,10 +453,11 @@ async fn driver_killed_after_the_smb_mapping_before_the_link_converges_on_retry(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_killed_while_formatting_the_lun_converges_on_retry_without_data_loss() {
-    crash_mid_stage(
+    crash_mid_stage_then(
         "FormatVolume",
         1,
         fixtures::iscsi_volume("pv-crash-3", "crash", "c3", 0),
+        true,
     )
     .await;
 }

@@ -20,7 +20,9 @@ pub mod state;
 
 pub use error::{Error, Result};
 pub use host::{AuditEntry, Fault, InvariantReport, ProxyStatus, RPCS, SimHost, normalize_rpc};
-pub use profile::{CSI_PROXY_VERSION_ENV, CsiProxyVersion, HostBehaviour, Profile};
+pub use profile::{
+    Arrival, ArrivalModel, CSI_PROXY_VERSION_ENV, CsiProxyVersion, HostBehaviour, Profile,
+};
 pub use scenario::*;
 pub use secret::{REDACTED, Secret};
 pub use state::{DataLossEvent, HostOptions, SANDBOX_MARKER, State};

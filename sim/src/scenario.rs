@@ -318,10 +318,6 @@ fn yes() -> bool {
     true
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
 /// An account on an SMB server.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -440,14 +436,14 @@ pub struct TargetSpec {
 pub struct LunSpec {
     /// LUN number.
     pub lun: u32,
-    /// Milliseconds after a login before the LUN's disk is visible (device arrival and the storage cache);
-    /// `Rescan` makes it visible at once. 0 = at once.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub arrival_delay_ms: u64,
-    /// Further milliseconds before the disk's partitions and volumes are visible (a stale partition cache);
-    /// `Rescan` refreshes it. 0 = with the disk.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub volume_arrival_delay_ms: u64,
+    /// Milliseconds after a login before the LUN's disk arrives (absent: the host's `behaviour.arrival.disk_ms`;
+    /// 0 = at once). The storage cache shows it `cache_lag_ms` later, or at a `Rescan` once it has arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_delay_ms: Option<u64>,
+    /// Milliseconds after the disk comes online before its volumes arrive (absent: the host's
+    /// `behaviour.arrival.volumes_after_online_ms`; 0 = at once). A `Rescan` shows them only once they have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_arrival_delay_ms: Option<u64>,
     /// The disk behind the LUN (its `number` is ignored; `online` = whether it arrives online).
     #[serde(flatten)]
     pub disk: DiskSpec,

@@ -108,7 +108,8 @@ mod tests {
 
     fn state(json: &str) -> (State, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let sc = Scenario::from_json(json).unwrap();
+        let mut sc = Scenario::from_json(json).unwrap();
+        sc.host.behaviour.arrival = crate::Arrival::INSTANT;
         (
             State::new(&sc, dir.path(), &HostOptions::default()).unwrap(),
             dir,

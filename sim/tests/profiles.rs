@@ -13,7 +13,9 @@ use proxy_client::proto::iscsi_v1alpha2::{self as iscsi, iscsi_client::IscsiClie
 use proxy_client::{ApiGroup, ChapAuth, ErrorKind, Portal, ProxyClient, Transport};
 use sim::{CsiProxyVersion, HostOptions, Scenario, SimHost};
 
+/// The instant arrival model: these tests are about the csi-proxy process, not about when disks appear.
 const SCENARIO: &str = r#"{
+  "host": { "behaviour": { "arrival": { "model": "instant" } } },
   "iscsi": { "portals": [ { "address": "192.0.2.10", "targets": [
     { "iqn": "iqn.2026-01.io.wincsi:Vol1", "luns": [ { "lun": 0, "id": "vol1", "size": 1073741824 } ] }
   ] } ] }
@@ -279,7 +281,18 @@ async fn the_admin_interface_switches_release_and_kills_and_restarts_csi_proxy()
             .is_empty(),
         "not arrived"
     );
+    // A Rescan does not hurry a disk that has not arrived; the admin interface moves time on.
     client.disk().rescan().await.unwrap();
+    assert!(
+        client
+            .iscsi()
+            .get_target_disks(&tp, iqn)
+            .await
+            .unwrap()
+            .is_empty(),
+        "still not arrived"
+    );
+    admin.complete_arrivals().await.unwrap();
     assert_eq!(
         client
             .iscsi()

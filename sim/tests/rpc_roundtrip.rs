@@ -78,6 +78,9 @@ fn tp() -> Option<iscsi::TargetPortal> {
 #[tokio::test]
 async fn every_rpc_round_trips_through_the_binary() {
     let (p, mut c) = start_version("v1.3.0").await;
+    // Disks and volumes arrive after their delays (the example scenario's realistic model): the admin interface
+    // moves time on where a step needs them.
+    let arrive = p.admin().await;
     assert_eq!(p.ready["endpoints"].as_array().unwrap().len(), 6);
 
     // ---- system ----
@@ -155,6 +158,7 @@ async fn every_rpc_round_trips_through_the_binary() {
         })
         .await
         .unwrap();
+    arrive.complete_arrivals().await.unwrap();
     let disks = c
         .iscsi
         .get_target_disks(iscsi::GetTargetDisksRequest {
@@ -211,6 +215,7 @@ async fn every_rpc_round_trips_through_the_binary() {
         .partition_disk(disk_v1::PartitionDiskRequest { disk_number: n })
         .await
         .unwrap();
+    arrive.complete_arrivals().await.unwrap();
 
     // ---- volume ----
     let vols = c
@@ -557,6 +562,7 @@ async fn data_loss_and_leftovers_are_reported_over_admin() {
     let audit = admin.audit(0).await.unwrap();
     let connect = audit.iter().find(|e| e.rpc == "ConnectTarget").unwrap();
     assert_eq!(connect.args["chap_secret"], "<redacted>");
+    admin.complete_arrivals().await.unwrap();
     let disks = c
         .iscsi
         .get_target_disks(iscsi::GetTargetDisksRequest {
@@ -576,6 +582,7 @@ async fn data_loss_and_leftovers_are_reported_over_admin() {
         })
         .await
         .unwrap();
+    admin.complete_arrivals().await.unwrap();
     let v = c
         .volume
         .list_volumes_on_disk(volume_v1::ListVolumesOnDiskRequest {

@@ -27,6 +27,60 @@ pub struct DiskIds {
     pub serial: String,
 }
 
+/// A disk's partition table as the host reports it ([`super::Host::disk_layout`]: `MSFT_Disk.PartitionStyle` and
+/// the disk's `MSFT_Partition`s; csi-proxy v1 has no call that answers it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskLayout {
+    /// The partition table.
+    pub style: PartitionStyle,
+    /// The partitions, in order.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+impl DiskLayout {
+    /// The partitions other than Microsoft Reserved: what makes a disk not empty.
+    pub fn data_partitions(&self) -> impl Iterator<Item = &PartitionInfo> {
+        self.partitions
+            .iter()
+            .filter(|p| p.kind != PartitionKind::Reserved)
+    }
+}
+
+/// A disk's partition table style (`MSFT_Disk.PartitionStyle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionStyle {
+    /// No partition table (RAW).
+    Raw,
+    /// Master boot record.
+    Mbr,
+    /// GUID partition table.
+    Gpt,
+}
+
+/// One partition of a [`DiskLayout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// `PartitionNumber`.
+    pub number: u32,
+    /// What Windows makes of it.
+    pub kind: PartitionKind,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// What a partition is to Windows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartitionKind {
+    /// Microsoft Reserved (GPT): never a volume; `PartitionDisk` ignores it.
+    Reserved,
+    /// A partition Windows gives a volume: GPT basic data, or an MBR type Windows mounts (IFS 0x07, FAT 0x01, 0x04,
+    /// 0x06, 0x0B, 0x0C, 0x0E).
+    Basic,
+    /// Any other type (an EFI system partition, a Linux or LVM partition, an unknown MBR type): no volume Windows
+    /// can use, and never this driver's. The text names the type.
+    Other(String),
+}
+
 /// The iSCSI default port.
 pub const DEFAULT_PORT: u16 = 3260;
 

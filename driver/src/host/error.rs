@@ -75,6 +75,8 @@ pub enum HostOp {
     /// Asking Windows to rediscover a portal's targets (no csi-proxy RPC: a native backend's
     /// `MSFT_iSCSITargetPortal.Update`, what `Update-IscsiTargetPortal` does).
     RefreshTargetPortal,
+    /// Reading a disk's partition table (no csi-proxy RPC: a native backend's `MSFT_Disk` and `MSFT_Partition`).
+    DiskLayout,
 }
 
 impl HostOp {
@@ -115,6 +117,7 @@ impl HostOp {
             Self::ReadLink => "ReadLink",
             Self::RemoveTargetPortal => "RemoveTargetPortal",
             Self::RefreshTargetPortal => "RefreshTargetPortal",
+            Self::DiskLayout => "DiskLayout",
         }
     }
 }

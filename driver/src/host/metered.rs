@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    DiskIds, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath, HostResult,
-    IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath,
+    HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -174,6 +174,7 @@ impl<H: Host> Host for Metered<H> {
         read_link(path: &HostPath) -> Option<String> => ReadLink;
         remove_target_portal(portal: &Portal) -> () => RemoveTargetPortal;
         refresh_target_portal(portal: &Portal) -> () => RefreshTargetPortal;
+        disk_layout(disk: u32) -> DiskLayout => DiskLayout;
     }
 }
 

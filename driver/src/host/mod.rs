@@ -24,7 +24,7 @@
 //! reachable mapping and re-creates a broken one.
 //!
 //! Capabilities csi-proxy lacks (listing SMB mappings, clearing a disk's read-only flag, discovery CHAP, persistent
-//! logins, reading a link's target, rediscovering a portal's targets) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
+//! logins, reading a link's target, rediscovering a portal's targets, reading a disk's partition table) are advertised by [`Host::capabilities`] (none by default); the operations themselves join the trait as
 //! methods whose default says "not supported", so a backend that has them overrides both and the protocols ask
 //! before relying on one.
 
@@ -43,7 +43,10 @@ mod path;
 mod probe;
 mod unc;
 
-pub use block::{DEFAULT_PORT, DiskIds, DiskLocation, IscsiAuth, Portal};
+pub use block::{
+    DEFAULT_PORT, DiskIds, DiskLayout, DiskLocation, IscsiAuth, PartitionInfo, PartitionKind,
+    PartitionStyle, Portal,
+};
 pub use error::{HostError, HostErrorKind, HostOp, HostResult};
 pub use metered::Metered;
 pub use name::{name_key, names_equal};
@@ -72,6 +75,9 @@ pub struct HostCapabilities {
     pub read_links: bool,
     /// It can ask Windows to rediscover a portal's targets ([`Host::refresh_target_portal`]).
     pub refresh_discovery: bool,
+    /// It can read a disk's partition table ([`Host::disk_layout`]), so a disk's emptiness is read, not inferred
+    /// from the volumes Windows lists over time.
+    pub disk_layout: bool,
 }
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
@@ -399,6 +405,23 @@ pub trait Host: Send + Sync + 'static {
     ) -> impl Future<Output = HostResult<Option<String>>> + Send {
         let _ = (path, deadline);
         async { Err(not_supported(HostOp::ReadLink, "reading a link's target")) }
+    }
+
+    /// The partition table of disk `disk` ([`HostCapabilities::disk_layout`]): its style and partitions, whether or
+    /// not their volumes have arrived. NotFound when the disk is not there. Default: not supported (csi-proxy v1 has
+    /// no call that lists partitions).
+    fn disk_layout(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<DiskLayout>> + Send {
+        let _ = (disk, deadline);
+        async {
+            Err(not_supported(
+                HostOp::DiskLayout,
+                "reading a disk's partition table",
+            ))
+        }
     }
 }
 

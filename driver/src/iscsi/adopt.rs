@@ -130,6 +130,7 @@ pub(super) async fn adopt<H: Host>(
         partitioned: false,
         mutual_chap: None,
         released: false,
+        pending: None,
     };
     info!(staging = %staging, iqn = %iqn, lun, disk, volume = %vid, "iSCSI volume without a record proven from the \
           host: adopting it");

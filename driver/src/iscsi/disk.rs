@@ -69,10 +69,6 @@ pub(super) async fn find_disk<H: Host>(
             Err(e) if e.kind == HostErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(block_error(e, &iqn)),
         };
-        // A joined session serves the LUNs other volumes staged: none at all means it is gone.
-        if joined && disks.is_empty() && !rescanned {
-            return Ok(None);
-        }
         if !disks.is_empty() {
             let locs = run(
                 h,
@@ -104,6 +100,9 @@ pub(super) async fn find_disk<H: Host>(
         }
         let delay = match waits.next() {
             Some(delay) if d.remaining() > delay + ANSWER_RESERVE => delay,
+            // A joined session that shows no disk of the target at all, even after the wait (a session just made
+            // shows its disks only once they have arrived), is gone: the caller logs in.
+            _ if joined && disks.is_empty() => return Ok(None),
             _ => {
                 return Err(Error::Unavailable(format!(
                     "logged in to {} through {portal}, but no disk with LUN {} appeared (the target's disks: \

@@ -175,9 +175,11 @@ mod adopt;
 mod chap;
 mod discovery;
 pub mod disk;
+mod judge;
 mod listings;
 mod params;
 // Test-only, named tests.rs so the architecture test treats it as test code.
+mod pending;
 #[cfg(test)]
 #[path = "raw/tests.rs"]
 mod raw_tests;
@@ -187,10 +189,12 @@ mod tests;
 mod volume;
 
 pub use crate::lifecycle::Secrets;
+pub use judge::{DEFAULT_SETTLE, IscsiSettings};
 pub use params::{
     CHAP_SECRET_LEN, IscsiVolume, MAX_LUN, check_fs_type, check_iqn, is_iscsi, parse_volume,
     parse_volume_for,
 };
+pub use pending::{Destructive, Pending};
 
 /// csi-proxy's ResizeVolume skips growth below this.
 pub const MIN_RESIZE_GROWTH: u64 = 100 * 1024 * 1024;
@@ -239,6 +243,10 @@ pub struct IscsiRecord {
     /// finish formatting it) and no longer counts as a user of the target's session.
     #[serde(default)]
     pub released: bool,
+    /// A destructive call announced before it was issued whose outcome is not known yet (`pending.rs`): the next
+    /// stage or expansion learns it from the host before it issues anything destructive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Pending>,
 }
 
 impl Details for IscsiRecord {
@@ -261,6 +269,7 @@ impl IscsiRecord {
             partitioned: false,
             mutual_chap: None,
             released: false,
+            pending: None,
         }
     }
 
@@ -309,21 +318,35 @@ fn target_key(iqn: &str) -> String {
     format!("iscsi-target:{}", name_key(iqn))
 }
 
-/// The iSCSI protocol, for a host backend with the given capabilities (discovery CHAP, persistent logins).
-#[derive(Clone, Debug, Default)]
+/// The iSCSI protocol, for a host backend with the given capabilities (discovery CHAP, persistent logins, partition
+/// tables).
+#[derive(Clone, Debug)]
 pub struct Iscsi {
     caps: HostCapabilities,
     sessions: Sessions,
     listings: listings::Listings,
+    judge: judge::Judge,
+}
+
+impl Default for Iscsi {
+    fn default() -> Self {
+        Self::new(HostCapabilities::default())
+    }
 }
 
 impl Iscsi {
-    /// The protocol over a backend that can do what `caps` says.
+    /// The protocol over a backend that can do what `caps` says, with the default settings.
     pub fn new(caps: HostCapabilities) -> Self {
+        Self::with_settings(caps, IscsiSettings::default())
+    }
+
+    /// [`Iscsi::new`] with `settings` (the driver's flags).
+    pub fn with_settings(caps: HostCapabilities, settings: IscsiSettings) -> Self {
         Self {
             caps,
             sessions: Sessions::default(),
             listings: listings::Listings::default(),
+            judge: judge::Judge::new(settings),
         }
     }
 }
@@ -429,6 +452,7 @@ impl<H: Host> Protocol<H> for Iscsi {
             cx,
             &self.sessions,
             &self.listings,
+            &self.judge,
             at.volume_id,
             at.staging,
             vol,
@@ -495,7 +519,7 @@ impl<H: Host> Protocol<H> for Iscsi {
         req: &ExpandRequest,
         d: Deadline,
     ) -> Result<i64, Error> {
-        volume::expand(cx, record, path, req, d).await
+        volume::expand(cx, &self.judge, record, path, req, d).await
     }
 }
 

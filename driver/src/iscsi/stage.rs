@@ -5,7 +5,9 @@ use tracing::{debug, info, warn};
 
 use super::discovery::{discover, lock_portals};
 use super::disk::find_disk;
+use super::judge::{Judge, Polls, volume_of};
 use super::listings::Listings;
+use super::pending::{Destructive, Pending};
 use super::volume::{logout, present};
 use super::{
     IscsiRecord, IscsiVolume, Sessions, block_error, chap, iscsi_record, put_iscsi, run, same_id,
@@ -18,10 +20,12 @@ use crate::locks::Deadline;
 use crate::state::Phase;
 
 /// NodeStageVolume of an iSCSI volume (the lifecycle validated the request and holds the volume guard).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn stage<H: Host>(
     cx: Context<'_, H>,
     sessions: &Sessions,
     listings: &Listings,
+    judge: &Judge,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
@@ -128,6 +132,7 @@ pub(super) async fn stage<H: Host>(
                 cx,
                 h,
                 listings,
+                judge,
                 volume_id,
                 staging,
                 vol,
@@ -331,6 +336,7 @@ async fn disk_steps<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
     listings: &Listings,
+    judge: &Judge,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
@@ -382,29 +388,11 @@ async fn disk_steps<H: Host>(
     if let Some(claim) = claim {
         claim.await?;
     }
-    // 6. The volume: created only on a disk proven empty; a foreign layout is never touched.
-    let vid = volume_of(cx, h, volume_id, staging, rec, number, &disk).await?;
-    // 7. File system: only a volume this driver created may be formatted.
-    if !run(
-        h,
-        HostOp::IsVolumeFormatted,
-        &vid,
-        h.host().is_volume_formatted(&vid, d),
-    )
-    .await?
-    {
-        if !rec.volume_is_ours() {
-            return Err(Error::FailedPrecondition(format!(
-                "volume {vid} on {disk} has no file system Windows recognises, but this driver did not create \
-                 it (it may hold data of another operating system, e.g. ext4); refusing to format it"
-            )));
-        }
-        // No write: a retry after a crash here finds the volume again, ours by the `partitioning` mark on record.
-        info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");
-        h.raw(HostOp::FormatVolume, &vid, h.host().format_volume(&vid, d))
-            .await
-            .map_err(|e| write_error(e, &disk, &vid))?;
-    }
+    // 6. The volume: created only on a disk proven empty; a foreign layout is never touched (`judge.rs`).
+    let vid = volume_of(cx, h, judge, volume_id, staging, rec, number, &disk).await?;
+    // 7. File system: only a volume this driver created may be formatted, and never while an earlier format may
+    //    still be running (`pending.rs`).
+    file_system(cx, h, judge, volume_id, staging, rec, &vid, &disk).await?;
     // Recorded with the `Staged` record: the mount point is at this volume's own staging path, which a retry or an
     // unstage reads (`GetVolumeIDFromTargetPath`) before it judges the mount.
     rec.volume = Some(vid.clone());
@@ -467,71 +455,91 @@ async fn disk_steps<H: Host>(
     }
 }
 
-/// The LUN's one volume: an existing one, or the one `PartitionDisk` creates on a disk proven empty (a `Rescan` and
-/// a re-list before judging it so; the "ours" mark only on the evidence of a volume that was not there before).
-async fn volume_of<H: Host>(
+/// Step 7: format the volume when it has no file system and this driver created it. A format announced earlier
+/// whose outcome is unknown is learned first (`IsVolumeFormatted`), waited for while it may still run, and issued
+/// again only once it cannot; a new format is announced (durable) before it is issued.
+#[allow(clippy::too_many_arguments)]
+async fn file_system<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    judge: &Judge,
     volume_id: &str,
     staging: &HostPath,
     rec: &mut IscsiRecord,
-    number: u32,
+    vid: &str,
     disk: &str,
-) -> Result<String, Error> {
+) -> Result<(), Error> {
     let d = h.deadline();
-    let mut vols = volumes_fresh(h, number, disk).await?;
-    if vols.is_empty() {
-        rec.partitioning = true;
-        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-        if let Err(e) = h
-            .raw(
-                HostOp::PartitionDisk,
-                &disk,
-                h.host().partition_disk(number, d),
-            )
-            .await
-        {
-            // `PartitionDisk` is compound (csi-proxy: Initialize-Disk, then New-Partition; native: Initialize,
-            // CreatePartition, Refresh, Online), so a definite failure may come after the partition exists. The
-            // intent is dropped only when the disk still shows no volume; a volume there now can only be this call's
-            // (the disk was proven empty before it), and a retry formats it.
-            if !e.kind.is_uncertain()
-                && volumes_fresh(h, number, disk)
-                    .await
-                    .is_ok_and(|v| v.is_empty())
-            {
-                rec.partitioning = false;
-                put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+    let mut polls = Polls::outcome(judge);
+    let formatted = loop {
+        let answer = run(
+            h,
+            HostOp::IsVolumeFormatted,
+            &vid,
+            h.host().is_volume_formatted(vid, d),
+        )
+        .await;
+        let announced = rec
+            .pending
+            .clone()
+            .filter(|p| p.call == Destructive::FormatVolume);
+        match (answer, announced) {
+            (Ok(true), announced) => {
+                if let Some(p) = announced {
+                    // Its outcome: formatted. Recorded with the `Staged` write.
+                    judge.clock.done(&p);
+                    rec.pending = None;
+                }
+                break true;
             }
-            return Err(write_error(e, disk, disk));
+            (Ok(false), Some(p)) if p.may_run(&judge.clock) => {
+                polls
+                    .next(h, &p.waiting(&judge.clock, vid, "a file system"))
+                    .await?;
+            }
+            (Ok(false), _) => break false,
+            (Err(e), _) => return Err(e),
         }
-        vols = volumes_fresh(h, number, disk).await?;
-        if vols.is_empty() {
-            rec.partitioning = false;
-            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-            return Err(Error::FailedPrecondition(format!(
-                "{disk} has partitions but no volume Windows can use (an unknown or foreign partition layout, \
-                 e.g. written by another operating system); refusing to touch it. Clean the LUN on the storage \
-                 system or use another LUN"
-            )));
-        }
-        // The evidence, recorded with the next write (the `partitioning` mark already makes the volume ours to a
-        // retry).
-        rec.partitioned = true;
+    };
+    if formatted {
+        return Ok(());
     }
-    if vols.len() > 1 {
+    if !rec.volume_is_ours() {
         return Err(Error::FailedPrecondition(format!(
-            "{disk} has {} volumes ({}); this driver mounts a LUN with exactly one volume and will not guess",
-            vols.len(),
-            vols.join(", ")
+            "volume {vid} on {disk} has no file system Windows recognises, but this driver did not create it (it may \
+             hold data of another operating system, e.g. ext4); refusing to format it"
         )));
     }
-    Ok(vols.remove(0))
+    // The announcement (and what the volume step learned: the "ours" evidence) is durable before the call.
+    let announced = Pending::now(Destructive::FormatVolume).on_volume(vid);
+    judge.clock.start(&announced);
+    rec.pending = Some(announced.clone());
+    put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+    info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");
+    match h
+        .raw(HostOp::FormatVolume, &vid, h.host().format_volume(vid, d))
+        .await
+    {
+        // Its outcome is recorded with the `Staged` write.
+        Ok(()) => {
+            judge.clock.done(&announced);
+            rec.pending = None;
+            Ok(())
+        }
+        // It may still run: the announcement stays for the retry to learn its outcome.
+        Err(e) if e.kind.is_uncertain() => Err(write_error(e, disk, vid)),
+        Err(e) => {
+            judge.clock.done(&announced);
+            rec.pending = None;
+            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+            Err(write_error(e, disk, vid))
+        }
+    }
 }
 
 /// The disk's volumes; when there seem to be none, once more after a `Rescan` (Windows' storage cache may not show
 /// partitions and volumes that are arriving).
-async fn volumes_fresh<H: Host>(
+pub(super) async fn volumes_fresh<H: Host>(
     h: &Calls<'_, H>,
     disk: u32,
     subject: &str,
@@ -546,13 +554,24 @@ async fn volumes_fresh<H: Host>(
 
 /// A failed `PartitionDisk` / `FormatVolume`. Besides the uncertain kinds, the one cause the driver can name is a
 /// write-protected disk, which csi-proxy cannot clear (it has no call for the read-only flag).
-fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
+pub(super) fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
     if e.kind.is_uncertain() {
         return block_error(e, &subject);
     }
     if e.kind == HostErrorKind::MayHoldData {
         // The backend saw data on the disk (or could not prove it blank) and wrote nothing.
         return Error::FailedPrecondition(format!("refusing to initialise {disk}: {}", e.message));
+    }
+    // 41010 "The specified partition type is not valid.": csi-proxy v1.3.0 and later pass the GPT basic-data type to
+    // `CreatePartition` even on an MBR disk (sim/README.md row `partition_disk_mbr`).
+    if e.op == HostOp::PartitionDisk && e.message.contains("41010") {
+        return Error::FailedPrecondition(format!(
+            "PartitionDisk on {subject} failed: {}. {disk} is MBR-initialised without partitions, and csi-proxy \
+             v1.3.0 and later create only GPT partitions (an MBR disk refuses their partition type): make it RAW \
+             again (clean the LUN on the storage system, or Clear-Disk on the node), which this driver initialises \
+             GPT, or use the native backend; nothing was created",
+            e.message
+        ));
     }
     Error::FailedPrecondition(format!(
         "{} on {subject} failed: {}. If {disk} is read-only (a write-protected LUN, or the node's SAN policy), \

@@ -8,6 +8,8 @@
 
 use tracing::{debug, info};
 
+use super::judge::{Judge, Polls};
+use super::pending::{Destructive, Pending};
 use super::{
     IscsiRecord, MIN_RESIZE_GROWTH, Sessions, block_error, details, run, same_id, target_users,
 };
@@ -49,7 +51,12 @@ pub(super) async fn unstage<H: Host>(
 ) -> Result<(), Error> {
     let volume_id = &record.volume_id;
     let h = &cx.calls(d);
-    remove_mount(h, staging, rec).await?;
+    // SINGLE_NODE_READER_ONLY (2), MULTI_NODE_READER_ONLY (3): the disk was left read-only.
+    let reader = record
+        .access
+        .as_ref()
+        .is_some_and(|a| matches!(a.access_mode, 2 | 3));
+    remove_mount(h, staging, rec, reader).await?;
     let target = cx.object_locks().lock(&rec.target_key()).await;
     let others = target_users(cx, volume_id, &rec.iqn)?;
     // An adopted volume's siblings may have lost their records too: the host must also show no other disk.
@@ -77,6 +84,7 @@ async fn remove_mount<H: Host>(
     h: &Calls<'_, H>,
     staging: &HostPath,
     rec: &IscsiRecord,
+    reader: bool,
 ) -> Result<(), Error> {
     let d = h.deadline();
     let v = match h
@@ -118,6 +126,14 @@ async fn remove_mount<H: Host>(
             // Nothing mounted there any more, or the mount point names a volume that is gone (the session went with
             // a reboot; PowerShell-era csi-proxy reads the reparse data): only the mount point is left to remove.
             info!(staging = %staging, volume = %v, error = %e.message, "nothing left to unmount: removing the mount point")
+        }
+        Err(e) if reader && !e.kind.is_uncertain() => {
+            // A volume staged reader-only sits on a read-only disk, and `UnmountVolume` flushes first on every
+            // csi-proxy release: a flush the host refuses there (unverified: real-node check 29) must not keep the
+            // LUN staged for ever. A read-only volume has nothing to flush; the non-forced `Rmdir` below removes the
+            // mount point itself.
+            info!(staging = %staging, volume = %v, error = %e.message, "unmounting a read-only volume failed (its \
+                  flush): removing the mount point without it")
         }
         Err(e) => return Err(block_error(e, staging)),
     }
@@ -325,14 +341,19 @@ async fn diagnose<H: Host>(h: &Calls<'_, H>, r: &IscsiRecord) -> String {
 /// (every new partition is: csi-proxy#195) would reach `Resize-Partition` and fail ("Size Not Supported … less than
 /// the minimum of 1MB"). The same rule on every release: growth under 100 MiB (less the partition table and the
 /// reserved partition) is not done, and the current capacity is reported.
+///
+/// `ResizeVolume` is destructive and may outlive the driver (`pending.rs`): it is announced in the record before it
+/// is issued and its outcome recorded after (two writes, only when a resize is made); an announced resize without
+/// outcome is learned from the volume's size (within 100 MiB of the disk) before another is issued.
 pub(super) async fn expand<H: Host>(
     cx: Context<'_, H>,
+    judge: &Judge,
     rec: &VolumeRecord,
     path: &HostPath,
     req: &ExpandRequest,
     d: Deadline,
 ) -> Result<i64, Error> {
-    let r = &details(rec)?;
+    let mut r = details(rec)?;
     let staging = cx.staging_behind(rec, path)?;
     let h = &cx.calls(d);
     let v = run(
@@ -362,8 +383,30 @@ pub(super) async fn expand<H: Host>(
             req.required_bytes
         )));
     }
-    let (before, _) = run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d)).await?;
-    if disk_size < before.saturating_add(MIN_RESIZE_GROWTH) {
+    let reached = |total: u64, size: u64| size < total.saturating_add(MIN_RESIZE_GROWTH);
+    let mut before = run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d))
+        .await?
+        .0;
+    if let Some(p) = r
+        .pending
+        .clone()
+        .filter(|p| p.call == Destructive::ResizeVolume)
+    {
+        let mut polls = Polls::outcome(judge);
+        while !reached(before, p.disk_size.unwrap_or(disk_size)) && p.may_run(&judge.clock) {
+            polls
+                .next(h, &p.waiting(&judge.clock, &v, "the new size"))
+                .await?;
+            before = run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d))
+                .await?
+                .0;
+        }
+        // Over: it reached its size, or it cannot still be running.
+        judge.clock.done(&p);
+        r.pending = None;
+        cx.store().put_volume(&rec.with_details(&r)?).await?;
+    }
+    if reached(before, disk_size) {
         info!(
             capacity = before,
             disk_size,
@@ -372,13 +415,25 @@ pub(super) async fn expand<H: Host>(
         );
         return Ok(before as i64);
     }
-    run(
-        h,
-        HostOp::ResizeVolume,
-        &v,
-        h.host().resize_volume(&v, 0, d),
-    )
-    .await?;
+    let announced = Pending::now(Destructive::ResizeVolume)
+        .on_volume(&v)
+        .with_disk_size(disk_size);
+    judge.clock.start(&announced);
+    r.pending = Some(announced.clone());
+    cx.store().put_volume(&rec.with_details(&r)?).await?;
+    let resized = h
+        .raw(HostOp::ResizeVolume, &v, h.host().resize_volume(&v, 0, d))
+        .await;
+    match resized {
+        // It may still run: the announcement stays for the next expansion to learn its outcome.
+        Err(e) if e.kind.is_uncertain() => return Err(block_error(e, &v)),
+        result => {
+            judge.clock.done(&announced);
+            r.pending = None;
+            cx.store().put_volume(&rec.with_details(&r)?).await?;
+            result.map_err(|e| block_error(e, &v))?;
+        }
+    }
     let (after, _) = run(h, HostOp::GetVolumeStats, &v, h.host().volume_stats(&v, d)).await?;
     if after == before {
         info!(

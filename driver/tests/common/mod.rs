@@ -77,9 +77,20 @@ fn manager(proxy: &ProxyClient, state: &Path) -> Arc<Manager<CsiProxyHost>> {
         driver_name: "wincsi.csi.io".into(),
     };
     Arc::new(
-        wincsi::backend::manager(CsiProxyHost::new(proxy.clone()), cfg, state).expect("manager"),
+        wincsi::backend::manager_with(CsiProxyHost::new(proxy.clone()), cfg, state, ISCSI)
+            .expect("manager"),
     )
 }
+
+/// The iSCSI settings of the suites' driver: a 500 ms settle time (`--disk-settle-time`), five times the arrival
+/// delays of their scenarios ([`ARRIVAL`]) and short, because these suites run in real time.
+pub(crate) const ISCSI: wincsi::iscsi::IscsiSettings = wincsi::iscsi::IscsiSettings {
+    settle: Duration::from_millis(500),
+};
+
+/// The simulated host's arrival in these suites: realistic (every arrival after its delay, `Rescan` hurries nothing),
+/// every delay scaled down to 100 ms so that suites running in real time stay fast.
+pub(crate) const ARRIVAL: sim::Arrival = sim::Arrival::realistic(100);
 
 impl Env {
     /// The simulated host loaded with `scenario`, served on Unix sockets, and a driver over a fresh state dir.

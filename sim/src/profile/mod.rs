@@ -11,6 +11,7 @@
 //! [`CSI_PROXY_VERSION_ENV`] (read only by [`CsiProxyVersion::from_env_or_default`]), and finally
 //! [`CsiProxyVersion::DEFAULT`], the release the Helm chart deploys.
 
+mod arrival;
 mod rows;
 pub(crate) mod texts;
 
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+pub use arrival::{Arrival, ArrivalModel};
 pub use rows::{ProfileRow, ROWS, profile_table_markdown};
 
 /// Environment variable naming the csi-proxy release a simulated host plays when neither its options nor its
@@ -386,6 +388,12 @@ pub struct HostBehaviour {
     /// out-parameter. Default true; whether a real node's embedded object decodes is **unverified** (winhost README,
     /// assumption 2), so callers must not depend on it (csi-proxy re-lists the partitions instead).
     pub created_partition_returned: bool,
+    /// When disks and volumes appear, and how far the storage cache lags ([`Arrival`]; default: realistic).
+    pub arrival: Arrival,
+    /// Whether flushing a volume of a read-only disk fails (`Write-VolumeCache`, `MSFT_Volume.Flush`,
+    /// `FlushFileBuffers` through a `GENERIC_WRITE` handle): error 19 "The media is write protected.". Default true;
+    /// **unverified** (real-node check 29), so the driver must survive both answers.
+    pub read_only_flush_fails: bool,
 }
 
 impl Default for HostBehaviour {
@@ -398,6 +406,8 @@ impl Default for HostBehaviour {
             partition_slack_bytes: 48_640,
             portal_readd_refreshes: false,
             created_partition_returned: true,
+            arrival: Arrival::default(),
+            read_only_flush_fails: true,
         }
     }
 }

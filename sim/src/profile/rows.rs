@@ -319,14 +319,42 @@ pub const ROWS: &[ProfileRow] = &[
     },
     ProfileRow {
         id: "disk_arrival",
-        behaviour: "Disks, partitions and volumes of a LUN appear after a delay; `Rescan` refreshes the storage cache (host, all releases)",
+        behaviour: "A LUN's disk arrives after the login, a disk's volumes after it comes online, a new partition's volume after `PartitionDisk` (the partition itself at once), each after its own delay (`behaviour.arrival`, realistic by default; a LUN's `arrival_delay_ms` / `volume_arrival_delay_ms` override); the storage cache shows an arrival `cache_lag_ms` later, or at a `Rescan` once it has happened: `Rescan` hurries nothing (host, all releases)",
+        releases: ["no call waits for an arrival", "same", "same", "same"],
+        source: "`Rescan` = `Update-HostStorageCache` v1.1.3 `pkg/os/disk/api.go:122-129` / `MSFT_StorageSetting.UpdateHostStorageCache` v1.3.0 `pkg/os/disk/api.go:119-127`; `SetDiskState`, `PartitionDisk` return without waiting (v1.1.3 `pkg/os/disk/api.go:166-173,345-353`; v1.3.0 `pkg/os/disk/api.go:177-223,387-411`); democratic-csi `src/driver/index.js:2303`; delays (default 500 ms each) unverified",
+    },
+    ProfileRow {
+        id: "partition_disk_mbr",
+        behaviour: "PartitionDisk on an MBR-initialised LUN without partitions",
         releases: [
-            "per LUN `arrival_delay_ms`, `volume_arrival_delay_ms`",
+            "`New-Partition -UseMaximumSize`: an IFS partition",
             "same",
-            "same",
+            "fails: `CreatePartition` is passed the GPT basic-data `GptType`; chosen: 41010 `The specified partition type is not valid.`",
             "same",
         ],
-        source: "`Rescan` = `Update-HostStorageCache` v1.1.3 `pkg/os/disk/api.go:122-129` / `MSFT_StorageSetting.UpdateHostStorageCache` v1.3.0 `pkg/os/disk/api.go:119-127`; democratic-csi `src/driver/index.js:2303`; delays unverified",
+        source: "v1.1.3 `pkg/os/disk/api.go:166-173`; v1.3.0 `pkg/os/disk/api.go:184-199` (`:193`); master `pkg/os/disk/api.go:192-204` (`:201`); the code an MBR disk answers is unverified",
+    },
+    ProfileRow {
+        id: "volume_id_match",
+        behaviour: "How volume calls (IsVolumeFormatted, FormatVolume, MountVolume, GetVolumeStats, …) match the volume id",
+        releases: [
+            "case-insensitive (`Get-Volume -UniqueId`)",
+            "same",
+            "exact-case: `MSFT_Volume` enumerated, `UniqueId == volumeID` compared in Go",
+            "case-insensitive (WQL `=`)",
+        ],
+        source: "v1.1.3 `pkg/os/volume/api.go`; v1.3.0 `pkg/cim/volume.go:38-65` (`:59`); master `pkg/wmi/volume.go:53-56`",
+    },
+    ProfileRow {
+        id: "read_only_flush",
+        behaviour: "WriteVolumeCache, and UnmountVolume (which flushes first), of a volume on a read-only disk (host, all releases)",
+        releases: [
+            "chosen: fails, `Write-VolumeCache` error 19 `The media is write protected.`",
+            "same",
+            "chosen: fails, `MSFT_Volume.Flush` result 19",
+            "same",
+        ],
+        source: "v1.1.3 `pkg/os/volume/api.go:401-408`; v1.3.0 `pkg/os/volume/api.go:436-449`; master `pkg/os/volume/api.go:459-474`, `pkg/wmi/volume.go:103-112`; whether Windows refuses the flush is unverified (`behaviour.read_only_flush_fails`, real-node check 29)",
     },
     ProfileRow {
         id: "san_policy",

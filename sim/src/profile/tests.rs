@@ -67,6 +67,8 @@ impl DerefMut for Fx {
 fn host_with(v: CsiProxyVersion, json: &str, f: impl FnOnce(&mut Scenario)) -> Fx {
     let dir = tempfile::tempdir().unwrap();
     let mut sc = Scenario::from_json(json).unwrap();
+    // The rows are about the releases, not about arrival (row `disk_arrival` and its neighbours set their own).
+    sc.host.behaviour.arrival = crate::Arrival::INSTANT;
     f(&mut sc);
     let opts = HostOptions {
         csi_proxy_version: Some(v),
@@ -179,6 +181,9 @@ const TESTED: &[&str] = &[
     "discover_portal_missing",
     "unmount_not_mounted",
     "disk_arrival",
+    "partition_disk_mbr",
+    "volume_id_match",
+    "read_only_flush",
     "san_policy",
     "calls_outlive_clients",
     "discovery_refresh",
@@ -1219,52 +1224,111 @@ fn row_unmount_not_mounted() {
 
 #[tokio::test(start_paused = true)]
 async fn row_disk_arrival() {
+    use tokio::time::{Instant, advance};
+    let ms = Duration::from_millis;
+    let realistic = |sc: &mut Scenario| sc.host.behaviour.arrival = Arrival::default();
     for v in CsiProxyVersion::ALL {
         for rescan in [false, true] {
-            let mut f = host(v);
-            // Paused tokio time: the login's clock and ours agree to the nanosecond.
-            let start = tokio::time::Instant::now();
+            let mut f = host_with(v, SCENARIO, realistic);
+            // The slow LUN's own delays: its disk 1000 ms after the login, its volumes 500 ms after it is online.
             login(&mut f, SLOW).unwrap();
+            let locations = f.list_disk_locations().len();
+            advance(ms(999)).await;
+            // Not arrived: neither the cache's lag nor a Rescan shows it.
+            f.rescan().unwrap();
+            f.tick(Instant::now()).unwrap();
             assert!(
                 f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty(),
-                "{v}: not arrived yet"
+                "{v}"
             );
-            let locations = f.list_disk_locations().len();
-            f.tick(start + Duration::from_millis(999)).unwrap();
-            assert!(f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty());
+            advance(ms(1)).await;
             if rescan {
+                // Arrived: a Rescan shows it at once.
                 f.rescan().unwrap();
             } else {
-                f.tick(start + Duration::from_millis(1000)).unwrap();
+                // Arrived: the cache shows it by itself 500 ms later.
+                f.tick(Instant::now() + ms(499)).unwrap();
+                assert!(f.get_target_disks(PORTAL, 3260, SLOW).unwrap().is_empty());
+                advance(ms(500)).await;
+                f.tick(Instant::now()).unwrap();
             }
             let n: u32 = f.get_target_disks(PORTAL, 3260, SLOW).unwrap()[0]
                 .parse()
                 .unwrap();
-            assert_eq!(f.list_disk_locations().len(), locations + 1);
+            assert_eq!(f.list_disk_locations().len(), locations + 1, "{v}");
+            // It arrived offline (SAN policy); its volume arrives 500 ms after it comes online.
             f.set_disk_state(n, true).unwrap();
-            if !rescan {
-                // The disk is there but its partition cache is stale for another 500 ms.
-                for t in [1000, 1499] {
-                    f.tick(start + Duration::from_millis(t)).unwrap();
-                    let r = f.list_volumes_on_disk(n, 0);
-                    if ps(v) {
-                        assert!(
-                            host_err(r).contains("No MSFT_Partition objects found"),
-                            "{v}"
-                        );
-                    } else {
-                        assert!(r.unwrap().is_empty(), "{v}");
-                    }
-                }
-                f.tick(start + Duration::from_millis(1500)).unwrap();
+            advance(ms(499)).await;
+            f.rescan().unwrap();
+            let r = f.list_volumes_on_disk(n, 0);
+            if ps(v) {
+                // A partition without its volume: the pipeline's empty output split on CRLF.
+                assert_eq!(r.unwrap(), vec![String::new()], "{v}");
+            } else {
+                assert!(r.unwrap().is_empty(), "{v}");
+            }
+            advance(ms(1)).await;
+            if rescan {
+                f.rescan().unwrap();
+            } else {
+                f.tick(Instant::now() + ms(499)).unwrap();
+                assert!(
+                    f.list_volumes_on_disk(n, 0)
+                        .unwrap()
+                        .iter()
+                        .all(String::is_empty)
+                );
+                advance(ms(500)).await;
+                f.tick(Instant::now()).unwrap();
             }
             let vols = f.list_volumes_on_disk(n, 0).unwrap();
             assert_eq!(vols.len(), 1, "{v}");
             assert!(f.is_volume_formatted(&vols[0]).unwrap());
         }
-        // The delay can be changed at run time (before the login).
+        // The host's defaults (500 ms each): a RAW LUN's disk, then the volume PartitionDisk makes.
+        let mut f = host_with(v, SCENARIO, realistic);
+        login(&mut f, EMPTY).unwrap();
+        advance(ms(500)).await;
+        f.rescan().unwrap();
+        let n: u32 = f.get_target_disks(PORTAL, 3260, EMPTY).unwrap()[0]
+            .parse()
+            .unwrap();
+        f.set_disk_state(n, true).unwrap();
+        f.partition_disk(n).unwrap();
+        f.rescan().unwrap();
+        assert!(
+            f.list_volumes_on_disk(n, 0)
+                .unwrap()
+                .iter()
+                .all(String::is_empty),
+            "{v}: the new partition's volume has not arrived"
+        );
+        assert_eq!(
+            f.partition_disk(n).map_err(|e| e.to_string()),
+            Ok(()),
+            "{v}: the partition is there at once, so PartitionDisk is a no-op"
+        );
+        advance(ms(500)).await;
+        f.rescan().unwrap();
+        assert_eq!(f.list_volumes_on_disk(n, 0).unwrap().len(), 1, "{v}");
+        // Offline and online again: the volume arrives again.
+        f.set_disk_state(n, false).unwrap();
+        f.set_disk_state(n, true).unwrap();
+        f.rescan().unwrap();
+        assert!(
+            f.list_volumes_on_disk(n, 0)
+                .unwrap()
+                .iter()
+                .all(String::is_empty)
+        );
+        // The instant model: everything at once.
         let mut f = host(v);
-        f.set_lun_arrival_delay("empty", Duration::from_millis(10), Duration::ZERO)
+        let n = attach(&mut f, EMPTY)[0];
+        f.partition_disk(n).unwrap();
+        assert_eq!(f.list_volumes_on_disk(n, 0).unwrap().len(), 1, "{v}");
+        // A LUN's delay can be changed at run time (before the login); `complete_arrivals` is a test's control.
+        let mut f = host(v);
+        f.set_lun_arrival_delay("empty", ms(10), Duration::ZERO)
             .unwrap();
         login(&mut f, EMPTY).unwrap();
         assert!(f.get_target_disks(PORTAL, 3260, EMPTY).unwrap().is_empty());
@@ -1322,7 +1386,8 @@ async fn row_calls_outlive_clients() {
             csi_proxy_version: Some(v),
             ..HostOptions::default()
         };
-        let sc = Scenario::from_json(SCENARIO).unwrap();
+        let mut sc = Scenario::from_json(SCENARIO).unwrap();
+        sc.host.behaviour.arrival = Arrival::INSTANT;
         let h = crate::SimHost::new(&sc, dir.path(), opts).unwrap();
         let n = h.with_state_mut(|s| {
             s.add_target_portal(PORTAL, 3260).unwrap();
@@ -1683,6 +1748,79 @@ fn row_host_processes() {
                 },
                 "{v} {rpc}"
             );
+        }
+    }
+}
+
+#[test]
+fn row_partition_disk_mbr() {
+    let mbr = SCENARIO.replace(
+        r#"{ "lun": 0, "id": "empty", "size": 1073741824 }"#,
+        r#"{ "lun": 0, "id": "empty", "size": 1073741824, "partition_style": "mbr" }"#,
+    );
+    assert_ne!(mbr, SCENARIO);
+    for v in CsiProxyVersion::ALL {
+        let mut f = host_with(v, &mbr, |_| {});
+        let n = attach(&mut f, EMPTY)[0];
+        let r = f.partition_disk(n);
+        let disk = |f: &Fx| f.disks().iter().find(|d| d.id == "empty").unwrap().clone();
+        if ps(v) {
+            r.unwrap();
+            let d = disk(&f);
+            assert_eq!(d.partitions.len(), 1, "{v}: an IFS partition");
+            assert_eq!(f.list_volumes_on_disk(n, 0).unwrap().len(), 1, "{v}");
+        } else {
+            let e = host_err(r);
+            assert!(e.contains("41010"), "{v}: {e}");
+            assert!(
+                e.starts_with(&format!("error creating partition on disk {n}.")),
+                "{v}: {e}"
+            );
+            assert!(disk(&f).partitions.is_empty(), "{v}: nothing created");
+        }
+    }
+}
+
+#[test]
+fn row_volume_id_match() {
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        let id = data_volume(&mut f);
+        let upper = id.to_ascii_uppercase();
+        assert_ne!(id, upper);
+        assert!(f.is_volume_formatted(&id).unwrap(), "{v}");
+        let r = f.is_volume_formatted(&upper);
+        if v == V1_3_0 {
+            assert!(r.is_err(), "{v}: exact-case");
+        } else {
+            assert!(r.unwrap(), "{v}: case-insensitive");
+        }
+    }
+}
+
+#[test]
+fn row_read_only_flush() {
+    let ro = SCENARIO.replace(
+        r#""id": "data", "size": 2147483648,"#,
+        r#""id": "data", "size": 2147483648, "read_only": true,"#,
+    );
+    assert_ne!(ro, SCENARIO);
+    for v in CsiProxyVersion::ALL {
+        for fails in [true, false] {
+            let mut f = host_with(v, &ro, |sc| sc.host.behaviour.read_only_flush_fails = fails);
+            let id = data_volume(&mut f);
+            let r = f.write_volume_cache(&id);
+            if fails {
+                let e = host_err(r);
+                let want = if ps(v) {
+                    "The media is write protected."
+                } else {
+                    "19"
+                };
+                assert!(e.contains(want), "{v}: {e}");
+            } else {
+                r.unwrap();
+            }
         }
     }
 }

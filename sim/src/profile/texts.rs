@@ -416,6 +416,34 @@ pub(crate) fn format_write_protected(p: &Profile, id: &str) -> Error {
     Error::host(text)
 }
 
+/// A flush of a volume on a read-only disk (WriteVolumeCache, and UnmountVolume, which flushes first): v1.1.3
+/// `pkg/os/volume/api.go:401-408` (`Write-Volumecache`), v1.3.0 `pkg/os/volume/api.go:436-449` (`MSFT_Volume.Flush`,
+/// `result != 0`), master `pkg/os/volume/api.go:459-474` + `pkg/wmi/volume.go:103-112`. That the flush fails there,
+/// and with 19, is **unverified** (`host.behaviour.read_only_flush_fails`).
+pub(crate) fn flush_write_protected(p: &Profile, id: &str) -> Error {
+    let text = match p.backend {
+        Backend::PowerShell => {
+            let cmd = format!("{PS_VOL_FILTER} | Write-Volumecache");
+            let out = ps_cim_error(
+                "Write-VolumeCache",
+                windows_message(19),
+                &cmd,
+                "MSFT_Volume",
+                "StorageWMI 19",
+            );
+            format!("error writing volume cache. cmd: {cmd}, output: {out}, error: exit status 1")
+        }
+        Backend::MicrosoftWmi => {
+            format!("error writing volume ({id}) cache. result: 19, error: <nil>")
+        }
+        Backend::GoOleWmi => format!(
+            "error writing volume ({id}) cache. error: {}",
+            wmi_error("MSFT_Volume", "Flush", DISPATCH, 19)
+        ),
+    };
+    Error::host(text)
+}
+
 /// ListVolumesOnDisk failures of the PowerShell era (`pkg/os/volume/api.go:83-98`): an unknown disk number
 /// (`Get-Disk`) or a disk without partitions (`Get-Partition`).
 pub(crate) fn ps_list_volumes_failed(disk: u32, partition: u32, no_disk: bool) -> Error {
@@ -526,6 +554,8 @@ pub(crate) enum PartitionFailure {
     Offline,
     ReadOnly,
     NoSpace,
+    /// v1.3.0 and master pass a GPT basic-data `GptType` to `CreatePartition` on an MBR disk (N5; code unverified).
+    GptTypeOnMbr,
 }
 
 /// PartitionDisk failures on an existing disk. v1.1.3 `pkg/os/disk/api.go:144-173`; v1.3.0
@@ -541,6 +571,7 @@ pub(crate) fn partition_failed(
         PartitionFailure::Offline => ("The disk is offline.", 41002u32),
         PartitionFailure::ReadOnly => ("The disk is read only.", 41001),
         PartitionFailure::NoSpace => ("Not enough available capacity.", 40004),
+        PartitionFailure::GptTypeOnMbr => ("The specified partition type is not valid.", 41010),
     };
     let text = match (p.backend, initialise) {
         (Backend::PowerShell, true) => {

@@ -6,10 +6,10 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{DataLossEvent, State, dir_usage, wipe_dir, write_files};
+use super::{DataLossEvent, State, arrival, dir_usage, wipe_dir, write_files};
 use crate::error::{Error, Result};
 use crate::profile::texts::{self, DiskOp, PartitionFailure, VolumeOp};
-use crate::profile::{Backend, ResizeSkip};
+use crate::profile::{Backend, CsiProxyVersion, ResizeSkip};
 use crate::scenario::{DiskSpec, PartitionKind, PartitionSpec, PartitionStyle};
 
 pub(crate) const MIB: u64 = 1024 * 1024;
@@ -48,12 +48,26 @@ pub struct Volume {
     pub drive_letter: Option<char>,
     /// Data Windows cannot read (formatting it is a data-loss event).
     pub foreign_data: bool,
+    /// When the volume arrives (`None` = it has; see `arrival.rs`).
+    #[serde(skip)]
+    pub arrives_at: Option<Instant>,
 }
 
 impl Volume {
     /// The `MSFT_Volume.UniqueId` form: `\\?\Volume{GUID}\`.
     pub fn id(&self) -> String {
         format!(r"\\?\Volume{{{}}}\", self.guid)
+    }
+
+    /// A new, unformatted volume that arrives at `arrives_at` (`None`: at once).
+    pub(crate) fn new(guid: String, arrives_at: Option<Instant>) -> Self {
+        Volume {
+            guid,
+            filesystem: None,
+            drive_letter: None,
+            foreign_data: false,
+            arrives_at,
+        }
     }
 }
 
@@ -105,16 +119,14 @@ pub struct Disk {
     /// `content.rs`).
     #[serde(skip)]
     pub content: super::content::DiskContent,
-    /// Delay between a login and the disk becoming visible (iSCSI LUNs).
-    pub arrival_delay_ms: u64,
-    /// Further delay before its partitions and volumes are visible.
-    pub volume_arrival_delay_ms: u64,
-    /// When the disk becomes visible (`None` = it is; `Rescan` clears it).
+    /// The LUN's own delay between a login and the disk's arrival (`None`: the host's, [`crate::Arrival::disk_ms`]).
+    pub arrival_delay_ms: Option<u64>,
+    /// The LUN's own delay between the disk coming online and its volumes' arrival (`None`: the host's,
+    /// [`crate::Arrival::volumes_after_online_ms`]).
+    pub volume_arrival_delay_ms: Option<u64>,
+    /// When the disk arrives (`None` = it has; see `arrival.rs`).
     #[serde(skip)]
     pub arrives_at: Option<Instant>,
-    /// When its partitions and volumes become visible (`None` = they are).
-    #[serde(skip)]
-    pub volumes_arrive_at: Option<Instant>,
 }
 
 impl Disk {
@@ -135,45 +147,24 @@ impl Disk {
         self.number.is_some() && self.arrives_at.is_none()
     }
 
-    /// Whether its partition table is visible (present and not waiting for the partition cache).
+    /// Whether its partition table is visible: with the disk (Windows reads it when the disk arrives, offline or
+    /// not).
     pub fn layout_visible(&self) -> bool {
-        self.present() && self.volumes_arrive_at.is_none()
+        self.present()
     }
 
-    /// Whether the volumes of this disk are visible to the host.
+    /// Whether volumes of this disk can be visible (present and online; each still has to arrive).
     pub fn volumes_visible(&self) -> bool {
-        self.layout_visible() && self.online
+        self.present() && self.online
     }
 
-    /// Whether the disk or its volumes are still arriving.
-    pub fn arriving(&self) -> bool {
-        self.number.is_some() && (self.arrives_at.is_some() || self.volumes_arrive_at.is_some())
+    /// The volume of partition `pi`, if it is visible (the disk present and online, the volume arrived).
+    pub fn visible_volume(&self, pi: usize) -> Option<&Volume> {
+        self.partitions[pi]
+            .volume
+            .as_ref()
+            .filter(|v| self.volumes_visible() && v.arrives_at.is_none())
     }
-
-    /// Starts the arrival clock at a login (`now`), per the disk's delays.
-    pub(crate) fn schedule_arrival(&mut self, now: Instant) {
-        let disk = Duration::from_millis(self.arrival_delay_ms);
-        let vols = Duration::from_millis(self.volume_arrival_delay_ms);
-        self.arrives_at = (!disk.is_zero()).then(|| now + disk);
-        self.volumes_arrive_at = (!(disk + vols).is_zero()).then(|| now + disk + vols);
-    }
-}
-
-/// Completes arrivals due by `now` (`None`: all of them). Returns whether anything changed.
-pub(crate) fn complete_arrivals(st: &mut State, now: Option<Instant>) -> bool {
-    let due = |t: &Option<Instant>| t.is_some_and(|t| now.is_none_or(|n| t <= n));
-    let mut changed = false;
-    for d in st.disks.iter_mut() {
-        if due(&d.arrives_at) {
-            d.arrives_at = None;
-            changed = true;
-        }
-        if d.arrives_at.is_none() && due(&d.volumes_arrive_at) {
-            d.volumes_arrive_at = None;
-            changed = true;
-        }
-    }
-    changed
 }
 
 pub(crate) fn build_disk(
@@ -209,10 +200,9 @@ pub(crate) fn build_disk(
         foreign_data: spec.foreign_data || super::content::holds_data(&content),
         unopenable: spec.unopenable,
         content,
-        arrival_delay_ms: 0,
-        volume_arrival_delay_ms: 0,
+        arrival_delay_ms: None,
+        volume_arrival_delay_ms: None,
         arrives_at: None,
-        volumes_arrive_at: None,
     };
     if spec.partition_style == PartitionStyle::Raw && !spec.partitions.is_empty() {
         return Err(Error::Scenario(format!(
@@ -246,6 +236,7 @@ fn add_partition(st: &mut State, disk: &mut Disk, number: u32, p: &PartitionSpec
                 filesystem: v.filesystem.clone(),
                 drive_letter: v.drive_letter.map(|c| c.to_ascii_uppercase()),
                 foreign_data: v.foreign_data,
+                arrives_at: None,
             })
         }
         (Some(_), PartitionKind::Reserved) => {
@@ -314,9 +305,9 @@ pub(crate) fn sync_volume_links(st: &mut State) -> Result<()> {
     let dir = st.layout.volumes_dir();
     let mut visible = BTreeMap::new();
     for d in &st.disks {
-        for p in &d.partitions {
+        for (pi, p) in d.partitions.iter().enumerate() {
             if let Some(v) = &p.volume {
-                visible.insert(v.guid.clone(), d.volumes_visible());
+                visible.insert(v.guid.clone(), d.visible_volume(pi).is_some());
             }
         }
     }
@@ -419,15 +410,27 @@ impl State {
             .ok_or_else(|| texts::disk_not_found(&self.profile, op, n))
     }
 
-    /// Finds a visible volume by its exact `\\?\Volume{GUID}\` id (case-insensitive, as WQL compares).
+    /// Finds a visible volume by its exact `\\?\Volume{GUID}\` id (case-insensitive, as WQL `=` compares).
     pub(crate) fn find_volume(&self, id: &str) -> Option<(usize, usize)> {
+        self.find_volume_by(id, false)
+    }
+
+    /// The volume a csi-proxy volume call names: case-insensitive as WQL `=` compares (the PowerShell era's
+    /// `Get-Volume -UniqueId`, master `pkg/wmi/volume.go:53-56`), case-sensitive on v1.3.0, which enumerates
+    /// `MSFT_Volume` and compares `UniqueId == volumeID` in Go (v1.3.0 `pkg/cim/volume.go:38-65`, `:59`).
+    pub(crate) fn find_rpc_volume(&self, id: &str) -> Option<(usize, usize)> {
+        self.find_volume_by(id, self.profile.version == CsiProxyVersion::V1_3_0)
+    }
+
+    fn find_volume_by(&self, id: &str, exact: bool) -> Option<(usize, usize)> {
         for (di, d) in self.disks.iter().enumerate() {
-            if !d.volumes_visible() {
-                continue;
-            }
-            for (pi, p) in d.partitions.iter().enumerate() {
-                if let Some(v) = &p.volume
-                    && v.id().eq_ignore_ascii_case(id)
+            for pi in 0..d.partitions.len() {
+                if let Some(v) = d.visible_volume(pi)
+                    && (if exact {
+                        v.id() == id
+                    } else {
+                        v.id().eq_ignore_ascii_case(id)
+                    })
                 {
                     return Some((di, pi));
                 }
@@ -437,7 +440,7 @@ impl State {
     }
 
     fn volume_or(&self, id: &str, op: VolumeOp) -> Result<(usize, usize)> {
-        self.find_volume(id)
+        self.find_rpc_volume(id)
             .ok_or_else(|| texts::volume_not_found(&self.profile, op, id))
     }
 
@@ -519,12 +522,28 @@ impl State {
         }
         let guid = self.new_guid();
         let slack = self.behaviour.partition_slack_bytes;
+        // The partition is listed at once (the call returns it); its volume arrives later.
+        let arrives_at = arrival::due(
+            Instant::now(),
+            self.behaviour.arrival.volume_after_partition(),
+        );
         let d = &mut self.disks[di];
         if d.partitions
             .iter()
             .any(|p| p.kind != PartitionKind::Reserved)
         {
             return Ok(());
+        }
+        // v1.3.0 and master always pass a GPT basic-data `GptType` (v1.3.0 `pkg/os/disk/api.go:184-199`, `:193`;
+        // master `pkg/os/disk/api.go:192-204`, `:201`), which an MBR disk refuses (the code is unverified);
+        // PowerShell's `New-Partition -UseMaximumSize` makes an IFS partition there (v1.1.3 `:166-173`).
+        if d.partition_style == PartitionStyle::Mbr && self.profile.backend != Backend::PowerShell {
+            return Err(texts::partition_failed(
+                &self.profile,
+                n,
+                false,
+                PartitionFailure::GptTypeOnMbr,
+            ));
         }
         let free = d.free_space(None);
         if free < MIB {
@@ -545,21 +564,19 @@ impl State {
             number,
             kind: PartitionKind::Basic,
             size,
-            volume: Some(Volume {
-                guid: guid.clone(),
-                filesystem: None,
-                drive_letter: None,
-                foreign_data: false,
-            }),
+            volume: Some(Volume::new(guid.clone(), arrives_at)),
         });
         wipe_dir(&self.layout.volume_store(&guid))?;
         self.sync_links()
     }
 
-    /// `Rescan` (`Update-HostStorageCache`): the storage cache is refreshed, so every disk, partition and volume
-    /// still arriving becomes visible.
+    /// `Rescan` (`Update-HostStorageCache`): the storage cache is refreshed, so every disk and volume that has
+    /// arrived shows; nothing that has not arrived does (see `arrival.rs`).
     pub fn rescan(&mut self) -> Result<()> {
-        self.complete_arrivals()
+        if arrival::complete(self, Instant::now(), Duration::ZERO, None) {
+            self.sync_links()?;
+        }
+        Ok(())
     }
 
     /// `ListDiskIDs`: page83 and serial by disk number; one unopenable disk fails the whole call.
@@ -590,6 +607,10 @@ impl State {
         let di = self.disk_by_number(n, DiskOp::SetState(online))?;
         if self.disks[di].online != online {
             self.disks[di].online = online;
+            if online {
+                let arrival = self.behaviour.arrival;
+                self.disks[di].schedule_volumes(Instant::now(), &arrival);
+            }
             self.sync_links()?;
         }
         Ok(())
@@ -627,9 +648,12 @@ impl State {
                 } else if !d.online {
                     Err(Nothing::Volumes)
                 } else {
-                    let v: Vec<String> = parts
+                    let v: Vec<String> = d
+                        .partitions
                         .iter()
-                        .filter_map(|p| p.volume.as_ref().map(Volume::id))
+                        .enumerate()
+                        .filter(|(_, p)| partition == 0 || p.number == partition)
+                        .filter_map(|(pi, _)| d.visible_volume(pi).map(Volume::id))
                         .collect();
                     if v.is_empty() {
                         Err(Nothing::Volumes)
@@ -777,10 +801,15 @@ impl State {
         Ok(self.disks[di].number.unwrap_or_default())
     }
 
-    /// `WriteVolumeCache`.
+    /// `WriteVolumeCache` (also the first step of `UnmountVolume`): on a read-only disk it fails (chosen,
+    /// **unverified**: `behaviour.read_only_flush_fails`).
     pub fn write_volume_cache(&self, id: &str) -> Result<()> {
         require_volume_id(id)?;
-        self.volume_or(id, VolumeOp::WriteCache).map(|_| ())
+        let (di, _) = self.volume_or(id, VolumeOp::WriteCache)?;
+        if self.disks[di].read_only && self.behaviour.read_only_flush_fails {
+            return Err(texts::flush_write_protected(&self.profile, id));
+        }
+        Ok(())
     }
 
     /// Changes the size of a disk (e.g. the storage backend expanded a LUN). Partitions are untouched.
@@ -809,15 +838,16 @@ impl State {
         volume_delay: Duration,
         now: Instant,
     ) -> Result<()> {
+        let arrival = self.behaviour.arrival;
         let d = self
             .disks
             .iter_mut()
             .find(|d| d.id == disk_id)
             .ok_or_else(|| Error::Scenario(format!("no disk with id {disk_id}")))?;
-        d.arrival_delay_ms = delay.as_millis() as u64;
-        d.volume_arrival_delay_ms = volume_delay.as_millis() as u64;
+        d.arrival_delay_ms = Some(delay.as_millis() as u64);
+        d.volume_arrival_delay_ms = Some(volume_delay.as_millis() as u64);
         if d.arriving() {
-            d.schedule_arrival(now);
+            d.schedule_arrival(now, &arrival);
         }
         Ok(())
     }

@@ -333,7 +333,7 @@ impl State {
             return Err(Error::host("MountVolumeRequest.TargetPath is empty"));
         }
         let fail = |why| texts::mount_failed(&self.profile, volume_id, target_path, why);
-        let Some((di, pi)) = self.find_volume(volume_id) else {
+        let Some((di, pi)) = self.find_rpc_volume(volume_id) else {
             return Err(fail(MountFailure::NoVolume));
         };
         let real = self
@@ -396,7 +396,7 @@ impl State {
         let fail = |missing| texts::unmount_failed(&self.profile, volume_id, target_path, missing);
         let real = self.drive_path(target_path).map_err(|_| fail(true))?;
         let own_guid = self
-            .find_volume(volume_id)
+            .find_rpc_volume(volume_id)
             .and_then(|(di, pi)| self.disks[di].partitions[pi].volume.as_ref())
             .map(|v| v.guid.clone());
         match self.node(&real) {
@@ -516,9 +516,7 @@ impl State {
                 let letter = drive.chars().next().map(|c| c.to_ascii_uppercase());
                 self.disks
                     .iter()
-                    .filter(|d| d.volumes_visible())
-                    .flat_map(|d| d.partitions.iter())
-                    .filter_map(|p| p.volume.as_ref())
+                    .flat_map(|d| (0..d.partitions.len()).filter_map(|pi| d.visible_volume(pi)))
                     .find(|v| v.drive_letter == letter)
                     .map(|v| v.id())
                     .ok_or_else(fail)

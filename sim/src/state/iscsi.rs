@@ -188,8 +188,7 @@ pub(crate) fn detach_session_disks(st: &mut State, s: &Session) {
             && iqn.eq_ignore_ascii_case(&s.iqn)
         {
             d.number = None;
-            d.arrives_at = None;
-            d.volumes_arrive_at = None;
+            d.clear_arrivals();
         }
     }
 }
@@ -572,6 +571,7 @@ impl State {
         now: Instant,
     ) {
         let adapter = self.cfg.iscsi_adapter;
+        let arrival = self.behaviour.arrival;
         let mut number = 0;
         while self.disks.iter().any(|d| d.number == Some(number)) {
             number += 1;
@@ -582,7 +582,7 @@ impl State {
             d.location = format!(
                 "Integrated : Adapter {adapter} : Port 0 : Target {target_number} : LUN {lun}"
             );
-            d.schedule_arrival(now);
+            d.schedule_arrival(now, &arrival);
         }
     }
 

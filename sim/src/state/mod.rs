@@ -25,6 +25,7 @@
 //! them with marker files that the model follows itself; see `links.rs`. All link handling goes through
 //! `Layout::links`, never straight to the OS.
 
+pub(crate) mod arrival;
 pub(crate) mod content;
 pub(crate) mod disk;
 pub(crate) mod fs;
@@ -397,19 +398,21 @@ impl State {
         self.crash.take()
     }
 
-    /// Applies everything that became due by `now`: disks and volumes whose arrival delay elapsed appear, SMB
-    /// mappings whose reconnection ended settle.
+    /// Applies everything that became due by `now`: disks and volumes that arrived at least the storage cache's lag
+    /// ago appear (see `arrival.rs`), SMB mappings whose reconnection ended settle.
     pub fn tick(&mut self, now: tokio::time::Instant) -> Result<()> {
         let settled = smb::settle_mappings(self, now);
-        if disk::complete_arrivals(self, Some(now)) || settled {
+        let lag = self.behaviour.arrival.cache_lag();
+        if arrival::complete(self, now, lag, None) || settled {
             self.sync_links()?;
         }
         Ok(())
     }
 
-    /// Completes every pending disk and volume arrival at once (what `Rescan` does to the storage cache).
+    /// Completes every pending disk and volume arrival at once: a test's (or the admin interface's) control of
+    /// time. No host call does this; `Rescan` shows only what has arrived.
     pub fn complete_arrivals(&mut self) -> Result<()> {
-        if disk::complete_arrivals(self, None) {
+        if arrival::force_all(self) {
             self.sync_links()?;
         }
         Ok(())

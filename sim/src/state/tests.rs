@@ -35,7 +35,11 @@ fn fx_with(json: &str, mut opts: HostOptions) -> Fx {
     opts.emulate_links |= std::env::var_os(EMULATE_ENV).is_some();
     opts.csi_proxy_version = opts.csi_proxy_version.or(Some(CsiProxyVersion::DEFAULT));
     let dir = tempfile::tempdir().unwrap();
-    let sc = Scenario::from_json(json).unwrap();
+    let mut sc = Scenario::from_json(json).unwrap();
+    // These tests are about everything but arrival: they switch to the instant model unless they name one.
+    if !json.contains("\"arrival\"") {
+        sc.host.behaviour.arrival = crate::Arrival::INSTANT;
+    }
     let st = State::new(&sc, dir.path(), &opts).unwrap();
     Fx { st, _dir: dir }
 }

@@ -48,6 +48,7 @@ use super::walk::{
 use crate::state::{Disk, State, dir_usage};
 
 const ACCESS_DENIED: u32 = 5;
+const WRITE_PROTECT: u32 = 19;
 const ALREADY_EXISTS: u32 = 183;
 const DIR_NOT_EMPTY: u32 = 145;
 const NOT_A_REPARSE_POINT: u32 = 4390;
@@ -95,9 +96,8 @@ fn drive_volume(st: &State, letter: char) -> Option<(usize, usize)> {
     st.disks.iter().enumerate().find_map(|(di, d)| {
         d.volumes_visible()
             .then(|| {
-                d.partitions.iter().position(|p| {
-                    p.volume
-                        .as_ref()
+                (0..d.partitions.len()).find(|&pi| {
+                    d.visible_volume(pi)
                         .is_some_and(|v| v.drive_letter == Some(letter.to_ascii_uppercase()))
                 })
             })
@@ -570,11 +570,15 @@ impl Win32Files for WindowsView {
         })
     }
 
+    /// `FlushFileBuffers` on the volume device (opened `GENERIC_READ | GENERIC_WRITE`): 2 when the volume is gone;
+    /// 19 on a read-only disk (**unverified**, native-backend review M6: `host.behaviour.read_only_flush_fails`).
     fn flush_volume(&self, ctx: &CallContext, volume: &VolumeGuidPath) -> CallResult<()> {
         self.win32(ctx, "FlushFileBuffers", &volume.to_device(), |st| {
-            volume_at(st, volume.guid())
-                .map(|_| ())
-                .ok_or(FILE_NOT_FOUND)
+            let (di, _) = volume_at(st, volume.guid()).ok_or(FILE_NOT_FOUND)?;
+            if st.disks[di].read_only && st.behaviour.read_only_flush_fails {
+                return Err(WRITE_PROTECT);
+            }
+            Ok(())
         })
     }
 

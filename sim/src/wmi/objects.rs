@@ -212,9 +212,7 @@ pub(crate) fn msft_partition(d: &Disk, pi: usize) -> MsftPartition {
         .to_owned()
     });
     let mut access_paths = Vec::new();
-    if let Some(v) = &p.volume
-        && d.volumes_visible()
-    {
+    if let Some(v) = d.visible_volume(pi) {
         if let Some(l) = v.drive_letter {
             access_paths.push(format!(r"{l}:\"));
         }
@@ -235,11 +233,11 @@ pub(crate) fn msft_partition(d: &Disk, pi: usize) -> MsftPartition {
     }
 }
 
-/// `MSFT_Volume` (Microsoft's `MSFT_Volume` class page): `FileSystemType` NTFS (14) for a formatted volume, Unknown
-/// (0) otherwise (csi-proxy's "formatted" test, reference §2.4); `SizeRemaining` from the bytes stored on it.
+/// `MSFT_Volume` (Microsoft's `MSFT_Volume` class page) of a visible volume (arrived, its disk online):
+/// `FileSystemType` NTFS (14) for a formatted volume, Unknown (0) otherwise (csi-proxy's "formatted" test, reference §2.4); `SizeRemaining` from the bytes stored on it.
 pub(crate) fn msft_volume(st: &State, d: &Disk, pi: usize) -> Option<MsftVolume> {
     let p = &d.partitions[pi];
-    let v = p.volume.as_ref()?;
+    let v = d.visible_volume(pi)?;
     let used = dir_usage(&st.layout.volume_store(&v.guid))
         .bytes
         .min(p.size);

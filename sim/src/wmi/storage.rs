@@ -9,6 +9,8 @@
 //! ([`winhost::codes::StorageMethod::documented_codes`]; a test checks it); the `ExtendedStatus` carries the reason
 //! in words.
 
+use std::time::Duration;
+
 use serde_json::json;
 use winhost::codes::{NewDiskPolicy, PartitionStyle as WmiStyle, StorageReturn};
 use winhost::facade::StorageOutcome;
@@ -21,6 +23,7 @@ use winhost::{CallContext, CallResult, ExtendedStatus, MethodOutcome, ObjectPath
 use super::objects::{disk_of, msft_disk, msft_partition, msft_volume, partition_of, volume_of};
 use super::{WindowsView, bad_path, not_found};
 use crate::scenario::{PartitionKind, PartitionStyle, SanPolicy};
+use crate::state::arrival::{complete, due};
 use crate::state::disk::{MIB, MSR_SIZE};
 use crate::state::{Partition, State, Volume, dir_usage, wipe_dir};
 
@@ -101,7 +104,7 @@ impl StorageWmi for WindowsView {
             json!({ "unique_id": unique_id }),
             |st| {
                 let mut out = Vec::new();
-                for d in st.disks.iter().filter(|d| d.volumes_visible()) {
+                for d in st.disks.iter() {
                     for pi in 0..d.partitions.len() {
                         if let Some(v) = msft_volume(st, d, pi)
                             && unique_id.is_none_or(|u| v.unique_id.eq_ignore_ascii_case(u))
@@ -130,11 +133,7 @@ impl StorageWmi for WindowsView {
                     .ok_or_else(|| bad_path(CALL))?
                     .ok_or_else(|| not_found(CALL))?;
                 let d = &st.disks[di];
-                Ok(if d.volumes_visible() {
-                    msft_volume(st, d, pi).into_iter().collect()
-                } else {
-                    Vec::new()
-                })
+                Ok(msft_volume(st, d, pi).into_iter().collect())
             },
         )
     }
@@ -154,13 +153,15 @@ impl StorageWmi for WindowsView {
     }
 
     /// `Online()`: 0 when already online (csi-proxy checks `IsOffline` first, so repeat behaviour is **unverified**;
-    /// chosen: success). It does not clear `IsReadOnly` (reference §2.3).
+    /// chosen: success). It does not clear `IsReadOnly` (reference §2.3). The disk's volumes arrive after their delay.
     fn disk_online(&self, ctx: &CallContext, disk: &ObjectPath) -> CallResult<StorageOutcome> {
         const CALL: &str = "MSFT_Disk.Online";
         self.method(ctx, CALL, json!({ "disk": disk.as_str() }), |st| {
             let di = disk_index(st, CALL, disk)?;
             if !st.disks[di].online {
+                let arrival = st.behaviour.arrival;
                 st.disks[di].online = true;
+                st.disks[di].schedule_volumes(tokio::time::Instant::now(), &arrival);
                 st.sync_links()
                     .map_err(|e| super::win32(CALL, "", io_code(&e)))?;
             }
@@ -253,8 +254,8 @@ impl StorageWmi for WindowsView {
     /// `CreatePartition`: 41000 on a RAW disk, 41003 offline, 41002 read-only (reference §2.3), 40005 without
     /// exactly one of `Size`/`UseMaximumSize`, 40000 without room. `UseMaximumSize` ends
     /// `partition_slack_bytes` below `SizeMax` (csi-proxy#195). A basic data partition gets a new unformatted volume,
-    /// visible after the disk's `volume_arrival_delay_ms` (until `Refresh` or a rescan), like a freshly arrived
-    /// LUN's (reference §3 step 3: volumes appear some time after `CreatePartition`).
+    /// which arrives `arrival.volume_after_partition_ms` later (reference §3 step 3: volumes appear some time after
+    /// `CreatePartition`); `Refresh` or a rescan shows it only once it has.
     fn disk_create_partition(
         &self,
         ctx: &CallContext,
@@ -285,6 +286,11 @@ impl StorageWmi for WindowsView {
             if max == params.size.is_some() {
                 return Ok(fail(CALL, StorageReturn::SizeParameterRequired));
             }
+            // A GPT type on an MBR disk (csi-proxy v1.3.0 and later always pass one): refused, code unverified
+            // (row `partition_disk_mbr`).
+            if d.partition_style == PartitionStyle::Mbr && params.gpt_type.is_some() {
+                return Ok(fail(CALL, StorageReturn::InvalidPartitionType));
+            }
             let kind = match params.gpt_type.as_deref() {
                 None => PartitionKind::Basic,
                 Some(t) if GptType::BasicData.matches(t) => PartitionKind::Basic,
@@ -302,25 +308,19 @@ impl StorageWmi for WindowsView {
                 return Ok(fail(CALL, StorageReturn::NotEnoughFreeSpace));
             }
             let guid = (kind != PartitionKind::Reserved).then(|| st.new_guid());
+            // The partition is returned (and listed) at once; its volume arrives later (reference §3 step 3).
+            let arrives_at = due(
+                tokio::time::Instant::now(),
+                st.behaviour.arrival.volume_after_partition(),
+            );
             let d = &mut st.disks[di];
             let number = d.partitions.iter().map(|p| p.number).max().unwrap_or(0) + 1;
             d.partitions.push(Partition {
                 number,
                 kind,
                 size,
-                volume: guid.clone().map(|guid| Volume {
-                    guid,
-                    filesystem: None,
-                    drive_letter: None,
-                    foreign_data: false,
-                }),
+                volume: guid.clone().map(|guid| Volume::new(guid, arrives_at)),
             });
-            if d.volume_arrival_delay_ms > 0 {
-                d.volumes_arrive_at = Some(
-                    tokio::time::Instant::now()
-                        + std::time::Duration::from_millis(d.volume_arrival_delay_ms),
-                );
-            }
             if let Some(g) = &guid {
                 wipe_dir(&st.layout.volume_store(g))
                     .map_err(|e| super::win32(CALL, "", io_code(&e)))?;
@@ -362,12 +362,14 @@ impl StorageWmi for WindowsView {
         })
     }
 
-    /// `Refresh()`: the disk's partitions and volumes still arriving become visible (reference §3 step 3).
+    /// `Refresh()`: the cached view of this disk catches up with what has arrived (its volumes that arrived but the
+    /// cache does not show yet); nothing that has not arrived appears (reference §3 step 3; see
+    /// `state/arrival.rs`).
     fn disk_refresh(&self, ctx: &CallContext, disk: &ObjectPath) -> CallResult<StorageOutcome> {
         const CALL: &str = "MSFT_Disk.Refresh";
         self.method(ctx, CALL, json!({ "disk": disk.as_str() }), |st| {
             let di = disk_index(st, CALL, disk)?;
-            if st.disks[di].volumes_arrive_at.take().is_some() {
+            if complete(st, tokio::time::Instant::now(), Duration::ZERO, Some(di)) {
                 st.sync_links()
                     .map_err(|e| super::win32(CALL, "", io_code(&e)))?;
             }
@@ -541,12 +543,12 @@ impl StorageWmi for WindowsView {
         })
     }
 
-    /// `UpdateHostStorageCache()`: every pending disk, partition and volume arrival completes (what csi-proxy's
-    /// `Rescan` calls, reference §2.3).
+    /// `UpdateHostStorageCache()`: the storage cache shows every disk and volume that has arrived; nothing that has
+    /// not (what csi-proxy's `Rescan` calls, reference §2.3; see `state/arrival.rs`).
     fn update_host_storage_cache(&self, ctx: &CallContext) -> CallResult<StorageOutcome> {
         const CALL: &str = "MSFT_StorageSetting.UpdateHostStorageCache";
         self.method(ctx, CALL, json!({}), |st| {
-            st.complete_arrivals()
+            st.rescan()
                 .map_err(|e| super::win32(CALL, "", io_code(&e)))?;
             Ok(ok(CALL, ()))
         })

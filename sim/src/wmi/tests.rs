@@ -31,7 +31,11 @@ const K: &str = r"C:\var\lib\kubelet";
 fn scenario() -> Scenario {
     Scenario::from_json(
         &json!({
-            "host": {"csi_proxy_version": "v1.3.0"},
+            // The disk arrives at once, volumes a minute after they are due (a test moves time on with
+            // `complete_arrivals`); the cache never lags.
+            "host": {"csi_proxy_version": "v1.3.0",
+                     "behaviour": {"arrival": {"disk_ms": 0, "volumes_after_online_ms": 60_000,
+                                               "volume_after_partition_ms": 60_000, "cache_lag_ms": 0}}},
             "disks": [{"id": "os", "number": 0, "size": 137_438_953_472u64, "partition_style": "gpt",
                        "partitions": [{"kind": "basic", "size": 0,
                                        "volume": {"filesystem": "NTFS", "drive_letter": "C"}}]}],
@@ -42,8 +46,7 @@ fn scenario() -> Scenario {
             "iscsi": {"portals": [
                 {"address": "10.0.0.5", "targets": [
                     {"iqn": IQN, "chap": {"mode": "one_way", "username": "node", "secret": CHAP},
-                     "luns": [{"lun": 0, "id": "lun0", "size": 1_073_741_824u64, "partition_style": "raw",
-                               "volume_arrival_delay_ms": 60_000}]}]},
+                     "luns": [{"lun": 0, "id": "lun0", "size": 1_073_741_824u64, "partition_style": "raw"}]}]},
                 {"address": "10.0.0.9", "discovery_chap": {"username": "disc", "secret": DISC},
                  "targets": [{"iqn": "iqn.2026-01.io.wincsi:secret", "luns": [{"lun": 0, "size": 1_073_741_824u64}]}]}
             ]}
@@ -206,12 +209,21 @@ fn a_lun_is_initialised_partitioned_and_formatted_through_wmi_with_documented_co
             .as_deref()
             .is_some_and(|t| winhost::model::GptType::BasicData.matches(t))
     );
-    // The LUN's partition cache lags (volume_arrival_delay_ms): no partition, no volume until Refresh.
-    assert!(f.view.partitions(&c, Some(disk.number)).unwrap().is_empty());
-    assert!(f.view.disk_refresh(&c, &disk.path).unwrap().is_success());
+    // The partition is listed at once (the call returned it); its volume has not arrived, and neither `Refresh` nor
+    // `UpdateHostStorageCache` hurries it.
     let parts = f.view.partitions(&c, Some(disk.number)).unwrap();
     assert_eq!(parts.len(), 2, "MSR + basic data");
     assert!(parts[0].is_microsoft_reserved());
+    assert!(f.view.disk_refresh(&c, &disk.path).unwrap().is_success());
+    assert!(f.view.update_host_storage_cache(&c).unwrap().is_success());
+    assert!(
+        f.view
+            .partition_volumes(&c, &parts[1].path)
+            .unwrap()
+            .is_empty()
+    );
+    // Time passes: it arrives.
+    f.host.with_state_mut(|s| s.complete_arrivals()).unwrap();
     let vols = f.view.partition_volumes(&c, &parts[1].path).unwrap();
     assert_eq!(vols.len(), 1);
     let vol = &vols[0];

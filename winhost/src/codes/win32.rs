@@ -12,6 +12,7 @@ code_table! {
         FileNotFound = 2 => "The system cannot find the file specified.",
         PathNotFound = 3 => "The system cannot find the path specified.",
         AccessDenied = 5 => "Access is denied.",
+        WriteProtect = 19 => "The media is write protected.",
         SharingViolation = 32 => "The process cannot access the file because it is being used by another process.",
         NotSupported = 50 => "The request is not supported.",
         BadNetPath = 53 => "The network path was not found.",

@@ -30,6 +30,7 @@ pub(super) fn capabilities_of(report: &ProbeReport) -> HostCapabilities {
         persistent_logins: has(Capability::Iscsi),
         read_links: true,
         refresh_discovery: has(Capability::Iscsi),
+        disk_layout: has(Capability::Disks),
     }
 }
 

@@ -10,6 +10,7 @@ use winhost::model::{CreatePartition, DiskAttributes, MsftDisk};
 use winhost::page83::csi_proxy_page83;
 
 use super::{DiskIds, DiskLocation, HostErrorKind, HostResult, Ops};
+use crate::host::{DiskLayout, PartitionInfo, PartitionKind, PartitionStyle as Style};
 
 /// The disk numbered `n` (NotFound when absent, like csi-proxy's "not found").
 pub(super) fn one(o: &Ops<'_>, n: u32) -> HostResult<MsftDisk> {
@@ -77,8 +78,10 @@ pub(super) fn rescan(o: &Ops<'_>) -> HostResult<()> {
     o.accept(out, &[])
 }
 
-/// `PartitionDisk`: GPT-initialise a RAW disk proven blank (`blank.rs`), then create one maximum-size basic data partition when the disk has no
-/// partition other than Microsoft Reserved (csi-proxy's calls and parameters, reference §2.3); a no-op otherwise.
+/// `PartitionDisk`: GPT-initialise a RAW disk proven blank (`blank.rs`), then create one maximum-size basic data
+/// partition when the disk has no partition other than Microsoft Reserved (csi-proxy's calls and parameters, reference
+/// §2.3). Unlike csi-proxy, a disk that already has another partition is refused (AlreadyExists, nothing created)
+/// instead of a silent no-op: its volume, arriving later, must never be taken for the one this call would have made.
 pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
     let disk = one(o, n)?;
     if super::blank::may_initialize(o, &disk)? {
@@ -89,11 +92,26 @@ pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
     }
     refresh(o, &disk)?;
     let parts = o.w.partitions(o.c, Some(n)).map_err(|e| o.err(e))?;
-    if parts.iter().any(|p| !p.is_microsoft_reserved()) {
-        return Ok(());
+    if let Some(p) = parts.iter().find(|p| !p.is_microsoft_reserved()) {
+        return Err(o.fail(
+            HostErrorKind::AlreadyExists,
+            format!(
+                "disk {n} already has partition {} ({}): nothing was created",
+                p.partition_number,
+                type_of(p)
+            ),
+        ));
+    }
+    // csi-proxy v1.3.0 and later always pass the GPT basic-data type, which an MBR disk refuses (sim/README.md row
+    // `partition_disk_mbr`): an MBR-initialised disk without partitions gets an IFS partition (MbrType 7), as the
+    // PowerShell era's `New-Partition -UseMaximumSize` makes there.
+    let mut params = CreatePartition::csi_proxy_basic_data();
+    if disk.partition_style == Some(PartitionStyle::Mbr) {
+        params.gpt_type = None;
+        params.mbr_type = Some(MBR_IFS);
     }
     let out =
-        o.w.disk_create_partition(o.c, &disk.path, &CreatePartition::csi_proxy_basic_data())
+        o.w.disk_create_partition(o.c, &disk.path, &params)
             .map_err(|e| o.err(e))?;
     // 42002: created, but no access path could be assigned (csi-proxy accepts it, `pkg/os/disk/api.go:196`).
     o.accept(out, &[StorageReturn::AccessPathInUse])?;
@@ -111,6 +129,64 @@ pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
     let out = o.w.partition_online(o.c, &p.path).map_err(|e| o.err(e))?;
     o.accept(out, &[])?;
     Ok(())
+}
+
+/// `DiskLayout`: `MSFT_Disk.PartitionStyle` and the disk's partitions as Windows reads them, whether or not their
+/// volumes have arrived. NotFound when the disk is not there.
+pub(super) fn layout(o: &Ops<'_>, n: u32) -> HostResult<DiskLayout> {
+    let disk = one(o, n)?;
+    let style = match disk.partition_style {
+        Some(PartitionStyle::Mbr) => Style::Mbr,
+        Some(PartitionStyle::Gpt) => Style::Gpt,
+        // RAW, NULL or undocumented: no table Windows reads. `PartitionDisk` initialises only a RAW disk whose
+        // sectors read blank (`blank.rs`) and refuses the others, so this is never a licence to write.
+        _ => Style::Raw,
+    };
+    let parts = o.w.partitions(o.c, Some(n)).map_err(|e| o.err(e))?;
+    Ok(DiskLayout {
+        style,
+        partitions: parts
+            .iter()
+            .map(|p| PartitionInfo {
+                number: p.partition_number,
+                kind: kind_of(p),
+                size: p.size,
+            })
+            .collect(),
+    })
+}
+
+/// MBR partition types Windows mounts as a volume (IFS/NTFS/exFAT, FAT12, FAT16, FAT16B, FAT32, FAT32 LBA, FAT16
+/// LBA: Microsoft's *Partition types* list for `PARTITION_INFORMATION_MBR`, `IsRecognizedPartition`).
+const MBR_VOLUME_TYPES: [u16; 7] = [MBR_IFS, 0x01, 0x04, 0x06, 0x0B, 0x0C, 0x0E];
+
+/// `MbrType` IFS (NTFS, exFAT): `MSFT_Disk.CreatePartition`'s documented value 7.
+const MBR_IFS: u16 = 0x07;
+
+/// What Windows makes of a partition: Microsoft Reserved, one it gives a volume (GPT basic data, a recognised MBR
+/// type), or another type.
+fn kind_of(p: &winhost::model::MsftPartition) -> PartitionKind {
+    if p.is_microsoft_reserved() {
+        PartitionKind::Reserved
+    } else if p
+        .gpt_type
+        .as_deref()
+        .is_some_and(|t| winhost::model::GptType::BasicData.matches(t))
+        || p.mbr_type.is_some_and(|t| MBR_VOLUME_TYPES.contains(&t))
+    {
+        PartitionKind::Basic
+    } else {
+        PartitionKind::Other(type_of(p))
+    }
+}
+
+/// A partition's type as text (`GptType` or `MbrType`).
+fn type_of(p: &winhost::model::MsftPartition) -> String {
+    match (&p.gpt_type, p.mbr_type) {
+        (Some(g), _) => format!("GPT type {g}"),
+        (None, Some(m)) => format!("MBR type 0x{m:02X}"),
+        (None, None) => "type unknown".to_owned(),
+    }
 }
 
 fn refresh(o: &Ops<'_>, disk: &MsftDisk) -> HostResult<()> {

@@ -17,7 +17,9 @@
 //! answers, and the next facade call of that operation is refused unstarted (its `CallContext` is past its deadline
 //! or cancelled: the facade never starts work then), so a stuck
 //! provider holds at most the pool's threads and the next RPC re-checks state (every operation is idempotent or
-//! checks before acting). `winhost::win32::WinHost` adds its own bounded COM threads underneath.
+//! checks before acting). The destructive operations (`PartitionDisk`, `FormatVolume`, `ResizeVolume`) are the
+//! exception: once started they run to their end, as csi-proxy's handlers do, so their outcome shows on the host for
+//! the next stage to learn (the iSCSI protocol announces them in the volume's record first). `winhost::win32::WinHost` adds its own bounded COM threads underneath.
 //!
 //! # Host-call sequences (asserted in `tests.rs`, in WMI and Win32 terms)
 //!
@@ -33,12 +35,12 @@
 //! | `ListDiskLocations` | `SELECT MSFT_Disk` |
 //! | `ListDiskIDs` | `SELECT MSFT_Disk` → per disk `IOCTL_STORAGE_GET_DEVICE_NUMBER`, `IOCTL_STORAGE_QUERY_PROPERTY` |
 //! | `Rescan` | `MSFT_StorageSetting.UpdateHostStorageCache` |
-//! | `PartitionDisk` | `SELECT MSFT_Disk` → (RAW: `ReadFile` of its first 4 MiB + 4 KiB and last 2 MiB, refused unless blank → `Initialize(GPT)`; NULL/undocumented style: refused) → `Refresh` → `SELECT MSFT_Partition` → (no basic partition: `CreatePartition` → `Refresh` → `MSFT_Partition.Online`) |
+//! | `PartitionDisk` | `SELECT MSFT_Disk` → (RAW: `ReadFile` of its first 4 MiB + 4 KiB and last 2 MiB, refused unless blank → `Initialize(GPT)`; NULL/undocumented style: refused) → `Refresh` → `SELECT MSFT_Partition` → (no partition but Microsoft Reserved: `CreatePartition` (MBR disk: `MbrType` 7) → `Refresh` → `SELECT MSFT_Partition` → `MSFT_Partition.Online`; any other partition: AlreadyExists, nothing created) |
 //! | `GetDiskStats` / `GetDiskState` | `SELECT MSFT_Disk` |
 //! | `SetDiskState(online)` | `SELECT MSFT_Disk` → (offline: `Online`) → `Refresh`; writable: (onlined: `SELECT MSFT_Disk`) → (read-only: `SetAttributes(IsReadOnly=false)`) |
 //! | `ListVolumesOnDisk` | `SELECT MSFT_Partition` → per partition `ASSOCIATORS …->MSFT_Volume` (a basic partition without its volume yet: `SELECT MSFT_Disk` → `Refresh` → list again) |
 //! | `MountVolume` | `SetVolumeMountPointW` (145 → `GetVolumeNameForVolumeMountPointW`: the same volume is success) |
-//! | `UnmountVolume` | `FlushFileBuffers` (volume gone: skipped) → `DeleteVolumeMountPointW` |
+//! | `UnmountVolume` | `FlushFileBuffers` (volume gone: skipped; refused on a read-only disk: `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `SELECT MSFT_Disk`, and skipped when `IsReadOnly`) → `DeleteVolumeMountPointW` |
 //! | `IsVolumeFormatted` | `SELECT MSFT_Volume` |
 //! | `FormatVolume` | `SELECT MSFT_Volume` → `Format(NTFS, quick, Force)` |
 //! | `ResizeVolume` | `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `GetSupportedSize` → (growth ≥ 100 MiB: `Resize`) |
@@ -55,6 +57,7 @@
 //! | `ListTargetPortals` | `SELECT MSFT_iSCSITargetPortal` |
 //! | `GetDiskNumberFromVolumeID` | `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` (its `DiskNumber`) |
 //! | `ReadLink` (no csi-proxy RPC) | `FSCTL_GET_REPARSE_POINT` (one hop, never resolved) |
+//! | `DiskLayout` (no csi-proxy RPC) | `SELECT MSFT_Disk` (`PartitionStyle`) → `SELECT MSFT_Partition` (`GptType` / `MbrType`) |
 //!
 //! # What it does that csi-proxy cannot (advertised by [`Host::capabilities`])
 //!
@@ -66,7 +69,10 @@
 //!   volume is reported abnormal) instead of an error. `RequirePrivacy` follows `--smb-require-privacy`.
 //! * A writable volume's disk has its read-only flag cleared after `Online` (SAN policy, re-attach).
 //! * Volumes are waited for (`Refresh` after `Online`, `Initialize` and `CreatePartition`, and once more when a basic
-//!   partition has no volume yet) instead of reading a half-arrived disk.
+//!   partition has no volume yet) instead of reading a half-arrived disk; `Refresh` shows what has arrived and
+//!   hurries nothing, so the driver also reads the partition table (`DiskLayout`): a disk with a partition whose
+//!   volume has not arrived is not empty, and `PartitionDisk` refuses (AlreadyExists) rather than do nothing on a
+//!   disk that has one, so a late volume is never taken for the driver's own.
 //! * A link's stored target is read (`ReadLink`), so a staging link into a share can be adopted when its state record
 //!   was lost.
 //! * Discovery CHAP on `AddTargetPortal`; persistent logins, whose records are removed (`Unregister`) on logout, and
@@ -114,8 +120,8 @@ use tracing::info;
 use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
-    DiskIds, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath,
-    HostProbe, HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
+    HostPath, HostProbe, HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -159,6 +165,10 @@ impl Default for NativeOptions {
         }
     }
 }
+
+/// The facade calls of a destructive operation that runs to its end ([`NativeHost::run_to_end`]) are bounded by
+/// this, not by the RPC's deadline: the hour after which the driver takes such a call to be over.
+const RUN_TO_END_BUDGET: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The host port over the Windows facade (see the module docs).
 #[derive(Clone)]
@@ -251,6 +261,30 @@ impl NativeHost {
         d: Deadline,
         f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
     ) -> HostResult<T> {
+        self.run_as(op, d, false, f).await
+    }
+
+    /// [`NativeHost::run`] for a destructive operation (`PartitionDisk`, `FormatVolume`, `ResizeVolume`): once
+    /// started, its facade calls run to their end even when the caller stops waiting (its deadline passed, the RPC
+    /// was cancelled), as csi-proxy's handlers do, so its outcome shows on the host for the next stage to learn
+    /// (`crate::iscsi`'s `pending.rs`) instead of a half-done operation (a disk initialised but not partitioned) that
+    /// only the one-hour bound would end. Only a process death cuts it short.
+    async fn run_to_end<T: Send + 'static>(
+        &self,
+        op: HostOp,
+        d: Deadline,
+        f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
+    ) -> HostResult<T> {
+        self.run_as(op, d, true, f).await
+    }
+
+    async fn run_as<T: Send + 'static>(
+        &self,
+        op: HostOp,
+        d: Deadline,
+        to_end: bool,
+        f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
+    ) -> HostResult<T> {
         let late = |started: bool| {
             let e = CallError::DeadlineExceeded { started };
             HostError::new(op, HostErrorKind::DeadlineExceeded, e.to_string())
@@ -274,8 +308,12 @@ impl NativeHost {
         // Dropping this operation (the RPC cancelled, its deadline passed, the driver stopping) stops its facade calls:
         // the one running finishes on its thread, the next is never started.
         let token = CancelToken::new();
-        let _stop = CancelOnDrop(token.clone());
-        let ctx = CallContext::after(d.remaining()).with_cancel(token);
+        let _stop = (!to_end).then(|| CancelOnDrop(token.clone()));
+        let ctx = if to_end {
+            CallContext::after(RUN_TO_END_BUDGET)
+        } else {
+            CallContext::after(d.remaining()).with_cancel(token)
+        };
         let inner = Arc::clone(&self.inner);
         // A task of tokio's blocking pool: the permit bounds how many run for this backend. (While it runs, tokio's
         // paused test clock does not auto-advance, exactly as while csi-proxy's in-runtime calls run.)
@@ -419,7 +457,7 @@ impl Host for NativeHost {
     }
 
     async fn partition_disk(&self, n: u32, d: Deadline) -> HostResult<()> {
-        self.run(HostOp::PartitionDisk, d, move |o| disk::partition(o, n))
+        self.run_to_end(HostOp::PartitionDisk, d, move |o| disk::partition(o, n))
             .await
     }
 
@@ -483,13 +521,13 @@ impl Host for NativeHost {
 
     async fn format_volume(&self, volume_id: &str, d: Deadline) -> HostResult<()> {
         let v = volume_id.to_owned();
-        self.run(HostOp::FormatVolume, d, move |o| volume::format(o, &v))
+        self.run_to_end(HostOp::FormatVolume, d, move |o| volume::format(o, &v))
             .await
     }
 
     async fn resize_volume(&self, volume_id: &str, size: u64, d: Deadline) -> HostResult<()> {
         let v = volume_id.to_owned();
-        self.run(HostOp::ResizeVolume, d, move |o| {
+        self.run_to_end(HostOp::ResizeVolume, d, move |o| {
             volume::resize(o, &v, size)
         })
         .await
@@ -631,6 +669,11 @@ impl Host for NativeHost {
             iscsi::refresh(o, &p)
         })
         .await
+    }
+
+    async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
+        self.run(HostOp::DiskLayout, d, move |o| disk::layout(o, n))
+            .await
     }
 }
 

@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use super::NativeHost;
 use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
-    DiskIds, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp, HostPath,
-    HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
+    HostPath, HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -509,6 +509,11 @@ impl Host for Tapped {
             .around(c, self.host.refresh_target_portal(p, d))
             .await
     }
+
+    async fn disk_layout(&self, disk: u32, d: Deadline) -> HostResult<DiskLayout> {
+        let c = Self::call(HostOp::DiskLayout, json!({ "disk_number": disk }));
+        self.tap.around(c, self.host.disk_layout(disk, d)).await
+    }
 }
 
 /// Either backend, as one `Host` type (module docs).
@@ -691,5 +696,8 @@ impl Host for TestHost {
 
     async fn read_link(&self, p: &HostPath, d: Deadline) -> HostResult<Option<String>> {
         each!(self, h => h.read_link(p, d))
+    }
+    async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
+        each!(self, h => h.disk_layout(n, d))
     }
 }

@@ -43,7 +43,7 @@ fn scenario() -> Scenario {
                 {"address": "10.0.0.5", "targets": [
                     {"iqn": IQN, "chap": {"mode": "one_way", "username": "node", "secret": CHAP},
                      "luns": [{"lun": 0, "id": "lun0", "size": 10 * GIB, "partition_style": "raw",
-                               "read_only": true, "volume_arrival_delay_ms": 30_000}]}]},
+                               "read_only": true, "arrival_delay_ms": 0, "volume_arrival_delay_ms": 30_000}]}]},
                 {"address": "10.0.0.9", "discovery_chap": {"username": "disc", "secret": DISC},
                  "targets": [{"iqn": "iqn.2026-01.io.wincsi:hidden", "luns": [{"lun": 0, "size": GIB}]}]}
             ]}
@@ -334,7 +334,18 @@ async fn a_lun_is_logged_in_cleared_partitioned_formatted_and_mounted_in_wmi_ter
             "MSFT_Partition.Online"
         ]
     );
-    h.partition_disk(n, d()).await.expect("again: a no-op");
+    // A partitioned disk is refused, never a silent no-op: its volume, arriving later, must not be taken for one this
+    // call made.
+    let again = h
+        .partition_disk(n, d())
+        .await
+        .expect_err("already partitioned");
+    assert_eq!(
+        again.kind,
+        HostErrorKind::AlreadyExists,
+        "{}",
+        again.message
+    );
     assert_eq!(
         fx.calls(),
         [
@@ -343,6 +354,31 @@ async fn a_lun_is_logged_in_cleared_partitioned_formatted_and_mounted_in_wmi_ter
             "SELECT MSFT_Partition"
         ]
     );
+    // The partition table is read directly, before the new partition's volume has arrived.
+    let layout = h.disk_layout(n, d()).await.expect("layout");
+    assert_eq!(layout.style, crate::host::PartitionStyle::Gpt);
+    assert_eq!(
+        layout
+            .partitions
+            .iter()
+            .map(|p| p.kind.clone())
+            .collect::<Vec<_>>(),
+        [
+            crate::host::PartitionKind::Reserved,
+            crate::host::PartitionKind::Basic
+        ]
+    );
+    assert_eq!(fx.calls(), ["SELECT MSFT_Disk", "SELECT MSFT_Partition"]);
+    assert!(
+        h.list_volumes_on_disk(n, d())
+            .await
+            .expect("vols")
+            .is_empty()
+    );
+    // Time passes: the volume arrives.
+    fx.sim
+        .with_state_mut(|s| s.complete_arrivals())
+        .expect("arrive");
     let vols = h.list_volumes_on_disk(n, d()).await.expect("vols");
     assert_eq!(vols.len(), 1);
     let v = &vols[0];

@@ -124,7 +124,7 @@ fn adopted_record(env: &Env, id: &str) -> IscsiRecord {
         .expect("an iSCSI record")
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_wiped_state_directory_is_unstaged_lun_by_lun_and_a_shared_session_is_kept() {
     for v in CsiProxyVersion::ALL {
         let mut env = env_on(v);
@@ -222,7 +222,7 @@ async fn a_wiped_state_directory_is_unstaged_lun_by_lun_and_a_shared_session_is_
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_adopted_lun_keeps_a_session_a_recorded_volume_uses() {
     let mut env = Env::new(&scenario());
     env.stage(&stage_req("v1", IQN, 0), d())
@@ -251,7 +251,7 @@ async fn an_adopted_lun_keeps_a_session_a_recorded_volume_uses() {
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reconciliation_adopts_through_a_surviving_publish_record_and_marks_it() {
     let mut env = Env::new(&scenario());
     env.stage(&stage_req("v3", IQN2, 0), d())
@@ -322,7 +322,7 @@ async fn reconciliation_adopts_through_a_surviving_publish_record_and_marks_it()
     env.assert_clean();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_foreign_mount_point_is_not_adopted_and_only_its_link_goes() {
     for v in CsiProxyVersion::ALL {
         let mut env = env_on(v);
@@ -372,7 +372,7 @@ async fn a_foreign_mount_point_is_not_adopted_and_only_its_link_goes() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_mount_point_whose_volume_is_gone_is_not_adopted() {
     // After a reboot the sessions are gone: nothing provable, the lifecycle removes the dangling mount point.
     for v in CsiProxyVersion::ALL {
@@ -391,7 +391,7 @@ async fn a_mount_point_whose_volume_is_gone_is_not_adopted() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_uncertain_answer_fails_the_unstage_and_removes_nothing() {
     let mut env = Env::new(&scenario());
     env.stage(&stage_req("v1", IQN, 0), d())

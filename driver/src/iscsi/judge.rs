@@ -1,0 +1,459 @@
+//! Step 6 of a stage: the LUN's one volume, and whether this driver made it — verdicts that do not depend on when
+//! Windows shows what.
+//!
+//! A LUN's partitions and volumes arrive through Plug and Play some time after the disk comes online, and a new
+//! partition's volume some time after `PartitionDisk` returns; `Rescan` shows what has arrived and hurries nothing
+//! (`sim/README.md`, rows `disk_arrival`, `volume_arrival`, `rescan_cache`). So "no volume now" proves nothing, and
+//! a volume that appears after `PartitionDisk` is not by that alone the one it made. Each look is a
+//! `ListVolumesOnDisk`, with a `Rescan` and a second list when it shows none; a backend that reads partition tables
+//! ([`HostCapabilities::disk_layout`], native) also reads the disk's layout when there is no volume.
+//!
+//! | What the record and the look say | Verdict |
+//! | --- | --- |
+//! | a volume (exactly one; the one staged before, if any) | that volume; this driver's if a `PartitionDisk` of its own preceded it |
+//! | no volume, the record names the volume staged before | wait for it (never partition) |
+//! | no volume, an announced `PartitionDisk` without outcome | a partition in the layout: done, wait for its volume; else wait while the call may still run ([`super::pending`]), then issue it again |
+//! | no volume, this driver's `PartitionDisk` returned | wait for its volume, the intent kept (never refused: a late volume of its own looks the same); after the settle time the answer also names a partition Windows has no volume for |
+//! | no volume, layout read (native) | no partition but Microsoft Reserved (or RAW): empty, partition it; a partition of another type: foreign, refused; a basic partition: wait for its volume, after the settle time refused |
+//! | no volume, no layout (csi-proxy) | empty only once looks spanning the settle time (`--disk-settle-time`) all showed none; wait meanwhile |
+//!
+//! Waiting polls within the RPC's deadline (keeping a reserve to answer) and then answers UNAVAILABLE naming what it
+//! waits for; kubelet retries, and the evidence gathered so far (when each wait began) is kept in memory, so a retry
+//! goes on from there. A restarted driver starts over: it only waits longer.
+//!
+//! Residual risk through csi-proxy, which cannot list partitions: a foreign partition whose volume arrives later than
+//! the settle time makes the disk look empty, and the `PartitionDisk` that follows is a no-op there; the late volume
+//! would then be taken for this driver's. The settle time is chosen generous against Windows' arrival times
+//! (README, "Data safety"; real-node checks 27 and 28 measure them); the native backend reads the partition table
+//! and has no such window.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::pending::{Clock, Destructive, Pending};
+use super::stage::{volumes_fresh, write_error};
+use super::{IscsiRecord, put_iscsi, run, same_id};
+use crate::error::Error;
+use crate::host::{DiskLayout, Host, HostErrorKind, HostOp, HostPath, PartitionKind};
+use crate::lifecycle::{Calls, Context};
+use crate::state::Phase;
+
+/// The default `--disk-settle-time`: how long a disk must show no volume, looked at again and again with `Rescan`s,
+/// before csi-proxy's view of it counts as empty.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(15);
+/// Time kept in reserve so the RPC can still answer before its deadline.
+pub(crate) const ANSWER_RESERVE: Duration = Duration::from_secs(1);
+/// The longest pause between two looks.
+const MAX_POLL: Duration = Duration::from_secs(2);
+
+/// How the iSCSI protocol waits for Windows (the driver's flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IscsiSettings {
+    /// `--disk-settle-time`: how long a LUN's disk must show no volume before the csi-proxy backend takes it for
+    /// empty, and how long a partition's volume is waited for before it counts as one Windows will not make.
+    pub settle: Duration,
+}
+
+impl Default for IscsiSettings {
+    fn default() -> Self {
+        Self {
+            settle: DEFAULT_SETTLE,
+        }
+    }
+}
+
+/// The evidence gathered over time, per LUN and disk (in memory, shared by the protocol's clones), and the clock of
+/// announced calls.
+#[derive(Clone, Debug)]
+pub(crate) struct Judge {
+    settle: Duration,
+    since: Arc<Mutex<HashMap<String, Instant>>>,
+    pub(crate) clock: Clock,
+}
+
+impl Judge {
+    pub(crate) fn new(settings: IscsiSettings) -> Self {
+        Self {
+            settle: settings.settle,
+            since: Arc::default(),
+            clock: Clock::default(),
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.since.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Since when `what` has been observed (now, the first time).
+    fn since(&self, what: &str) -> Instant {
+        *self
+            .map()
+            .entry(what.to_owned())
+            .or_insert_with(Instant::now)
+    }
+
+    /// Forget what was observed of `key`'s disk.
+    fn forget(&self, key: &str) {
+        self.map().retain(|k, _| !k.starts_with(key));
+    }
+
+    /// The first pause between looks: an eighth of the settle time, between 25 ms and 500 ms (doubling after, up to
+    /// 2 s).
+    pub(crate) fn first_poll(&self) -> Duration {
+        (self.settle / 8).clamp(Duration::from_millis(25), Duration::from_millis(500))
+    }
+
+    /// The settle time.
+    pub(crate) fn settle(&self) -> Duration {
+        self.settle
+    }
+}
+
+/// One look at the disk.
+struct Look {
+    /// Its volume ids (after a `Rescan` when the first list showed none).
+    volumes: Vec<String>,
+    /// Its partition table, when the backend reads it and there is no volume.
+    layout: Option<DiskLayout>,
+}
+
+/// What to do after a look.
+enum Next {
+    /// Use this volume.
+    Volume(String),
+    /// Nothing to decide yet; why (the answer when the RPC cannot wait longer).
+    Wait(String),
+    /// An announced call's outcome does not show yet: [`Next::Wait`], looking less often.
+    Outcome(String),
+    /// The disk is proven empty: partition it.
+    Partition,
+}
+
+/// Pauses between looks, within the RPC's deadline.
+pub(crate) struct Polls {
+    delay: Duration,
+    max: Duration,
+}
+
+impl Polls {
+    /// For arrivals (doubling up to 2 s).
+    pub(crate) fn new(judge: &Judge) -> Self {
+        Self {
+            delay: judge.first_poll(),
+            max: MAX_POLL,
+        }
+    }
+
+    /// For the outcome of a call that may still be running, which can take up to an hour (doubling up to 10 s: a
+    /// PowerShell-era csi-proxy runs a process per look).
+    pub(crate) fn outcome(judge: &Judge) -> Self {
+        Self {
+            delay: judge.first_poll(),
+            max: MAX_POLL * 5,
+        }
+    }
+
+    /// Wait before the next look, or `Err(UNAVAILABLE: why)` when the deadline leaves no room for it and an answer.
+    pub(crate) async fn next<H: Host>(&mut self, h: &Calls<'_, H>, why: &str) -> Result<(), Error> {
+        if h.deadline().remaining() <= self.delay + ANSWER_RESERVE {
+            return Err(Error::Unavailable(format!("{why}; kubelet will retry")));
+        }
+        debug!(delay = ?self.delay, why, "waiting before the next look");
+        // Waiting for the host's storage stack, bounded by the RPC's deadline (not test synchronisation).
+        tokio::time::sleep(self.delay).await;
+        self.delay = (self.delay * 2).min(self.max);
+        Ok(())
+    }
+}
+
+/// The LUN's one volume (see the module docs): an existing one, or the one `PartitionDisk` makes on a disk proven
+/// empty. `rec` gains what was learned (the "ours" evidence, an announcement's outcome); the caller records it with
+/// its next write.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn volume_of<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    judge: &Judge,
+    volume_id: &str,
+    staging: &HostPath,
+    rec: &mut IscsiRecord,
+    number: u32,
+    disk: &str,
+) -> Result<String, Error> {
+    let key = format!("{}#disk{number}#", rec.lun_key());
+    let layouts = h.host().capabilities().disk_layout;
+    let mut polls = Polls::new(judge);
+    let mut outcome = Polls::outcome(judge);
+    loop {
+        let look = look(h, number, disk, layouts).await?;
+        match decide(judge, &key, rec, disk, &look)? {
+            Next::Volume(v) => {
+                judge.forget(&key);
+                return Ok(v);
+            }
+            Next::Partition => {
+                partition(cx, h, judge, &key, volume_id, staging, rec, number, disk).await?;
+                polls = Polls::new(judge);
+            }
+            Next::Wait(why) => polls.next(h, &why).await?,
+            Next::Outcome(why) => outcome.next(h, &why).await?,
+        }
+    }
+}
+
+/// Volumes (with a `Rescan` when none show), and the layout when there are none and the backend reads it.
+async fn look<H: Host>(
+    h: &Calls<'_, H>,
+    number: u32,
+    disk: &str,
+    layouts: bool,
+) -> Result<Look, Error> {
+    let volumes = volumes_fresh(h, number, disk).await?;
+    let layout = if layouts && volumes.is_empty() {
+        Some(
+            run(
+                h,
+                HostOp::DiskLayout,
+                &disk,
+                h.host().disk_layout(number, h.deadline()),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    Ok(Look { volumes, layout })
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// The verdict of one look (the table in the module docs).
+fn decide(
+    judge: &Judge,
+    key: &str,
+    rec: &mut IscsiRecord,
+    disk: &str,
+    look: &Look,
+) -> Result<Next, Error> {
+    let partitioning = matches!(&rec.pending, Some(p) if p.call == Destructive::PartitionDisk);
+    if !look.volumes.is_empty() {
+        if let Some(want) = &rec.volume
+            && let Some(v) = look.volumes.iter().find(|v| same_id(v, want))
+        {
+            return Ok(Next::Volume(v.clone()));
+        }
+        if look.volumes.len() > 1 {
+            return Err(Error::FailedPrecondition(format!(
+                "{disk} has {} volumes ({}); this driver mounts a LUN with exactly one volume and will not guess",
+                look.volumes.len(),
+                look.volumes.join(", ")
+            )));
+        }
+        if partitioning || rec.partitioning {
+            // The volume of this driver's PartitionDisk (the disk was proven empty before it was announced).
+            rec.partitioned = true;
+            learned(judge, rec, Destructive::PartitionDisk);
+        }
+        return Ok(Next::Volume(look.volumes[0].clone()));
+    }
+    if let Some(want) = &rec.volume {
+        return Ok(Next::Wait(format!(
+            "waiting for volume {want} of {disk} to appear (the volume this LUN was staged from)"
+        )));
+    }
+    let data: Option<Vec<_>> = look
+        .layout
+        .as_ref()
+        .map(|l| l.data_partitions().cloned().collect());
+    if partitioning {
+        if data.as_ref().is_some_and(|d| !d.is_empty()) {
+            // Its outcome: the partition is there; its volume is waited for as this driver's.
+            learned(judge, rec, Destructive::PartitionDisk);
+        } else {
+            let p = rec
+                .pending
+                .clone()
+                .unwrap_or_else(|| Pending::now(Destructive::PartitionDisk));
+            if p.may_run(&judge.clock) {
+                return Ok(Next::Outcome(p.waiting(
+                    &judge.clock,
+                    disk,
+                    "a volume or a partition",
+                )));
+            }
+            info!(
+                disk,
+                "an announced PartitionDisk never showed its outcome and cannot still run: issuing it again"
+            );
+            return Ok(Next::Partition);
+        }
+    }
+    if rec.partitioning || rec.partitioned {
+        return ours_late(judge, key, rec, disk, data.as_deref());
+    }
+    match &look.layout {
+        Some(layout) => by_layout(judge, key, disk, layout),
+        None => {
+            let waited = judge.since(&format!("{key}empty")).elapsed();
+            if waited >= judge.settle() {
+                info!(disk, waited = ?waited, "no volume across the settle time: the disk is empty");
+                return Ok(Next::Partition);
+            }
+            Ok(Next::Wait(format!(
+                "waiting for the partitions of {disk} to appear: it shows no volume (online, with Rescans) for {} \
+                 of the {} settle time (--disk-settle-time) before it counts as empty",
+                secs(waited),
+                secs(judge.settle())
+            )))
+        }
+    }
+}
+
+/// An announcement's outcome is known: cleared (recorded with the caller's next write).
+fn learned(judge: &Judge, rec: &mut IscsiRecord, call: Destructive) {
+    if let Some(p) = rec.pending.take_if(|p| p.call == call) {
+        judge.clock.done(&p);
+        debug!(call = ?call, "an announced call's outcome shows on the host");
+    }
+}
+
+/// This driver's `PartitionDisk` returned (or an older record says it ran) and no volume shows yet.
+fn ours_late(
+    judge: &Judge,
+    key: &str,
+    rec: &mut IscsiRecord,
+    disk: &str,
+    data: Option<&[crate::host::PartitionInfo]>,
+) -> Result<Next, Error> {
+    if data.is_some_and(<[_]>::is_empty) {
+        // The partition table shows none: nothing of this driver's is on the disk (its intent was recorded, the
+        // call never ran or created nothing). Judge the disk afresh.
+        info!(
+            disk,
+            "the partition this driver meant to create is not there: judging the disk again"
+        );
+        rec.partitioning = false;
+        rec.partitioned = false;
+        return Ok(Next::Partition);
+    }
+    // Retryable for as long as it takes (the disk was proven empty before this driver's PartitionDisk, so a volume
+    // that appears is its own); past the settle time the answer also names the other explanation.
+    let waited = judge.since(&format!("{key}ours")).elapsed();
+    let hint = if waited >= judge.settle() && data.is_none() {
+        ". If none ever appears, the disk holds a partition Windows makes no volume for (an unknown or foreign layout, \
+         e.g. written by another operating system), on which PartitionDisk does nothing: it is not touched; clean the \
+         LUN on the storage system or use another LUN"
+    } else {
+        ""
+    };
+    Ok(Next::Wait(format!(
+        "waiting for the volume of the partition this driver created on {disk} to appear ({} so far){hint}",
+        secs(waited)
+    )))
+}
+
+/// The verdict from a partition table (a backend that reads it), for a disk with no volume.
+fn by_layout(judge: &Judge, key: &str, disk: &str, layout: &DiskLayout) -> Result<Next, Error> {
+    let data: Vec<_> = layout.data_partitions().collect();
+    if data.is_empty() {
+        return Ok(Next::Partition);
+    }
+    if let Some(p) = data
+        .iter()
+        .find(|p| matches!(p.kind, PartitionKind::Other(_)))
+    {
+        let PartitionKind::Other(what) = &p.kind else {
+            unreachable!("matched above")
+        };
+        return Err(Error::FailedPrecondition(format!(
+            "{disk} has partition {} ({what}), which Windows makes no volume for: a layout another system wrote. It \
+             is not touched; clean the LUN on the storage system or use another LUN",
+            p.number
+        )));
+    }
+    let waited = judge.since(&format!("{key}basic")).elapsed();
+    let numbers: Vec<String> = data.iter().map(|p| p.number.to_string()).collect();
+    if waited < judge.settle() {
+        return Ok(Next::Wait(format!(
+            "waiting for the volume of partition {} of {disk} to appear ({} so far): a disk with a partition is \
+             not empty",
+            numbers.join(", "),
+            secs(waited)
+        )));
+    }
+    Err(Error::FailedPrecondition(format!(
+        "{disk} has partition {} but no volume after {}: a layout Windows does not mount. It is not touched; clean the \
+         LUN on the storage system or use another LUN",
+        numbers.join(", "),
+        secs(waited)
+    )))
+}
+
+/// Announce `PartitionDisk` (durable before the call), issue it, record what is known of its outcome.
+#[allow(clippy::too_many_arguments)]
+async fn partition<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    judge: &Judge,
+    key: &str,
+    volume_id: &str,
+    staging: &HostPath,
+    rec: &mut IscsiRecord,
+    number: u32,
+    disk: &str,
+) -> Result<(), Error> {
+    let announced = Pending::now(Destructive::PartitionDisk).on_disk(number);
+    judge.clock.start(&announced);
+    rec.pending = Some(announced);
+    rec.partitioning = true;
+    put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+    match h
+        .raw(
+            HostOp::PartitionDisk,
+            &disk,
+            h.host().partition_disk(number, h.deadline()),
+        )
+        .await
+    {
+        Ok(()) => {
+            // Over; a partition exists now. Its volume arrives later (waited for as this driver's).
+            learned(judge, rec, Destructive::PartitionDisk);
+            judge.forget(key);
+            let _ = judge.since(&format!("{key}ours"));
+            Ok(())
+        }
+        // It may still run: the announcement stays for the retry to learn its outcome.
+        Err(e) if e.kind.is_uncertain() => Err(write_error(e, disk, disk)),
+        Err(e) => {
+            learned(judge, rec, Destructive::PartitionDisk);
+            // A compound call (initialise, create, refresh, online) can fail after the partition exists: the intent
+            // stays only when the host shows one (a volume, or a partition in the layout).
+            let created = match e.kind {
+                HostErrorKind::AlreadyExists => false,
+                _ if h.host().capabilities().disk_layout => h
+                    .host()
+                    .disk_layout(number, h.deadline())
+                    .await
+                    .is_ok_and(|l| l.data_partitions().next().is_some()),
+                _ => volumes_fresh(h, number, disk)
+                    .await
+                    .is_ok_and(|v| !v.is_empty()),
+            };
+            rec.partitioning = created;
+            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+            if e.kind == HostErrorKind::AlreadyExists {
+                return Err(Error::FailedPrecondition(format!(
+                    "{disk} now has a partition this driver did not create ({}); refusing to touch it",
+                    e.message
+                )));
+            }
+            Err(write_error(e, disk, disk))
+        }
+    }
+}

@@ -99,6 +99,9 @@ impl Node {
             &check_dir,
             "--call-timeout-secs",
             "30",
+            // The simulated host's arrivals take 1 s at most (500 ms, then a 500 ms cache lag): 2 s of looks span them.
+            "--disk-settle-time",
+            "2s",
         ];
         argv.extend_from_slice(extra);
         let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
@@ -482,6 +485,10 @@ async fn refuses_what_it_did_not_create() {
         )
         .await
         .expect("someone else's session");
+    // A session someone else made earlier: its disk has arrived (arrival is asynchronous by default).
+    node.sim
+        .with_state_mut(|s| s.complete_arrivals())
+        .expect("arrivals");
     let report = node.run(ISCSI).await.expect("run");
     assert_eq!(check(&report, "iscsi_unconnected")["status"], "failed");
     assert_eq!(

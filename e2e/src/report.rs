@@ -88,7 +88,14 @@ pub fn describe(entry: &AuditEntry) -> String {
         }
     }
     if let Some(e) = &entry.error {
-        s.push_str(&format!("  → error: {}", shorten(e)));
+        // The first line: PowerShell's error frames follow it (`At line:1 …`, `CategoryInfo`, …).
+        let first = e.lines().next().unwrap_or_default();
+        let more = if e.trim_end().contains('\n') {
+            " …"
+        } else {
+            ""
+        };
+        s.push_str(&format!("  → error: {}{more}", shorten(first)));
     }
     s
 }

@@ -32,6 +32,7 @@ container_args=(
     '--kubelet-root=C:\var\lib\kubelet'
     '--log-level=info'
     '--log-format=json'
+    '--vol-stats-cache-expire-in-minutes=5'
     '--health-address=:29667'
     '--metrics-address=:29668'
 )

@@ -58,6 +58,9 @@ pub struct CheckOptions {
     pub call_timeout: Duration,
     /// Bound of a wait for a disk or volume to appear.
     pub arrival_timeout: Duration,
+    /// How long a LUN's disk must keep showing no volume (looked at again with Rescans) before it counts as empty:
+    /// the driver's `--disk-settle-time` (Windows shows an existing volume some time after the disk comes online).
+    pub disk_settle: Duration,
 }
 
 /// Read a secret from `env` or from `file` (exactly one of them; a file's trailing line end is dropped).
@@ -209,6 +212,7 @@ impl CheckOptions {
             iscsi,
             call_timeout: Duration::from_secs(args.call_timeout_secs.max(1)),
             arrival_timeout: Duration::from_secs(args.arrival_timeout_secs),
+            disk_settle: config.disk_settle_time,
         })
     }
 

@@ -78,14 +78,44 @@ async fn step<T>(
     }
     out.csi_calls += calls.len();
     out.host_calls += host.len();
-    for h in &host {
-        let line = out.sub(&describe(h));
-        out.line(format!(
-            "      host {line:<64} {:>6.1} ms",
-            h.duration_us as f64 / 1000.0
-        ));
+    let lines: Vec<(String, f64)> = host
+        .iter()
+        .map(|h| (out.sub(&describe(h)), h.duration_us as f64 / 1000.0))
+        .collect();
+    let mut i = 0;
+    while i < lines.len() {
+        // A driver waiting for Windows (arrival is asynchronous) repeats a short cycle of looks: shown once, counted.
+        let (period, times) = repeats(&lines[i..]);
+        for (line, ms) in &lines[i..i + period] {
+            out.line(format!("      host {line:<64} {ms:>6.1} ms"));
+        }
+        if times > 1 {
+            let total: f64 = lines[i..i + period * times].iter().map(|(_, ms)| ms).sum();
+            out.line(format!(
+                "      host … {} {times} times in all ({total:.1} ms): waiting for what Windows has not shown yet",
+                if period == 1 { "that call" } else { "those calls" }
+            ));
+        }
+        i += period * times;
     }
     result
+}
+
+/// The shortest cycle (1 to 3 calls) that `lines` starts with and how many times it repeats back to back; (1, 1)
+/// when nothing repeats.
+fn repeats(lines: &[(String, f64)]) -> (usize, usize) {
+    for period in 1..=3 {
+        let mut times = 1;
+        while lines.len() >= period * (times + 1)
+            && (0..period).all(|j| lines[j].0 == lines[period * times + j].0)
+        {
+            times += 1;
+        }
+        if times > 1 {
+            return (period, times);
+        }
+    }
+    (1, 1)
 }
 
 async fn lifecycle(

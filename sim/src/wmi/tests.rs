@@ -1233,16 +1233,25 @@ fn update_with_the_portals_parameters_rediscovers_a_target_created_later() {
         is_persistent: None,
         is_multipath_enabled: None,
     };
-    assert_eq!(
-        f.view.target_connect(&c, &connect).unwrap().code,
-        IscsiStatus::TargetNotFound
-    );
+    // The provider answers with the status, or raises it with its error object (both happen; `Ops::method`).
+    match f.view.target_connect(&c, &connect) {
+        Ok(out) => assert_eq!(out.code, IscsiStatus::TargetNotFound),
+        Err(e) => assert_eq!(
+            e.error_object().and_then(|o| o.error_code),
+            Some(0xEFFF_0029),
+            "{e:?}"
+        ),
+    }
     let mut elsewhere = portal.clone();
     elsewhere.target_portal_address = "10.0.0.9".to_owned();
-    assert_eq!(
-        f.view.target_portal_update(&c, &elsewhere).unwrap().code,
-        IscsiStatus::PortalNotFound
-    );
+    match f.view.target_portal_update(&c, &elsewhere) {
+        Ok(out) => assert_eq!(out.code, IscsiStatus::PortalNotFound),
+        Err(e) => assert_eq!(
+            e.error_object().and_then(|o| o.error_code),
+            Some(0xEFFF_0043),
+            "{e:?}"
+        ),
+    }
     assert!(!listed());
     assert!(
         f.view

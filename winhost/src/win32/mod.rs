@@ -1139,7 +1139,9 @@ impl Win32Files for WinHost {
         tail: u64,
     ) -> CallResult<DeviceBytes> {
         let device = device.to_owned();
-        self.file(ctx, move || files::read_device(&device, head, tail))
+        self.file(ctx, "ReadFile", move || {
+            files::read_device(&device, head, tail)
+        })
     }
 }
 

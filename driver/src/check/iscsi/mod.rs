@@ -301,29 +301,45 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         };
         c.observe(name, o, claims);
     }
-    let (o, r) = cx
-        .call(
-            HostOp::ListVolumesOnDisk,
-            &format!("disk {disk}"),
-            h.list_volumes_on_disk(disk, cx.d()),
-        )
-        .await;
-    c.observe(
-        "list_volumes_raw",
-        o,
-        vec![
-            Claim::eras(
-                Ref::Row("list_volumes_edge"),
-                Expect::err("No MSFT_Partition objects found"),
-                Expect::Value(json!([])),
-                true,
-            ),
-            Claim::record(Ref::NodeCheck(15)),
-        ],
-    );
-    let empty = match &r {
-        Ok(v) => v.is_empty(),
-        Err(e) => e.message.contains("No MSFT_Partition objects found"),
+    // Windows shows an existing volume some time after the disk comes online, and a Rescan hurries nothing: the
+    // disk counts as empty only when looks spanning the driver's settle time (`--disk-settle-time`) all show none.
+    let settle_since = Instant::now();
+    let mut delay = std::time::Duration::from_millis(100);
+    let mut first = true;
+    let (empty, r) = loop {
+        let (o, r) = cx
+            .call(
+                HostOp::ListVolumesOnDisk,
+                &format!("disk {disk}"),
+                h.list_volumes_on_disk(disk, cx.d()),
+            )
+            .await;
+        if first {
+            c.observe(
+                "list_volumes_raw",
+                o,
+                vec![
+                    Claim::eras(
+                        Ref::Row("list_volumes_edge"),
+                        Expect::err("No MSFT_Partition objects found"),
+                        Expect::Value(json!([])),
+                        true,
+                    ),
+                    Claim::record(Ref::NodeCheck(15)),
+                ],
+            );
+            first = false;
+        }
+        let empty = match &r {
+            Ok(v) => v.iter().all(|v| v.trim().is_empty()),
+            Err(e) => e.message.contains("No MSFT_Partition objects found"),
+        };
+        if !empty || settle_since.elapsed() >= cx.opts().disk_settle {
+            break (empty, r);
+        }
+        let _ = h.rescan(cx.d()).await;
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(2));
     };
     if !empty {
         c.fail(format!(

@@ -56,10 +56,13 @@ fn lun_disk(s: &mut State, iqn: &str) -> u32 {
     s.add_target_portal(PORTAL, 3260).unwrap();
     s.connect_target(PORTAL, 3260, iqn, AuthType::None, "", &Secret::new(""))
         .unwrap();
+    // As a stage that waited for them: the disk, then its volumes, have arrived (arrival is asynchronous).
+    s.complete_arrivals().unwrap();
     let n = s.get_target_disks(PORTAL, 3260, iqn).unwrap()[0]
         .parse()
         .unwrap();
     s.set_disk_state(n, true).unwrap();
+    s.complete_arrivals().unwrap();
     n
 }
 
@@ -157,6 +160,7 @@ async fn volume_calls_follow_the_mount_point() {
     let volume = h.with_state_mut(|s| {
         let n = lun_disk(s, "iqn.2026-01.io.wincsi:pvc-empty");
         s.partition_disk(n).unwrap();
+        s.complete_arrivals().unwrap();
         let v = s.list_volumes_on_disk(n, 0).unwrap()[0].clone();
         s.mkdir(&staging).unwrap();
         s.mount_volume(&v, &staging).unwrap();

@@ -28,7 +28,7 @@
 //! maximum frame size HTTP/2 allows, so always acceptable). Every header block is re-encoded, not only those that
 //! change, so the two HPACK contexts stay exact. A connection whose *first* header block provably carries a valid
 //! authority (read in place, without the HPACK context: grpc-go's `localhost`, so kubelet and every sidecar) is
-//! passed through whole and unchanged instead (see [`first_block_is_valid`]): only clients that need the repair pay
+//! passed through whole and unchanged instead (see `first_block_is_valid`): only clients that need the repair pay
 //! for decoding. A connection that does not start with the HTTP/2 preface is passed through untouched. A malformed
 //! header block ends the connection, as `h2` itself would (COMPRESSION_ERROR).
 //!

@@ -15,7 +15,7 @@
 //! 2 minutes (`pkg/kubelet/server/stats/volume_stat_calculator.go`: `wait.JitterUntil(…, period, 1.0, …)` with the
 //! default 1-minute `--volume-stats-agg-period`: 40 polls an hour on average). With an expiry of E seconds a volume's
 //! answer is refreshed at the first poll at least E after the last refresh: on average every E + 46.7 s (the mean
-//! wait from a random instant to the next poll of a process with gaps uniform on [60, 120) s: E[g²] / 2E[g] =
+//! wait from a random instant to the next poll of a process with gaps uniform on [60, 120) s: E\[g²\] / 2E\[g\] =
 //! 8400 / 180 s).
 
 use std::collections::BTreeMap;

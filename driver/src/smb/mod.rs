@@ -121,7 +121,7 @@ pub struct SmbRecord {
     /// succeeded for this volume (set with the `Staged` record) and the driver has not removed the mapping since.
     /// Kept through a re-stage (its record goes back to `staging` first, and may stay there when the re-stage fails),
     /// so a Disconnected mapping that a reboot left behind stays provably the driver's own until it is gone; see
-    /// [`SmbRecord::proves_mapping`]. Absent (false) in records of earlier versions.
+    /// `SmbRecord::proves_mapping`. Absent (false) in records of earlier versions.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mapped: bool,
 }

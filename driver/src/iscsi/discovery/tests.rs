@@ -137,7 +137,7 @@ fn still_staged(env: &Env, id: &str, iqn: &str) -> bool {
 /// it is not re-added; the stage answers FAILED_PRECONDITION naming the manual refresh, and stages once an operator ran
 /// it — unless the PowerShell era's `New-IscsiTargetPortal` refreshes (the unverified `portal_readd_refreshes`), when
 /// it stages at once. Volume 1 is never disturbed.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_target_created_after_the_first_login_stages_beside_the_volume_using_its_portal() {
     for (label, env, readd_refreshes) in cases(true) {
         env.mgr.stage(&stage_req("v1", IQN), d()).await.expect("v1");
@@ -209,7 +209,7 @@ async fn a_target_created_after_the_first_login_stages_beside_the_volume_using_i
 
 /// The first stage on a node whose portal no session uses (its volumes were unstaged; portals are never removed, so
 /// the stale cache stays): csi-proxy removes and re-adds the portal, native updates it, and the new target stages.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_portal_no_session_uses_is_rediscovered_before_the_stage_gives_up() {
     for (label, env) in hosts() {
         env.mgr.stage(&stage_req("v1", IQN), d()).await.expect("v1");

@@ -71,7 +71,7 @@ const FORMATS: &[(&str, &str)] = &[
 /// rolled back, nothing is written or lost, and kubelet's retry is refused the same way. csi-proxy, on every release:
 /// the documented limit — the stage initialises, partitions and formats the LUN, and the simulated host records the
 /// loss.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_lun_formatted_whole_by_another_system_is_refused_natively_and_lost_through_csi_proxy() {
     let backend = TestBackend::from_env_or_panic();
     for (format, what) in FORMATS {

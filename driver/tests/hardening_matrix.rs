@@ -449,20 +449,31 @@ fn squeeze(mut rpcs: Vec<String>) -> Vec<String> {
     rpcs
 }
 
+/// 1-based occurrence of `rpcs[i]` within its operation.
+fn occurrence(rpcs: &[String], i: usize) -> u64 {
+    rpcs[..=i].iter().filter(|r| **r == rpcs[i]).count() as u64
+}
+
+/// Whether the place of `rpcs[i]` does not depend on how often a wait looked (module docs).
+fn stable(rpcs: &[String], i: usize) -> bool {
+    !LOOKS.contains(&rpcs[i].as_str()) || occurrence(rpcs, i) == 1
+}
+
+/// The calls of one operation's recording a cell may fault: each that starts a step, at a stable place.
+fn faultable(rpcs: &[String]) -> impl Iterator<Item = usize> + '_ {
+    (0..rpcs.len()).filter(|&i| {
+        squeeze(rpcs[..=i].to_vec()).len() > squeeze(rpcs[..i].to_vec()).len() && stable(rpcs, i)
+    })
+}
+
 fn cells(w: Workflow, recorded: &[(Op, Vec<String>)]) -> Vec<Cell> {
     let mut cells = Vec::new();
     for (op, rpcs) in recorded {
-        let occurrence = |i: usize| rpcs[..=i].iter().filter(|r| **r == rpcs[i]).count() as u64;
-        // Its place does not depend on how often a wait looked (module docs).
-        let stable = |i: usize| !LOOKS.contains(&rpcs[i].as_str()) || occurrence(i) == 1;
-        for (index, rpc) in rpcs.iter().enumerate() {
-            let step =
-                squeeze(rpcs[..=index].to_vec()).len() > squeeze(rpcs[..index].to_vec()).len();
-            if !step || !stable(index) {
-                continue;
-            }
+        let occurrence = |i: usize| occurrence(rpcs, i);
+        for index in faultable(rpcs) {
+            let rpc = &rpcs[index];
             for fault in [Fault::Fail, Fault::Hang, Fault::Kill, Fault::Outlive] {
-                let next_stable = index + 1 >= rpcs.len() || stable(index + 1);
+                let next_stable = index + 1 >= rpcs.len() || stable(rpcs, index + 1);
                 if (fault == Fault::Kill && !next_stable)
                     || (fault == Fault::Outlive && !DESTRUCTIVE.contains(&rpc.as_str()))
                 {
@@ -585,34 +596,93 @@ async fn run_cell(cell: &Cell) {
     env.check_converged(&what).await;
 }
 
-#[test]
-fn every_host_call_crossed_with_fail_hang_and_kill_converges() {
-    // The bound is real time on another thread: the matrix pauses tokio's clock, so a tokio timeout would fire early.
+/// How many cells run at once (`WINCSI_MATRIX_SHARDS`, default 4): a cell mostly waits on the simulated host's
+/// real-time arrival, so cells overlap well even on two cores.
+fn shards() -> usize {
+    std::env::var("WINCSI_MATRIX_SHARDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(4)
+}
+
+/// A fresh current-thread runtime (each cell thread has its own: a hang cell pauses its runtime's clock).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Runs `run(i, item)` for every item on [`shards`] threads, each with its own runtime. After a cell fails, no
+/// thread starts another; the failure is re-raised once every thread has stopped.
+fn in_shards<'s, T: Sync, F: std::future::Future<Output = ()>>(
+    items: &'s [T],
+    run: impl Fn(usize, &'s T) -> F + Sync,
+) {
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let n = shards();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .map(|k| {
+                let (run, failed) = (&run, &failed);
+                scope.spawn(move || {
+                    let rt = runtime();
+                    for (i, item) in items.iter().enumerate().skip(k).step_by(n) {
+                        if failed.load(std::sync::atomic::Ordering::SeqCst) {
+                            return;
+                        }
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            rt.block_on(run(i, item))
+                        }));
+                        if let Err(p) = r {
+                            failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                            std::panic::resume_unwind(p);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut first = None;
+        for h in handles {
+            if let Err(p) = h.join() {
+                first.get_or_insert(p);
+            }
+        }
+        if let Some(p) = first {
+            std::panic::resume_unwind(p);
+        }
+    });
+}
+
+/// Runs `body` on another thread within a real-time bound (the cells pause tokio's clock, so a tokio timeout would
+/// fire early), re-raising its panic.
+fn bounded(what: &str, body: impl FnOnce() + Send + 'static) {
     let (tx, rx) = std::sync::mpsc::channel();
     let worker = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(matrix());
+        body();
         let _ = tx.send(());
     });
     match rx.recv_timeout(Duration::from_secs(600)) {
         Ok(()) => worker.join().expect("matrix thread"),
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            // The matrix panicked: re-raise its panic here.
             if let Err(p) = worker.join() {
                 std::panic::resume_unwind(p);
             }
         }
-        Err(e) => panic!("the matrix did not finish within its time bound: {e}"),
+        Err(e) => panic!("{what} did not finish within their time bound: {e}"),
     }
 }
 
-async fn matrix() {
+#[test]
+fn every_host_call_crossed_with_fail_hang_and_kill_converges() {
+    bounded("the matrix's cells", matrix);
+}
+
+fn matrix() {
     let mut all = Vec::new();
     for w in [Workflow::Smb, Workflow::Iscsi] {
-        let recorded = record(w).await;
+        let recorded = runtime().block_on(record(w));
         for (op, rpcs) in &recorded {
             assert!(!rpcs.is_empty(), "{w:?} {op:?} made no host call");
             println!("hardening matrix: {w:?} {op:?}: {}", rpcs.join(" → "));
@@ -620,10 +690,10 @@ async fn matrix() {
         all.extend(cells(w, &recorded));
     }
     let total = all.len();
-    for (i, cell) in all.iter().enumerate() {
+    in_shards(&all, |i, cell| {
         println!("hardening matrix: cell {}/{total}: {cell}", i + 1);
-        run_cell(cell).await;
-    }
+        run_cell(cell)
+    });
     let outlive = all.iter().filter(|c| c.fault == Fault::Outlive).count();
     println!(
         "hardening matrix: {total} cells (fail/hang/kill × every recorded step, outlive × every destructive call: \
@@ -719,41 +789,27 @@ fn every_host_call_whose_connection_goes_silent_converges() {
         );
         return;
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let worker = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let mut total = 0;
-            for w in [Workflow::Smb, Workflow::Iscsi] {
-                for (op, rpcs) in record(w).await {
-                    for (i, rpc) in rpcs.iter().enumerate() {
-                        let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
-                        println!(
-                            "silent connections: cell {}: {w:?}/{op:?}/{rpc} #{nth}",
-                            total + 1
-                        );
-                        run_silent_cell(w, op, rpc, nth).await;
-                        total += 1;
-                    }
+    bounded("the silent-connection cells", || {
+        // Every faultable call (as the matrix: a repeated look's count depends on timing, so only its first is one).
+        let mut all = Vec::new();
+        for w in [Workflow::Smb, Workflow::Iscsi] {
+            for (op, rpcs) in runtime().block_on(record(w)) {
+                for i in faultable(&rpcs) {
+                    all.push((w, op, rpcs[i].clone(), occurrence(&rpcs, i)));
                 }
             }
-            println!("silent connections: {total} cells converged");
-            assert!(total >= 20, "the recorded sequences shrank: {total} cells");
-        });
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(600)) {
-        Ok(()) => worker.join().expect("matrix thread"),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = worker.join() {
-                std::panic::resume_unwind(p);
-            }
         }
-        Err(e) => panic!("the silent-connection cells did not finish within their time bound: {e}"),
-    }
+        let total = all.len();
+        in_shards(&all, |i, (w, op, rpc, nth)| {
+            println!(
+                "silent connections: cell {}/{total}: {w:?}/{op:?}/{rpc} #{nth}",
+                i + 1
+            );
+            run_silent_cell(*w, *op, rpc, *nth)
+        });
+        println!("silent connections: {total} cells converged");
+        assert!(total >= 20, "the recorded sequences shrank: {total} cells");
+    });
 }
 
 /// The reboot-during-an-outage cell (issue 29 item 1): the SMB volume is staged and published with the pod's data on

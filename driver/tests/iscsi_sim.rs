@@ -12,6 +12,8 @@ use common::{Env, d, logged_text, staging, target, unstage_req};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use serde_json::json;
 use sim::Scenario;
 use wincsi::Error;
@@ -669,6 +671,7 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
     assert_eq!(squeeze(rpcs.clone()).len(), 20 + 4, "{rpcs:?}");
     // Killed at the first call of each squeezed step whose occurrence does not depend on how often a wait looked (in
     // real time, the looks before it vary): the looks of the waits are the unit suite's cells (paused time).
+    let mut cells = Vec::new();
     for (i, rpc) in rpcs.iter().enumerate() {
         let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
         let new_step = squeeze(rpcs[..=i].to_vec()).len() > squeeze(rpcs[..i].to_vec()).len();
@@ -677,22 +680,24 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
             continue;
         }
         for kubelet_unstages_instead in [false, true] {
+            cells.push((i, rpc.clone(), nth, kubelet_unstages_instead));
+        }
+    }
+    // Each cell has its own simulated host and driver, and mostly waits on the host's real-time arrival: four at once.
+    futures::stream::iter(cells)
+        .for_each_concurrent(4, |(i, rpc, nth, kubelet_unstages_instead)| async move {
             let mut env = Env::new().await;
             env.kubelet_mkdir_parent(&staging("v1")).await;
-            env.sim.hang_nth(rpc, nth).expect("hang");
+            env.sim.hang_nth(&rpc, nth).expect("hang");
             tokio::select! {
                 r = cycle(&env) => panic!("call {i} ({rpc}): the cycle finished despite the hang: {r:?}"),
                 () = env.sim.wait_hung(1) => {}
             }
             // The driver is gone mid-call; csi-proxy may still finish what it was doing.
             env.sim.release_hangs();
-            tokio::time::timeout(Duration::from_secs(30), async {
-                while env.sim.hung_calls() > 0 {
-                    tokio::task::yield_now().await;
-                }
-            })
-            .await
-            .expect("hung call ends");
+            tokio::time::timeout(Duration::from_secs(30), env.sim.wait_unhung())
+                .await
+                .expect("hung call ends");
             env.restart();
             if kubelet_unstages_instead {
                 // The pod went away while the stage was in flight: kubelet unstages the uncertain volume.
@@ -705,8 +710,8 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
                     .unwrap_or_else(|e| panic!("call {i} ({rpc}): retry failed: {e:?}"));
             }
             env.finish().await;
-        }
-    }
+        })
+        .await;
 }
 
 /// `rpcs` with every immediately repeated run of one to four calls kept once (the waits look again and again; how

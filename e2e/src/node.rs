@@ -11,6 +11,11 @@ use crate::error::{Error, Result};
 use crate::kubelet::{CsiConn, Kubelet};
 use crate::process::{Binaries, DriverOptions, DriverProcess, ProxyWiring, SimProcess};
 
+/// The driver's `--disk-settle-time` on these nodes: 3 s instead of the production 15 s, still three times the
+/// simulated host's default arrival (a volume 500 ms after its cause, the storage cache 500 ms later), so every
+/// settle the driver waits out still sees what arrives; only the idle tail is shorter (a raw LUN's stage took ~18 s).
+pub const E2E_DISK_SETTLE: &str = "3s";
+
 /// A node under test. Dropping it kills both processes (`kill_on_drop`) and removes its temporary directory.
 #[derive(Debug)]
 pub struct TestNode {
@@ -73,6 +78,9 @@ impl TestNode {
         )
         .await?;
         let mut driver_opts = DriverOptions::new(dir.path(), wiring);
+        driver_opts
+            .extra_args
+            .extend(["--disk-settle-time".to_owned(), E2E_DISK_SETTLE.to_owned()]);
         if native {
             driver_opts.extra_args.extend([
                 "--host-backend".to_owned(),

@@ -14,7 +14,7 @@ use crate::process::{Binaries, DriverOptions, DriverProcess, ProxyWiring, SimPro
 /// The driver's `--disk-settle-time` on these nodes: 3 s instead of the production 15 s, still three times the
 /// simulated host's default arrival (a volume 500 ms after its cause, the storage cache 500 ms later), so every
 /// settle the driver waits out still sees what arrives; only the idle tail is shorter (a raw LUN's stage took ~18 s).
-pub const E2E_DISK_SETTLE: &str = "3s";
+pub(crate) const E2E_DISK_SETTLE: &str = "3s";
 
 /// A node under test. Dropping it kills both processes (`kill_on_drop`) and removes its temporary directory.
 #[derive(Debug)]

@@ -1371,9 +1371,9 @@ fn row_san_policy() {
             ),
             V1_3_0 => assert_eq!(
                 e,
-                format!("failed to initializing disk {n}: result 41001, error: <nil>")
+                format!("failed to initializing disk {n}: result 41002, error: <nil>")
             ),
-            Master => assert!(e.ends_with("code=41001"), "{e}"),
+            Master => assert!(e.ends_with("code=41002"), "{e}"),
         }
     }
 }

@@ -559,8 +559,10 @@ pub(crate) enum PartitionFailure {
 }
 
 /// PartitionDisk failures on an existing disk. v1.1.3 `pkg/os/disk/api.go:144-173`; v1.3.0
-/// `pkg/os/disk/api.go:147-223`; master `pkg/os/disk/api.go:150-235`. The storage codes (41002 offline,
-/// 41001 read-only, 40000-range) follow the `MSFT_Disk` method documentation and are unverified.
+/// `pkg/os/disk/api.go:147-223`; master `pkg/os/disk/api.go:150-235`. The storage codes are those of the
+/// `MSFT_Disk.CreatePartition` page (createpartition-msft-disk.md: 41003 "The disk is offline.", 41002 "The disk is
+/// read only.", 40000 "Not enough free space"; winhost's code table agrees). `Initialize`'s page lists neither an
+/// offline nor a read-only code, so what it answers there is unverified: the same codes are used.
 pub(crate) fn partition_failed(
     p: &Profile,
     n: u32,
@@ -568,9 +570,9 @@ pub(crate) fn partition_failed(
     why: PartitionFailure,
 ) -> Error {
     let (msg, code) = match why {
-        PartitionFailure::Offline => ("The disk is offline.", 41002u32),
-        PartitionFailure::ReadOnly => ("The disk is read only.", 41001),
-        PartitionFailure::NoSpace => ("Not enough available capacity.", 40004),
+        PartitionFailure::Offline => ("The disk is offline.", 41003u32),
+        PartitionFailure::ReadOnly => ("The disk is read only.", 41002),
+        PartitionFailure::NoSpace => ("Not enough free space", 40000),
         PartitionFailure::GptTypeOnMbr => ("The specified partition type is not valid.", 41010),
     };
     let text = match (p.backend, initialise) {

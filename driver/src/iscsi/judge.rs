@@ -315,7 +315,8 @@ fn decide(
     }
 }
 
-/// An announcement's outcome is known: cleared (recorded with the caller's next write).
+/// An announcement's outcome is known: cleared (recorded with the caller's next write, at once after a
+/// `PartitionDisk` that answered).
 fn learned(judge: &Judge, rec: &mut IscsiRecord, call: Destructive) {
     if let Some(p) = rec.pending.take_if(|p| p.call == call) {
         judge.clock.done(&p);
@@ -422,11 +423,13 @@ async fn partition<H: Host>(
         .await
     {
         Ok(()) => {
-            // Over; a partition exists now. Its volume arrives later (waited for as this driver's).
+            // Over; a partition exists now. Its volume arrives later (waited for as this driver's). The cleared
+            // announcement is durable at once: a retry after this stage's UNAVAILABLE (its volume still on its way)
+            // must wait for the volume, not for a PartitionDisk that "may still be running".
             learned(judge, rec, Destructive::PartitionDisk);
             judge.forget(key);
             let _ = judge.since(&format!("{key}ours"));
-            Ok(())
+            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await
         }
         // It may still run: the announcement stays for the retry to learn its outcome.
         Err(e) if e.kind.is_uncertain() => Err(write_error(e, disk, disk)),

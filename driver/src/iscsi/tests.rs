@@ -1550,9 +1550,24 @@ async fn a_new_volume_that_arrives_late_is_staged_by_a_later_retry() {
             matches!(&err, Error::Unavailable(m) if m.contains("the partition this driver created")),
             "{v}: {err:?}"
         );
-        // The intent is kept (and the announcement: its outcome is recorded with the next write).
+        // The intent is kept; the announcement is cleared durably (PartitionDisk answered: it cannot still run).
         let r = env.record("v1");
         assert!(r.partitioning && !r.released, "{v}: {r:?}");
+        assert!(r.pending.is_none(), "{v}: {r:?}");
+        // A retry before the volume arrives waits for the volume, not for a PartitionDisk "that may still be running".
+        let err = env
+            .mgr
+            .stage(
+                &stage_req("v1", 0, &[], &[]),
+                Deadline::after(Duration::from_secs(5)),
+            )
+            .await
+            .expect_err("its volume has not arrived yet");
+        assert!(
+            matches!(&err, Error::Unavailable(m) if m.contains("the partition this driver created")
+                && !m.contains("may still be running")),
+            "{v}: {err:?}"
+        );
         assert_eq!(env.sessions(), 1, "{v}: the session is kept for the retry");
         env.mgr
             .stage(&stage_req("v1", 0, &[], &[]), d())

@@ -73,6 +73,7 @@ pub(super) fn plan(o: &CheckOptions) -> Vec<PlanStep> {
         "ResizeVolume to the maximum (within the partition's slack); GetVolumeStats; GetDiskStats".to_owned(),
         format!("ConnectTarget {} again (connected)", t.iqn),
         format!("WriteVolumeCache; UnmountVolume {mnt} (twice); Rmdir {mnt}"),
+        "SetDiskState offline, then online: how long until the volume is listed again".to_owned(),
     ];
     if o.phase == super::cli::Phase::BeforeReboot {
         actions.push(format!(
@@ -374,14 +375,21 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
             h.partition_disk(disk, cx.d()),
         )
         .await;
-    c.observe("partition_disk", o, Vec::new());
+    // How long the destructive calls take (their `millis`) is what check 28 asks.
+    c.observe(
+        "partition_disk",
+        o,
+        vec![Claim::record(Ref::NodeCheck(28))],
+    );
     if let Err(e) = r {
         c.fail(format!("PartitionDisk failed: {e}"));
         cx.end(c);
         return Ok(());
     }
     say(&format!("  .. waiting for the volume on disk {disk}"));
-    let volume = match wait_for_volume(cx, disk, since).await {
+    // From PartitionDisk's return: how long its new volume takes to be listed (check 28).
+    let returned = Instant::now();
+    let (volume, rescanned) = match wait_for_volume(cx, disk, returned).await {
         Ok(v) => v,
         Err(e) => {
             c.fail(e);
@@ -391,8 +399,17 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
     };
     c.observe(
         "volume_arrival",
-        measured("wait", json!({"volume": volume}), since),
-        vec![Claim::record(Ref::NodeCheck(13))],
+        measured(
+            "wait",
+            json!({"volume": volume, "rescan_needed": rescanned, "since_partition_disk_issued_ms":
+                u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)}),
+            returned,
+        ),
+        vec![
+            Claim::record(Ref::Row("disk_arrival")),
+            Claim::record(Ref::NodeCheck(13)),
+            Claim::record(Ref::NodeCheck(28)),
+        ],
     );
     cx.forget(&pending)?;
     cx.record(
@@ -423,7 +440,11 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
             h.format_volume(&volume, cx.d()),
         )
         .await;
-    c.observe("format_volume", o, Vec::new());
+    c.observe(
+        "format_volume",
+        o,
+        vec![Claim::record(Ref::NodeCheck(28))],
+    );
     if let Err(e) = r {
         c.fail(format!("FormatVolume failed: {e}"));
         cx.end(c);
@@ -551,6 +572,7 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
             ),
             Claim::record(Ref::Row("partition_slack")),
             Claim::record(Ref::NodeCheck(18)),
+            Claim::record(Ref::NodeCheck(28)),
         ],
     );
     let (o, _) = cx
@@ -618,7 +640,8 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         )
         .await;
     c.observe("unmount", o, Vec::new());
-    if r.is_ok() {
+    let unmounted = r.is_ok();
+    if unmounted {
         let (o, _) = cx
             .call(
                 HostOp::UnmountVolume,
@@ -638,6 +661,11 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         );
     }
     cx.end(c);
+
+    // ---- the volume's return after the disk is onlined again (check 27) ----
+    if unmounted {
+        volumes_after_online(cx, disk, &volume).await;
+    }
 
     if cx.opts().phase == super::cli::Phase::BeforeReboot {
         let mut c = cx.begin(
@@ -664,4 +692,61 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
     }
     say("");
     Ok(())
+}
+
+/// Check 27: the scratch disk (unmounted, its volume formatted by this run) is taken offline and brought online
+/// again; how long until `ListVolumesOnDisk` lists its volume again, and whether a `Rescan` was needed. The longest
+/// seen on a loaded node bounds `--disk-settle-time`: a stage that looks for less long takes a disk whose volume is
+/// late for empty.
+async fn volumes_after_online<H: Host>(cx: &mut Ctx<'_, H>, disk: u32, volume: &str) {
+    let h = cx.host();
+    let mut c = cx.begin(
+        "iscsi_volumes_after_online",
+        "SetDiskState offline then online: how long until the disk's volume is listed again",
+        "iscsi",
+    );
+    let (o, r) = cx
+        .call(
+            HostOp::SetDiskState,
+            &format!("disk {disk} offline"),
+            h.set_disk_online(disk, false, cx.d()),
+        )
+        .await;
+    c.observe("set_offline", o, Vec::new());
+    if let Err(e) = r {
+        c.fail(format!("SetDiskState offline failed: {e}"));
+        cx.end(c);
+        return;
+    }
+    let since = Instant::now();
+    let (o, r) = cx
+        .call(
+            HostOp::SetDiskState,
+            &format!("disk {disk} online"),
+            h.set_disk_online(disk, true, cx.d()),
+        )
+        .await;
+    c.observe("set_online", o, Vec::new());
+    if let Err(e) = r {
+        c.fail(format!("SetDiskState online failed: {e}"));
+        cx.end(c);
+        return;
+    }
+    say(&format!("  .. waiting for the volume of disk {disk} to come back"));
+    match wait_for_volume(cx, disk, since).await {
+        Ok((back, rescanned)) => c.observe(
+            "volumes_after_online",
+            measured(
+                "wait",
+                json!({"volume": back, "same_volume": back == volume, "rescan_needed": rescanned}),
+                since,
+            ),
+            vec![
+                Claim::record(Ref::Row("disk_arrival")),
+                Claim::record(Ref::NodeCheck(27)),
+            ],
+        ),
+        Err(e) => c.fail(e),
+    }
+    cx.end(c);
 }

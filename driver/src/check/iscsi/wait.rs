@@ -56,12 +56,13 @@ pub(super) async fn wait_for_disk<H: Host>(
     }
 }
 
-/// The volume PartitionDisk made, once Windows lists it.
+/// The volume on `disk` (the one PartitionDisk made, or the one that comes back after the disk is onlined), once
+/// Windows lists it: `(volume, rescanned)`.
 pub(super) async fn wait_for_volume<H: Host>(
     cx: &Ctx<'_, H>,
     disk: u32,
     since: Instant,
-) -> Result<String, String> {
+) -> Result<(String, bool), String> {
     let h = cx.host();
     let mut delay = Duration::from_millis(100);
     let mut rescanned = false;
@@ -69,7 +70,7 @@ pub(super) async fn wait_for_volume<H: Host>(
         if let Ok(vols) = h.list_volumes_on_disk(disk, cx.d()).await
             && let Some(v) = vols.into_iter().find(|v| !v.trim().is_empty())
         {
-            return Ok(v);
+            return Ok((v, rescanned));
         }
         if since.elapsed() >= cx.opts().arrival_timeout {
             return Err(format!(

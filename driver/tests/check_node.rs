@@ -222,6 +222,20 @@ fn row_ids(report: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// Check 27's measurement: the scratch disk's volume, listed again after the disk went offline and online (the
+/// simulated host's arrival delays it), is the same volume.
+fn assert_volume_came_back(report: &Value) {
+    let c = check(report, "iscsi_volumes_after_online");
+    let back = &c["observations"]["volumes_after_online"]["value"];
+    assert_eq!(back["same_volume"], true, "{c}");
+    assert!(
+        findings(report)
+            .iter()
+            .any(|f| f["ref"]["kind"] == "node-check" && f["ref"]["id"] == 27),
+        "{c}"
+    );
+}
+
 /// Every check ran, nothing contradicts, the release played is the one identified, cleanup is complete.
 fn assert_self_test(report: &Value, release: Release) {
     let name = serde_json::to_value(release).expect("release");
@@ -239,6 +253,7 @@ fn assert_self_test(report: &Value, release: Release) {
         "{release:?}: {contradicting:?}\n{text}"
     );
     assert_eq!(report["release"]["identified"], json!([name]), "{text}");
+    assert_volume_came_back(report);
     assert_eq!(report["cleanup"]["complete"], true, "{text}");
     assert_eq!(report["summary"]["findings"]["contradicts"], 0);
     assert!(
@@ -304,6 +319,7 @@ async fn the_native_backend_runs_every_check_and_leaves_nothing() {
     for c in checks(&report) {
         assert_eq!(c["status"], "ran", "{} did not run:\n{text}", c["id"]);
     }
+    assert_volume_came_back(&report);
     let contradicting: Vec<String> = findings(&report)
         .iter()
         .filter(|f| f["verdict"] == "contradicts")

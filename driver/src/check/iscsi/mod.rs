@@ -376,11 +376,7 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         )
         .await;
     // How long the destructive calls take (their `millis`) is what check 28 asks.
-    c.observe(
-        "partition_disk",
-        o,
-        vec![Claim::record(Ref::NodeCheck(28))],
-    );
+    c.observe("partition_disk", o, vec![Claim::record(Ref::NodeCheck(28))]);
     if let Err(e) = r {
         c.fail(format!("PartitionDisk failed: {e}"));
         cx.end(c);
@@ -440,11 +436,7 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
             h.format_volume(&volume, cx.d()),
         )
         .await;
-    c.observe(
-        "format_volume",
-        o,
-        vec![Claim::record(Ref::NodeCheck(28))],
-    );
+    c.observe("format_volume", o, vec![Claim::record(Ref::NodeCheck(28))]);
     if let Err(e) = r {
         c.fail(format!("FormatVolume failed: {e}"));
         cx.end(c);
@@ -732,7 +724,9 @@ async fn volumes_after_online<H: Host>(cx: &mut Ctx<'_, H>, disk: u32, volume: &
         cx.end(c);
         return;
     }
-    say(&format!("  .. waiting for the volume of disk {disk} to come back"));
+    say(&format!(
+        "  .. waiting for the volume of disk {disk} to come back"
+    ));
     match wait_for_volume(cx, disk, since).await {
         Ok((back, rescanned)) => c.observe(
             "volumes_after_online",

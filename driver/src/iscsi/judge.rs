@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::pending::{Clock, Destructive, Pending};
 use super::stage::{volumes_fresh, write_error};
@@ -188,21 +188,35 @@ pub(super) async fn volume_of<H: Host>(
     let layouts = h.host().capabilities().disk_layout;
     let mut polls = Polls::new(judge);
     let mut outcome = Polls::outcome(judge);
-    loop {
-        let look = look(h, number, disk, layouts).await?;
-        match decide(judge, &key, rec, disk, &look)? {
-            Next::Volume(v) => {
-                judge.forget(&key);
-                return Ok(v);
+    // A PartitionDisk answered in this call: its announcement is cleared in `rec` but not yet durable.
+    let mut answered = false;
+    let found = async {
+        loop {
+            let look = look(h, number, disk, layouts).await?;
+            match decide(judge, &key, rec, disk, &look)? {
+                Next::Volume(v) => {
+                    judge.forget(&key);
+                    return Ok(v);
+                }
+                Next::Partition => {
+                    partition(cx, h, judge, &key, volume_id, staging, rec, number, disk).await?;
+                    answered = true;
+                    polls = Polls::new(judge);
+                }
+                Next::Wait(why) => polls.next(h, &why).await?,
+                Next::Outcome(why) => outcome.next(h, &why).await?,
             }
-            Next::Partition => {
-                partition(cx, h, judge, &key, volume_id, staging, rec, number, disk).await?;
-                polls = Polls::new(judge);
-            }
-            Next::Wait(why) => polls.next(h, &why).await?,
-            Next::Outcome(why) => outcome.next(h, &why).await?,
         }
     }
+    .await;
+    if answered && found.is_err() {
+        // The stage gives up before its next record write (the new volume is still on its way): the retry must wait
+        // for that volume, not for a PartitionDisk that "may still be running" (the durable record's announcement).
+        if let Err(e) = put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await {
+            warn!(error = %e, "could not record that PartitionDisk answered; a retry waits for it as if it still ran");
+        }
+    }
+    found
 }
 
 /// Volumes (with a `Rescan` when none show), and the layout when there are none and the backend reads it.
@@ -315,8 +329,8 @@ fn decide(
     }
 }
 
-/// An announcement's outcome is known: cleared (recorded with the caller's next write, at once after a
-/// `PartitionDisk` that answered).
+/// An announcement's outcome is known: cleared (recorded with the caller's next write, or by `volume_of` when a
+/// stage gives up after a `PartitionDisk` that answered).
 fn learned(judge: &Judge, rec: &mut IscsiRecord, call: Destructive) {
     if let Some(p) = rec.pending.take_if(|p| p.call == call) {
         judge.clock.done(&p);
@@ -424,12 +438,11 @@ async fn partition<H: Host>(
     {
         Ok(()) => {
             // Over; a partition exists now. Its volume arrives later (waited for as this driver's). The cleared
-            // announcement is durable at once: a retry after this stage's UNAVAILABLE (its volume still on its way)
-            // must wait for the volume, not for a PartitionDisk that "may still be running".
+            // announcement is recorded with the next write (`volume_of` makes one when the stage gives up first).
             learned(judge, rec, Destructive::PartitionDisk);
             judge.forget(key);
             let _ = judge.since(&format!("{key}ours"));
-            put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await
+            Ok(())
         }
         // It may still run: the announcement stays for the retry to learn its outcome.
         Err(e) if e.kind.is_uncertain() => Err(write_error(e, disk, disk)),

@@ -41,6 +41,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::squeeze;
 use proxy_client::{ApiGroup, ProxyClient, Transport};
 use serde_json::json;
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
@@ -429,25 +430,6 @@ async fn record(w: Workflow) -> Vec<(Op, Vec<String>)> {
     out
 }
 
-/// `rpcs` with every immediately repeated run of one to four calls kept once: the steps of a sequence.
-fn squeeze(mut rpcs: Vec<String>) -> Vec<String> {
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for len in 1..=4 {
-            let mut i = 0;
-            while i + 2 * len <= rpcs.len() {
-                if rpcs[i..i + len] == rpcs[i + len..i + 2 * len] {
-                    rpcs.drain(i + len..i + 2 * len);
-                    changed = true;
-                } else {
-                    i += 1;
-                }
-            }
-        }
-    }
-    rpcs
-}
 
 /// 1-based occurrence of `rpcs[i]` within its operation.
 fn occurrence(rpcs: &[String], i: usize) -> u64 {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Env, d, logged_text, staging, target, unstage_req};
+use common::{Env, d, logged_text, squeeze, staging, target, unstage_req};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -714,23 +714,3 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
         .await;
 }
 
-/// `rpcs` with every immediately repeated run of one to four calls kept once (the waits look again and again; how
-/// often depends on arrival times): a sequence is asserted by what it does, not by how many times it looked.
-fn squeeze(mut rpcs: Vec<String>) -> Vec<String> {
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for len in 1..=4 {
-            let mut i = 0;
-            while i + 2 * len <= rpcs.len() {
-                if rpcs[i..i + len] == rpcs[i + len..i + 2 * len] {
-                    rpcs.drain(i + len..i + 2 * len);
-                    changed = true;
-                } else {
-                    i += 1;
-                }
-            }
-        }
-    }
-    rpcs
-}

@@ -170,3 +170,25 @@ pub(crate) fn unstage_req(id: &str) -> UnstageRequest {
         staging_target_path: staging(id),
     }
 }
+
+/// `calls` with every immediately repeated run of one to four calls kept once: the steps of a sequence. The waits
+/// look again and again and how often depends on arrival times, so a sequence is asserted by what it does, not by
+/// how many times it looked.
+pub(crate) fn squeeze<T: PartialEq>(mut calls: Vec<T>) -> Vec<T> {
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for len in 1..=4 {
+            let mut i = 0;
+            while i + 2 * len <= calls.len() {
+                if calls[i..i + len] == calls[i + len..i + 2 * len] {
+                    calls.drain(i + len..i + 2 * len);
+                    changed = true;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+    calls
+}

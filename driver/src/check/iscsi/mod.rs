@@ -697,32 +697,23 @@ async fn volumes_after_online<H: Host>(cx: &mut Ctx<'_, H>, disk: u32, volume: &
         "SetDiskState offline then online: how long until the disk's volume is listed again",
         "iscsi",
     );
-    let (o, r) = cx
-        .call(
-            HostOp::SetDiskState,
-            &format!("disk {disk} offline"),
-            h.set_disk_online(disk, false, cx.d()),
-        )
-        .await;
-    c.observe("set_offline", o, Vec::new());
-    if let Err(e) = r {
-        c.fail(format!("SetDiskState offline failed: {e}"));
-        cx.end(c);
-        return;
-    }
-    let since = Instant::now();
-    let (o, r) = cx
-        .call(
-            HostOp::SetDiskState,
-            &format!("disk {disk} online"),
-            h.set_disk_online(disk, true, cx.d()),
-        )
-        .await;
-    c.observe("set_online", o, Vec::new());
-    if let Err(e) = r {
-        c.fail(format!("SetDiskState online failed: {e}"));
-        cx.end(c);
-        return;
+    // The wait is timed from the online call (issued last).
+    let mut since = Instant::now();
+    for (online, state, name) in [(false, "offline", "set_offline"), (true, "online", "set_online")] {
+        since = Instant::now();
+        let (o, r) = cx
+            .call(
+                HostOp::SetDiskState,
+                &format!("disk {disk} {state}"),
+                h.set_disk_online(disk, online, cx.d()),
+            )
+            .await;
+        c.observe(name, o, Vec::new());
+        if let Err(e) = r {
+            c.fail(format!("SetDiskState {state} failed: {e}"));
+            cx.end(c);
+            return;
+        }
     }
     say(&format!(
         "  .. waiting for the volume of disk {disk} to come back"

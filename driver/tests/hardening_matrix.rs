@@ -430,7 +430,6 @@ async fn record(w: Workflow) -> Vec<(Op, Vec<String>)> {
     out
 }
 
-
 /// 1-based occurrence of `rpcs[i]` within its operation.
 fn occurrence(rpcs: &[String], i: usize) -> u64 {
     rpcs[..=i].iter().filter(|r| **r == rpcs[i]).count() as u64

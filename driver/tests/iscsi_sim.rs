@@ -713,4 +713,3 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
         })
         .await;
 }
-

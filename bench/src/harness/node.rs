@@ -328,6 +328,15 @@ impl Samples {
     }
 }
 
+/// `--disk-settle-time` at its minimum. Through csi-proxy the driver calls a RAW LUN empty only after looks spanning
+/// the settle time (15 s by default: Windows shows an existing volume some time after the disk comes online), which
+/// would make every first-time iSCSI stage measure that wait instead of the driver's work. The simulator here runs
+/// with instant arrival, so the shortest settle time is still exact; on a real node a fresh LUN's first stage
+/// through csi-proxy adds `--disk-settle-time` (BENCHMARKS.md, "What this does and does not measure").
+fn settle_args() -> [String; 2] {
+    ["--disk-settle-time".to_owned(), "1ms".to_owned()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::Samples;
@@ -353,13 +362,4 @@ mod tests {
         );
         assert_eq!(s.sum("wincsi_lock_wait_seconds", &[]), 0.0);
     }
-}
-
-/// `--disk-settle-time` at its minimum. Through csi-proxy the driver calls a RAW LUN empty only after looks spanning
-/// the settle time (15 s by default: Windows shows an existing volume some time after the disk comes online), which
-/// would make every first-time iSCSI stage measure that wait instead of the driver's work. The simulator here runs
-/// with instant arrival, so the shortest settle time is still exact; on a real node a fresh LUN's first stage
-/// through csi-proxy adds `--disk-settle-time` (BENCHMARKS.md, "What this does and does not measure").
-fn settle_args() -> [String; 2] {
-    ["--disk-settle-time".to_owned(), "1ms".to_owned()]
 }

@@ -699,7 +699,10 @@ async fn volumes_after_online<H: Host>(cx: &mut Ctx<'_, H>, disk: u32, volume: &
     );
     // The wait is timed from the online call (issued last).
     let mut since = Instant::now();
-    for (online, state, name) in [(false, "offline", "set_offline"), (true, "online", "set_online")] {
+    for (online, state, name) in [
+        (false, "offline", "set_offline"),
+        (true, "online", "set_online"),
+    ] {
         since = Instant::now();
         let (o, r) = cx
             .call(

@@ -87,6 +87,11 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 20_000)]
     pub(crate) client_calls: usize,
 
+    /// Interleaved rounds per client in the clients section (the calls split among them; each round pair gives one
+    /// CPU ratio, the target reads their median).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) client_rounds: usize,
+
     /// Only the clients section (tonic's and the kubelet-like client's cost per cheap RPC), printed; no results
     /// file is written.
     #[arg(long)]
@@ -138,6 +143,7 @@ impl Args {
             self.rest_volumes = 2;
             self.rest_checks = 1;
             self.client_calls = 200;
+            self.client_rounds = 2;
         }
         self
     }

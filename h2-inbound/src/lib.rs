@@ -516,6 +516,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // Past the first header block (every grpc-go connection) or not HTTP/2: nothing is left to fix, so once the
+        // buffers are drained the caller's buffer is filled straight from the connection (no 16 KiB scratch buffer
+        // zeroed per poll, no copy through `input` and `out`, no allocation per read).
+        if this.phase == Phase::Passthrough
+            && this.out_pos >= this.out.len()
+            && this.input.is_empty()
+            && !this.eof
+        {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
         loop {
             if this.out_pos < this.out.len() {
                 let n = (this.out.len() - this.out_pos).min(buf.remaining());

@@ -3,9 +3,11 @@
 //!
 //! Sequential `NodeGetCapabilities` calls (no host call, no record: the server's own work) on one connection, and
 //! with a new connection per call as kubelet dials (`pkg/volume/csi/csi_client.go`: a `grpc.Dial` per operation),
-//! in interleaved rounds (tonic, kubelet-like, tonic, …) so both clients meet the same machine. The driver's CPU is
-//! `utime + stime` of its process (`/proc/<pid>/stat`, every thread, 10 ms ticks: hence thousands of calls), divided
-//! by the calls; latency is each call's, to its answer. After each call (untimed) the kubelet-like client waits for
+//! in interleaved rounds (a tonic round and a kubelet-like one, their order alternating from round to round) so both
+//! clients meet the same machine. The driver's CPU is its threads' run time (`/proc/<pid>/task/*/schedstat`,
+//! nanoseconds; see [`sys::cpu_ms_fine`]), divided by the calls; latency is each call's, to its answer. Each round
+//! pair also gives a ratio (kubelet-like over tonic): on a shared machine the rounds' CPU figures drift with the
+//! other load, and the median of the pairs' ratios, with their spread, is the comparison the target reads. After each call (untimed) the kubelet-like client waits for
 //! its PING's answer: grpc-go writes the PING the moment the response's DATA arrives, ahead of the next request, so
 //! the server meets it alone; `h2` would otherwise let it ride in one write with the next request, which a real
 //! kubelet does not do.
@@ -47,6 +49,40 @@ pub(crate) struct ClientCost {
 pub(crate) struct Clients {
     /// Per client and connection pattern.
     pub(crate) rows: Vec<ClientCost>,
+    /// Per connection pattern: the driver's CPU per call of the kubelet-like client over tonic's, one ratio per
+    /// round pair.
+    pub(crate) ratios: Vec<RoundRatios>,
+}
+
+/// The per-round CPU ratios (kubelet-like over tonic) of one connection pattern.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RoundRatios {
+    /// `one connection` or `a connection per call`.
+    pub(crate) connection: &'static str,
+    /// One per round pair, in order.
+    pub(crate) rounds: Vec<f64>,
+}
+
+impl RoundRatios {
+    /// The median of the rounds' ratios.
+    pub(crate) fn median(&self) -> f64 {
+        let mut v = self.rounds.clone();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+
+    /// The smallest and largest round ratio.
+    pub(crate) fn range(&self) -> (f64, f64) {
+        self.rounds
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+                (lo.min(*r), hi.max(*r))
+            })
+    }
 }
 
 impl Clients {
@@ -55,6 +91,11 @@ impl Clients {
         self.rows
             .iter()
             .find(|r| r.client == client && r.connection == connection)
+    }
+
+    /// The round ratios of `connection`.
+    pub(crate) fn ratios(&self, connection: &str) -> Option<&RoundRatios> {
+        self.ratios.iter().find(|r| r.connection == connection)
     }
 }
 
@@ -127,14 +168,15 @@ struct Tally {
     pings: u64,
 }
 
-/// One round of `n` calls by `client`, on one connection or one per call; adds to `tally`.
+/// One round of `n` calls by `client`, on one connection or one per call; adds to `tally` and returns the driver's
+/// CPU in the round, ms.
 async fn round(
     node: &BenchNode,
     client: Client,
     per_call: bool,
     n: usize,
     tally: &mut Tally,
-) -> Result<()> {
+) -> Result<f64> {
     let endpoint = node.endpoint().to_owned();
     let socket = node.socket()?;
     let shared = if per_call {
@@ -148,7 +190,7 @@ async fn round(
         Some(c)
     };
     let pings_before = shared.as_ref().map_or(0, Conn::pings);
-    let cpu = sys::cpu_ms(node.driver_pid())?;
+    let cpu = sys::cpu_ms_fine(node.driver_pid())?;
     for _ in 0..n {
         let start = Instant::now();
         let opened;
@@ -168,11 +210,12 @@ async fn round(
             tally.pings += c.pings();
         }
     }
-    tally.cpu_ms += sys::cpu_ms(node.driver_pid())? - cpu;
+    let used = sys::cpu_ms_fine(node.driver_pid())? - cpu;
+    tally.cpu_ms += used;
     if let Some(c) = &shared {
         tally.pings += c.pings() - pings_before;
     }
-    Ok(())
+    Ok(used)
 }
 
 /// `calls` cheap calls per client and pattern, in `rounds` interleaved rounds.
@@ -183,11 +226,23 @@ pub(crate) async fn cheap_rpcs(node: &BenchNode, calls: usize, rounds: usize) ->
         let n = if per_call { calls / 4 } else { calls };
         let per_round = (n / rounds).max(1);
         let mut tallies = [Tally::default(), Tally::default()];
-        for _ in 0..rounds {
-            for (i, client) in [Client::Tonic, Client::KubeletLike].into_iter().enumerate() {
-                round(node, client, per_call, per_round, &mut tallies[i]).await?;
+        let mut ratios = RoundRatios {
+            connection,
+            rounds: Vec::with_capacity(rounds),
+        };
+        for r in 0..rounds {
+            // Alternating which client goes first, so neither always meets the machine right after the other.
+            let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
+            let mut cpu = [0.0; 2];
+            for i in order {
+                let client = [Client::Tonic, Client::KubeletLike][i];
+                cpu[i] = round(node, client, per_call, per_round, &mut tallies[i]).await?;
+            }
+            if cpu[0] > 0.0 {
+                ratios.rounds.push(cpu[1] / cpu[0]);
             }
         }
+        out.ratios.push(ratios);
         for (client, t) in [Client::Tonic, Client::KubeletLike]
             .into_iter()
             .zip(tallies)

@@ -159,7 +159,7 @@ async fn bench(args: Args) -> Result<bool> {
     )
     .await?;
     if args.clients_only {
-        let c = clients::cheap_rpcs(&node, args.client_calls, 4).await?;
+        let c = clients::cheap_rpcs(&node, args.client_calls, args.client_rounds.max(1)).await?;
         say(&report_rest::clients_table(&c));
         node.shutdown().await;
         return Ok(true);
@@ -237,7 +237,7 @@ async fn bench(args: Args) -> Result<bool> {
         "clients: {} cheap calls each by tonic's client and the kubelet-like one",
         args.client_calls
     ));
-    let clients = clients::cheap_rpcs(&node, args.client_calls, 4).await?;
+    let clients = clients::cheap_rpcs(&node, args.client_calls, args.client_rounds.max(1)).await?;
 
     say(&format!(
         "soak: {} lifecycles, {} in flight",

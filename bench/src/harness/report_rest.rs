@@ -20,8 +20,12 @@ fn per_poll(a: &AtRest, protocol: Protocol, release: &str) -> Option<f64> {
         .map(|p| p.processes as f64 / p.volumes.max(1) as f64)
 }
 
-/// The clients' server CPU ratio (kubelet-like over tonic) on one connection.
+/// The clients' server CPU ratio (kubelet-like over tonic) on one connection: the median of the round pairs' ratios
+/// (the ratio of the totals when there are none).
 fn ping_ratio(c: &Clients) -> Option<f64> {
+    if let Some(r) = c.ratios("one connection").filter(|r| !r.rounds.is_empty()) {
+        return Some(r.median());
+    }
     let t = c.row("tonic", "one connection")?;
     let k = c.row("kubelet-like", "one connection")?;
     Some(k.server_cpu_us / t.server_cpu_us)
@@ -76,7 +80,23 @@ pub(crate) fn clients_table(c: &Clients) -> String {
     if let Some(ratio) = ping_ratio(c) {
         let _ = writeln!(
             out,
-            "\nOn one connection the kubelet-like client costs the driver {ratio:.2} × tonic's CPU per call."
+            "\nOn one connection the kubelet-like client costs the driver {ratio:.2} × tonic's CPU per call (median of \
+             the round pairs' ratios)."
+        );
+    }
+    for r in c.ratios.iter().filter(|r| !r.rounds.is_empty()) {
+        let (lo, hi) = r.range();
+        let _ = writeln!(
+            out,
+            "- {}: median {:.2} ×, {} round pairs from {lo:.2} to {hi:.2} × ({})",
+            r.connection,
+            r.median(),
+            r.rounds.len(),
+            r.rounds
+                .iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     out
@@ -169,10 +189,11 @@ pub(crate) fn sections(r: &Results, out: &mut String) {
     let _ = writeln!(
         out,
         "\n### 7. Clients: tonic's and kubelet's (a PING after each response)\n\n\
-         `NodeGetCapabilities` (no host call, no record), in 4 interleaved rounds per client; the driver's CPU from \
-         `/proc/<pid>/stat`. The kubelet-like client is the `h2` crate sending a PING whenever a response's DATA arrives \
+         `NodeGetCapabilities` (no host call, no record), in {} interleaved rounds per client (which client goes first \
+         alternates); the driver's CPU from its threads' `/proc/<pid>/task/*/schedstat` (ns). The kubelet-like client is the `h2` crate sending a PING whenever a response's DATA arrives \
          and no PING of its is unanswered, as grpc-go's BDP estimator does; \"a connection per call\" dials for every \
          call, as kubelet does.\n\n{}",
+        r.clients.ratios.first().map_or(0, |x| x.rounds.len()),
         clients_table(&r.clients)
     );
 }

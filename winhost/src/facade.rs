@@ -171,6 +171,16 @@ pub trait IscsiWmi: Send + Sync {
         portal: &MsftIscsiTargetPortal,
     ) -> CallResult<IscsiOutcome>;
 
+    /// `MSFT_iSCSITargetPortal.Remove(InitiatorInstanceName, InitiatorPortalAddress, TargetPortalAddress,
+    /// TargetPortalPortNumber)` on the portal's instance, with the portal's own parameters as for `Update`
+    /// (csi-proxy v1.3.0 `pkg/cim/iscsi.go:139-150` passes them so): the portal and its discovery cache go; sessions
+    /// stay.
+    fn target_portal_remove(
+        &self,
+        ctx: &CallContext,
+        portal: &MsftIscsiTargetPortal,
+    ) -> CallResult<IscsiOutcome>;
+
     /// `ASSOCIATORS OF {portal} WHERE AssocClass = MSFT_iSCSITargetToiSCSITargetPortal ResultClass =
     /// MSFT_iSCSITarget`.
     fn portal_targets(
@@ -253,6 +263,17 @@ pub trait SmbWmi: Send + Sync {
     /// `SELECT … FROM MSFT_SmbGlobalMapping`: every mapping (the caller compares `RemotePath` itself, ignoring case:
     /// whether the provider does is unverified, reference §2.2).
     fn global_mappings(&self, ctx: &CallContext) -> CallResult<Vec<SmbGlobalMapping>>;
+
+    /// `SELECT … FROM MSFT_SmbGlobalMapping WHERE RemotePath = "<remote_path>"` (quoted by [`crate::wql::quote`]):
+    /// the mappings of one remote path, without listing every mapping on the node. Whether the provider compares
+    /// `RemotePath` ignoring case (or slash style) is unverified (reference §2.2), so an empty answer does not prove
+    /// there is no mapping under another spelling: a caller that must not miss one falls back to
+    /// [`SmbWmi::global_mappings`].
+    fn global_mappings_of(
+        &self,
+        ctx: &CallContext,
+        remote_path: &str,
+    ) -> CallResult<Vec<SmbGlobalMapping>>;
 
     /// Static `MSFT_SmbGlobalMapping.Create(…)`; out `CreatedMapping`.
     fn global_mapping_create(

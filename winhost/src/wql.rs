@@ -292,6 +292,26 @@ mod tests {
         );
     }
 
+    /// `SmbWmi::global_mappings_of`'s query (win32 `select` with one `RemotePath` filter): the share root quoted,
+    /// every backslash of the UNC path doubled.
+    #[test]
+    fn smb_mapping_lookup_by_remote_path() {
+        assert_eq!(
+            Select::new("MSFT_SmbGlobalMapping", &[])
+                .eq("RemotePath", WqlValue::Str(r"\\fs1\data"))
+                .build()
+                .unwrap(),
+            r#"SELECT * FROM MSFT_SmbGlobalMapping WHERE RemotePath = "\\\\fs1\\data""#
+        );
+        assert_eq!(
+            Select::new("MSFT_SmbGlobalMapping", &[])
+                .eq("RemotePath", WqlValue::Str(r#"\\srv\a"b"#))
+                .build()
+                .unwrap(),
+            r#"SELECT * FROM MSFT_SmbGlobalMapping WHERE RemotePath = "\\\\srv\\a\"b""#
+        );
+    }
+
     #[test]
     fn associators_accept_storage_paths_and_refuse_stray_braces() {
         let path = ObjectPath::new(

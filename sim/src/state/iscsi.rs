@@ -56,6 +56,11 @@ pub struct Portal {
     pub discovery_credentials: Option<(String, Secret)>,
     /// Whether the portal is added on the host (`MSFT_iSCSITargetPortal` exists).
     pub added: bool,
+    /// The discovery CHAP the initiator keeps for the portal, which its SendTargets (`Update`) presents: set when the
+    /// portal is added (the administrator's for a preconfigured one); `New` on a portal already added leaves it
+    /// (**unverified**, real-node check N31). Never serialised.
+    #[serde(skip)]
+    pub added_with: Option<(String, Secret)>,
     /// Windows' discovery cache of this portal: the IQNs (lower-cased) its last SendTargets reported. Filled when the
     /// portal is added; refreshed only by what row `discovery_refresh` lists (a target the array creates later,
     /// [`State::add_target`], is not in it until then).
@@ -145,6 +150,11 @@ pub(crate) fn load(st: &mut State, spec: &IscsiSpec) -> Result<()> {
                 .as_ref()
                 .map(|c| (c.username.clone(), c.secret.clone())),
             added: p.preconfigured,
+            added_with: p
+                .discovery_chap
+                .as_ref()
+                .filter(|_| p.preconfigured)
+                .map(|c| (c.username.clone(), c.secret.clone())),
             discovered,
             targets,
         });
@@ -320,7 +330,27 @@ impl State {
         };
         let p = &mut self.portals[pi];
         p.added = false;
+        p.added_with = None;
         p.discovered.clear();
+        Ok(())
+    }
+
+    /// An administrator changes the portal's discovery CHAP on the array (`None`: discovery without CHAP). The
+    /// host keeps what it added the portal with, so its next SendTargets is refused until the portal is added again
+    /// with the new credentials.
+    pub fn set_discovery_chap(
+        &mut self,
+        address: &str,
+        port: u32,
+        credentials: Option<(String, Secret)>,
+    ) -> Result<()> {
+        let port = port_or_default(port);
+        let pi = self.portal_index(address, port).ok_or_else(|| {
+            self.portal_error("no such portal on the storage network", address, port)
+        })?;
+        let p = &mut self.portals[pi];
+        p.discovery_chap = credentials.is_some();
+        p.discovery_credentials = credentials;
         Ok(())
     }
 

@@ -54,6 +54,25 @@ fn failed<T: Default>(
     }
 }
 
+/// The portal `portal`'s instance names, for a method that takes the portal's own address and port as parameters
+/// (`Update`, `Remove`); `None` when they name another portal (the caller answers 0xEFFF0043 `PORTAL_NOT_FOUND`).
+fn own_portal(
+    st: &State,
+    call: &'static str,
+    portal: &MsftIscsiTargetPortal,
+) -> CallResult<Option<usize>> {
+    let pi = portal_of(st, &portal.path)
+        .ok_or_else(|| bad_path(call))?
+        .ok_or_else(|| not_found(call))?;
+    let p = &st.portals[pi];
+    let port = port_or_default(u32::from(portal.target_portal_port_number));
+    Ok((p
+        .address
+        .eq_ignore_ascii_case(&portal.target_portal_address)
+        && p.port == port)
+        .then_some(pi))
+}
+
 fn ok<T>(method: &'static str, output: T) -> CallResult<IscsiOutcome<T>> {
     Ok(MethodOutcome::new(
         method,
@@ -175,6 +194,10 @@ impl IscsiWmi for WindowsView {
                     }
                 }
                 st.portals[pi].added = true;
+                st.portals[pi].added_with = params
+                    .chap
+                    .filter(|_| params.authentication_type != Some(AuthenticationType::None))
+                    .map(|c| (c.username.to_owned(), Secret::new(c.secret)));
                 st.send_targets(pi);
             } else if st.behaviour.portal_readd_refreshes {
                 st.send_targets(pi);
@@ -204,19 +227,45 @@ impl IscsiWmi for WindowsView {
             "initiator_portal_address": portal.initiator_portal_address,
         });
         self.method(ctx, CALL, args, |st| {
-            let pi = portal_of(st, &portal.path)
-                .ok_or_else(|| bad_path(CALL))?
-                .ok_or_else(|| not_found(CALL))?;
-            let p = &st.portals[pi];
-            let port = port_or_default(u32::from(portal.target_portal_port_number));
-            if !p
-                .address
-                .eq_ignore_ascii_case(&portal.target_portal_address)
-                || p.port != port
-            {
+            let Some(pi) = own_portal(st, CALL, portal)? else {
                 return failed(st, CALL, IscsiStatus::PortalNotFound);
+            };
+            let p = &st.portals[pi];
+            // SendTargets presents the discovery CHAP the portal was added with; an array that now wants other
+            // credentials refuses it as a login would be (**unverified**: real-node check N31).
+            if let Some((user, secret)) = &p.discovery_credentials
+                && p.added_with
+                    .as_ref()
+                    .is_none_or(|(u, s)| u != user || s.expose() != secret.expose())
+            {
+                return failed(st, CALL, IscsiStatus::AuthenticationFailure);
             }
             st.send_targets(pi);
+            ok(CALL, ())
+        })
+    }
+
+    /// `Remove(…)` with the portal's own parameters (as `Update`): the portal, its discovery cache and the CHAP it
+    /// was added with go; sessions stay. 0xEFFF0043 `PORTAL_NOT_FOUND` for parameters naming another portal.
+    fn target_portal_remove(
+        &self,
+        ctx: &CallContext,
+        portal: &MsftIscsiTargetPortal,
+    ) -> CallResult<IscsiOutcome> {
+        const CALL: &str = "MSFT_iSCSITargetPortal.Remove";
+        let args = json!({
+            "portal": portal.path.as_str(),
+            "target_portal_address": portal.target_portal_address,
+            "target_portal_port_number": portal.target_portal_port_number,
+        });
+        self.method(ctx, CALL, args, |st| {
+            let Some(pi) = own_portal(st, CALL, portal)? else {
+                return failed(st, CALL, IscsiStatus::PortalNotFound);
+            };
+            let p = &mut st.portals[pi];
+            p.added = false;
+            p.added_with = None;
+            p.discovered.clear();
             ok(CALL, ())
         })
     }

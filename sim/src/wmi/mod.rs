@@ -75,6 +75,7 @@ pub const CALLS: &[&str] = &[
     "SELECT MSFT_iSCSITargetPortal",
     "MSFT_iSCSITargetPortal.New",
     "MSFT_iSCSITargetPortal.Update",
+    "MSFT_iSCSITargetPortal.Remove",
     "ASSOCIATORS MSFT_iSCSITargetToiSCSITargetPortal->MSFT_iSCSITarget",
     "SELECT MSFT_iSCSITarget",
     "MSFT_iSCSITarget.Connect",
@@ -90,6 +91,7 @@ pub const CALLS: &[&str] = &[
     "MSFT_iSCSISession.Register",
     // ROOT\Microsoft\Windows\SMB
     "SELECT MSFT_SmbGlobalMapping",
+    "SELECT MSFT_SmbGlobalMapping WHERE RemotePath",
     "MSFT_SmbGlobalMapping.Create",
     "MSFT_SmbGlobalMapping.Remove",
     // Win32

@@ -62,6 +62,32 @@ impl SmbWmi for WindowsView {
         })
     }
 
+    /// `SELECT … WHERE RemotePath = "…"`: the mappings whose `RemotePath` equals `remote_path` exactly — case,
+    /// slashes and all. Whether the SMB provider compares `RemotePath` ignoring case is **unverified** (reference
+    /// §2.2; `docs/real-node-checks.md` N3), so the view is at least as unkind as Windows may be: `\\FS1\Data`
+    /// finds nothing when the mapping lists as `\\fs1\data` (every `RemotePath` here is listed lower-cased). Audited
+    /// as its own call, so tests tell it from the full listing.
+    fn global_mappings_of(
+        &self,
+        ctx: &CallContext,
+        remote_path: &str,
+    ) -> CallResult<Vec<SmbGlobalMapping>> {
+        let args = json!({ "remote_path": remote_path });
+        self.call(
+            ctx,
+            "SELECT MSFT_SmbGlobalMapping WHERE RemotePath",
+            args,
+            |st| {
+                Ok(st
+                    .mappings
+                    .values()
+                    .filter(|m| m.remote_path == remote_path)
+                    .map(msft_mapping)
+                    .collect())
+            },
+        )
+    }
+
     /// `Create(RemotePath, Credential, RequirePrivacy, …)`: `RemotePath` must be a share root (87 otherwise, the
     /// "parameter is incorrect" of csi-proxy#206 for a malformed argument); `RequirePrivacy` defaults to false
     /// (`New-SmbGlobalMapping`'s default).

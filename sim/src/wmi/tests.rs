@@ -369,6 +369,29 @@ fn smb_mappings_are_listed_with_status_created_removed_and_repaired() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].status, SmbMappingStatus::Ok);
     assert!(listed[0].remote_path.eq_ignore_ascii_case(r"\\fs1\data"));
+    // Looked up by `RemotePath`: compared exactly (whether the provider ignores case is unverified), audited apart.
+    f.host.clear_audit();
+    assert_eq!(
+        f.view
+            .global_mappings_of(&c, &listed[0].remote_path)
+            .unwrap(),
+        listed
+    );
+    assert_eq!(
+        f.view.global_mappings_of(&c, r"\\FS1\Data").unwrap(),
+        [],
+        "another case finds nothing"
+    );
+    assert_eq!(
+        f.view.global_mappings_of(&c, "//fs1/data").unwrap(),
+        [],
+        "another slash style finds nothing"
+    );
+    let audited: Vec<String> = f.host.audit(0).into_iter().map(|e| e.rpc).collect();
+    assert_eq!(
+        audited,
+        ["SELECT MSFT_SmbGlobalMapping WHERE RemotePath"; 3]
+    );
     // The share is reachable through the mapping.
     assert_eq!(
         f.view
@@ -1047,6 +1070,10 @@ fn the_view_over_a_socket_answers_as_in_process() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NetworkPathNotFound);
     assert!(err.error_object().is_some());
+    assert_eq!(
+        remote.global_mappings_of(&c, r"\\fs1\data").unwrap(),
+        f.view.global_mappings_of(&c, r"\\fs1\data").unwrap()
+    );
     let os = remote.disks(&c, Some(0)).unwrap().remove(0);
     let online = remote.disk_online(&c, &os.path).unwrap();
     assert_eq!(online.method, "MSFT_Disk.Online");

@@ -365,6 +365,14 @@ impl IscsiWmi for RemoteHost {
         let portal = portal.clone();
         self.call(ctx, Request::TargetPortalUpdate { portal })
     }
+    fn target_portal_remove(
+        &self,
+        ctx: &CallContext,
+        portal: &MsftIscsiTargetPortal,
+    ) -> CallResult<IscsiOutcome> {
+        let portal = portal.clone();
+        self.call(ctx, Request::TargetPortalRemove { portal })
+    }
     fn portal_targets(
         &self,
         ctx: &CallContext,
@@ -459,6 +467,14 @@ impl IscsiWmi for RemoteHost {
 impl SmbWmi for RemoteHost {
     fn global_mappings(&self, ctx: &CallContext) -> CallResult<Vec<SmbGlobalMapping>> {
         self.call(ctx, Request::GlobalMappings)
+    }
+    fn global_mappings_of(
+        &self,
+        ctx: &CallContext,
+        remote_path: &str,
+    ) -> CallResult<Vec<SmbGlobalMapping>> {
+        let remote_path = remote_path.to_owned();
+        self.call(ctx, Request::GlobalMappingsOf { remote_path })
     }
     fn global_mapping_create(
         &self,

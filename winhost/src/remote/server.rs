@@ -62,6 +62,7 @@ fn dispatch(host: &dyn WindowsHost, ctx: &CallContext, request: Request) -> Resp
         }
         R::TargetPortalNew { params } => answer(host.target_portal_new(c, &params.borrow())),
         R::TargetPortalUpdate { portal } => answer(host.target_portal_update(c, &portal)),
+        R::TargetPortalRemove { portal } => answer(host.target_portal_remove(c, &portal)),
         R::PortalTargets { portal } => answer(host.portal_targets(c, &portal)),
         R::Targets => answer(host.targets(c)),
         R::TargetConnect { params } => answer(host.target_connect(c, &params.borrow())),
@@ -81,6 +82,7 @@ fn dispatch(host: &dyn WindowsHost, ctx: &CallContext, request: Request) -> Resp
         R::SetChapSecret { secret } => answer(host.set_chap_secret(c, &secret)),
         R::InitiatorPorts => answer(host.initiator_ports(c)),
         R::GlobalMappings => answer(host.global_mappings(c)),
+        R::GlobalMappingsOf { remote_path } => answer(host.global_mappings_of(c, &remote_path)),
         R::GlobalMappingCreate { params } => {
             answer(host.global_mapping_create(c, &params.borrow()))
         }

@@ -281,6 +281,9 @@ pub(crate) enum Request {
     TargetPortalUpdate {
         portal: MsftIscsiTargetPortal,
     },
+    TargetPortalRemove {
+        portal: MsftIscsiTargetPortal,
+    },
     PortalTargets {
         portal: ObjectPath,
     },
@@ -318,6 +321,9 @@ pub(crate) enum Request {
     InitiatorPorts,
     // SmbWmi
     GlobalMappings,
+    GlobalMappingsOf {
+        remote_path: String,
+    },
     GlobalMappingCreate {
         params: CreateMapping,
     },

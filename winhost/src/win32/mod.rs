@@ -688,29 +688,27 @@ impl IscsiWmi for WinHost {
         ctx: &CallContext,
         portal: &MsftIscsiTargetPortal,
     ) -> CallResult<IscsiOutcome> {
-        let params = Params::default()
-            .with(
-                "InitiatorInstanceName",
-                str_in(portal.initiator_instance_name.as_deref()),
-            )
-            .with(
-                "InitiatorPortalAddress",
-                str_in(portal.initiator_portal_address.as_deref()),
-            )
-            .with(
-                "TargetPortalAddress",
-                str_in(Some(&portal.target_portal_address)),
-            )
-            .with(
-                "TargetPortalPortNumber",
-                Some(In::U16(portal.target_portal_port_number)),
-            );
         self.iscsi(
             ctx,
             Lane::Iscsi,
             "MSFT_iSCSITargetPortal.Update",
             Some(&portal.path),
-            params,
+            portal_params(portal),
+            nothing,
+        )
+    }
+
+    fn target_portal_remove(
+        &self,
+        ctx: &CallContext,
+        portal: &MsftIscsiTargetPortal,
+    ) -> CallResult<IscsiOutcome> {
+        self.iscsi(
+            ctx,
+            Lane::Iscsi,
+            "MSFT_iSCSITargetPortal.Remove",
+            Some(&portal.path),
+            portal_params(portal),
             nothing,
         )
     }
@@ -907,6 +905,28 @@ impl IscsiWmi for WinHost {
     }
 }
 
+/// The in-parameters `MSFT_iSCSITargetPortal.Update` and `.Remove` take: the portal's own (the initiator ones only
+/// when set).
+fn portal_params(portal: &MsftIscsiTargetPortal) -> Params {
+    Params::default()
+        .with(
+            "InitiatorInstanceName",
+            str_in(portal.initiator_instance_name.as_deref()),
+        )
+        .with(
+            "InitiatorPortalAddress",
+            str_in(portal.initiator_portal_address.as_deref()),
+        )
+        .with(
+            "TargetPortalAddress",
+            str_in(Some(&portal.target_portal_address)),
+        )
+        .with(
+            "TargetPortalPortNumber",
+            Some(In::U16(portal.target_portal_port_number)),
+        )
+}
+
 impl SmbWmi for WinHost {
     fn global_mappings(&self, ctx: &CallContext) -> CallResult<Vec<SmbGlobalMapping>> {
         self.select(
@@ -914,6 +934,20 @@ impl SmbWmi for WinHost {
             Namespace::Smb,
             "MSFT_SmbGlobalMapping",
             Vec::new(),
+            wmi::smb_mapping,
+        )
+    }
+
+    fn global_mappings_of(
+        &self,
+        ctx: &CallContext,
+        remote_path: &str,
+    ) -> CallResult<Vec<SmbGlobalMapping>> {
+        self.select(
+            ctx,
+            Namespace::Smb,
+            "MSFT_SmbGlobalMapping",
+            vec![("RemotePath", In::Str(remote_path.to_owned()))],
             wmi::smb_mapping,
         )
     }

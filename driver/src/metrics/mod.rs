@@ -22,6 +22,7 @@
 //! | `wincsi_state_commit_changes_total` | counter | — | the record store: changes committed in those groups |
 //! | `wincsi_lock_wait_seconds` | histogram | `lock` | the lifecycle: waiting for a shared host object's lock; iSCSI: for a shared disk listing (`disk-listing`) |
 //! | `wincsi_csi_proxy_connections_abandoned_total` | counter | `group` | proxy-client: a csi-proxy connection left for a fresh one because nothing came back on it before a call's deadline |
+//! | `wincsi_smb_unencrypted_mapping_reuses_total` | counter | — | the native backend: a stage reused an SMB global mapping someone else made without `RequirePrivacy` although `--smb-require-privacy` is on (the share's traffic is not encrypted; alert on it) |
 //! | `wincsi_build_info` | gauge (1) | `version`, `csi_spec`, `target`, `profile`, `rustc` | build constants |
 //!
 //! Label values are fixed vocabularies (RPC and csi-proxy method names, gRPC code names, error kinds, protocol
@@ -162,6 +163,7 @@ pub struct Metrics {
     commit_changes: Counter,
     lock_wait: HistogramFamily<LockLabels>,
     abandoned_connections: Family<GroupLabels, Counter>,
+    unencrypted_mapping_reuses: Counter,
     state: RwLock<Option<Arc<dyn StateSource>>>,
     scrape: Mutex<()>,
 }
@@ -198,6 +200,7 @@ impl Metrics {
         let commit_changes = Counter::default();
         let lock_wait = HistogramFamily::<LockLabels>::new_with_constructor(wait_histogram);
         let abandoned_connections = Family::<GroupLabels, Counter>::default();
+        let unencrypted_mapping_reuses = Counter::default();
         // prometheus-client appends `_total` to counters and `_info` to info metrics.
         registry.register(
             "wincsi_csi_requests",
@@ -278,6 +281,12 @@ impl Metrics {
             abandoned_connections.clone(),
         );
         registry.register(
+            "wincsi_smb_unencrypted_mapping_reuses",
+            "SMB global mappings reused although they do not require encryption (RequirePrivacy false) while \
+             --smb-require-privacy is on: someone else made them; the share's traffic is not encrypted",
+            unencrypted_mapping_reuses.clone(),
+        );
+        registry.register(
             "wincsi_build",
             "Build information of the running driver",
             Info::new([
@@ -305,6 +314,7 @@ impl Metrics {
             commit_changes,
             lock_wait,
             abandoned_connections,
+            unencrypted_mapping_reuses,
             state: RwLock::new(None),
             scrape: Mutex::new(()),
         }
@@ -365,6 +375,16 @@ impl Metrics {
         self.abandoned_connections
             .get_or_create(&GroupLabels { group })
             .inc();
+    }
+
+    /// The native backend reused an SMB global mapping that does not require encryption although wincsi requires it.
+    pub fn observe_unencrypted_mapping_reuse(&self) {
+        self.unencrypted_mapping_reuses.inc();
+    }
+
+    /// How many such reuses were counted ([`Metrics::observe_unencrypted_mapping_reuse`]).
+    pub fn unencrypted_mapping_reuses(&self) -> u64 {
+        self.unencrypted_mapping_reuses.get()
     }
 
     /// Where the state gauges come from from now on (the last source set wins).
@@ -542,6 +562,23 @@ mod tests {
                 .lines()
                 .any(|l| l == "wincsi_host_backend_up{backend=\"csi-proxy\"} 1")
         );
+    }
+
+    #[test]
+    fn unencrypted_mapping_reuses_are_counted() {
+        let m = Metrics::new();
+        assert!(
+            !m.encode()
+                .contains("wincsi_smb_unencrypted_mapping_reuses_total 1"),
+        );
+        m.observe_unencrypted_mapping_reuse();
+        let text = m.encode();
+        assert!(
+            text.lines()
+                .any(|l| l == "wincsi_smb_unencrypted_mapping_reuses_total 1"),
+            "{text}"
+        );
+        assert_eq!(m.unencrypted_mapping_reuses(), 1);
     }
 
     #[test]

@@ -172,11 +172,9 @@ fn share_resolves(o: &Ops<'_>, target: &str) -> HostResult<bool> {
         return Ok(false);
     };
     let root = parts.share_root();
-    let mappings = o.w.global_mappings(o.c).map_err(|e| o.err(e))?;
-    let usable = mappings.iter().any(|m| {
-        super::smb::same_share_root(&m.remote_path, &root)
-            && (m.status.is_ok() || m.status.is_settling())
-    });
+    let usable = super::smb::mappings_of(o, &root)?
+        .iter()
+        .any(|m| m.status.is_ok() || m.status.is_settling());
     if !usable {
         return Ok(false);
     }

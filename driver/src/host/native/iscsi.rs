@@ -1,8 +1,23 @@
 //! The iSCSI initiator over the `MSFT_iSCSI*` classes (reference §2.5, §3): portals with discovery CHAP, the portal's
 //! cached targets and their rediscovery (`Update` with its documented parameters), logins (persistent when asked,
-//! also for a target that already has a session), every session of a target on logout, the target's disks through
-//! its sessions. A tolerated status ("already logged in", "not found" on logout) counts whether the provider returns
-//! it or raises it with its error object (`Ops::method`).
+//! also for a target that already has a session), logouts of the sessions this driver made, the target's disks
+//! through its sessions. A tolerated status ("already logged in", "not found" on logout) counts whether the provider
+//! returns it or raises it with its error object (`Ops::method`).
+//!
+//! # Whose session it is
+//!
+//! A session has no owner field, so what the driver knows is recorded, in two durable ledgers in the state directory
+//! (keyed by the target's lower-cased name, so a persistent login that comes back after a reboot as a new session is
+//! still known):
+//! - [`SESSION_LEDGER_FILE`]: targets whose session this driver made — written **before** `Connect`, cleared after
+//!   the logout, after a `Connect` that definitely failed, or after one that found the target logged in meanwhile;
+//! - [`JOINED_LEDGER_FILE`]: targets that already had a session, made by someone else (an administrator's login,
+//!   another initiator tool, another driver's volume), when the driver came to them and joined it.
+//!
+//! `DisconnectTarget` leaves a joined target's sessions in place (review L3: it used to log out every session of the
+//! target, cutting the other user's I/O) and logs out the others: the driver's own, and those it has no record of —
+//! a login csi-proxy made for the driver before the node moved to HostProcess mode, or one the driver's adoption of
+//! a volume without a record judged to be that volume's (`iscsi/adopt.rs`), as csi-proxy's `DisconnectTarget` does.
 
 use winhost::codes::IscsiStatus;
 use winhost::model::{
@@ -11,6 +26,24 @@ use winhost::model::{
 };
 
 use super::{HostErrorKind, HostResult, IscsiAuth, Ops, Portal};
+
+/// The ledger of the targets whose sessions the native backend made, in the state directory (module docs).
+pub const SESSION_LEDGER_FILE: &str = "native-iscsi-sessions.json";
+
+/// The ledger of the targets whose sessions someone else made and the native backend joined (module docs).
+pub const JOINED_LEDGER_FILE: &str = "native-iscsi-joined.json";
+
+/// A target's key in the session ledger: IQNs compare ignoring case (reference D9).
+fn session_key(iqn: &str) -> String {
+    iqn.to_ascii_lowercase()
+}
+
+fn ledger_error(o: &Ops<'_>, e: std::io::Error) -> super::HostError {
+    o.fail(
+        HostErrorKind::Other,
+        format!("cannot record the iSCSI session in the driver's ledger: {e}"),
+    )
+}
 
 fn credentials(auth: &IscsiAuth) -> (AuthenticationType, Option<ChapCredentials<'_>>) {
     match auth {
@@ -32,15 +65,54 @@ fn credentials(auth: &IscsiAuth) -> (AuthenticationType, Option<ChapCredentials<
     }
 }
 
-/// `AddTargetPortal`: nothing when the portal is there (csi-proxy's check), else `New` (with discovery CHAP when
-/// given, reference §3).
+/// `AddTargetPortal`: `New` (with discovery CHAP when given, reference §3) when the portal is not there; nothing when
+/// it is (csi-proxy's check) — unless discovery CHAP is given, see [`discovery_chap_applies`].
 pub(super) fn add_portal(o: &Ops<'_>, portal: &Portal, discovery: &IscsiAuth) -> HostResult<()> {
     let existing =
         o.w.target_portals(o.c, Some((&portal.address, portal.port)))
             .map_err(|e| o.err(e))?;
-    if !existing.is_empty() {
+    if let Some(p) = existing.into_iter().next() {
+        if matches!(discovery, IscsiAuth::None) {
+            return Ok(());
+        }
+        return discovery_chap_applies(o, portal, &p, discovery);
+    }
+    new_portal(o, portal, discovery)
+}
+
+/// Discovery CHAP given for a portal already added (by another volume, an administrator, or before the array's
+/// discovery credentials changed). Windows keeps the CHAP a portal was added with and its SendTargets (`Update`)
+/// presents it; no `Update` parameter carries CHAP, and whether `New` on an added portal replaces it is unverified
+/// (real-node check N31; the simulated host keeps it). So when no target listed through the portal is connected, the
+/// portal's discovery is tried (`Update`, which also lists targets the array added since): if its credentials are
+/// refused, the portal is removed and added again with the volume's. A portal that sessions use is left as it is
+/// (its discovery worked), and one whose discovery works keeps its credentials.
+fn discovery_chap_applies(
+    o: &Ops<'_>,
+    portal: &Portal,
+    added: &MsftIscsiTargetPortal,
+    discovery: &IscsiAuth,
+) -> HostResult<()> {
+    let targets = o.w.portal_targets(o.c, &added.path).map_err(|e| o.err(e))?;
+    if targets.iter().any(|t| t.is_connected) {
         return Ok(());
     }
+    match update(o, added) {
+        Err(e) if e.kind == HostErrorKind::LogonFailure => {
+            tracing::info!(
+                %portal,
+                "the portal's discovery CHAP is refused: adding it again with the volume's discovery CHAP"
+            );
+            let out = o.w.target_portal_remove(o.c, added).map_err(|e| o.err(e))?;
+            o.accept(out, &[])?;
+            new_portal(o, portal, discovery)
+        }
+        other => other,
+    }
+}
+
+/// `MSFT_iSCSITargetPortal.New` ("already exists", returned or raised, counts as added).
+fn new_portal(o: &Ops<'_>, portal: &Portal, discovery: &IscsiAuth) -> HostResult<()> {
     let (auth, chap) = credentials(discovery);
     let params = NewTargetPortal {
         target_portal_address: &portal.address,
@@ -122,12 +194,24 @@ pub(super) fn connect(
         )
     })?;
     let (auth_type, chap) = credentials(auth);
+    let key = session_key(&target.node_address);
     if target.is_connected {
+        if !o.sessions.contains(&key) && !o.joined.contains(&key) {
+            tracing::info!(
+                iqn = %target.node_address,
+                "joining a session of the target that wincsi did not make: it is left in place at unstage"
+            );
+            o.joined.set(&key, true).map_err(|e| ledger_error(o, e))?;
+        }
         if persistent {
             make_persistent(o, &target, chap)?;
         }
         return Ok(());
     }
+    // Recorded before the login, so a crash after it over-counts (wincsi logs out a session it may have made), never
+    // under-counts.
+    o.sessions.set(&key, true).map_err(|e| ledger_error(o, e))?;
+    o.joined.set(&key, false).map_err(|e| ledger_error(o, e))?;
     let params = ConnectTarget {
         node_address: &target.node_address,
         target_portal_address: Some(&portal.address),
@@ -138,11 +222,23 @@ pub(super) fn connect(
         is_persistent: persistent.then_some(true),
         is_multipath_enabled: None,
     };
-    o.method(
-        o.w.target_connect(o.c, &params),
-        &[IscsiStatus::TargetAlreadyLoggedIn],
-    )
-    .map(|_| ())
+    let connected = o.w.target_connect(o.c, &params);
+    let raced = match &connected {
+        Ok(out) => out.code == IscsiStatus::TargetAlreadyLoggedIn,
+        Err(e) => e.iscsi_status() == Some(IscsiStatus::TargetAlreadyLoggedIn),
+    };
+    let result = o.method(connected, &[IscsiStatus::TargetAlreadyLoggedIn]);
+    let definite = match &result {
+        Ok(_) => raced,
+        Err(e) => !e.kind.is_uncertain(),
+    };
+    if definite {
+        // No session of this call's: someone logged in between the look and `Connect`, or it failed.
+        o.sessions
+            .set(&key, false)
+            .map_err(|e| ledger_error(o, e))?;
+    }
+    result.map(|_| ())
 }
 
 /// A persistent login for a target that already has a session: nothing when one of its sessions is persistent,
@@ -179,10 +275,19 @@ fn target(o: &Ops<'_>, iqn: &str) -> HostResult<Option<MsftIscsiTarget>> {
 }
 
 /// `DisconnectTarget`: every session of the target (csi-proxy handles only the first), each persistent one
-/// unregistered first so the initiator does not log it back in at boot; nothing when not connected.
+/// unregistered first so the initiator does not log it back in at boot; nothing when not connected. A target whose
+/// session the driver joined keeps it (module docs).
 pub(super) fn disconnect(o: &Ops<'_>, iqn: &str) -> HostResult<()> {
+    let key = session_key(iqn);
+    if o.joined.contains(&key) && !o.sessions.contains(&key) {
+        tracing::info!(
+            iqn,
+            "iSCSI sessions left in place: they were there before wincsi came to the target (it joined them)"
+        );
+        return o.joined.set(&key, false).map_err(|e| ledger_error(o, e));
+    }
     let Some(t) = target(o, iqn)? else {
-        return Ok(());
+        return o.sessions.set(&key, false).map_err(|e| ledger_error(o, e));
     };
     for s in o.w.target_sessions(o.c, &t.path).map_err(|e| o.err(e))? {
         if s.is_persistent {
@@ -196,7 +301,7 @@ pub(super) fn disconnect(o: &Ops<'_>, iqn: &str) -> HostResult<()> {
             &[IscsiStatus::NotFound],
         )?;
     }
-    Ok(())
+    o.sessions.set(&key, false).map_err(|e| ledger_error(o, e))
 }
 
 /// `GetTargetDisks`: the disks of every session of the target (`MSFT_iSCSISessionToDisk`); empty when not connected.

@@ -30,7 +30,7 @@
 //! | `Rmdir` | `RemoveDirectoryW` (267 → `DeleteFileW`); force: `RemoveDirectoryTree` (2/3 = done) |
 //! | `CreateSymlink` | `CreateSymbolicLinkW(DIRECTORY)` |
 //! | `IsSymlink` | `FSCTL_GET_REPARSE_POINT` → mount point: `GetVolumeInformationW`; local link: `GetFileAttributesW(target)`; share link: `SELECT MSFT_SmbGlobalMapping` (not OK → false) → `GetFileAttributesW(target)` |
-//! | `NewSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` → none: ledger → `Create` / OK: `GetFileAttributesW(root)` (reachable: reuse) / settling: wait, list again / broken: StaleMapping (never removed here: `smb.rs`) → link: `CreateSymbolicLinkW` |
+//! | `NewSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` (here, in `IsSymlink` and in `RemoveSmbGlobalMapping`: `WHERE RemotePath = root` first, every mapping only when that finds none of the share: `smb.rs` `mappings_of`) → none: ledger → `Create` / OK: `GetFileAttributesW(root)` (reachable: reuse) / settling: wait, list again / broken: StaleMapping (never removed here: `smb.rs`) → link: `CreateSymbolicLinkW` |
 //! | `RemoveSmbGlobalMapping` | `SELECT MSFT_SmbGlobalMapping` → ours: `Remove(Force)`; not ours: left in place |
 //! | `ListDiskLocations` | `SELECT MSFT_Disk` |
 //! | `ListDiskIDs` | `SELECT MSFT_Disk` → per disk `IOCTL_STORAGE_GET_DEVICE_NUMBER`, `IOCTL_STORAGE_QUERY_PROPERTY` |
@@ -50,8 +50,8 @@
 //! | `AddTargetPortal` | `SELECT MSFT_iSCSITargetPortal` → (absent: `New`, with discovery CHAP when given) |
 //! | `DiscoverTargetPortal` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (the cache only) |
 //! | `RefreshTargetPortal` (no csi-proxy RPC) | `SELECT MSFT_iSCSITargetPortal` → `Update(TargetPortalAddress, TargetPortalPortNumber[, InitiatorInstanceName, InitiatorPortalAddress])` |
-//! | `ConnectTarget` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (IQN ignoring case; absent: `Update` → again) → (not connected: `Connect`, `IsPersistent` when asked) |
-//! | `DisconnectTarget` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → `Disconnect` |
+//! | `ConnectTarget` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (IQN ignoring case; absent: `Update` → again) → (not connected: session ledger → `Connect`, `IsPersistent` when asked; connected by someone else: joined ledger) |
+//! | `DisconnectTarget` | a joined target: nothing (its sessions are someone else's: `iscsi.rs`); else `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → `Disconnect` |
 //! | `GetTargetDisks` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session `ASSOCIATORS …->MSFT_Disk` |
 //! | `SetMutualChapSecret` | `MSFT_iSCSISession.SetCHAPSecret` |
 //! | `ListTargetPortals` | `SELECT MSFT_iSCSITargetPortal` |
@@ -93,6 +93,7 @@ mod capability;
 mod disk;
 mod files;
 mod iscsi;
+mod ledger;
 mod ops;
 #[cfg(not(windows))]
 #[path = "platform_other.rs"]
@@ -129,12 +130,14 @@ use capability::capabilities_of;
 pub use capability::{
     CAPABILITY_CHECK_TIMEOUT, CAPABILITY_RECHECK_FIRST, CAPABILITY_RECHECK_MAX, degraded,
 };
+pub use iscsi::{JOINED_LEDGER_FILE, SESSION_LEDGER_FILE};
+use ledger::Ledger;
 pub(crate) use ops::Ops;
 pub use platform::windows_host;
 #[cfg(feature = "test-windows-socket")]
 pub use remote::remote_windows_host;
 pub use smb::LEDGER_FILE;
-use smb::{Ledger, MapPass};
+use smb::MapPass;
 
 /// How many facade calls one backend runs at a time (the rest queue for a thread).
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -180,6 +183,9 @@ struct Inner {
     host: Arc<dyn WindowsHost>,
     permits: Arc<Semaphore>,
     ledger: Ledger,
+    /// The targets whose sessions this driver made, and those it joined (`iscsi.rs`).
+    sessions: Ledger,
+    joined: Ledger,
     options: NativeOptions,
 }
 
@@ -225,7 +231,9 @@ impl NativeHost {
             inner: Arc::new(Inner {
                 host,
                 permits: Arc::new(Semaphore::new(options.pool_size.max(1))),
-                ledger: Ledger::open(state_dir),
+                ledger: Ledger::open(state_dir, LEDGER_FILE, "SMB mapping"),
+                sessions: Ledger::open(state_dir, SESSION_LEDGER_FILE, "iSCSI session"),
+                joined: Ledger::open(state_dir, JOINED_LEDGER_FILE, "joined iSCSI session"),
                 options,
             }),
         }
@@ -324,6 +332,8 @@ impl NativeHost {
                 c: &ctx,
                 op,
                 ledger: &inner.ledger,
+                sessions: &inner.sessions,
+                joined: &inner.joined,
                 smb_privacy: inner.options.smb_require_privacy,
             })
         });

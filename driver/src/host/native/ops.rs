@@ -5,7 +5,7 @@ use winhost::codes::IscsiStatus;
 use winhost::method::{MethodOutcome, ReturnCode};
 use winhost::{CallContext, CallError, CallResult, ErrorKind, WindowsHost};
 
-use super::smb::Ledger;
+use super::ledger::Ledger;
 use super::{HostError, HostErrorKind, HostOp, HostResult};
 
 /// What one host operation's facade calls run with (on a pool thread).
@@ -14,6 +14,10 @@ pub(crate) struct Ops<'a> {
     pub(crate) c: &'a CallContext,
     pub(crate) op: HostOp,
     pub(crate) ledger: &'a Ledger,
+    /// The targets whose sessions this driver made.
+    pub(crate) sessions: &'a Ledger,
+    /// The targets whose sessions this driver found made by someone else and joined.
+    pub(crate) joined: &'a Ledger,
     /// `RequirePrivacy` for the SMB mappings this operation creates.
     pub(crate) smb_privacy: bool,
 }

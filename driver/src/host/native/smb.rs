@@ -18,7 +18,7 @@
 //! | The share's mapping | Answer |
 //! | --- | --- |
 //! | none | `Create` (then the link) |
-//! | `OK`, its root answers | reused (a warning when wincsi requires encryption and it does not) |
+//! | `OK`, its root answers | reused (a warning, and `wincsi_smb_unencrypted_mapping_reuses_total`, when wincsi requires encryption and it does not) |
 //! | `Connecting`, `Reconnecting`, `NetworkError` | left alone and waited for (bounded, with backoff, by the async side in `mod.rs`), then `Unavailable` |
 //! | `Disconnected`, `Unavailable`; or `OK` but its root refuses its credentials (1326, 5, 1219) | `StaleMapping`: the driver's own repair upgrades to the share's exclusive lock, removes it (only if wincsi made it) and maps again (`driver/src/smb/mapping.rs`) |
 //! | `OK` but its root does not answer otherwise (53, 64, 1231, a timeout) | `Unavailable`: re-creating cannot reach the server either, and removing it would cut its users |
@@ -27,15 +27,16 @@
 //! csi-proxy, by contrast, removes an OK-but-unreachable mapping inside its own `NewSmbGlobalMapping`
 //! (`kubernetes-csi/csi-proxy@v1.3.0 pkg/server/smb/server.go:71-93`).
 //!
+//! The share's mapping is looked up by `RemotePath` (`SELECT … WHERE RemotePath = root`), and only when that finds
+//! none of the share, among every mapping, compared ignoring case and slash style ([`mappings_of`]): whether the
+//! provider's comparison ignores case is unverified (reference §2.2), and a mapping someone made as `\\FS1\Data`
+//! must still be found for `\\fs1\data`.
+//!
 //! `Create` gets `RemotePath` = the share root, the credential as `user:password` with `\` and `:` escaped in the
 //! user name (reference §2.2; `winhost::smb::credential_string`), and `RequirePrivacy` as `--smb-require-privacy`
 //! says (default true, csi-proxy's `-require-privacy` default since v1.2.0: `kubernetes-csi/csi-proxy@v1.3.0
 //! cmd/csi-proxy/main.go:40`; v1.1.3 always passes `-RequirePrivacy $true`, `@v1.1.3 pkg/os/smb/api.go:68`). The
 //! link at `link` points at the full remote path (share plus subdirectory), as a directory link.
-
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
 
 use tracing::{info, warn};
 use winhost::ErrorKind;
@@ -48,93 +49,6 @@ use super::{HostErrorKind, HostResult, Ops, Secret, UncPath};
 /// The ledger's file name in the state directory.
 pub const LEDGER_FILE: &str = "native-smb-mappings.json";
 
-/// The share roots (lower-cased `\\server\share`) whose global mapping this driver created.
-pub(crate) struct Ledger {
-    path: Option<PathBuf>,
-    roots: Mutex<BTreeSet<String>>,
-}
-
-impl Ledger {
-    /// The ledger kept in `dir` (read now; a missing or unreadable file starts empty, logged), or in memory.
-    pub(crate) fn open(dir: Option<&Path>) -> Self {
-        let path = dir.map(|d| d.join(LEDGER_FILE));
-        let roots = match &path {
-            Some(p) => match std::fs::read(p) {
-                Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                    warn!(file = %p.display(), error = %e, "unreadable SMB mapping ledger: starting empty");
-                    BTreeSet::new()
-                }),
-                Err(_) => BTreeSet::new(),
-            },
-            None => BTreeSet::new(),
-        };
-        Self {
-            path,
-            roots: Mutex::new(roots),
-        }
-    }
-
-    pub(crate) fn contains(&self, root: &str) -> bool {
-        self.lock().contains(root)
-    }
-
-    /// Add or remove `root`, durably (write, fsync, rename) before returning.
-    pub(crate) fn set(&self, root: &str, present: bool) -> std::io::Result<()> {
-        let mut roots = self.lock();
-        let changed = if present {
-            roots.insert(root.to_owned())
-        } else {
-            roots.remove(root)
-        };
-        if !changed {
-            return Ok(());
-        }
-        Self::write(self.path.as_deref(), &roots)
-    }
-
-    /// Add every root of `roots` not there yet, durably, in one write; the roots added.
-    pub(crate) fn adopt(
-        &self,
-        roots: impl IntoIterator<Item = String>,
-    ) -> std::io::Result<Vec<String>> {
-        let mut held = self.lock();
-        let added: Vec<String> = roots
-            .into_iter()
-            .filter(|r| held.insert(r.clone()))
-            .collect();
-        if !added.is_empty() {
-            Self::write(self.path.as_deref(), &held)?;
-        }
-        Ok(added)
-    }
-
-    fn write(path: Option<&Path>, roots: &BTreeSet<String>) -> std::io::Result<()> {
-        let Some(path) = path else {
-            return Ok(());
-        };
-        if roots.is_empty() {
-            // Nothing held: no file (a missing file reads as empty), so a node with no mapping keeps no record.
-            return match std::fs::remove_file(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            };
-        }
-        let tmp = path.with_extension("json.tmp");
-        let bytes = serde_json::to_vec(roots).map_err(std::io::Error::other)?;
-        {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, path)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
-        self.roots.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// Whether two UNC paths name the same share root, ignoring slash style (csi-driver-smb PR #163) and compared as
 /// Windows compares names (every character, not ASCII only: `\\fs1\Ärzte` and `\\fs1\ärzte` are one mapping).
 pub(super) fn same_share_root(a: &str, b: &str) -> bool {
@@ -144,10 +58,23 @@ pub(super) fn same_share_root(a: &str, b: &str) -> bool {
     }
 }
 
-fn find<'a>(mappings: &'a [SmbGlobalMapping], root: &str) -> Option<&'a SmbGlobalMapping> {
-    mappings
-        .iter()
-        .find(|m| same_share_root(&m.remote_path, root))
+/// The global mappings of the share root `root` (`\\server\share`): `SELECT … WHERE RemotePath = root` first, so a
+/// node with many mappings is not listed whole for each look-up; when that yields no row of this share (the provider
+/// may compare `RemotePath` case-sensitively: unverified, reference §2.2), every mapping, compared here the way
+/// Windows compares names ([`same_share_root`]) — a mapping made in another spelling or case is still found, so no
+/// second one is created and none is missed.
+pub(super) fn mappings_of(o: &Ops<'_>, root: &str) -> HostResult<Vec<SmbGlobalMapping>> {
+    let of_share = |mappings: Vec<SmbGlobalMapping>| -> Vec<SmbGlobalMapping> {
+        mappings
+            .into_iter()
+            .filter(|m| same_share_root(&m.remote_path, root))
+            .collect()
+    };
+    let found = of_share(o.w.global_mappings_of(o.c, root).map_err(|e| o.err(e))?);
+    if !found.is_empty() {
+        return Ok(found);
+    }
+    Ok(of_share(o.w.global_mappings(o.c).map_err(|e| o.err(e))?))
 }
 
 fn ledger_error(o: &Ops<'_>, e: std::io::Error) -> super::HostError {
@@ -211,8 +138,8 @@ pub(super) fn new_mapping(
 ) -> HostResult<MapPass> {
     let root = remote.root().to_string();
     let key = remote.root_key();
-    let mappings = o.w.global_mappings(o.c).map_err(|e| o.err(e))?;
-    match find(&mappings, &root) {
+    let mappings = mappings_of(o, &root)?;
+    match mappings.first() {
         None => create(o, &root, &key, cred)?,
         Some(m) if m.status.is_settling() => return Ok(MapPass::Settling(m.status)),
         Some(m) if m.status.is_broken() => {
@@ -232,6 +159,9 @@ pub(super) fn new_mapping(
                          although --smb-require-privacy is on: someone else made it; remove it on the node to have \
                          wincsi map the share encrypted"
                     );
+                    if let Some(metrics) = crate::metrics::installed() {
+                        metrics.observe_unencrypted_mapping_reuse();
+                    }
                 }
             }
             Err(e) if credentials_rejected(e.kind()) => {
@@ -296,8 +226,8 @@ fn create(o: &Ops<'_>, root: &str, key: &str, cred: Option<&(String, Secret)>) -
 pub(super) fn remove_mapping(o: &Ops<'_>, remote: &UncPath) -> HostResult<()> {
     let root = remote.root().to_string();
     let key = remote.root_key();
-    let mappings = o.w.global_mappings(o.c).map_err(|e| o.err(e))?;
-    let Some(m) = find(&mappings, &root) else {
+    let mappings = mappings_of(o, &root)?;
+    let Some(m) = mappings.first() else {
         o.ledger.set(&key, false).map_err(|e| ledger_error(o, e))?;
         return Err(o.fail(
             HostErrorKind::NotFound,

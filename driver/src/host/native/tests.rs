@@ -112,6 +112,11 @@ fn chap() -> IscsiAuth {
     }
 }
 
+/// The Windows view's audit names of the SMB mapping look-ups: by `RemotePath` (`SmbWmi::global_mappings_of`) and
+/// the full listing (`SmbWmi::global_mappings`).
+const BY_PATH: &str = "SELECT MSFT_SmbGlobalMapping WHERE RemotePath";
+const ALL: &str = "SELECT MSFT_SmbGlobalMapping";
+
 #[tokio::test]
 async fn smb_sequences_and_the_mapping_ledger() {
     let fx = Fx::new();
@@ -126,10 +131,12 @@ async fn smb_sequences_and_the_mapping_ledger() {
     assert_eq!(
         fx.calls(),
         [
-            "SELECT MSFT_SmbGlobalMapping",
+            BY_PATH,
+            ALL,
             "MSFT_SmbGlobalMapping.Create",
             "CreateSymbolicLinkW"
-        ]
+        ],
+        "none of the share by its RemotePath, none in the full listing either: created"
     );
     assert!(
         fx.state.path().join(LEDGER_FILE).exists(),
@@ -138,11 +145,7 @@ async fn smb_sequences_and_the_mapping_ledger() {
     assert!(h.is_symlink(&stage, d()).await.expect("is"));
     assert_eq!(
         fx.calls(),
-        [
-            "FSCTL_GET_REPARSE_POINT",
-            "SELECT MSFT_SmbGlobalMapping",
-            "GetFileAttributesW"
-        ]
+        ["FSCTL_GET_REPARSE_POINT", BY_PATH, "GetFileAttributesW"]
     );
     // A second volume on the share reuses the working mapping.
     let stage2 = path(r"C:\var\lib\kubelet\plugins\v2");
@@ -151,11 +154,7 @@ async fn smb_sequences_and_the_mapping_ledger() {
         .expect("reuse");
     assert_eq!(
         fx.calls(),
-        [
-            "SELECT MSFT_SmbGlobalMapping",
-            "GetFileAttributesW",
-            "CreateSymbolicLinkW"
-        ]
+        [BY_PATH, "GetFileAttributesW", "CreateSymbolicLinkW"]
     );
     // After a reboot the mapping is Disconnected: the link does not resolve (false, not an error), and
     // NewSmbGlobalMapping says the mapping is stale instead of removing it (other volumes may hold it: the driver
@@ -186,10 +185,11 @@ async fn smb_sequences_and_the_mapping_ledger() {
         fx.calls(),
         [
             "RemoveDirectoryW",
-            "SELECT MSFT_SmbGlobalMapping",
-            "SELECT MSFT_SmbGlobalMapping",
+            BY_PATH,
+            BY_PATH,
             "MSFT_SmbGlobalMapping.Remove",
-            "SELECT MSFT_SmbGlobalMapping",
+            BY_PATH,
+            ALL,
             "MSFT_SmbGlobalMapping.Create",
             "CreateSymbolicLinkW"
         ]
@@ -198,7 +198,8 @@ async fn smb_sequences_and_the_mapping_ledger() {
         h.is_symlink(&stage2, d()).await.expect("is"),
         "the other volume's link resolves again"
     );
-    // Removal by a restarted driver: the ledger is durable.
+    // Removal by a restarted driver: the ledger is durable. Asked in another case than the mapping lists
+    // (`\\fs1\data`), which the Windows view's RemotePath filter does not match: found in the full listing.
     let restarted = Fx::native(&fx.sim, fx.state.path());
     for p in [&stage, &stage2] {
         restarted.rmdir(p, false, d()).await.expect("unlink");
@@ -208,13 +209,7 @@ async fn smb_sequences_and_the_mapping_ledger() {
         .remove_smb_global_mapping(&share(r"\\FS1\Data\base"), d())
         .await
         .expect("remove");
-    assert_eq!(
-        fx.calls(),
-        [
-            "SELECT MSFT_SmbGlobalMapping",
-            "MSFT_SmbGlobalMapping.Remove"
-        ]
-    );
+    assert_eq!(fx.calls(), [BY_PATH, ALL, "MSFT_SmbGlobalMapping.Remove"]);
     let again = restarted
         .remove_smb_global_mapping(&share(r"\\fs1\data"), d())
         .await;
@@ -261,6 +256,174 @@ async fn a_mapping_wincsi_did_not_create_is_reused_but_never_removed_or_repaired
         .sim
         .with_state(|s| s.mappings().values().next().map(|m| m.status));
     assert_eq!(m, Some(MappingStatus::Disconnected));
+}
+
+// ---- issue 30: one share's mapping is looked up by its RemotePath, not by listing every mapping ----
+
+/// On a node with many other SMB mappings, the share's own look-ups (a second stage on the share, publish, kubelet's
+/// NodeGetVolumeStats poll, unstage of one of its volumes) ask only for the share's `RemotePath`: no full listing
+/// once the share is mapped. (Before: every one listed every `MSFT_SmbGlobalMapping` on the node.)
+#[tokio::test]
+async fn an_smb_volume_on_a_node_with_many_mappings_looks_up_only_its_share() {
+    use crate::lifecycle::{PublishRequest, StatsRequest, UnstageRequest};
+    use crate::testing::Env;
+    const OTHERS: usize = 30;
+    let shares: Vec<serde_json::Value> = std::iter::once(json!({"name": "data"}))
+        .chain((0..OTHERS).map(|i| json!({ "name": format!("s{i:02}") })))
+        .collect();
+    let env = Env::on(
+        sim::wmi::TestBackend::Native,
+        &json!({"smb": {"servers": [{"name": "fs1",
+            "accounts": [{"user": "bob", "password": PW, "domain": "CORP"}],
+            "shares": shares}]}}),
+    );
+    for i in 0..OTHERS {
+        env.sim
+            .with_state_mut(|s| {
+                s.new_smb_global_mapping(
+                    &format!(r"\\fs1\s{i:02}"),
+                    "",
+                    r"CORP\bob",
+                    &sim::Secret::new(PW),
+                )
+            })
+            .expect("another mapping");
+    }
+    env.stage(&smb_stage("v1"), crate::testing::d())
+        .await
+        .expect("first stage");
+    let lookups = |env: &Env| -> Vec<(String, serde_json::Value)> {
+        let calls = env
+            .sim
+            .audit(0)
+            .into_iter()
+            .filter(|e| e.rpc.starts_with("SELECT MSFT_SmbGlobalMapping"))
+            .map(|e| (e.rpc, e.args))
+            .collect();
+        env.sim.clear_audit();
+        calls
+    };
+    // The first stage made the mapping: nothing by its RemotePath, so the full listing proved there was none.
+    assert_eq!(
+        lookups(&env)
+            .iter()
+            .map(|(c, _)| c.as_str())
+            .collect::<Vec<_>>(),
+        [BY_PATH, ALL, BY_PATH],
+        "lookup, fallback listing, Create, then IsSymlink's lookup"
+    );
+    env.stage(&smb_stage("v2"), crate::testing::d())
+        .await
+        .expect("second stage");
+    let target = format!(r"{K}\pods\p1\volumes\kubernetes.io~csi\pv\mount");
+    env.mkdir_parent(&target);
+    let stage1 = smb_stage("v1");
+    env.publish(
+        &PublishRequest {
+            volume_id: "v1".into(),
+            staging_target_path: stage1.staging_target_path.clone(),
+            target_path: target.clone(),
+            capability: stage1.capability.clone(),
+            ..Default::default()
+        },
+        crate::testing::d(),
+    )
+    .await
+    .expect("publish");
+    for path in [&target, &stage1.staging_target_path] {
+        let stats = env
+            .mgr
+            .stats(
+                &StatsRequest {
+                    volume_id: "v1".into(),
+                    volume_path: path.clone(),
+                },
+                crate::testing::d(),
+            )
+            .await
+            .expect("stats");
+        assert!(!stats.abnormal, "{}", stats.message);
+    }
+    env.mgr
+        .unstage(
+            &UnstageRequest {
+                volume_id: "v2".into(),
+                staging_target_path: smb_stage("v2").staging_target_path,
+            },
+            crate::testing::d(),
+        )
+        .await
+        .expect("unstage v2 (v1 keeps the mapping)");
+    let seen = lookups(&env);
+    assert!(seen.len() >= 4, "{seen:?}");
+    for (call, args) in &seen {
+        assert_eq!(call, BY_PATH, "{seen:?}");
+        assert_eq!(args["remote_path"], r"\\fs1\data", "{seen:?}");
+    }
+    assert_eq!(
+        env.sim.with_state(|s| s.mappings().len()),
+        OTHERS + 1,
+        "one mapping of the share, the others untouched"
+    );
+}
+
+/// A mapping someone else made of the share, found only under another case than the volume's `source` spells it
+/// (the Windows view's `RemotePath` filter compares exactly, as the provider may): the full listing finds it, so
+/// stage reuses it while it works and refuses it once broken — never a second `Create`, never a `Remove`.
+#[tokio::test]
+async fn a_mapping_of_the_share_in_another_case_is_found_through_the_full_listing() {
+    let fx = Fx::new();
+    let h = &fx.host;
+    fx.sim
+        .with_state_mut(|s| {
+            s.new_smb_global_mapping(r"\\fs1\data", "", r"CORP\bob", &sim::Secret::new(PW))
+        })
+        .expect("someone else's mapping");
+    fx.calls();
+    let stage = path(r"C:\var\lib\kubelet\plugins\v1");
+    h.new_smb_global_mapping(&share(r"\\FS1\DATA\base"), Some(&stage), Some(&bob()), d())
+        .await
+        .expect("reused");
+    assert_eq!(
+        fx.calls(),
+        [BY_PATH, ALL, "GetFileAttributesW", "CreateSymbolicLinkW"],
+        "not found by RemotePath, found in the listing, reused"
+    );
+    // (The view reads the link's target back lower-cased, so its look-up finds the mapping by RemotePath.)
+    assert!(h.is_symlink(&stage, d()).await.expect("is"));
+    fx.calls();
+    // Broken (after a reboot) and not wincsi's: refused as before, neither removed nor mapped again.
+    fx.sim.reboot().expect("reboot");
+    assert!(!h.is_symlink(&stage, d()).await.expect("is"));
+    let stage2 = path(r"C:\var\lib\kubelet\plugins\v2");
+    let err = h
+        .new_smb_global_mapping(&share(r"\\FS1\DATA"), Some(&stage2), Some(&bob()), d())
+        .await
+        .expect_err("not ours");
+    assert_eq!(err.kind, HostErrorKind::StaleMapping);
+    assert!(
+        err.message.contains("not created by wincsi"),
+        "{}",
+        err.message
+    );
+    h.remove_smb_global_mapping(&share(r"\\FS1\DATA"), d())
+        .await
+        .expect("found, and left in place");
+    let calls = fx.calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with("MSFT_SmbGlobalMapping.")),
+        "{calls:?}"
+    );
+    assert_eq!(
+        fx.sim.with_state(|s| s
+            .mappings()
+            .values()
+            .map(|m| (m.remote_path.clone(), m.status))
+            .collect::<Vec<_>>()),
+        [(r"\\fs1\data".to_owned(), MappingStatus::Disconnected)]
+    );
 }
 
 #[tokio::test]
@@ -718,11 +881,7 @@ async fn a_mapping_the_smb_client_is_reestablishing_is_waited_for_and_never_remo
         .expect("reused once reconnected");
     let calls = fx.calls();
     assert!(
-        calls
-            .iter()
-            .filter(|c| *c == "SELECT MSFT_SmbGlobalMapping")
-            .count()
-            >= 2,
+        calls.iter().filter(|c| *c == BY_PATH).count() >= 2,
         "{calls:?}"
     );
     assert_eq!(
@@ -919,7 +1078,6 @@ async fn raised_provider_errors_are_read_from_their_error_object() {
     for (call, code) in [
         ("MSFT_iSCSITargetPortal.New", "raise:0xEFFF0032"),
         ("MSFT_iSCSITarget.Connect", "raise:0xEFFF003F"),
-        ("MSFT_iSCSITarget.Disconnect", "raise:0xEFFF000B"),
     ] {
         fx.sim.fail_nth(call, 1, code).expect("fault");
     }
@@ -937,10 +1095,21 @@ async fn raised_provider_errors_are_read_from_their_error_object() {
         .expect("logged in");
     h.disconnect_target(&portal("10.0.0.5"), IQN, d())
         .await
-        .expect("session gone already (another logout meanwhile)");
+        .expect("logout");
+    assert_eq!(fx.sim.with_state(|s| s.sessions().len()), 0);
+    h.connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("logged in again");
+    fx.sim
+        .fail_nth("MSFT_iSCSITarget.Disconnect", 1, "raise:0xEFFF000B")
+        .expect("fault");
     h.disconnect_target(&portal("10.0.0.5"), IQN, d())
         .await
-        .expect("logout");
+        .expect("session gone already (another logout meanwhile)");
+    // The session the fault kept is not the driver's any more (it took the logout as done): someone else's now.
+    fx.sim
+        .with_state_mut(|s| s.disconnect_target("10.0.0.5", 3260, IQN))
+        .expect("logout outside the driver");
     // An untolerated raised status keeps its kind.
     fx.sim
         .fail_nth("MSFT_iSCSITarget.Connect", 1, "raise:0xEFFF0009")
@@ -1100,7 +1269,8 @@ async fn a_capability_whose_check_failed_at_start_is_checked_again_until_found()
 
 /// Someone else mapped the share without `RequirePrivacy`: wincsi, which would have required it, reuses it (it
 /// works, and removing it is not wincsi's to do) and says so at `warn`; with `--smb-require-privacy=false` it does
-/// not. (Before: silently reused.)
+/// not. Each such reuse is counted in `wincsi_smb_unencrypted_mapping_reuses_total`. (Before: silently reused, then
+/// only warned about.)
 #[test]
 fn a_reused_mapping_without_encryption_is_warned_about() {
     use std::io::Write;
@@ -1139,7 +1309,9 @@ fn a_reused_mapping_without_encryption_is_warned_about() {
         },
     )
     .expect("someone else's mapping");
-    let ledger = super::Ledger::open(None);
+    let ledger = super::Ledger::open(None, super::LEDGER_FILE, "SMB mapping");
+    let sessions = super::Ledger::open(None, super::SESSION_LEDGER_FILE, "iSCSI session");
+    let joined = super::Ledger::open(None, super::JOINED_LEDGER_FILE, "joined iSCSI session");
     let reuse = |privacy: bool| -> String {
         let buf = Buf::default();
         let writer = buf.clone();
@@ -1153,6 +1325,8 @@ fn a_reused_mapping_without_encryption_is_warned_about() {
             c: &ctx,
             op: crate::host::HostOp::NewSmbGlobalMapping,
             ledger: &ledger,
+            sessions: &sessions,
+            joined: &joined,
             smb_privacy: privacy,
         };
         let pass = super::smb::new_mapping(
@@ -1165,7 +1339,15 @@ fn a_reused_mapping_without_encryption_is_warned_about() {
         assert_eq!(pass, super::smb::MapPass::Done);
         String::from_utf8_lossy(&buf.0.lock().expect("lock")).into_owned()
     };
+    // Counted too, for an alert (`wincsi_smb_unencrypted_mapping_reuses_total`). The registry is the process's, which
+    // other tests may also move: at least this reuse is counted.
+    let metrics = crate::metrics::install();
+    let before = metrics.unencrypted_mapping_reuses();
     let warned = reuse(true);
+    assert!(
+        metrics.unencrypted_mapping_reuses() > before,
+        "the reuse is counted"
+    );
     assert!(
         warned.contains("WARN") && warned.contains("does not require encryption"),
         "{warned}"
@@ -1383,4 +1565,99 @@ async fn discovery_reads_the_cache_and_refresh_updates_with_the_portals_paramete
         .await
         .expect_err("not added");
     assert_eq!(err.kind, HostErrorKind::NotFound);
+}
+
+// ---- review L3: discovery CHAP given for a portal already added ----
+
+/// The array's discovery CHAP changes after the portal was added (or an administrator added it with other
+/// credentials): Windows keeps what the portal was added with, so its SendTargets is refused and a target the array
+/// creates later never shows. A volume that gives discovery CHAP for that portal, while no target through it is
+/// connected, tries its discovery (`Update`), and on the refusal removes the portal and adds it with the volume's
+/// CHAP. A portal whose discovery works keeps its credentials (one `Update`), and a portal sessions use is not touched.
+/// (Before: `AddTargetPortal` did nothing for a portal that was there, whatever CHAP the volume gave.)
+#[tokio::test]
+async fn discovery_chap_given_for_an_added_portal_is_applied_when_its_own_is_refused() {
+    let fx = Fx::new();
+    let h = &fx.host;
+    let hidden = portal("10.0.0.9");
+    let disc = |s: &str| IscsiAuth::OneWay {
+        username: "disc".into(),
+        secret: Secret::new(s),
+    };
+    h.add_target_portal_with_chap(&hidden, &disc(DISC), d())
+        .await
+        .expect("discovery CHAP");
+    assert_eq!(
+        h.discover_target_portal(&hidden, d())
+            .await
+            .expect("targets")
+            .len(),
+        1
+    );
+    fx.calls();
+    // Its discovery works: kept, one Update.
+    h.add_target_portal_with_chap(&hidden, &disc(DISC), d())
+        .await
+        .expect("the same CHAP");
+    let calls = fx.calls();
+    assert!(
+        calls.contains(&"MSFT_iSCSITargetPortal.Update".to_owned()),
+        "{calls:?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c == "MSFT_iSCSITargetPortal.Remove" || c == "MSFT_iSCSITargetPortal.New"),
+        "{calls:?}"
+    );
+    // The array's administrator rotates the discovery secret and creates a target.
+    const ROTATED: &str = "Discovery-Pw2";
+    fx.sim
+        .with_state_mut(|s| {
+            s.set_discovery_chap(
+                "10.0.0.9",
+                3260,
+                Some(("disc".into(), sim::Secret::new(ROTATED))),
+            )
+        })
+        .expect("rotate");
+    h.refresh_target_portal(&hidden, d())
+        .await
+        .expect_err("the portal's own CHAP is refused now");
+    fx.calls();
+    h.add_target_portal_with_chap(&hidden, &disc(ROTATED), d())
+        .await
+        .expect("applied");
+    assert_eq!(
+        fx.calls(),
+        [
+            "SELECT MSFT_iSCSITargetPortal",
+            "ASSOCIATORS MSFT_iSCSITargetToiSCSITargetPortal->MSFT_iSCSITarget",
+            "MSFT_iSCSITargetPortal.Update",
+            "MSFT_iSCSITargetPortal.Remove",
+            "MSFT_iSCSITargetPortal.New",
+        ]
+    );
+    h.refresh_target_portal(&hidden, d())
+        .await
+        .expect("its discovery works again");
+    // A portal whose target has a session is left as it is, whatever CHAP a volume gives.
+    h.add_target_portal(&portal("10.0.0.5"), d())
+        .await
+        .expect("portal");
+    h.connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("login");
+    fx.calls();
+    h.add_target_portal_with_chap(&portal("10.0.0.5"), &disc("Other-Secret-1"), d())
+        .await
+        .expect("left as it is");
+    assert_eq!(
+        fx.calls(),
+        [
+            "SELECT MSFT_iSCSITargetPortal",
+            "ASSOCIATORS MSFT_iSCSITargetToiSCSITargetPortal->MSFT_iSCSITarget",
+        ]
+    );
+    assert_eq!(fx.sim.with_state(|s| s.sessions().len()), 1);
 }

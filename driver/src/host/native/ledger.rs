@@ -1,0 +1,102 @@
+//! Durable ledgers of the host objects this driver created: what Windows cannot say about an object (a global
+//! mapping, an iSCSI session has no owner field) is recorded before the object is made, so only wincsi's own are
+//! ever removed. One JSON set of keys per ledger file in the state directory, replaced atomically (write, fsync,
+//! rename) before [`Ledger::set`] returns.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use tracing::warn;
+
+/// A set of keys (lower-cased share roots, target names) kept in one file.
+pub(crate) struct Ledger {
+    path: Option<PathBuf>,
+    what: &'static str,
+    keys: Mutex<BTreeSet<String>>,
+}
+
+impl Ledger {
+    /// The ledger `file` in `dir` (read now; a missing or unreadable file starts empty, logged), or in memory (no
+    /// `dir`). `what` names it in logs. The file goes when the set is empty.
+    pub(crate) fn open(dir: Option<&Path>, file: &str, what: &'static str) -> Self {
+        let path = dir.map(|d| d.join(file));
+        let keys = match &path {
+            Some(p) => match std::fs::read(p) {
+                Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                    warn!(file = %p.display(), error = %e, "unreadable {what} ledger: starting empty");
+                    BTreeSet::new()
+                }),
+                Err(_) => BTreeSet::new(),
+            },
+            None => BTreeSet::new(),
+        };
+        Self {
+            path,
+            what,
+            keys: Mutex::new(keys),
+        }
+    }
+
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.lock().contains(key)
+    }
+
+    /// Add or remove `key`, durably (write, fsync, rename) before returning.
+    pub(crate) fn set(&self, key: &str, present: bool) -> std::io::Result<()> {
+        let mut keys = self.lock();
+        let changed = if present {
+            keys.insert(key.to_owned())
+        } else {
+            keys.remove(key)
+        };
+        if !changed {
+            return Ok(());
+        }
+        self.write(&keys)
+    }
+
+    /// Add every key of `keys` not there yet, durably, in one write; the keys added.
+    pub(crate) fn adopt(
+        &self,
+        keys: impl IntoIterator<Item = String>,
+    ) -> std::io::Result<Vec<String>> {
+        let mut held = self.lock();
+        let added: Vec<String> = keys
+            .into_iter()
+            .filter(|k| held.insert(k.clone()))
+            .collect();
+        if !added.is_empty() {
+            self.write(&held)?;
+        }
+        Ok(added)
+    }
+
+    fn write(&self, keys: &BTreeSet<String>) -> std::io::Result<()> {
+        let Some(path) = self.path.as_deref() else {
+            return Ok(());
+        };
+        if keys.is_empty() {
+            // Nothing held: no file (a missing file reads as empty), so a node with nothing keeps no record.
+            return match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
+        }
+        let tmp = path.with_extension("json.tmp");
+        let bytes = serde_json::to_vec(keys).map_err(std::io::Error::other)?;
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, path).inspect_err(|e| {
+            warn!(file = %path.display(), error = %e, "cannot replace the {} ledger", self.what);
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

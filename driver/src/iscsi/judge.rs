@@ -5,8 +5,10 @@
 //! partition's volume some time after `PartitionDisk` returns; `Rescan` shows what has arrived and hurries nothing
 //! (`sim/README.md`, rows `disk_arrival`, `volume_arrival`, `rescan_cache`). So "no volume now" proves nothing, and
 //! a volume that appears after `PartitionDisk` is not by that alone the one it made. Each look is a
-//! `ListVolumesOnDisk`, with a `Rescan` and a second list when it shows none; a backend that reads partition tables
-//! ([`HostCapabilities::disk_layout`], native) also reads the disk's layout when there is no volume.
+//! `ListVolumesOnDisk`; when it shows none, through csi-proxy a `Rescan` and a second list, while a backend that reads
+//! partition tables ([`HostCapabilities::disk_layout`], native) reads the disk's layout and does the `Rescan` and the
+//! second list only when the layout shows a data partition (whose volume may still be in the storage cache's lag): a
+//! disk without one is judged from its layout, no host-wide `Rescan` needed (issue 30).
 //!
 //! | What the record and the look say | Verdict |
 //! | --- | --- |
@@ -35,7 +37,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::pending::{Clock, Destructive, Pending};
-use super::stage::{volumes_fresh, write_error};
+use super::stage::{rescanned, volumes_fresh, volumes_on, write_error};
 use super::{IscsiRecord, put_iscsi, run, same_id};
 use crate::error::Error;
 use crate::host::{DiskLayout, Host, HostErrorKind, HostOp, HostPath, PartitionKind};
@@ -115,7 +117,8 @@ impl Judge {
 
 /// One look at the disk.
 struct Look {
-    /// Its volume ids (after a `Rescan` when the first list showed none).
+    /// Its volume ids (after a `Rescan` when the first list showed none: always through csi-proxy, only with a data
+    /// partition in the layout on a backend that reads it).
     volumes: Vec<String>,
     /// Its partition table, when the backend reads it and there is no volume.
     layout: Option<DiskLayout>,
@@ -219,27 +222,49 @@ pub(super) async fn volume_of<H: Host>(
     found
 }
 
-/// Volumes (with a `Rescan` when none show), and the layout when there are none and the backend reads it.
+/// One look: `ListVolumesOnDisk`, and when it shows no volume:
+///
+/// * csi-proxy (no layout): a `Rescan` and a second list (Windows' storage cache may not show a volume that has
+///   arrived);
+/// * a backend that reads partition tables (native): the layout first, and a `Rescan` and a second list only when it
+///   shows a data partition, whose volume may still be in the storage cache's lag. A layout with none needs no
+///   `Rescan` to be judged (native's list already refreshes the disk, and its `PartitionDisk` refreshes, re-checks
+///   the partitions and refuses a disk with one, or a RAW disk whose sectors are not blank): `Rescan` is host-wide
+///   (`UpdateHostStorageCache`), seconds on a node with many disks (issue 30).
 async fn look<H: Host>(
     h: &Calls<'_, H>,
     number: u32,
     disk: &str,
     layouts: bool,
 ) -> Result<Look, Error> {
-    let volumes = volumes_fresh(h, number, disk).await?;
-    let layout = if layouts && volumes.is_empty() {
-        Some(
-            run(
-                h,
-                HostOp::DiskLayout,
-                &disk,
-                h.host().disk_layout(number, h.deadline()),
-            )
-            .await?,
+    let volumes = volumes_on(h, number, disk).await?;
+    if !volumes.is_empty() {
+        return Ok(Look {
+            volumes,
+            layout: None,
+        });
+    }
+    let layout = if layouts {
+        let layout = run(
+            h,
+            HostOp::DiskLayout,
+            &disk,
+            h.host().disk_layout(number, h.deadline()),
         )
+        .await?;
+        if layout.data_partitions().next().is_none() {
+            return Ok(Look {
+                volumes,
+                layout: Some(layout),
+            });
+        }
+        Some(layout)
     } else {
         None
     };
+    let volumes = rescanned(h, number, disk).await?;
+    // A layout read before the `Rescan` still holds: partitions show at once, only their volumes lag.
+    let layout = layout.filter(|_| volumes.is_empty());
     Ok(Look { volumes, layout })
 }
 

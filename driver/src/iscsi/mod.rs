@@ -119,7 +119,8 @@
 //! * the disk is judged to have no volume only after a `Rescan` and a second list: Windows' storage cache may not
 //!   show partitions that are still arriving, and a stale empty list followed by a fresh one would otherwise make a
 //!   foreign volume look like ours. PowerShell-era answers for "none" (`[""]`, "No MSFT_Partition objects found")
-//!   count as none;
+//!   count as none. (The native backend reads the partition table instead, `judge.rs`: a disk without a data
+//!   partition is empty without a `Rescan`; one with a data partition gets the `Rescan` and the second list.)
 //! * no volume → record the intent (`partitioning`), `PartitionDisk`, list again (again with a `Rescan` if needed): a
 //!   volume that appeared is the evidence that this driver created it (`partitioned`); still none means the disk
 //!   holds partitions Windows has no volume for (a foreign layout, e.g. Linux LVM): FailedPrecondition, and
@@ -227,8 +228,9 @@ pub struct IscsiRecord {
     /// The volume id (`\\?\Volume{…}\`) mounted at the staging path.
     #[serde(default)]
     pub volume: Option<String>,
-    /// Intent, recorded before `PartitionDisk` and only after a `Rescan` and a re-list proved the disk has no
-    /// volume: a volume found on the disk afterwards can only be the one `PartitionDisk` created.
+    /// Intent, recorded before `PartitionDisk` and only after the disk was proven to have no volume (csi-proxy: a
+    /// `Rescan` and a re-list across the settle time; native: a partition table without a data partition): a volume
+    /// found on the disk afterwards can only be the one `PartitionDisk` created.
     #[serde(default)]
     pub partitioning: bool,
     /// Evidence that this driver created the disk's volume: none after a refreshed storage cache before

@@ -548,6 +548,15 @@ pub(super) async fn volumes_fresh<H: Host>(
     if !vols.is_empty() {
         return Ok(vols);
     }
+    rescanned(h, disk, subject).await
+}
+
+/// The disk's volumes after a `Rescan`.
+pub(super) async fn rescanned<H: Host>(
+    h: &Calls<'_, H>,
+    disk: u32,
+    subject: &str,
+) -> Result<Vec<String>, Error> {
     run(h, HostOp::Rescan, &subject, h.host().rescan(h.deadline())).await?;
     volumes_on(h, disk, subject).await
 }

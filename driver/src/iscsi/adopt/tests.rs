@@ -242,13 +242,25 @@ async fn an_adopted_lun_keeps_a_session_a_recorded_volume_uses() {
     assert!(ops.contains(&UnmountVolume), "{ops:?}");
     assert!(!ops.contains(&DisconnectTarget), "{ops:?}");
     assert_eq!(sessions(&env), [IQN]);
-    // The recorded volume is the last user the records know: its unstage ends the session as before.
+    // The recorded volume is the last user the records know: its unstage ends the session as before — through
+    // csi-proxy. The native backend found that session there when v2 logged in, with its ledger wiped along with the
+    // records: for all it can tell, someone else's, which it never logs out (`host/native/iscsi.rs`). A session kept
+    // for an operator beats one cut under another user's I/O.
     env.mgr
         .unstage(&unstage_req("v2"), d())
         .await
         .expect("unstage v2");
-    assert!(sessions(&env).is_empty());
-    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    if env.backend == sim::wmi::TestBackend::Native {
+        assert_eq!(sessions(&env), [IQN]);
+        let leftovers = env.leftovers();
+        assert!(
+            leftovers.len() == 1 && leftovers[0].starts_with("iSCSI session to"),
+            "{leftovers:?}"
+        );
+    } else {
+        assert!(sessions(&env).is_empty());
+        assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    }
 }
 
 #[tokio::test(start_paused = true)]

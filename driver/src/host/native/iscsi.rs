@@ -12,7 +12,8 @@
 //! - [`SESSION_LEDGER_FILE`]: targets whose session this driver made — written **before** `Connect`, cleared after
 //!   the logout, after a `Connect` that definitely failed, or after one that found the target logged in meanwhile;
 //! - [`JOINED_LEDGER_FILE`]: targets that already had a session, made by someone else (an administrator's login,
-//!   another initiator tool, another driver's volume), when the driver came to them and joined it.
+//!   another initiator tool, another driver's volume), when the driver came to them and joined it — found by the
+//!   look before `Connect`, or by a `Connect` that answered "already logged in" (a login between the look and it).
 //!
 //! `DisconnectTarget` leaves a joined target's sessions in place (review L3: it used to log out every session of the
 //! target, cutting the other user's I/O) and logs out the others: the driver's own, and those it has no record of —
@@ -237,6 +238,15 @@ pub(super) fn connect(
         o.sessions
             .set(&key, false)
             .map_err(|e| ledger_error(o, e))?;
+    }
+    if raced && result.is_ok() {
+        // The session is someone else's (this driver's logins of one target are serialised under the target's
+        // lock, `iscsi/stage.rs`): joined, as when the look had found it, so the unstage leaves it in place.
+        tracing::info!(
+            iqn = %target.node_address,
+            "someone else logged in to the target meanwhile: joining its session, left in place at unstage"
+        );
+        o.joined.set(&key, true).map_err(|e| ledger_error(o, e))?;
     }
     result.map(|_| ())
 }

@@ -1161,6 +1161,61 @@ async fn a_persistent_login_asked_for_a_target_with_a_session_registers_it() {
     assert!(!audit.contains(CHAP));
 }
 
+/// Someone else logs in between the backend's look (no session yet) and its `Connect`, which answers "already logged
+/// in": that session is someone else's, joined as if the look had found it, so `DisconnectTarget` leaves it in place.
+/// (Before: the session ledger was cleared but the join not recorded, so the logout cut the other user's session.)
+#[tokio::test]
+async fn a_session_made_between_the_look_and_connect_is_joined_and_left_in_place() {
+    let fx = Fx::new();
+    let h = &fx.host;
+    h.add_target_portal(&portal("10.0.0.5"), d())
+        .await
+        .expect("portal");
+    fx.sim
+        .hang_nth("MSFT_iSCSITarget.Connect", 1)
+        .expect("hang");
+    let (p, auth) = (portal("10.0.0.5"), chap());
+    let login = h.connect_target(&p, IQN, &auth, d());
+    tokio::pin!(login);
+    tokio::select! {
+        r = &mut login => panic!("answered despite the hang: {r:?}"),
+        () = fx.sim.wait_hung(1) => {}
+    }
+    fx.sim
+        .with_state_mut(|s| {
+            s.connect_target(
+                "10.0.0.5",
+                3260,
+                IQN,
+                sim::state::AuthType::OneWayChap,
+                "node",
+                &sim::Secret::new(CHAP),
+            )
+        })
+        .expect("an administrator's login meanwhile");
+    fx.sim.release_hangs();
+    login.await.expect("already logged in counts as logged in");
+    h.disconnect_target(&portal("10.0.0.5"), IQN, d())
+        .await
+        .expect("the unstage's logout");
+    assert_eq!(
+        fx.sim.with_state(|s| s.sessions().len()),
+        1,
+        "the administrator's session is left in place"
+    );
+    // Once that session is gone, the backend's own login is its own to end.
+    fx.sim
+        .with_state_mut(|s| s.disconnect_target("10.0.0.5", 3260, IQN))
+        .expect("the administrator logs out");
+    h.connect_target(&portal("10.0.0.5"), IQN, &chap(), d())
+        .await
+        .expect("login");
+    h.disconnect_target(&portal("10.0.0.5"), IQN, d())
+        .await
+        .expect("logout");
+    assert_eq!(fx.sim.with_state(|s| s.sessions().len()), 0);
+}
+
 // ---- review L4: the new partition is found by listing ----
 
 #[tokio::test]

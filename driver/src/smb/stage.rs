@@ -4,7 +4,9 @@
 
 use tracing::{debug, info, warn};
 
-use super::mapping::{MapRepair, check_principal, lock_mapping, map_locked, remove_mapping};
+use super::mapping::{
+    MapFailure, MapRepair, check_principal, lock_mapping, map_locked, remove_mapping,
+};
 use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
 use crate::host::{
@@ -131,7 +133,15 @@ pub(super) async fn stage<H: Host>(
     let result = async {
         if let Some(sub) = &sub {
             debug!(sub_dir = %vol.full_path(), "ensuring subDir exists on the share through a temporary link");
-            map(&h, &mut mapping, &mut made, &vol.source, staging, cred, repair)
+            let on = Mapping {
+                cx,
+                h: &h,
+                volume_id,
+                staging,
+                cred,
+                repair,
+            };
+            on.map(&mut mapping, &mut made, &vol.source)
                 .await
                 .map_err(|e| map_error(e, vol, &vol.source))?;
             mappings.mapped(&root);
@@ -142,7 +152,15 @@ pub(super) async fn stage<H: Host>(
             made.link = false;
         }
         let full = vol.full_path();
-        map(&h, &mut mapping, &mut made, &full, staging, cred, repair)
+        let on = Mapping {
+            cx,
+            h: &h,
+            volume_id,
+            staging,
+            cred,
+            repair,
+        };
+        on.map(&mut mapping, &mut made, &full)
             .await
             .map_err(|e| map_error(e, vol, &full))?;
         mappings.mapped(&root);
@@ -218,31 +236,52 @@ fn refused_before_mapping(kind: HostErrorKind) -> bool {
     )
 }
 
-/// `NewSmbGlobalMapping` of `remote` with the staging link, noting in `made` what it may have made. Once the share is
-/// mapped, the other stages queued on it go on under the shared side while this one finishes.
-async fn map<H: Host>(
-    h: &Calls<'_, H>,
-    mapping: &mut KeyedGuard,
-    made: &mut Made,
-    remote: &UncPath,
-    staging: &HostPath,
-    cred: Option<&SmbCredential>,
+/// What a stage maps with: the staging link at `staging`, the volume's credential and the repair it may make.
+struct Mapping<'a, H> {
+    cx: Context<'a, H>,
+    h: &'a Calls<'a, H>,
+    volume_id: &'a str,
+    staging: &'a HostPath,
+    cred: Option<&'a SmbCredential>,
     repair: MapRepair,
-) -> Result<(), HostError> {
-    let result = map_locked(h, mapping, remote, staging, cred, repair).await;
-    let possibly_made = match &result {
-        Ok(()) => true,
-        Err(e) => !refused_before_mapping(e.kind),
-    };
-    if possibly_made {
-        made.link = true;
-        // Under the shared side the mapping was there before this call (other volumes use it): never this call's.
-        made.mapping |= !mapping.is_shared();
+}
+
+impl<H: Host> Mapping<'_, H> {
+    /// `NewSmbGlobalMapping` of `remote` with the staging link, noting in `made` what it may have made. Once the share
+    /// is mapped, the other stages queued on it go on under the shared side while this one finishes.
+    async fn map(
+        &self,
+        mapping: &mut KeyedGuard,
+        made: &mut Made,
+        remote: &UncPath,
+    ) -> Result<(), MapFailure> {
+        let result = map_locked(
+            self.cx,
+            self.h,
+            mapping,
+            self.volume_id,
+            remote,
+            self.staging,
+            self.cred,
+            self.repair,
+        )
+        .await;
+        let possibly_made = match &result {
+            Ok(()) => true,
+            Err(MapFailure::Host(e)) => !refused_before_mapping(e.kind),
+            // Refused before any removal, after a call that answered the mapping needs repair.
+            Err(MapFailure::Refused(_)) => false,
+        };
+        if possibly_made {
+            made.link = true;
+            // Under the shared side the mapping was there before this call (other volumes use it): never this call's.
+            made.mapping |= !mapping.is_shared();
+        }
+        if result.is_ok() {
+            mapping.downgrade();
+        }
+        result
     }
-    if result.is_ok() {
-        mapping.downgrade();
-    }
-    result
 }
 
 /// The rollback of a fresh stage's definite failure: kubelet treats the error as final and will not call NodeUnstage,
@@ -385,7 +424,11 @@ fn sub_dir_path<H: Host>(
 
 /// A failed `NewSmbGlobalMapping`. Without credentials, a failure Windows gives no known reason for is csi-proxy's own
 /// limit: v1.1.x and v1.2.x (PowerShell) always build a `PSCredential` and cannot map with the node's identity.
-fn map_error(e: HostError, vol: &SmbVolume, subject: &dyn std::fmt::Display) -> Error {
+fn map_error(e: MapFailure, vol: &SmbVolume, subject: &dyn std::fmt::Display) -> Error {
+    let e = match e {
+        MapFailure::Host(e) => e,
+        MapFailure::Refused(err) => return err,
+    };
     if e.kind == HostErrorKind::NotFound {
         // The mapping is made first, then the link to the full remote path: PowerShell-era csi-proxy (`New-Item
         // -ItemType SymbolicLink`, Windows PowerShell 5.1) refuses a link to a path that does not exist.

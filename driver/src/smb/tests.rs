@@ -16,6 +16,8 @@ use crate::lifecycle::{
 use crate::testing::{Call, Env, d};
 use HostOp::*;
 
+mod access;
+
 pub(super) const SHARE: &str = r"\\srv\share";
 
 pub(super) fn staging(id: &str) -> String {
@@ -1112,7 +1114,8 @@ async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
     }
     env.sim.reboot().expect("reboot");
     env.clear_calls();
-    // Other volumes are Staged, so v3 starts under the shared side; the repair runs only after the upgrade.
+    // Other volumes are Staged, so v3 starts under the shared side; the repair runs only after the upgrade, and only
+    // once neither other volume reaches the share through the mapping (an `IsSymlink` of each staging link).
     env.stage(&stage_req("v3", SHARE, None, "bob"), d())
         .await
         .expect("v3");
@@ -1120,6 +1123,8 @@ async fn shared_stage_upgrades_to_exclusive_to_repair_the_mapping() {
         Rmdir,
         NewSmbGlobalMapping,
         NewSmbGlobalMapping,
+        IsSymlink,
+        IsSymlink,
         RemoveSmbGlobalMapping,
         NewSmbGlobalMapping,
         IsSymlink,

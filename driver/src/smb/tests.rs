@@ -17,6 +17,7 @@ use crate::testing::{Call, Env, d};
 use HostOp::*;
 
 mod access;
+mod backend_change;
 
 pub(super) const SHARE: &str = r"\\srv\share";
 

@@ -270,7 +270,12 @@ async fn start<H: Host>(
     before_reconcile(mgr.store());
     if let Some(metrics) = crate::metrics::installed() {
         let m = Arc::clone(&mgr);
-        metrics.set_state_source(Arc::new(move || state_snapshot(m.store())));
+        metrics.set_state_source(Arc::new(move || {
+            let mut snap = state_snapshot(m.store());
+            snap.problems
+                .insert("unreachable".into(), m.unreachable_volumes().len() as u64);
+            snap
+        }));
     }
     info!(
         state_dir = %state_dir.display(),
@@ -280,6 +285,8 @@ async fn start<H: Host>(
     if let Err(e) = mgr.reconcile(Deadline::after(RECONCILE_BUDGET)).await {
         warn!(error = %e, "startup reconciliation failed; the next stage of each volume repairs it instead");
     }
+    // Staging objects left in place during an outage are checked again until they work (`lifecycle/watch.rs`).
+    tokio::spawn(Arc::clone(&mgr).run_background());
     Ok(mgr)
 }
 

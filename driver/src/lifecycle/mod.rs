@@ -89,6 +89,7 @@ mod request;
 mod stats_cache;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 pub use context::{Calls, Context, host_error};
 pub use csi::{Lifecycle, LifecycleFuture, node_capabilities};
@@ -102,6 +103,8 @@ pub use request::{
 use request::{mount_capability, required};
 use stats_cache::Invalidate;
 pub use stats_cache::StatsCache;
+use watch::Background;
+pub use watch::BackgroundSettings;
 
 /// Where credentials of inline ephemeral volumes come from (the Kubernetes API in production).
 pub trait SecretSource: Send + Sync + 'static {
@@ -132,6 +135,7 @@ pub struct VolumeManager<H, P> {
     objects: KeyedLocks,
     secrets: Option<Arc<dyn SecretSource>>,
     stats_cache: StatsCache,
+    background: Background,
 }
 
 impl<H, P> std::fmt::Debug for VolumeManager<H, P> {
@@ -164,6 +168,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             objects: KeyedLocks::with_observer(Arc::new(observe_lock_wait)),
             secrets: None,
             stats_cache: StatsCache::default(),
+            background: Background::default(),
         })
     }
 

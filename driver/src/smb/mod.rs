@@ -17,7 +17,7 @@
 //! | unstage | `Rmdir(staging)` ("not found": already gone) → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
 //! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` |
-//! | startup reconcile (staged record) | `IsSymlink(staging)` (→ `Rmdir(staging)` when it does not reach the share; "not found": nothing was there) |
+//! | startup reconcile (staged record), and its background re-checks | `IsSymlink(staging)` (a link that does not reach the share is left in place: `lifecycle/watch.rs`) |
 //! | publish readiness | `IsSymlink(staging)` |
 //!
 //! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`);
@@ -422,31 +422,25 @@ async fn stats<H: Host>(
     })
 }
 
-/// Startup reconciliation of a staged share: a staging link that no longer reaches the share (after a reboot the
-/// mapping is Disconnected; `IsSymlink` may answer false or an error) is removed, so kubelet's re-stage can rebuild
-/// it, and the volume is marked for re-stage.
+/// Startup reconciliation of a staged share (and the background re-checks of one left in place): `IsSymlink` of the
+/// staging link. One that does not reach the share is **left in place** ([`Health::Unreachable`]): it is what the
+/// pods' links point at, and kubelet never re-stages a volume it believes mounted, so removing it would break their
+/// paths for good even once the server answers again — while left, they work again as soon as the mapping does. After
+/// a reboot (the mapping Disconnected, no pod running) kubelet's NodeStageVolume repairs it as any re-stage does.
 async fn check<H: Host>(
     cx: Context<'_, H>,
     rec: &VolumeRecord,
     staging: &HostPath,
     d: Deadline,
 ) -> Result<Health, Error> {
-    let h = cx.calls(d);
-    // `IsSymlink` alone first (true: a link whose target exists, as for a repeated stage); anything else is removed
-    // with a non-forced `Rmdir`, for which "not found" means nothing was there.
-    match reaches_share(&h, staging).await? {
-        Ok(()) => return Ok(Health::Healthy),
-        Err(why) => debug!(staging = %staging, why = %why, "staging link does not reach the share"),
+    match reaches_share(&cx.calls(d), staging).await? {
+        Ok(()) => Ok(Health::Healthy),
+        Err(why) => {
+            debug!(volume_id = %rec.volume_id, staging = %staging, why = %why,
+                   "the staging link does not reach the share now: left in place (running pods may use it)");
+            Ok(Health::Unreachable)
+        }
     }
-    match h.rmdir(staging).await {
-        Ok(()) => {}
-        Err(e) if e.kind == HostErrorKind::NotFound => {}
-        Err(e) => return Err(host_error(e, staging)),
-    }
-    cx.mark_needs_restage(rec).await?;
-    info!(volume_id = %rec.volume_id, staging = %staging, "staging link broken: removed, volume \
-          marked for re-stage");
-    Ok(Health::NeedsRestage)
 }
 
 /// NodePublishVolume's check: the staging link reaches the share (a link to one that does not would be a *file*

@@ -89,6 +89,7 @@ mod request;
 mod stats_cache;
 #[cfg(test)]
 mod tests;
+mod unreferenced;
 mod watch;
 
 pub use context::{Calls, Context, host_error};
@@ -103,6 +104,7 @@ pub use request::{
 use request::{mount_capability, required};
 use stats_cache::Invalidate;
 pub use stats_cache::StatsCache;
+pub use unreferenced::UnreferencedReport;
 use watch::Background;
 pub use watch::BackgroundSettings;
 
@@ -261,6 +263,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .cfg
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let access = cap.access();
@@ -317,6 +320,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .cfg
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeUnstageVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         match self.store.volume(&req.volume_id)? {
@@ -446,6 +450,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     pub async fn stats(&self, req: &StatsRequest, d: Deadline) -> Result<VolumeStats, Error> {
         required(&req.volume_id, "volume_id")?;
         required(&req.volume_path, "volume_path")?;
+        self.background.touched(&req.volume_id);
         let rec = self.staged_record(&req.volume_id)?;
         let path = self.locate(&rec, &req.volume_path)?;
         // After the record checks (an unstaged volume or an unpublished path is NOT_FOUND, never a cached answer).
@@ -465,6 +470,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     pub async fn expand(&self, req: &ExpandRequest, d: Deadline) -> Result<i64, Error> {
         required(&req.volume_id, "volume_id")?;
         required(&req.volume_path, "volume_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeExpandVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let rec = self.staged_record(&req.volume_id)?;

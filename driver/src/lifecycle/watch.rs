@@ -17,12 +17,19 @@
 //! Meanwhile the volume is counted in `wincsi_state_record_problems{problem="unreachable"}` and each one is logged
 //! when found and when it works again.
 //!
-//! What the driver cannot repair by itself: a mapping Windows does not reconnect once its server answers again (it
-//! would have to be created again with the volume's credentials, which the driver never stores). Such a volume stays
-//! reported until its pods are deleted (kubelet unstages it and the next pod's stage maps the share again) or another
-//! stage of the share repairs the mapping; the README's troubleshooting says so.
+//! # Volumes kubelet will never unstage
+//!
+//! The same task scans the records every [`BackgroundSettings::scan_every`] for staged volumes nothing references
+//! (`unreferenced.rs`).
+//!
+//! # What the driver cannot repair by itself
+//!
+//! A mapping Windows does not reconnect once its server answers again (it would have to be created again with the
+//! volume's credentials, which the driver never stores). Such a volume stays reported until its pods are deleted
+//! (kubelet unstages it and the next pod's stage maps the share again) or another stage of the share repairs the
+//! mapping; the README's troubleshooting says so.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -41,8 +48,16 @@ pub struct BackgroundSettings {
     pub recheck_first: Duration,
     /// The longest wait between two checks of an unreachable staging object (the backoff's cap).
     pub recheck_max: Duration,
-    /// The deadline of each background check.
+    /// The deadline of each background check (and of each release of an unreferenced volume).
     pub check_budget: Duration,
+    /// How long a staged volume may go without anything referencing it before it is reported as one kubelet will
+    /// never unstage (`--unreferenced-volume-minutes`; `None`: not looked for). See `unreferenced.rs`.
+    pub unreferenced_after: Option<Duration>,
+    /// How often the volumes are scanned for that.
+    pub scan_every: Duration,
+    /// Unstage a volume found unreferenced for longer than `unreferenced_after` (`--release-unreferenced-volumes`);
+    /// off: only reported.
+    pub release_unreferenced: bool,
 }
 
 impl Default for BackgroundSettings {
@@ -51,6 +66,9 @@ impl Default for BackgroundSettings {
             recheck_first: Duration::from_secs(5),
             recheck_max: Duration::from_secs(300),
             check_budget: Duration::from_secs(30),
+            unreferenced_after: Some(Duration::from_secs(3600)),
+            scan_every: Duration::from_secs(300),
+            release_unreferenced: false,
         }
     }
 }
@@ -58,10 +76,16 @@ impl Default for BackgroundSettings {
 /// The background work's state, shared by the manager and its task.
 #[derive(Debug)]
 pub(crate) struct Background {
-    settings: BackgroundSettings,
+    pub(super) settings: BackgroundSettings,
     stop: tokio::sync::watch::Sender<bool>,
     /// Volumes whose staging object was left in place while it does not work, and since when.
     unreachable: Mutex<BTreeMap<String, Instant>>,
+    /// When this process started: a volume nothing touched since counts as last referenced then.
+    pub(super) started: Instant,
+    /// When a volume was last referenced: named by an RPC, or found referenced by a scan (`unreferenced.rs`).
+    pub(super) activity: Mutex<HashMap<String, Instant>>,
+    /// Volumes found unreferenced for longer than the bound, and since when they were last referenced.
+    pub(super) stranded: Mutex<BTreeMap<String, Instant>>,
 }
 
 impl Default for Background {
@@ -70,7 +94,7 @@ impl Default for Background {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -80,7 +104,16 @@ impl Background {
             settings,
             stop: tokio::sync::watch::Sender::new(false),
             unreachable: Mutex::new(BTreeMap::new()),
+            started: Instant::now(),
+            activity: Mutex::new(HashMap::new()),
+            stranded: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// An RPC named `volume_id`: kubelet still acts on it (the whole cost on the hot path: one map insert).
+    pub(crate) fn touched(&self, volume_id: &str) {
+        let now = Instant::now();
+        lock(&self.activity).insert(volume_id.to_owned(), now);
     }
 
     /// Watch `volume_id`'s staging object (found not working, left in place).
@@ -98,7 +131,7 @@ impl Background {
         lock(&self.unreachable).keys().cloned().collect()
     }
 
-    fn stopped(&self) -> bool {
+    pub(super) fn stopped(&self) -> bool {
         *self.stop.borrow()
     }
 }
@@ -120,24 +153,50 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         self.background.stop.send_replace(true);
     }
 
-    /// The background task (module docs): runs until there is nothing left to do or [`Self::stop_background`].
+    /// The background task (module docs): re-checks of unreachable staging objects with backoff, and the periodic
+    /// scan for volumes kubelet will never unstage (`unreferenced.rs`); runs until there is nothing left to do or
+    /// [`Self::stop_background`].
     pub async fn run_background(self: Arc<Self>) {
         let mut stop = self.background.stop.subscribe();
         let settings = self.background.settings.clone();
         let mut delay = settings.recheck_first;
+        let start = Instant::now();
+        let mut next_recheck = Some(start + delay);
+        let mut next_scan = settings
+            .unreferenced_after
+            .map(|_| start + settings.scan_every);
         loop {
-            if self.background.stopped() || self.background.watched().is_empty() {
+            if self.background.watched().is_empty() {
+                next_recheck = None;
+            }
+            let wake = match (next_recheck, next_scan) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) | (None, Some(a)) => a,
+                (None, None) => break,
+            };
+            if self.background.stopped() {
                 break;
             }
             tokio::select! {
-                () = tokio::time::sleep(delay) => {}
+                () = tokio::time::sleep_until(wake) => {}
                 _ = stop.changed() => break,
             }
-            tokio::select! {
-                _ = self.recheck_unreachable() => {}
-                _ = stop.changed() => break,
+            let now = Instant::now();
+            if next_recheck.is_some_and(|t| t <= now) {
+                tokio::select! {
+                    _ = self.recheck_unreachable() => {}
+                    _ = stop.changed() => break,
+                }
+                delay = (delay * 2).min(settings.recheck_max);
+                next_recheck = Some(Instant::now() + delay);
             }
-            delay = (delay * 2).min(settings.recheck_max);
+            if next_scan.is_some_and(|t| t <= now) {
+                tokio::select! {
+                    _ = self.scan_unreferenced() => {}
+                    _ = stop.changed() => break,
+                }
+                next_scan = Some(Instant::now() + settings.scan_every);
+            }
         }
         debug!("background work stopped");
     }

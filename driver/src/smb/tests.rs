@@ -19,6 +19,7 @@ use HostOp::*;
 mod access;
 mod backend_change;
 mod outage;
+mod unreferenced;
 
 pub(super) const SHARE: &str = r"\\srv\share";
 

@@ -12,7 +12,7 @@ use sim::wmi::TestBackend;
 const IQN: &str = "iqn.2026-01.io.wincsi:moves";
 
 /// SMB server `srv` (share `share`, account `CORP\bob`) and one iSCSI target with a RAW 1 GiB LUN.
-fn world(backend: TestBackend, v: CsiProxyVersion) -> Env {
+pub(super) fn world(backend: TestBackend, v: CsiProxyVersion) -> Env {
     let env = Env::on(
         backend,
         &serde_json::json!({
@@ -27,7 +27,7 @@ fn world(backend: TestBackend, v: CsiProxyVersion) -> Env {
     env
 }
 
-fn iscsi_stage(id: &str) -> StageRequest {
+pub(super) fn iscsi_stage(id: &str) -> StageRequest {
     let mut req = stage_req(id, SHARE, None, "bob");
     req.volume_context = [
         ("targetPortal".to_owned(), "10.0.0.5:3260".to_owned()),

@@ -101,7 +101,7 @@ async fn a_restart_during_a_file_server_outage_keeps_the_pods_paths_on_every_rel
 }
 
 /// The background task itself (paused time): a native mapping still `Reconnecting` when the driver starts is waited
-/// for with backoff, the volume leaves the watch once the mapping is OK, and the task ends with nothing left to do.
+/// for with backoff, and the volume leaves the watch once the mapping is OK.
 #[tokio::test(start_paused = true)]
 async fn a_mapping_reconnecting_at_start_is_waited_for_in_the_background() {
     let mut env = new_env_on(TestBackend::Native, false);
@@ -125,24 +125,33 @@ async fn a_mapping_reconnecting_at_start_is_waited_for_in_the_background() {
     assert!(env.exists(&staging("v1")));
     let start = tokio::time::Instant::now();
     let task = tokio::spawn(Arc::clone(&env.mgr).run_background());
-    tokio::time::timeout(Duration::from_secs(600), task)
-        .await
-        .expect("the task ends once nothing is left to watch")
-        .expect("task");
+    until_unwatched(&env).await;
     // Checked after 5 s, 15 s, 35 s and 75 s (doubling waits): the mapping settled at 40 s.
     assert!(
         start.elapsed() >= Duration::from_secs(40) && start.elapsed() < Duration::from_secs(160),
         "{:?}",
         start.elapsed()
     );
-    assert!(env.mgr.unreachable_volumes().is_empty());
     assert!(env.resolves(&target("p1")));
     assert_eq!(mappings(&env)[SHARE].status, MappingStatus::Ok);
+    env.mgr.stop_background();
+    task.await.expect("task");
+}
+
+/// Resolves once the background watch has nothing left (within ten minutes of paused time).
+async fn until_unwatched(env: &Env) {
+    tokio::time::timeout(Duration::from_secs(600), async {
+        while !env.mgr.unreachable_volumes().is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+    .expect("the watch ends");
 }
 
 /// A mapping that stays Disconnected after the server is back cannot be repaired without the volume's credentials
 /// (never stored): the volume stays reported and watched — with backoff up to five minutes between checks, one
-/// `IsSymlink` each — until kubelet unstages it; the task then ends by itself. Another driver's task stops at shutdown.
+/// `IsSymlink` each — until kubelet unstages it. Another driver's task stops at shutdown.
 #[tokio::test(start_paused = true)]
 async fn an_unrepaired_volume_stays_watched_until_unstaged_and_the_watch_stops_at_shutdown() {
     let mut env = new_env(false);
@@ -164,11 +173,9 @@ async fn an_unrepaired_volume_stays_watched_until_unstaged_and_the_watch_stops_a
         .unstage(&unstage_req("v1"), d())
         .await
         .expect("unstage");
-    tokio::time::timeout(Duration::from_secs(600), task)
-        .await
-        .expect("the task ends once the volume is unstaged")
-        .expect("task");
-    assert!(env.mgr.unreachable_volumes().is_empty());
+    until_unwatched(&env).await;
+    env.mgr.stop_background();
+    task.await.expect("task");
     env.assert_clean();
 
     // Shutdown: the task stops at once, the volume still watched.

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath,
-    HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    HostResult, IscsiAuth, Portal, Secret, SharedObject, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -130,6 +130,19 @@ macro_rules! metered {
 impl<H: Host> Host for Metered<H> {
     fn capabilities(&self) -> HostCapabilities {
         self.inner.capabilities()
+    }
+
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        self.inner.made_by_wincsi(object)
+    }
+
+    /// A ledger write, not a host call: not counted.
+    fn claim(
+        &self,
+        object: SharedObject<'_>,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        self.inner.claim(object, deadline)
     }
 
     metered! {

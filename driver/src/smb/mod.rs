@@ -89,7 +89,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostPath, UncPath, name_key, names_equal};
+use crate::host::{Host, HostErrorKind, HostPath, SharedObject, UncPath, name_key, names_equal};
 use crate::lifecycle::{
     Calls, Context, Found, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
 };
@@ -353,8 +353,14 @@ async fn unstage<H: Host>(
     if cx.may_remove_shared(others, &root) {
         let remote = UncPath::parse(&remote_path, "recorded remote path")?.root();
         mappings.forget(&root);
+        // What the backend will do with it, so the log says what happened (issue 37 item 15).
+        let ours = h.host().made_by_wincsi(SharedObject::SmbMapping(&root)) != Some(false);
         match remove_mapping(&h, &remote).await {
-            Ok(()) => info!(root = %root, "last user gone: SMB mapping removed"),
+            Ok(()) if ours => info!(root = %root, "last user gone: SMB mapping removed"),
+            Ok(()) => {
+                info!(root = %root, "last user gone: SMB mapping left in place (someone else made it: wincsi \
+                            removes only mappings it made)")
+            }
             Err(e) if e.kind == HostErrorKind::NotFound => {
                 debug!(root = %root, "mapping already gone")
             }

@@ -10,9 +10,9 @@ use super::mapping::{
 use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
 use crate::host::{
-    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SmbCredential, UncPath,
+    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential, UncPath,
 };
-use crate::lifecycle::{Calls, Context, StageAt, host_error};
+use crate::lifecycle::{Calls, Context, Found, StageAt, host_error};
 use crate::locks::{Deadline, KeyedGuard};
 use crate::state::{Phase, VolumeRecord};
 
@@ -56,6 +56,17 @@ pub(super) async fn stage<H: Host>(
     // The subDir is created through the staging link (csi-proxy's `Mkdir` takes local paths only): that path obeys
     // every host-path rule, 260 bytes included, so a subDir too long for it is refused before any host call or record.
     let sub = sub_dir_path(cx, staging, vol)?;
+    let existing = match existing {
+        Some(rec) => Some(rec),
+        // An inline volume's private stage is left out (kubelet publishes it again with its Secret; its path is the
+        // driver's own), as are the stages on csi-proxy (it cannot read links, and removes any mapping it is asked to).
+        None if ephemeral => None,
+        None => {
+            // Refused up front without a host call (checked again, and claimed, under the server's lock below).
+            check_principal(cx, volume_id, vol)?;
+            adopt_own(cx, at, vol, d).await?
+        }
+    };
     let fresh = existing.is_none();
     // Shared with the store's index (held to the end of the stage: with many stages at once, copies add up).
     let record = std::sync::Arc::new(VolumeRecord::new(
@@ -208,6 +219,52 @@ pub(super) async fn stage<H: Host>(
         }
         Err(err) => Err(err),
     }
+}
+
+/// Before a first stage (no record), on a backend that can read links (native) and does not count the share's mapping
+/// as the driver's: this volume's own staging link into the same share path, left by a stage whose record was lost
+/// with the state directory (ledgers included), is adopted (`adopt.rs`: the record, marked `adopted`, and the
+/// mapping claimed as the driver's), so the stage goes on as a re-stage of the driver's own objects and their
+/// unstage removes the mapping instead of taking it for someone else's (issue 37 item 15). Costs one `ReadLink` of
+/// the staging path on those first stages only.
+async fn adopt_own<H: Host>(
+    cx: Context<'_, H>,
+    at: StageAt<'_>,
+    vol: &SmbVolume,
+    d: Deadline,
+) -> Result<Option<std::sync::Arc<VolumeRecord>>, Error> {
+    let h = cx.calls(d);
+    let root = vol.source.root_key();
+    if !h.host().capabilities().read_links
+        || h.host().made_by_wincsi(SharedObject::SmbMapping(&root)) != Some(false)
+    {
+        return Ok(None);
+    }
+    let found = Found {
+        volume_id: at.volume_id,
+        staging: at.staging,
+    };
+    let Some(mut rec) = super::adopt::adopt(cx, found, d).await? else {
+        return Ok(None);
+    };
+    if !rec
+        .details::<SmbRecord>()?
+        .is_some_and(|r| r.same_volume(&SmbRecord::of(vol)))
+    {
+        debug!(staging = %at.staging, "the link at the staging path is another share path's: not adopted");
+        return Ok(None);
+    }
+    rec.adopted = true;
+    rec.ephemeral = at.ephemeral;
+    // The link proves this driver staged the volume on the share, the proof the volume records give at start (they
+    // seed the ledger): the mapping is counted as the driver's (native ledger), as the record is written.
+    h.host()
+        .claim(SharedObject::SmbMapping(&root), d)
+        .await
+        .map_err(|e| host_error(e, &vol.source.root()))?;
+    cx.store().put_volume(&rec).await?;
+    info!(staging = %at.staging, "this volume's own staging link (its record lost) adopted: re-staging it");
+    Ok(Some(std::sync::Arc::new(rec)))
 }
 
 /// What a stage may have made on the host, so that the rollback of a definite failure removes it. A call whose

@@ -122,7 +122,8 @@ use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
-    HostPath, HostProbe, HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    HostPath, HostProbe, HostResult, IscsiAuth, Portal, Secret, SharedObject, SmbCredential,
+    UncPath,
 };
 use crate::locks::Deadline;
 
@@ -684,6 +685,44 @@ impl Host for NativeHost {
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         self.run(HostOp::DiskLayout, d, move |o| disk::layout(o, n))
             .await
+    }
+
+    /// The ledgers' word (`smb.rs`, `iscsi.rs`): a mapping not in the mapping ledger, a target whose session wincsi
+    /// joined, is left in place.
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        let i = &self.inner;
+        Some(match object {
+            SharedObject::SmbMapping(root) => smb::made_by_wincsi(&i.ledger, root),
+            SharedObject::IscsiSession(iqn) | SharedObject::IscsiSessionJoined(iqn) => {
+                iscsi::made_by_wincsi(&i.sessions, &i.joined, iqn)
+            }
+        })
+    }
+
+    async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
+        match object {
+            SharedObject::SmbMapping(root) => {
+                let root = root.to_owned();
+                self.run(HostOp::NewSmbGlobalMapping, d, move |o| {
+                    smb::claim(o, &root)
+                })
+                .await
+            }
+            SharedObject::IscsiSession(iqn) => {
+                let iqn = iqn.to_owned();
+                self.run(HostOp::ConnectTarget, d, move |o| {
+                    iscsi::claim(o, &iqn, false)
+                })
+                .await
+            }
+            SharedObject::IscsiSessionJoined(iqn) => {
+                let iqn = iqn.to_owned();
+                self.run(HostOp::ConnectTarget, d, move |o| {
+                    iscsi::claim(o, &iqn, true)
+                })
+                .await
+            }
+        }
     }
 }
 

@@ -242,6 +242,35 @@ fn create(o: &Ops<'_>, root: &str, key: &str, cred: Option<&(String, Secret)>) -
     created.map(|_| ())
 }
 
+/// The ledger key of the share root `root` (`\\server\share` in any spelling): its lower-cased root, as volume records
+/// and `UncPath::root_key` keep it.
+fn ledger_key(root: &str) -> Option<String> {
+    UncPath::parse(root, "share root")
+        .ok()
+        .map(|u| u.root_key())
+}
+
+/// Whether the ledger counts the mapping of `root` as wincsi's ([`crate::host::Host::made_by_wincsi`]).
+pub(super) fn made_by_wincsi(ledger: &super::Ledger, root: &str) -> bool {
+    ledger_key(root).is_some_and(|k| ledger.contains(&k))
+}
+
+/// Count the mapping of `root` as wincsi's: an adopted staging link of this driver points into the share (the same
+/// proof the volume records give at start, [`super::NativeHost::adopt_mappings`]).
+pub(super) fn claim(o: &Ops<'_>, root: &str) -> HostResult<()> {
+    let Some(key) = ledger_key(root) else {
+        return Ok(());
+    };
+    let added = o.ledger.adopt([key]).map_err(|e| ledger_error(o, e))?;
+    if !added.is_empty() {
+        info!(
+            root,
+            "SMB mapping counted as wincsi's: a staging link of this driver into the share was adopted"
+        );
+    }
+    Ok(())
+}
+
 /// `RemoveSmbGlobalMapping`: NotFound when there is none; a mapping wincsi did not create is left in place.
 pub(super) fn remove_mapping(o: &Ops<'_>, remote: &UncPath) -> HostResult<()> {
     let root = remote.root().to_string();

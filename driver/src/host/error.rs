@@ -77,6 +77,9 @@ pub enum HostOp {
     RefreshTargetPortal,
     /// Reading a disk's partition table (no csi-proxy RPC: a native backend's `MSFT_Disk` and `MSFT_Partition`).
     DiskLayout,
+    /// What a backend knows of its own calls that may still be running on an object (no csi-proxy RPC: a native
+    /// backend's ledger of WMI methods in flight, and what the host shows of their outcome).
+    InFlight,
 }
 
 impl HostOp {
@@ -118,6 +121,7 @@ impl HostOp {
             Self::RemoveTargetPortal => "RemoveTargetPortal",
             Self::RefreshTargetPortal => "RefreshTargetPortal",
             Self::DiskLayout => "DiskLayout",
+            Self::InFlight => "InFlight",
         }
     }
 }

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath,
-    HostResult, IscsiAuth, Portal, Secret, SharedObject, SmbCredential, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostObject, HostOp,
+    HostPath, HostResult, InFlight, IscsiAuth, Portal, Secret, SharedObject, SmbCredential,
+    UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -145,6 +146,10 @@ impl<H: Host> Host for Metered<H> {
         self.inner.claim(object, deadline)
     }
 
+    fn uptime(&self) -> Option<std::time::Duration> {
+        self.inner.uptime()
+    }
+
     metered! {
         path_exists(path: &HostPath) -> bool => PathExists;
         mkdir(path: &HostPath) -> () => Mkdir;
@@ -180,6 +185,8 @@ impl<H: Host> Host for Metered<H> {
         get_target_disks(portal: &Portal, iqn: &str) -> Vec<u32> => GetTargetDisks;
         set_mutual_chap_secret(secret: &Secret) -> () => SetMutualChapSecret;
         set_disk_online_writable(disk: u32) -> () => SetDiskState;
+        set_disk_online_read_only(disk: u32) -> () => SetDiskState;
+        in_flight(object: &HostObject) -> InFlight => InFlight;
         add_target_portal_with_chap(portal: &Portal, discovery: &IscsiAuth) -> () => AddTargetPortal;
         connect_target_persistent(portal: &Portal, iqn: &str, auth: &IscsiAuth) -> () => ConnectTarget;
         list_target_portals() -> Vec<Portal> => ListTargetPortals;

@@ -196,6 +196,10 @@ pub(super) async fn volume_of<H: Host>(
     let found = async {
         loop {
             let look = look(h, number, disk, layouts).await?;
+            // What the boot and the backend say of an announced PartitionDisk (`pending.rs`), for `decide`.
+            if let Some(p) = rec.pending.as_ref() {
+                judge.clock.learn(h, p).await?;
+            }
             match decide(judge, &key, rec, disk, &look)? {
                 Next::Volume(v) => {
                     judge.forget(&key);
@@ -448,8 +452,10 @@ async fn partition<H: Host>(
     number: u32,
     disk: &str,
 ) -> Result<(), Error> {
-    let announced = Pending::now(Destructive::PartitionDisk).on_disk(number);
-    judge.clock.start(&announced);
+    let announced = judge.clock.announce(
+        h.host(),
+        Pending::now(Destructive::PartitionDisk).on_disk(number),
+    );
     rec.pending = Some(announced);
     rec.partitioning = true;
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;

@@ -184,6 +184,7 @@ mod pending;
 #[cfg(test)]
 #[path = "raw/tests.rs"]
 mod raw_tests;
+mod removal;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -249,6 +250,10 @@ pub struct IscsiRecord {
     /// stage or expansion learns it from the host before it issues anything destructive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Pending>,
+    /// The logout of the target's session announced before it was issued (`removal.rs`), whose outcome is not known
+    /// yet: stages of the target wait for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal: Option<Pending>,
 }
 
 impl Details for IscsiRecord {
@@ -272,6 +277,7 @@ impl IscsiRecord {
             mutual_chap: None,
             released: false,
             pending: None,
+            removal: None,
         }
     }
 
@@ -470,7 +476,16 @@ impl<H: Host> Protocol<H> for Iscsi {
         record: &VolumeRecord,
         d: Deadline,
     ) -> Result<(), Error> {
-        volume::unstage(cx, &self.sessions, record, staging, &details(record)?, d).await
+        volume::unstage(
+            cx,
+            &self.sessions,
+            &self.judge,
+            record,
+            staging,
+            &details(record)?,
+            d,
+        )
+        .await
     }
 
     /// A volume mounted at the staging path on a disk an iSCSI session serves (`adopt.rs`).

@@ -8,7 +8,8 @@ use super::disk::find_disk;
 use super::judge::{Judge, Polls, volume_of};
 use super::listings::Listings;
 use super::pending::{Destructive, Pending};
-use super::volume::{logout, present};
+use super::removal;
+use super::volume::present;
 use super::{
     IscsiRecord, IscsiVolume, Sessions, block_error, chap, iscsi_record, put_iscsi, run, same_id,
     target_users,
@@ -89,6 +90,9 @@ pub(super) async fn stage<H: Host>(
     rec.released = false;
     let key = rec.target_key();
     let result = async {
+        // A logout of the target that may still be running would end the session this stage logs in to or joins
+        // (`removal.rs`): waited for first, outside the target's lock.
+        removal::wait_for_logouts(cx, h, judge, &key, &mut rec, false).await?;
         // A first stage may join a session this process made to the target (another LUN's): see `Sessions`.
         let mut may_join = first;
         loop {
@@ -98,6 +102,7 @@ pub(super) async fn stage<H: Host>(
             // another LUN never logs out a session this stage needs.
             let (portal, claim) = {
                 let _target = cx.object_locks().lock(&key).await;
+                removal::wait_for_logouts(cx, h, judge, &key, &mut rec, true).await?;
                 match sessions.joinable(&key, vol).filter(|_| may_join) {
                     Some(s) => {
                         debug!(iqn = %s.iqn, portal = %s.portal, "joining the target's session");
@@ -171,7 +176,19 @@ pub(super) async fn stage<H: Host>(
             warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
             Err(err)
         }
-        Err(err) if first => roll_back(cx, sessions, h, volume_id, staging, &mut rec, err).await,
+        Err(err) if first => {
+            roll_back(
+                cx,
+                sessions,
+                &judge.clock,
+                h,
+                volume_id,
+                staging,
+                &mut rec,
+                err,
+            )
+            .await
+        }
         Err(err) => Err(err),
     }
 }
@@ -179,9 +196,11 @@ pub(super) async fn stage<H: Host>(
 /// After a definite failure of a first stage kubelet will not call NodeUnstage: log out if nobody else uses the
 /// target, and keep no record that holds the session. Only the fact that this driver partitioned the disk survives
 /// (in a released record), so a retry can finish formatting the volume it created.
+#[allow(clippy::too_many_arguments)]
 async fn roll_back<H: Host>(
     cx: Context<'_, H>,
     sessions: &Sessions,
+    clock: &super::pending::Clock,
     h: &Calls<'_, H>,
     volume_id: &str,
     staging: &HostPath,
@@ -191,11 +210,14 @@ async fn roll_back<H: Host>(
     let _target = cx.object_locks().lock(&rec.target_key()).await;
     if target_users(cx, volume_id, &rec.iqn)? == 0 {
         sessions.forget(&rec.target_key());
-        if let Err(e) = logout(h, rec).await {
+        // Announced in the record first (`removal.rs`): kubelet's retry of this stage must not log in while it runs.
+        let write = |r: &IscsiRecord| iscsi_record(cx, volume_id, staging, Phase::Staging, r);
+        if let Err(e) = removal::logout_announced(cx, h, clock, rec, &write).await {
             warn!(error = %e, "rollback: logout failed; the session stays until another volume of the target is unstaged");
         }
     }
-    if rec.volume_is_ours() {
+    // A logout whose outcome is uncertain keeps a (released) record for the stages of the target to wait for.
+    if rec.volume_is_ours() || rec.removal.is_some() {
         rec.session_portal = None;
         rec.mutual_chap = None;
         rec.released = true;
@@ -492,6 +514,9 @@ async fn file_system<H: Host>(
             .pending
             .clone()
             .filter(|p| p.call == Destructive::FormatVolume);
+        if let (Ok(false), Some(p)) = (&answer, &announced) {
+            judge.clock.learn(h, p).await?;
+        }
         match (answer, announced) {
             (Ok(true), announced) => {
                 if let Some(p) = announced {
@@ -520,8 +545,10 @@ async fn file_system<H: Host>(
         )));
     }
     // The announcement (and what the volume step learned: the "ours" evidence) is durable before the call.
-    let announced = Pending::now(Destructive::FormatVolume).on_volume(vid);
-    judge.clock.start(&announced);
+    let announced = judge.clock.announce(
+        h.host(),
+        Pending::now(Destructive::FormatVolume).on_volume(vid),
+    );
     rec.pending = Some(announced.clone());
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");

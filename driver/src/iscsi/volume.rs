@@ -44,6 +44,7 @@ pub(super) async fn present<H: Host>(h: &Calls<'_, H>, v: &str) -> Result<bool, 
 pub(super) async fn unstage<H: Host>(
     cx: Context<'_, H>,
     sessions: &Sessions,
+    judge: &Judge,
     record: &VolumeRecord,
     staging: &HostPath,
     rec: &IscsiRecord,
@@ -64,7 +65,10 @@ pub(super) async fn unstage<H: Host>(
         && (!record.adopted || super::adopt::target_serves_only_this_disk(h, rec).await?)
     {
         sessions.forget(&rec.target_key());
-        logout(h, rec).await?;
+        // Announced in the record first: a logout that outlives this call is waited for by the target's stages.
+        let mut r = rec.clone();
+        super::removal::logout_announced(cx, h, &judge.clock, &mut r, &|r| record.with_details(r))
+            .await?;
     } else {
         debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
     }
@@ -400,7 +404,10 @@ pub(super) async fn expand<H: Host>(
         .filter(|p| p.call == Destructive::ResizeVolume)
     {
         let mut polls = Polls::outcome(judge);
-        while !reached(before, p.disk_size.unwrap_or(disk_size)) && p.may_run(&judge.clock) {
+        while !reached(before, p.disk_size.unwrap_or(disk_size)) && {
+            judge.clock.learn(h, &p).await?;
+            p.may_run(&judge.clock)
+        } {
             polls
                 .next(h, &p.waiting(&judge.clock, &v, "the new size"))
                 .await?;
@@ -422,10 +429,12 @@ pub(super) async fn expand<H: Host>(
         );
         return Ok(before as i64);
     }
-    let announced = Pending::now(Destructive::ResizeVolume)
-        .on_volume(&v)
-        .with_disk_size(disk_size);
-    judge.clock.start(&announced);
+    let announced = judge.clock.announce(
+        h.host(),
+        Pending::now(Destructive::ResizeVolume)
+            .on_volume(&v)
+            .with_disk_size(disk_size),
+    );
     r.pending = Some(announced.clone());
     cx.store().put_volume(&rec.with_details(&r)?).await?;
     let resized = h

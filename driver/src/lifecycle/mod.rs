@@ -82,6 +82,7 @@ mod context;
 mod csi;
 pub mod democratic;
 pub mod inline;
+pub mod outlive;
 mod protocol;
 mod publish;
 mod reconcile;

@@ -92,6 +92,7 @@ mod blank;
 mod capability;
 mod disk;
 mod files;
+mod inflight;
 mod iscsi;
 mod ledger;
 mod ops;
@@ -121,9 +122,9 @@ use tracing::info;
 use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
-    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
-    HostPath, HostProbe, HostResult, IscsiAuth, Portal, Secret, SharedObject, SmbCredential,
-    UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
+    HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, Portal, Secret,
+    SharedObject, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -131,6 +132,7 @@ use capability::capabilities_of;
 pub use capability::{
     CAPABILITY_CHECK_TIMEOUT, CAPABILITY_RECHECK_FIRST, CAPABILITY_RECHECK_MAX, degraded,
 };
+pub use inflight::LEDGER_FILE as IN_FLIGHT_LEDGER_FILE;
 pub use iscsi::{JOINED_LEDGER_FILE, SESSION_LEDGER_FILE};
 use ledger::Ledger;
 pub(crate) use ops::Ops;
@@ -170,9 +172,9 @@ impl Default for NativeOptions {
     }
 }
 
-/// The facade calls of a destructive operation that runs to its end ([`NativeHost::run_to_end`]) are bounded by
-/// this, not by the RPC's deadline: the hour after which the driver takes such a call to be over.
-const RUN_TO_END_BUDGET: std::time::Duration = std::time::Duration::from_secs(3600);
+// The facade calls of a destructive operation that runs to its end (`NativeHost::run_to_end`) are bounded by this,
+// not by the RPC's deadline: the hour after which the driver takes such a call to be over.
+use inflight::RUN_TO_END_BUDGET;
 
 /// The host port over the Windows facade (see the module docs).
 #[derive(Clone)]
@@ -187,6 +189,8 @@ struct Inner {
     /// The targets whose sessions this driver made, and those it joined (`iscsi.rs`).
     sessions: Ledger,
     joined: Ledger,
+    /// Its calls that may outlive their callers (`inflight.rs`).
+    calls: Arc<inflight::InFlightCalls>,
     options: NativeOptions,
 }
 
@@ -235,6 +239,7 @@ impl NativeHost {
                 ledger: Ledger::open(state_dir, LEDGER_FILE, "SMB mapping"),
                 sessions: Ledger::open(state_dir, SESSION_LEDGER_FILE, "iSCSI session"),
                 joined: Ledger::open(state_dir, JOINED_LEDGER_FILE, "joined iSCSI session"),
+                calls: Arc::new(inflight::InFlightCalls::open(state_dir)),
                 options,
             }),
         }
@@ -270,7 +275,20 @@ impl NativeHost {
         d: Deadline,
         f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
     ) -> HostResult<T> {
-        self.run_as(op, d, false, f).await
+        self.run_as(op, d, false, None, f).await
+    }
+
+    /// [`NativeHost::run`] for an operation that may outlive its caller on `object` (`DisconnectTarget`: its running
+    /// `Disconnect` finishes when the caller stopped waiting): registered as running there until its facade calls
+    /// end ([`Host::in_flight`]).
+    async fn run_outliving<T: Send + 'static>(
+        &self,
+        op: HostOp,
+        d: Deadline,
+        object: HostObject,
+        f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
+    ) -> HostResult<T> {
+        self.run_as(op, d, false, Some(object), f).await
     }
 
     /// [`NativeHost::run`] for a destructive operation (`PartitionDisk`, `FormatVolume`, `ResizeVolume`): once
@@ -278,13 +296,18 @@ impl NativeHost {
     /// was cancelled), as csi-proxy's handlers do, so its outcome shows on the host for the next stage to learn
     /// (`crate::iscsi`'s `pending.rs`) instead of a half-done operation (a disk initialised but not partitioned) that
     /// only the one-hour bound would end. Only a process death cuts it short.
+    ///
+    /// While it runs it is registered on `object` ([`Host::in_flight`] answers that it may still change it, and no
+    /// other such operation starts there), and each WMI method it calls that changes the host is in the durable
+    /// in-flight ledger while it runs (`inflight.rs`): a restarted driver waits only for a method that was in flight.
     async fn run_to_end<T: Send + 'static>(
         &self,
         op: HostOp,
         d: Deadline,
+        object: HostObject,
         f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
     ) -> HostResult<T> {
-        self.run_as(op, d, true, f).await
+        self.run_as(op, d, true, Some(object), f).await
     }
 
     async fn run_as<T: Send + 'static>(
@@ -292,6 +315,7 @@ impl NativeHost {
         op: HostOp,
         d: Deadline,
         to_end: bool,
+        object: Option<HostObject>,
         f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
     ) -> HostResult<T> {
         let late = |started: bool| {
@@ -324,10 +348,17 @@ impl NativeHost {
             CallContext::after(d.remaining()).with_cancel(token)
         };
         let inner = Arc::clone(&self.inner);
+        // Registered before the task is spawned, so a caller that gives up while it waits for a thread leaves it
+        // registered until it ran (or was dropped unstarted).
+        let running = match &object {
+            Some(o) => Some(inner.calls.start(op, o)?),
+            None => None,
+        };
         // A task of tokio's blocking pool: the permit bounds how many run for this backend. (While it runs, tokio's
         // paused test clock does not auto-advance, exactly as while csi-proxy's in-runtime calls run.)
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            let _running = running;
             f(&Ops {
                 w: &*inner.host,
                 c: &ctx,
@@ -336,6 +367,7 @@ impl NativeHost {
                 sessions: &inner.sessions,
                 joined: &inner.joined,
                 smb_privacy: inner.options.smb_require_privacy,
+                calls: &inner.calls,
             })
         });
         match tokio::time::timeout_at(d.instant(), task).await {
@@ -468,8 +500,10 @@ impl Host for NativeHost {
     }
 
     async fn partition_disk(&self, n: u32, d: Deadline) -> HostResult<()> {
-        self.run_to_end(HostOp::PartitionDisk, d, move |o| disk::partition(o, n))
-            .await
+        self.run_to_end(HostOp::PartitionDisk, d, HostObject::Disk(n), move |o| {
+            disk::partition(o, n)
+        })
+        .await
     }
 
     async fn disk_size(&self, n: u32, d: Deadline) -> HostResult<u64> {
@@ -479,16 +513,33 @@ impl Host for NativeHost {
 
     async fn set_disk_online(&self, n: u32, online: bool, d: Deadline) -> HostResult<()> {
         self.run(HostOp::SetDiskState, d, move |o| {
-            disk::set_online(o, n, online, false)
+            disk::set_online(o, n, online, None)
         })
         .await
     }
 
     async fn set_disk_online_writable(&self, n: u32, d: Deadline) -> HostResult<()> {
         self.run(HostOp::SetDiskState, d, move |o| {
-            disk::set_online(o, n, true, true)
+            disk::set_online(o, n, true, Some(false))
         })
         .await
+    }
+
+    async fn set_disk_online_read_only(&self, n: u32, d: Deadline) -> HostResult<()> {
+        self.run(HostOp::SetDiskState, d, move |o| {
+            disk::set_online(o, n, true, Some(true))
+        })
+        .await
+    }
+
+    fn uptime(&self) -> Option<Duration> {
+        self.inner.host.uptime()
+    }
+
+    async fn in_flight(&self, object: &HostObject, d: Deadline) -> HostResult<InFlight> {
+        let object = object.clone();
+        self.run(HostOp::InFlight, d, move |o| o.calls.query(o, &object))
+            .await
     }
 
     async fn is_disk_online(&self, n: u32, d: Deadline) -> HostResult<bool> {
@@ -532,13 +583,17 @@ impl Host for NativeHost {
 
     async fn format_volume(&self, volume_id: &str, d: Deadline) -> HostResult<()> {
         let v = volume_id.to_owned();
-        self.run_to_end(HostOp::FormatVolume, d, move |o| volume::format(o, &v))
-            .await
+        let object = HostObject::Volume(v.clone());
+        self.run_to_end(HostOp::FormatVolume, d, object, move |o| {
+            volume::format(o, &v)
+        })
+        .await
     }
 
     async fn resize_volume(&self, volume_id: &str, size: u64, d: Deadline) -> HostResult<()> {
         let v = volume_id.to_owned();
-        self.run_to_end(HostOp::ResizeVolume, d, move |o| {
+        let object = HostObject::Volume(v.clone());
+        self.run_to_end(HostOp::ResizeVolume, d, object, move |o| {
             volume::resize(o, &v, size)
         })
         .await
@@ -629,7 +684,8 @@ impl Host for NativeHost {
 
     async fn disconnect_target(&self, _portal: &Portal, iqn: &str, d: Deadline) -> HostResult<()> {
         let i = iqn.to_owned();
-        self.run(HostOp::DisconnectTarget, d, move |o| {
+        let object = HostObject::Target(i.clone());
+        self.run_outliving(HostOp::DisconnectTarget, d, object, move |o| {
             iscsi::disconnect(o, &i)
         })
         .await

@@ -308,7 +308,7 @@ mod tests {
     fn every_host_method_is_forwarded() {
         let port = fn_names(
             include_str!("mod.rs"),
-            "pub trait Host: Send + Sync + 'static {",
+            "pub trait Host: Clone + Send + Sync + 'static {",
             "\n}\n",
         );
         assert!(port.len() > 20, "{port:?}");

@@ -84,8 +84,9 @@ pub struct HostCapabilities {
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
 /// remote paths are validated [`UncPath`]s. Every call carries the RPC's [`Deadline`], which implementations pass on
-/// (csi-proxy: the gRPC deadline); the driver also bounds every call by it.
-pub trait Host: Send + Sync + 'static {
+/// (csi-proxy: the gRPC deadline); the driver also bounds every call by it. Cheap to clone (a handle): a removal that
+/// may outlive its caller runs to its end on a clone (`smb/removal.rs`).
+pub trait Host: Clone + Send + Sync + 'static {
     /// What this backend can do beyond csi-proxy v1's primitives (nothing, unless it says so).
     fn capabilities(&self) -> HostCapabilities {
         HostCapabilities::default()

@@ -61,6 +61,7 @@ pub(super) async fn adopt<H: Host>(
         remote_path: remote.to_string(),
         principal: None,
         mapped: false,
+        removing: None,
     };
     info!(staging = %staging, remote = %remote, "staging link into a share without a record: adopting it (principal \
           unknown)");

@@ -5,6 +5,7 @@
 use tracing::{debug, info, warn};
 
 use super::adopt::principal_unknown;
+use super::removal::Removals;
 use super::{Mappings, SmbRecord, SmbVolume};
 use crate::error::Error;
 use crate::host::name::starts_with_name;
@@ -142,6 +143,7 @@ async fn reaching_user<H: Host>(
 async fn map_repairing<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    removals: &Removals,
     volume_id: &str,
     remote: &UncPath,
     link: &HostPath,
@@ -166,7 +168,13 @@ async fn map_repairing<H: Host>(
             }
             info!(root = %remote.root(), kind = ?e.kind, "the share's old mapping blocks a new one and no other staged \
                   volume reaches the share through it: removing it and retrying once");
-            match remove_mapping(h, &remote.root()).await {
+            // Announced in this stage's record and run to its end (`removal.rs`): should it outlive this stage,
+            // the next stage of the share waits for it rather than map the share beneath it.
+            match removals
+                .remove_mapping(cx, h, volume_id, &remote.root())
+                .await
+                .map_err(MapFailure::Refused)?
+            {
                 Ok(()) => {}
                 Err(e) if e.kind == HostErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
@@ -180,9 +188,11 @@ async fn map_repairing<H: Host>(
 /// `NewSmbGlobalMapping` under a share's mapping lock. Under the shared side only the plain call runs (it adds a link
 /// to the existing mapping); a repair (remove + re-create) changes the mapping under other users, so it first upgrades
 /// to the exclusive side and then runs the full repairing sequence afresh (another caller may have repaired it).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn map_locked<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    removals: &Removals,
     guard: &mut KeyedGuard,
     volume_id: &str,
     remote: &UncPath,
@@ -199,7 +209,7 @@ pub(super) async fn map_locked<H: Host>(
             other => return Ok(other?),
         }
     }
-    map_repairing(cx, h, volume_id, remote, link, cred, repair).await
+    map_repairing(cx, h, removals, volume_id, remote, link, cred, repair).await
 }
 
 /// Lock a share's mapping for a stage of `volume_id`: the shared side when the mapping exists (this process made it,

@@ -4,9 +4,8 @@
 
 use tracing::{debug, info, warn};
 
-use super::mapping::{
-    MapFailure, MapRepair, check_principal, lock_mapping, map_locked, remove_mapping,
-};
+use super::mapping::{MapFailure, MapRepair, check_principal, lock_mapping, map_locked};
+use super::removal::Removals;
 use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
 use crate::host::{
@@ -28,6 +27,7 @@ fn server_lock_key(vol: &SmbVolume) -> String {
 pub(super) async fn stage<H: Host>(
     cx: Context<'_, H>,
     mappings: &Mappings,
+    removals: &Removals,
     at: StageAt<'_>,
     vol: &SmbVolume,
     d: Deadline,
@@ -76,6 +76,12 @@ pub(super) async fn stage<H: Host>(
         ephemeral,
         &wanted,
     )?);
+    // A removal of the share's mapping (or of this volume's staging link) that may still run would take away what this
+    // stage makes: UNAVAILABLE until it is over (`removal.rs`), before anything is written or done.
+    let root = vol.source.root_key();
+    if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
+        return Err(Error::Unavailable(why));
+    }
     // The one-principal-per-server rule, checked and claimed atomically under the server's lock: the record naming
     // this principal is in the store (visible to every other stage) before the lock is released, so of two stages on
     // one server with different accounts exactly one passes (the other sees its record). It becomes durable after
@@ -134,10 +140,18 @@ pub(super) async fn stage<H: Host>(
     if !fresh {
         cx.store().put_shared_volume(&record).await?;
     }
-    let root = vol.source.root_key();
     // A re-stage (a record exists) may find the mapping broken and repair it: it does not go by what this process
     // remembers making.
     let mut mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
+    // Once more under the share's lock: an unstage of the share may have announced its removal since the look above
+    // and given up waiting for it (its lock is released at its deadline, the removal going on).
+    if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
+        drop(mapping);
+        if fresh {
+            cx.store().remove_volume(volume_id).await?;
+        }
+        return Err(Error::Unavailable(why));
+    }
     // What this call may have made, for the rollback of a definite failure.
     let mut made = Made::default();
     let cred = vol.credential.as_ref();
@@ -147,6 +161,7 @@ pub(super) async fn stage<H: Host>(
             let on = Mapping {
                 cx,
                 h: &h,
+                removals,
                 volume_id,
                 staging,
                 cred,
@@ -166,6 +181,7 @@ pub(super) async fn stage<H: Host>(
         let on = Mapping {
             cx,
             h: &h,
+            removals,
             volume_id,
             staging,
             cred,
@@ -211,6 +227,7 @@ pub(super) async fn stage<H: Host>(
                 cx,
                 h: &h,
                 mappings,
+                removals,
                 volume_id,
                 staging,
                 vol,
@@ -297,6 +314,7 @@ fn refused_before_mapping(kind: HostErrorKind) -> bool {
 struct Mapping<'a, H> {
     cx: Context<'a, H>,
     h: &'a Calls<'a, H>,
+    removals: &'a Removals,
     volume_id: &'a str,
     staging: &'a HostPath,
     cred: Option<&'a SmbCredential>,
@@ -315,6 +333,7 @@ impl<H: Host> Mapping<'_, H> {
         let result = map_locked(
             self.cx,
             self.h,
+            self.removals,
             mapping,
             self.volume_id,
             remote,
@@ -348,6 +367,7 @@ struct Rollback<'a, H> {
     cx: Context<'a, H>,
     h: &'a Calls<'a, H>,
     mappings: &'a Mappings,
+    removals: &'a Removals,
     volume_id: &'a str,
     staging: &'a HostPath,
     vol: &'a SmbVolume,
@@ -359,6 +379,7 @@ impl<H: Host> Rollback<'_, H> {
             cx,
             h,
             mappings,
+            removals,
             volume_id,
             staging,
             vol,
@@ -380,7 +401,12 @@ impl<H: Host> Rollback<'_, H> {
             mapping.upgrade().await;
             if other_share_users(cx, volume_id, &root)? == 0 && cx.may_remove_shared(0, &root) {
                 mappings.forget(&root);
-                match remove_mapping(h, &vol.source.root()).await {
+                // Announced in the record first and run to its end (`removal.rs`): a stage of the share arriving
+                // after this one gave up waits for it.
+                match removals
+                    .remove_mapping(cx, h, volume_id, &vol.source.root())
+                    .await?
+                {
                     Ok(()) => {}
                     Err(e) if e.kind == HostErrorKind::NotFound => {}
                     Err(e) => left.push(format!("the SMB mapping of {root} ({})", e.message)),

@@ -20,6 +20,7 @@ mod access;
 mod backend_change;
 mod lost_state;
 mod outage;
+mod removal;
 mod unreferenced;
 
 pub(super) const SHARE: &str = r"\\srv\share";
@@ -169,6 +170,7 @@ async fn first_and_repeated_stage() {
             remote_path: r"\\srv\share\base".into(),
             principal: Some(r"CORP\bob".into()),
             mapped: true,
+            removing: None,
         })
     );
     env.stage(&req, d()).await.expect("repeat");
@@ -910,9 +912,26 @@ async fn full_cycle(env: &Env) -> Result<(), Error> {
 
 /// Retry every step as kubelet would, from a restarted driver.
 async fn kubelet_retries(env: &Env) {
-    env.stage(&stage_req("v1", SHARE, Some("sub"), "bob"), d())
+    match env
+        .stage(&stage_req("v1", SHARE, Some("sub"), "bob"), d())
         .await
-        .expect("retry stage");
+    {
+        Ok(()) => {}
+        // The driver died inside its unstage, whose removal may still run (issue 37 item 9): the stage waits for it,
+        // and kubelet — the pod is gone — retries the unstage, which finishes it.
+        Err(Error::Unavailable(m)) if m.contains("has not finished") => {
+            env.mgr
+                .unpublish(&unpublish_req("v1", "p1"), d())
+                .await
+                .expect("retry unpublish");
+            env.mgr
+                .unstage(&unstage_req("v1"), d())
+                .await
+                .expect("retry unstage");
+            return;
+        }
+        Err(e) => panic!("retry stage: {e}"),
+    }
     env.publish(&publish_req("v1", "p1"), d())
         .await
         .expect("retry publish");

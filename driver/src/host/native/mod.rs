@@ -102,6 +102,7 @@ mod platform;
 #[cfg(windows)]
 #[path = "platform_windows.rs"]
 mod platform;
+mod probe;
 #[cfg(feature = "test-windows-socket")]
 mod remote;
 mod smb;
@@ -116,7 +117,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tracing::info;
 use winhost::{CallContext, CallError, CancelToken, WindowsHost};
@@ -137,6 +137,7 @@ pub use iscsi::{JOINED_LEDGER_FILE, SESSION_LEDGER_FILE};
 use ledger::Ledger;
 pub(crate) use ops::Ops;
 pub use platform::windows_host;
+pub use probe::{FailedProbe, NativeProbe};
 #[cfg(feature = "test-windows-socket")]
 pub use remote::remote_windows_host;
 pub use smb::LEDGER_FILE;
@@ -743,96 +744,17 @@ impl Host for NativeHost {
             .await
     }
 
-    /// The ledgers' word (`smb.rs`, `iscsi.rs`): a mapping not in the mapping ledger, a target whose session wincsi
-    /// joined, is left in place.
+    /// The ledgers' word (`ledger.rs`).
     fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
         let i = &self.inner;
-        Some(match object {
-            SharedObject::SmbMapping(root) => smb::made_by_wincsi(&i.ledger, root),
-            SharedObject::IscsiSession(iqn) | SharedObject::IscsiSessionJoined(iqn) => {
-                iscsi::made_by_wincsi(&i.sessions, &i.joined, iqn)
-            }
-        })
+        Some(ledger::made_by_wincsi(
+            [&i.ledger, &i.sessions, &i.joined],
+            object,
+        ))
     }
 
     async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
-        match object {
-            SharedObject::SmbMapping(root) => {
-                let root = root.to_owned();
-                self.run(HostOp::NewSmbGlobalMapping, d, move |o| {
-                    smb::claim(o, &root)
-                })
-                .await
-            }
-            SharedObject::IscsiSession(iqn) => {
-                let iqn = iqn.to_owned();
-                self.run(HostOp::ConnectTarget, d, move |o| {
-                    iscsi::claim(o, &iqn, false)
-                })
-                .await
-            }
-            SharedObject::IscsiSessionJoined(iqn) => {
-                let iqn = iqn.to_owned();
-                self.run(HostOp::ConnectTarget, d, move |o| {
-                    iscsi::claim(o, &iqn, true)
-                })
-                .await
-            }
-        }
-    }
-}
-
-/// The native backend's liveness check for the Identity service's `Probe` and `/readyz`: `GetFileAttributesW` of
-/// the driver's plugin directory, on the backend's blocking pool within the check's deadline. A Win32 call in this
-/// process, nothing else: no WMI query (which a WMI provider host process serves, `WmiPrvSE.exe`, started on demand
-/// by the WMI service), no child process. What it proves is what readiness needs: the backend's pool runs calls
-/// (a pool whose 16 slots are all stuck fails it) and the kubelet root's volume answers. The WMI providers are
-/// checked once at start-up (`winhost::probe`); an operation that needs a provider that failed later reports it.
-pub struct NativeProbe {
-    host: NativeHost,
-    path: String,
-    timeout: std::time::Duration,
-}
-
-impl NativeProbe {
-    /// Probes `host` at `path` (the plugin directory), each check within [`super::PROBE_TIMEOUT`].
-    pub fn new(host: NativeHost, path: &str) -> Self {
-        Self::within(host, path, super::PROBE_TIMEOUT)
-    }
-
-    /// Probes `host` at `path`, each check within `timeout` (readiness uses a longer one).
-    pub fn within(host: NativeHost, path: &str, timeout: std::time::Duration) -> Self {
-        Self {
-            host,
-            path: path.to_owned(),
-            timeout,
-        }
-    }
-}
-
-impl HostProbe for NativeProbe {
-    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            if let Some(why) = degraded(&**self.host.windows()) {
-                return Err(why);
-            }
-            let d = Deadline::after(self.timeout);
-            let path = self.path.clone();
-            // Missing is an answer too: the backend and the volume work.
-            self.host
-                .run(HostOp::PathExists, d, move |o| files::path_exists(o, &path))
-                .await
-                .map(drop)
-                .map_err(|e| e.message)
-        })
-    }
-}
-
-/// A probe for a backend that could not start: always reports why.
-pub struct FailedProbe(pub String);
-
-impl HostProbe for FailedProbe {
-    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move { Err(self.0.clone()) })
+        let (op, claim) = ledger::claim(object);
+        self.run(op, d, claim).await
     }
 }

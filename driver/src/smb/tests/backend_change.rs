@@ -5,7 +5,6 @@
 //! SMB path) and an iSCSI session and mounted volume. Every release, both directions, and back again.
 
 use super::*;
-use crate::iscsi::IscsiRecord;
 use sim::CsiProxyVersion;
 use sim::wmi::TestBackend;
 
@@ -80,7 +79,7 @@ async fn assert_running(env: &Env, when: &str) {
         .volume("blk")
         .expect("read")
         .expect("record");
-    assert!(blk.details::<IscsiRecord>().expect("decode").is_some());
+    assert_eq!(blk.protocol, "iscsi");
 }
 
 /// The driver restarted on `backend` (same host, same state directory), then its start-up reconciliation: nothing
@@ -101,7 +100,7 @@ async fn move_to(env: &mut Env, backend: TestBackend, when: &str) {
     if backend == TestBackend::Native {
         // The link's target reads as the share path whichever release made it (what adoption of a volume whose
         // record was lost relies on).
-        let staging = crate::host::KubeletRoot::new(crate::testing::KUBELET)
+        let staging = crate::host::KubeletRoot::new(r"C:\var\lib\kubelet")
             .expect("root")
             .host_path(&staging("smb"))
             .expect("path");

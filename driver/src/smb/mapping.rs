@@ -140,6 +140,7 @@ async fn reaching_user<H: Host>(
 /// `NewSmbGlobalMapping`, repaired once as [`MapRepair`] allows (the caller holds the share's lock exclusively). A
 /// mapping another staged volume still reaches its share through is never removed (`Remove(Force)` would cut its
 /// pods' open files): the repair is refused instead.
+#[allow(clippy::too_many_arguments)]
 async fn map_repairing<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,

@@ -287,6 +287,8 @@ async fn start<H: Host>(
             let mut snap = state_snapshot(m.store());
             snap.problems
                 .insert("unreachable".into(), m.unreachable_volumes().len() as u64);
+            snap.problems
+                .insert("unreferenced".into(), m.unreferenced_volumes().len() as u64);
             snap
         }));
     }

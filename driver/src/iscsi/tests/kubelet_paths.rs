@@ -265,6 +265,121 @@ async fn what_an_ended_attempt_saw_of_the_disk_is_not_evidence_for_a_later_stage
     }
 }
 
+/// The unstage itself ends what its volume's attempts saw, also while the session stays (another LUN of the target is
+/// staged, so the disk does not arrive again): a later stage of the volume waits afresh for the foreign volume, which
+/// shows (scripted) right after that stage's first look. Before issue 37 the stale "no volume since …" made that look
+/// judge the disk empty (csi-proxy: a no-op `PartitionDisk`, then the foreign volume formatted as this driver's), or
+/// (native) the stale "partition without a volume since …" refused it as a layout Windows does not mount.
+#[tokio::test(start_paused = true)]
+async fn an_unstage_ends_what_its_attempts_saw_while_the_session_stays() {
+    for (host, env) in every_host(foreign_late) {
+        env.mgr
+            .stage(&stage_req("v2", 1, &[], &[]), d())
+            .await
+            .unwrap_or_else(|e| panic!("{host}: LUN 1: {e}"));
+        let err = env
+            .mgr
+            .stage(
+                &stage_req("v1", 0, &[], &[]),
+                Deadline::after(Duration::from_millis(2_500)),
+            )
+            .await
+            .expect_err("cut short");
+        assert!(
+            matches!(&err, Error::Unavailable(m) if m.contains("waiting for the partitions of")
+                || m.contains("waiting for the volume of partition")),
+            "{host}: the first attempt ends while it waits: {err:?}"
+        );
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{host}: unstage: {e}"));
+        assert_eq!(env.sessions(), 1, "{host}: LUN 1 keeps the session");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let mut lists = 0;
+        env.inproc
+            .after("ListVolumesOnDisk", move |s| {
+                lists += 1;
+                if lists == 2 {
+                    s.complete_arrivals().expect("arrive");
+                }
+            })
+            .expect("script");
+        env.ops();
+        let err = env
+            .mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .expect_err("another system's data");
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("refusing to format")),
+            "{host}: the foreign volume is waited for and refused: {err:?}"
+        );
+        let ops = env.ops();
+        assert!(
+            !ops.contains(&PartitionDisk) && !ops.contains(&FormatVolume),
+            "{host}: {ops:?}"
+        );
+        assert!(env.data_loss().is_empty(), "{host}: {:?}", env.data_loss());
+        env.mgr
+            .unstage(&unstage_req("v2"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{host}: unstage v2: {e}"));
+        env.assert_clean();
+    }
+}
+
+/// The same evidence across a lost session with the record kept: the first attempt is cut short (UNAVAILABLE, its
+/// record kept for kubelet's retry), then the node loses the session (a reboot; a target restart is the same to the
+/// driver, which keeps running), and kubelet's retry logs in again. The disk arrives anew during that stage, so what
+/// the first attempt saw proves nothing about it.
+#[tokio::test(start_paused = true)]
+async fn a_disk_that_arrives_again_is_judged_afresh() {
+    for (host, env) in every_host(foreign_late) {
+        let err = env
+            .mgr
+            .stage(
+                &stage_req("v1", 0, &[], &[]),
+                Deadline::after(Duration::from_millis(2_500)),
+            )
+            .await
+            .expect_err("cut short");
+        assert!(
+            matches!(&err, Error::Unavailable(m) if m.contains("waiting for the partitions of")
+                || m.contains("waiting for the volume of partition")),
+            "{host}: the first attempt ends while it waits: {err:?}"
+        );
+        env.sim.reboot().expect("the session goes");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        env.script(|s| {
+            s.set_arrival_delay(
+                "lun0",
+                Duration::from_millis(500),
+                Duration::from_secs(1),
+                tokio::time::Instant::now(),
+            )
+        })
+        .expect("arrival");
+        env.ops();
+        let err = env
+            .mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .expect_err("another system's data");
+        assert!(
+            matches!(&err, Error::FailedPrecondition(m) if m.contains("refusing to format")),
+            "{host}: the foreign volume is waited for and refused: {err:?}"
+        );
+        let ops = env.ops();
+        assert!(
+            !ops.contains(&PartitionDisk) && !ops.contains(&FormatVolume),
+            "{host}: {ops:?}"
+        );
+        assert!(env.data_loss().is_empty(), "{host}: {:?}", env.data_loss());
+        env.assert_clean();
+    }
+}
+
 /// Natively: a partition whose volume did not arrive within the settle time is refused ("no volume after …"), and the
 /// rollback logs out. The LUN is an NTFS volume moved from another Windows node whose volume was only slow; on a later
 /// attempt (a new login, a new arrival) it shows a second after the disk comes online. Before issue 37 the stale mark

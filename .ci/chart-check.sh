@@ -77,8 +77,8 @@ for h in "$helm3" "$helm4"; do
   fi
   grep -q 'kubeVersion' "$work/err" || { cat "$work/err"; fail "Kubernetes 1.29 refused for another reason"; }
 done
-[ "$(grep -c 'kind: ValidatingAdmissionPolicy$' "$work/rendered-default-helm4.yaml")" -eq 5 ] \
-  || fail "expected 5 admission policies by default"
+[ "$(grep -c 'kind: ValidatingAdmissionPolicy$' "$work/rendered-default-helm4.yaml")" -eq 10 ] \
+  || fail "expected 10 admission policies by default (5 pipe rules, 5 for unpinned objects)"
 grep -q 'kind: ValidatingAdmissionPolicy' "$work/rendered-no-admission-helm4.yaml" && fail "admission policy rendered although disabled"
 ok "Kubernetes >= 1.30 required; admission policies follow admissionPolicy.enabled"
 

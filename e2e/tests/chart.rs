@@ -1085,10 +1085,29 @@ fn check_admission_objects(r: &Rendered, exp: &Expect) {
         );
         return;
     }
+    let named = |suffix: &str| {
+        r.policies
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.contains(suffix))
+            })
+            .count()
+    };
     assert_eq!(
-        r.policies.len(),
+        named("-csi-proxy-pipes-"),
         5,
         "pods, workloads, jobs, cronjobs, persistentvolumes"
+    );
+    assert!(
+        [0, 5].contains(&named("-kubelet-unpinned-")),
+        "the unpinned-object policies come as a set of five"
+    );
+    assert_eq!(
+        r.policies.len(),
+        named("-csi-proxy-pipes-") + named("-kubelet-unpinned-")
     );
     assert_eq!(r.bindings.len(), r.policies.len());
     let mut resources = BTreeSet::new();
@@ -1241,7 +1260,11 @@ fn defaults_are_csi_proxy_mode_without_rbac_with_admission_policy() {
             "unix://C:\\var\\lib\\kubelet\\plugins\\wincsi.csi.io\\csi.sock"
         );
         assert!(r.roles.is_empty() && r.cluster_roles.is_empty());
-        assert_eq!(r.policies.len(), 5);
+        assert_eq!(
+            r.policies.len(),
+            10,
+            "5 pipe policies, 5 for unpinned objects"
+        );
         assert_eq!(
             r.resource_quotas.len(),
             1,
@@ -1262,7 +1285,7 @@ fn one_minimum_kubernetes_version_1_30_everywhere() {
             .unwrap_or_else(|| panic!("{name} rendered for Kubernetes 1.29"));
         assert!(err.contains("kubeVersion"), "{name}: {err}");
         let r = Rendered::load(helm_template(&helm, &["--kube-version", "1.30.0"]).unwrap());
-        assert_eq!(r.policies.len(), 5, "{name}");
+        assert_eq!(r.policies.len(), 10, "{name}");
     }
     for doc in ["README.md", "charts/wincsi/README.md"] {
         let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();

@@ -180,6 +180,7 @@ expect_reject "an invalid log level" --set driver.logLevel=verbose
 expect_reject "a kubelet root without a drive" --set-string kubeletRoot=/var/lib/kubelet
 expect_reject "an invalid driver name" --set driver.name=Not_A_DNS_Name
 expect_reject "an unknown validation action" --set 'admissionPolicy.validationActions={Block}'
+expect_reject "an unknown action for unpinned pods" --set 'admissionPolicy.unpinnedValidationActions={Block}'
 expect_reject "a registry with a scheme" --set imageRegistry=https://mirror.example.com
 expect_reject "an invalid priority class name" --set node.priorityClassName=Not_A_Class
 expect_reject "an invalid trusted namespace" --set 'admissionPolicy.trustedNamespaces={Kube_System}'

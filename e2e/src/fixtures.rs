@@ -291,7 +291,11 @@ mod tests {
         assert_eq!(s.smb.servers.len(), 1);
         assert_eq!(s.iscsi.portals[0].targets.len(), 2);
         let d = democratic_scenario();
-        assert_eq!(d.smb.servers.len(), 2);
+        assert_eq!(
+            d.smb.servers.len(),
+            3,
+            "the TrueNAS, and the node-manual example's server"
+        );
         assert_eq!(d.iscsi.portals.len(), 3);
     }
 }

@@ -15,6 +15,9 @@ fn help_lists_the_options_the_smoke_run_and_benchmarks_use() {
     assert!(out.status.success(), "wincsi-bench --help failed: {out:?}");
     let help = String::from_utf8_lossy(&out.stdout);
     for option in ["--smoke", "--node-bin", "--sim-bin", "--out"] {
-        assert!(help.contains(option), "`wincsi-bench --help` does not list {option}:\n{help}");
+        assert!(
+            help.contains(option),
+            "`wincsi-bench --help` does not list {option}:\n{help}"
+        );
     }
 }

@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . .ci/env.sh
 
 target_dir="${CARGO_TARGET_DIR:-target}"
-# In scripts/test-all.sh the binaries come from its `test (linux)` build (WINCSI_PREBUILT_BINS=1: `cargo test
+# In scripts/test-all.sh the binaries come from its `test build (linux)` build (WINCSI_PREBUILT_BINS=1: `cargo test
 # --workspace --all-features` builds wincsi-node, wincsi-sim and, for bench/tests/cli.rs, wincsi-bench). Building
 # them here with other features would rebuild the whole dependency stack once more (tokio's test-util differs).
 if [ "${WINCSI_PREBUILT_BINS:-0}" = 1 ]; then

@@ -51,10 +51,10 @@ echo "--- lint"
 shellcheck --external-sources --severity=warning scripts/real-node/*.sh
 check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 check-jsonschema --check-metaschema driver/src/check/report-v1.schema.json
-# The workflow's own rules: in scripts/test-all.sh (WINCSI_PREBUILT_BINS=1) this test already ran in `test (linux)`,
+# The workflow's own rules: in scripts/test-all.sh (WINCSI_PREBUILT_BINS=1) this test already ran in the suites step,
 # with the workspace's features; run alone, `-p wincsi-e2e` builds it here.
 if [ "${WINCSI_PREBUILT_BINS:-0}" = 1 ]; then
-    echo "e2e/tests/real_node_workflow.rs: ran in test (linux)"
+    echo "e2e/tests/real_node_workflow.rs: ran in the suites step"
 else
     cargo test -p wincsi-e2e --test real_node_workflow
 fi
@@ -73,7 +73,7 @@ must_fail "nanoserver.py on a Dockerfile whose image takes another file" "does n
 
 echo "--- linux: check-node against the simulated host"
 # prebuilt DIR BIN...: with WINCSI_PREBUILT_BINS=1 (scripts/test-all.sh) the binaries are the ones its test builds
-# made (`test (linux)`; the Wine step's for Windows): building them again here with other features would rebuild the
+# made (`test build (linux)`; the Wine step's for Windows): building them again here with other features would rebuild the
 # whole dependency stack (tokio's test-util differs). They must be there.
 prebuilt() {
     local dir=$1 bin

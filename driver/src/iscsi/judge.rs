@@ -186,6 +186,7 @@ pub(super) async fn volume_of<H: Host>(
     rec: &mut IscsiRecord,
     number: u32,
     disk: &str,
+    read_only: bool,
 ) -> Result<String, Error> {
     let key = format!("{}#disk{number}#", rec.lun_key());
     let layouts = h.host().capabilities().disk_layout;
@@ -205,7 +206,16 @@ pub(super) async fn volume_of<H: Host>(
                     judge.forget(&key);
                     return Ok(v);
                 }
+                // A reader-only stage writes nothing (`access.rs`).
+                Next::Partition if read_only => {
+                    return Err(super::access::refuse_write(
+                        disk,
+                        "has no volume (a RAW LUN, or a partition table without a data partition)",
+                    ));
+                }
                 Next::Partition => {
+                    // Nothing destructive while another volume's call on this LUN may still run (`pending.rs`).
+                    super::pending::wait_for_others(cx, h, &judge.clock, volume_id, rec).await?;
                     partition(cx, h, judge, &key, volume_id, staging, rec, number, disk).await?;
                     answered = true;
                     polls = Polls::new(judge);

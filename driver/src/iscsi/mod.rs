@@ -172,6 +172,7 @@ use crate::lifecycle::{
 use crate::locks::Deadline;
 use crate::state::{Details, Phase, VolumeRecord};
 
+mod access;
 mod adopt;
 mod chap;
 mod discovery;
@@ -440,13 +441,23 @@ impl<H: Host> Protocol<H> for Iscsi {
         {
             check_fs_type(fs_type)?;
         }
+        let mode = req.capability.as_ref().map_or(0, |c| c.access_mode);
+        // The multi-node writer modes NTFS cannot serve (`access.rs`).
+        access::check_mode(mode)?;
         let mut vol = parse_volume_for(&req.volume_context, &req.secrets, self.caps)?;
-        // SINGLE_NODE_READER_ONLY (2) and MULTI_NODE_READER_ONLY (3): keep the disk's read-only flag.
-        vol.read_only = req
-            .capability
-            .as_ref()
-            .is_some_and(|c| matches!(c.access_mode, 2 | 3));
+        // SINGLE_NODE_READER_ONLY (2) and MULTI_NODE_READER_ONLY (3): nothing is written to the disk, which is kept
+        // (natively: made) read-only.
+        vol.read_only = access::reader_only(mode);
         Ok(vol)
+    }
+
+    fn check_publish(
+        &self,
+        record: &VolumeRecord,
+        access: &crate::state::AccessRecord,
+        readonly: bool,
+    ) -> Result<(), Error> {
+        access::check_publish(record, access, readonly)
     }
 
     async fn stage(

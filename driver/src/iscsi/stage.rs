@@ -386,15 +386,34 @@ async fn disk_steps<H: Host>(
     // The identity is recorded with the next write: before `PartitionDisk` (the only step that creates something on
     // the disk a retry must judge), else with the `Staged` record. Bringing the disk online creates nothing.
     let disk = format!("disk {number} ({target})");
+    // One LUN reached through two targets (no MPIO: two disks with one page83) is one LUN: its identity's lock, taken
+    // under the LUN's own, keeps two volumes naming it from judging, partitioning or formatting it at once.
+    let _identity = match super::pending::identity_key(rec) {
+        Some(key) => Some(cx.object_locks().lock(&key).await),
+        None => None,
+    };
     // LUNs arrive offline under Windows Server's default SAN policy (OfflineShared).
     if vol.read_only {
-        run(
-            h,
-            HostOp::SetDiskState,
-            &disk,
-            h.host().set_disk_online(number, true, d),
-        )
-        .await?;
+        // A reader-only volume: a backend that can (native) also sets the disk read-only — unless another volume
+        // staged here writes this LUN, whose disk must stay writable (`access.rs`).
+        if shares_lun_with_writer(cx, volume_id, rec)? {
+            info!(disk = %disk, "another volume staged on this node writes this LUN: its disk is not made read-only");
+            run(
+                h,
+                HostOp::SetDiskState,
+                &disk,
+                h.host().set_disk_online(number, true, d),
+            )
+            .await?;
+        } else {
+            run(
+                h,
+                HostOp::SetDiskState,
+                &disk,
+                h.host().set_disk_online_read_only(number, d),
+            )
+            .await?;
+        }
     } else {
         // A backend with `clear_disk_read_only` also clears a read-only flag left by the SAN policy.
         run(
@@ -411,10 +430,32 @@ async fn disk_steps<H: Host>(
         claim.await?;
     }
     // 6. The volume: created only on a disk proven empty; a foreign layout is never touched (`judge.rs`).
-    let vid = volume_of(cx, h, judge, volume_id, staging, rec, number, &disk).await?;
+    let vid = volume_of(
+        cx,
+        h,
+        judge,
+        volume_id,
+        staging,
+        rec,
+        number,
+        &disk,
+        vol.read_only,
+    )
+    .await?;
     // 7. File system: only a volume this driver created may be formatted, and never while an earlier format may
-    //    still be running (`pending.rs`).
-    file_system(cx, h, judge, volume_id, staging, rec, &vid, &disk).await?;
+    //    still be running (`pending.rs`); a reader-only stage formats nothing.
+    file_system(
+        cx,
+        h,
+        judge,
+        volume_id,
+        staging,
+        rec,
+        &vid,
+        &disk,
+        vol.read_only,
+    )
+    .await?;
     // Recorded with the `Staged` record: the mount point is at this volume's own staging path, which a retry or an
     // unstage reads (`GetVolumeIDFromTargetPath`) before it judges the mount.
     rec.volume = Some(vid.clone());
@@ -490,6 +531,7 @@ async fn file_system<H: Host>(
     rec: &mut IscsiRecord,
     vid: &str,
     disk: &str,
+    read_only: bool,
 ) -> Result<(), Error> {
     let d = h.deadline();
     let mut polls = Polls::outcome(judge);
@@ -529,12 +571,20 @@ async fn file_system<H: Host>(
     if formatted {
         return Ok(());
     }
+    if read_only {
+        return Err(super::access::refuse_write(
+            disk,
+            &format!("holds volume {vid} without a file system Windows recognises"),
+        ));
+    }
     if !rec.volume_is_ours() {
         return Err(Error::FailedPrecondition(format!(
             "volume {vid} on {disk} has no file system Windows recognises, but this driver did not create it (it may \
              hold data of another operating system, e.g. ext4); refusing to format it"
         )));
     }
+    // Nothing destructive while another volume's call on this LUN may still run (`pending.rs`).
+    super::pending::wait_for_others(cx, h, &judge.clock, volume_id, rec).await?;
     // The announcement (and what the volume step learned: the "ours" evidence) is durable before the call.
     let announced = judge.clock.announce(
         h.host(),
@@ -564,6 +614,25 @@ async fn file_system<H: Host>(
     }
 }
 
+/// Whether another volume staged (or being staged) on this node names `rec`'s LUN — the same target and LUN, or the
+/// same page83 identity through another target — with a writer access mode.
+fn shares_lun_with_writer<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    rec: &IscsiRecord,
+) -> Result<bool, Error> {
+    let n = cx.count_records::<IscsiRecord>(|r, i| {
+        r.volume_id != volume_id
+            && !i.released
+            && super::pending::same_lun(rec, i)
+            && !r
+                .access
+                .as_ref()
+                .is_some_and(|a| super::access::reader_only(a.access_mode))
+    })?;
+    Ok(n > 0)
+}
+
 /// The disk's volumes; when there seem to be none, once more after a `Rescan` (Windows' storage cache may not show
 /// partitions and volumes that are arriving).
 pub(super) async fn volumes_fresh<H: Host>(
@@ -591,7 +660,8 @@ pub(super) async fn rescanned<H: Host>(
 /// A failed `PartitionDisk` / `FormatVolume`. Besides the uncertain kinds, the one cause the driver can name is a
 /// write-protected disk, which csi-proxy cannot clear (it has no call for the read-only flag).
 pub(super) fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
-    if e.kind.is_uncertain() {
+    // Not started (an earlier call on the object may still run: native) is as retryable as an uncertain answer.
+    if e.kind.is_uncertain() || e.kind == HostErrorKind::InFlight {
         return block_error(e, &subject);
     }
     if e.kind == HostErrorKind::MayHoldData {

@@ -52,11 +52,8 @@ pub(super) async fn unstage<H: Host>(
 ) -> Result<(), Error> {
     let volume_id = &record.volume_id;
     let h = &cx.calls(d);
-    // SINGLE_NODE_READER_ONLY (2), MULTI_NODE_READER_ONLY (3): the disk was left read-only.
-    let reader = record
-        .access
-        .as_ref()
-        .is_some_and(|a| matches!(a.access_mode, 2 | 3));
+    // SINGLE_NODE_READER_ONLY (2), MULTI_NODE_READER_ONLY (3): the disk was left (natively: made) read-only.
+    let reader = super::access::staged_reader_only(record);
     remove_mount(h, staging, rec, reader).await?;
     let target = cx.object_locks().lock(&rec.target_key()).await;
     let others = target_users(cx, volume_id, &rec.iqn)?;
@@ -359,6 +356,13 @@ pub(super) async fn expand<H: Host>(
 ) -> Result<i64, Error> {
     let mut r = details(rec)?;
     let staging = cx.staging_behind(rec, path)?;
+    if super::access::staged_reader_only(rec) {
+        // A reader-only volume's disk is never written (`access.rs`).
+        return Err(Error::FailedPrecondition(format!(
+            "volume {:?} is staged reader-only: its disk is kept read-only and never resized; unstage it and stage it              with a writer access mode to expand it",
+            rec.volume_id
+        )));
+    }
     let h = &cx.calls(d);
     let v = run(
         h,

@@ -252,10 +252,21 @@ pub(super) fn set_online(
                 is_read_only: Some(want),
                 ..DiskAttributes::default()
             };
-            let out =
+            let set =
                 o.w.disk_set_attributes(o.c, &disk.path, &attrs)
-                    .map_err(|e| o.err(e))?;
-            o.accept(out, &[])?;
+                    .map_err(|e| o.err(e))
+                    .and_then(|out| o.accept(out, &[]));
+            match set {
+                Ok(()) => {}
+                // Where Windows refuses the flag (41009 "not supported on a critical disk", a provider without it),
+                // the reader-only stage goes on without it: the driver itself writes nothing there.
+                Err(e) if want && !e.kind.is_uncertain() => tracing::warn!(
+                    disk = n,
+                    error = %e.message,
+                    "Windows did not set the disk read-only: the reader-only volume is mounted without the flag"
+                ),
+                Err(e) => return Err(e),
+            }
         }
     }
     refresh(o, &disk)

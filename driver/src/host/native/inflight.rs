@@ -142,7 +142,7 @@ impl InFlightCalls {
         if let Some(other) = ops.first() {
             return Err(crate::host::HostError::new(
                 op,
-                HostErrorKind::Unavailable,
+                HostErrorKind::InFlight,
                 format!(
                     "{other} on {object}, issued by this driver earlier, is still running (its caller stopped \
                      waiting): nothing else is started on it until it ends"
@@ -251,7 +251,7 @@ impl InFlightCalls {
         }
         match self.query_ledger(o, object)? {
             InFlight::Running(what) => Err(o.fail(
-                HostErrorKind::Unavailable,
+                HostErrorKind::InFlight,
                 format!("{what}: nothing else is started on it until it ends"),
             )),
             _ => Ok(()),

@@ -53,10 +53,11 @@
 //! # Limits of csi-proxy's iSCSI API (v1alpha2)
 //!
 //! No discovery CHAP, no persistent logins, no MPIO (multipath sessions, load-balance policy, initiator portal
-//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. The native backend lifts
-//! discovery CHAP, persistent logins and the read-only flag (cleared for writable volumes, `set_disk_online_writable`;
-//! a reader-only access mode keeps it); the protocol asks `Host::capabilities` (parse) and the host-call sequence below
-//! is the same on both backends. One session per target:
+//! selection), no way to set or clear a disk's read-only flag, no partition-style query, NTFS only. The native backend
+//! lifts discovery CHAP, persistent logins and the read-only flag (cleared for writable volumes,
+//! `set_disk_online_writable`; set for reader-only ones, `set_disk_online_read_only`: `access.rs`); the protocol asks
+//! `Host::capabilities` (parse) and the host-call sequence below is the same on both backends. Access modes
+//! (`access.rs`): the multi-node writer modes are refused, a reader-only stage writes nothing. One session per target:
 //! further portals are added (a later stage may log in through any of them). A second `ConnectTarget` to a connected
 //! target is a no-op from csi-proxy v1.3.0 and an error ("already logged in") before: both are a login. The IQN is
 //! sent as `DiscoverTargetPortal` reports it: v1.3.0 looks targets up exact-case and a miss dereferences nil (the
@@ -80,7 +81,7 @@
 //! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
-//! | unstage | `GetVolumeIDFromTargetPath` → `UnmountVolume` (which flushes the volume first on every release) → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
+//! | unstage | `GetVolumeIDFromTargetPath` → `UnmountVolume` (which flushes the volume first on every release) → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target; announced in the record first, `removal.rs`) |
 //! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `UnmountVolume` (not found: its flush fails) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `Rmdir` → `DisconnectTarget` |
 //! | unstage without a record (adoption, `adopt.rs`) | `GetVolumeIDFromTargetPath` → `GetVolumeStats` → `GetDiskNumberFromVolumeID` → `ListTargetPortals` → per portal `DiscoverTargetPortal` → per target `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs`, then the unstage above with `GetTargetDisks` before `DisconnectTarget` (logout only when it is exactly this disk) |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |

@@ -20,15 +20,8 @@
 //! checks before acting). The destructive operations (`PartitionDisk`, `FormatVolume`, `ResizeVolume`) are the
 //! exception: once started they run to their end, as csi-proxy's handlers do, so their outcome shows on the host for
 //! the next stage to learn (the iSCSI protocol announces them in the volume's record first). `winhost::win32::WinHost` adds its own bounded COM threads underneath.
-//!
-//! # Calls that may outlive their callers (`inflight.rs`)
-//!
-//! Those operations and `DisconnectTarget` are registered on their object (disk, volume, target) while their facade
-//! calls run, and no other such operation starts there meanwhile (`InFlight`, nothing started). Each WMI method
-//! among them that changes the host ("ledger" in the table) is written to `native-calls-in-flight.json` in the state
-//! directory, durably, before it is called, and removed when it answers. [`Host::in_flight`] answers from both: a
-//! restarted driver waits only for a method an earlier process left in flight, until its outcome shows, a reboot
-//! (the node's uptime, [`Host::uptime`]: `GetTickCount64` through the facade) or the one-hour bound.
+//! Those and `DisconnectTarget` are registered on their object while they run, and each WMI method among them that
+//! changes the host ("ledger" below) is in a durable ledger while it runs: [`Host::in_flight`] (`inflight.rs`).
 //!
 //! # Host-call sequences (asserted in `tests.rs`, in WMI and Win32 terms)
 //!
@@ -112,6 +105,7 @@ mod platform;
 #[cfg(windows)]
 #[path = "platform_windows.rs"]
 mod platform;
+mod probe;
 #[cfg(feature = "test-windows-socket")]
 mod remote;
 mod smb;
@@ -126,7 +120,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tracing::info;
 use winhost::{CallContext, CallError, CancelToken, WindowsHost};
@@ -147,6 +140,7 @@ pub use iscsi::{JOINED_LEDGER_FILE, SESSION_LEDGER_FILE};
 use ledger::Ledger;
 pub(crate) use ops::Ops;
 pub use platform::windows_host;
+pub use probe::{FailedProbe, NativeProbe};
 #[cfg(feature = "test-windows-socket")]
 pub use remote::remote_windows_host;
 pub use smb::LEDGER_FILE;
@@ -288,9 +282,8 @@ impl NativeHost {
         self.run_as(op, d, false, None, f).await
     }
 
-    /// [`NativeHost::run`] for an operation that may outlive its caller on `object` (`DisconnectTarget`: its running
-    /// `Disconnect` finishes when the caller stopped waiting): registered as running there until its facade calls
-    /// end ([`Host::in_flight`]).
+    /// [`NativeHost::run`] for an operation that may outlive its caller on `object` (`DisconnectTarget`), registered
+    /// as running there until its facade calls end ([`Host::in_flight`]).
     async fn run_outliving<T: Send + 'static>(
         &self,
         op: HostOp,
@@ -306,10 +299,7 @@ impl NativeHost {
     /// was cancelled), as csi-proxy's handlers do, so its outcome shows on the host for the next stage to learn
     /// (`crate::iscsi`'s `pending.rs`) instead of a half-done operation (a disk initialised but not partitioned) that
     /// only the one-hour bound would end. Only a process death cuts it short.
-    ///
-    /// While it runs it is registered on `object` ([`Host::in_flight`] answers that it may still change it, and no
-    /// other such operation starts there), and each WMI method it calls that changes the host is in the durable
-    /// in-flight ledger while it runs (`inflight.rs`): a restarted driver waits only for a method that was in flight.
+    /// While it runs it is registered on `object` (`inflight.rs`).
     async fn run_to_end<T: Send + 'static>(
         &self,
         op: HostOp,
@@ -751,60 +741,5 @@ impl Host for NativeHost {
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         self.run(HostOp::DiskLayout, d, move |o| disk::layout(o, n))
             .await
-    }
-}
-
-/// The native backend's liveness check for the Identity service's `Probe` and `/readyz`: `GetFileAttributesW` of
-/// the driver's plugin directory, on the backend's blocking pool within the check's deadline. A Win32 call in this
-/// process, nothing else: no WMI query (which a WMI provider host process serves, `WmiPrvSE.exe`, started on demand
-/// by the WMI service), no child process. What it proves is what readiness needs: the backend's pool runs calls
-/// (a pool whose 16 slots are all stuck fails it) and the kubelet root's volume answers. The WMI providers are
-/// checked once at start-up (`winhost::probe`); an operation that needs a provider that failed later reports it.
-pub struct NativeProbe {
-    host: NativeHost,
-    path: String,
-    timeout: std::time::Duration,
-}
-
-impl NativeProbe {
-    /// Probes `host` at `path` (the plugin directory), each check within [`super::PROBE_TIMEOUT`].
-    pub fn new(host: NativeHost, path: &str) -> Self {
-        Self::within(host, path, super::PROBE_TIMEOUT)
-    }
-
-    /// Probes `host` at `path`, each check within `timeout` (readiness uses a longer one).
-    pub fn within(host: NativeHost, path: &str, timeout: std::time::Duration) -> Self {
-        Self {
-            host,
-            path: path.to_owned(),
-            timeout,
-        }
-    }
-}
-
-impl HostProbe for NativeProbe {
-    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            if let Some(why) = degraded(&**self.host.windows()) {
-                return Err(why);
-            }
-            let d = Deadline::after(self.timeout);
-            let path = self.path.clone();
-            // Missing is an answer too: the backend and the volume work.
-            self.host
-                .run(HostOp::PathExists, d, move |o| files::path_exists(o, &path))
-                .await
-                .map(drop)
-                .map_err(|e| e.message)
-        })
-    }
-}
-
-/// A probe for a backend that could not start: always reports why.
-pub struct FailedProbe(pub String);
-
-impl HostProbe for FailedProbe {
-    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move { Err(self.0.clone()) })
     }
 }

@@ -242,12 +242,13 @@ test_sim_emulated_links() {
 target_dir="${CARGO_TARGET_DIR:-target}"
 prune_test_executables() {
     [ "${WINCSI_PRUNE_TESTS:-$([ "${CI:-}" = true ] && echo 1 || echo 0)}" = 1 ] || return 0
-    local deps=$1 before after
+    local deps=$1 keep=${2:-} before after
     [ -d "$deps" ] || return 0
     before=$(du -sm "$deps" | cut -f1)
     # Test harnesses: extensionless executables (Linux) and .exe files (Windows). Proc-macro .so files and
-    # libraries stay: later steps build on them.
-    find "$deps" -maxdepth 1 -type f \( -name '*.exe' -o \( -perm -u+x ! -name '*.*' \) \) -delete
+    # libraries stay: later steps build on them. KEEP (a path) is a test executable a later step still runs.
+    find "$deps" -maxdepth 1 -type f \( -name '*.exe' -o \( -perm -u+x ! -name '*.*' \) \) \
+        ! -name "$(basename "${keep:-/nothing-kept}")" -delete
     after=$(du -sm "$deps" | cut -f1)
     echo "pruned the test executables in $deps: ${before} MB -> ${after} MB"
 }
@@ -287,14 +288,19 @@ step "native backend (driver suites)" test_native_backend
 # The simulated host's state suite once more with emulated links (what it uses under Wine 8, which makes no
 # directory symlinks), so that mode is proven on Linux too.
 step "sim with emulated links" test_sim_emulated_links
-prune_test_executables "$target_dir/debug/deps"
+# The real-node kit's e2e external mode runs the external test executable `test (linux)` built (kept from pruning).
+kit_e2e_test_bin=$(profile_test_binaries "e2e:external" | awk '{print $2}')
+prune_test_executables "$target_dir/debug/deps" "$kit_e2e_test_bin"
 step "test (wine, $WINDOWS_TARGET)" test_wine
 prune_test_executables "$target_dir/$WINDOWS_TARGET/debug/deps"
 # The Windows-runner workflow's logic (scripts/real-node) run here against the simulated host: only the runner wiring
 # is left untested.
-step "real-node kit (check-node, workflow lint, e2e external)" bash scripts/real-node/selftest.sh
+# WINCSI_PREBUILT_BINS=1: the kit and the bench smoke run the binaries this run's test builds made (`test (linux)`,
+# and the Wine step's for Windows) instead of building them again with other features (.ci/README.md).
+step "real-node kit (check-node, workflow lint, e2e external)" \
+    env WINCSI_PREBUILT_BINS=1 WINCSI_E2E_TEST_BIN="$kit_e2e_test_bin" bash scripts/real-node/selftest.sh
 # Harness smoke runs: correctness only (zero errors, leaks, data loss), never timing.
-step "bench smoke" bash .ci/bench-smoke.sh
+step "bench smoke" env WINCSI_PREBUILT_BINS=1 bash .ci/bench-smoke.sh
 # Fuzz smoke: every cargo-fuzz target a few seconds from its seeds. Dev build without a sanitizer keeps the
 # cold build of the fuzz tree short; longer sanitizer runs are in fuzz/README.md.
 step "fuzz smoke" env WINCSI_FUZZ_SANITIZER="${WINCSI_FUZZ_SANITIZER:-none}" \

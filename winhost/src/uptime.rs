@@ -5,7 +5,7 @@
 //!   affected by `GetSystemTimeAdjustment` (learn.microsoft.com, `sysinfoapi.h`, *GetTickCount64 function*): it
 //!   counts from the boot, never goes back within one, and a wall clock set forward or back does not move it. A
 //!   process-isolated Windows container (the csiProxy mode's image) and a HostProcess container share the host's
-//!   kernel, so both read the node's own count (real-node check 30: unverified on a node).
+//!   kernel, so both read the node's own count (real-node check 38: unverified on a node).
 //! * Linux (tests, a Linux build of the driver): the first field of `/proc/uptime`, seconds since boot (proc(5)).
 //! * Anything else: unknown (`None`), and the driver keeps its conservative rules.
 

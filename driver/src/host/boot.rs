@@ -13,7 +13,7 @@
 //!   less.
 //!
 //! Windows offers no documented boot identifier a process-isolated container can read, so the uptime is the boot
-//! identity (README, "Data safety"; real-node check 30). csi-proxy has no RPC for it (its `system` group answers the
+//! identity (README, "Data safety"; real-node check 38). csi-proxy has no RPC for it (its `system` group answers the
 //! BIOS serial and services only), but the driver's container shares the node's kernel and reads it itself.
 
 use std::time::Duration;

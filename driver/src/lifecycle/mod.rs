@@ -97,7 +97,7 @@ pub use protocol::{Either, Found, Health, Protocol, StageAt};
 pub use request::{
     AccessType, Capability, EPHEMERAL_KEY, ExpandRequest, PublishRequest, ReconcileReport, Secrets,
     StageRequest, StatsRequest, UnpublishRequest, UnstageRequest, Usage, VolumeStats,
-    check_mount_flags, context_get,
+    check_mount_flags, check_mount_flags_for, context_get,
 };
 pub(crate) use request::{access_mode_name, is_credential_key};
 use request::{mount_capability, required};
@@ -275,7 +275,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             )));
         }
         let flags = mount_capability(Some(cap))?;
-        let ignored = check_mount_flags(flags)?;
+        let ignored = check_mount_flags_for(flags, &req.volume_context)?;
         if !ignored.is_empty() {
             debug!(options = ?ignored, "mount options are ignored on Windows");
         }

@@ -210,7 +210,7 @@ fn refresh(o: &Ops<'_>, disk: &MsftDisk) -> HostResult<()> {
 /// after `Online` (SAN policy, re-attach: csi-proxy #437) with `SetAttributes(IsReadOnly = false)` (reference §3);
 /// `Some(true)` (a reader-only volume) sets it with `SetAttributes(IsReadOnly = true)` right after `Online`, before
 /// anything on the node reads the volume ("the disk must be online for most attributes to be set", *SetAttributes
-/// method of the MSFT_Disk class*; whether an iSCSI LUN keeps it is real-node check 32).
+/// method of the MSFT_Disk class*; whether an iSCSI LUN keeps it is real-node check 40).
 pub(super) fn set_online(
     o: &Ops<'_>,
     n: u32,

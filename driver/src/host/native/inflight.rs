@@ -11,7 +11,7 @@
 //!   [`InFlight::Running`]; once it returned, nothing of it can still change the host;
 //! * **after a restart** (the process was killed, a rollout), the sequence died with the process. What can still be
 //!   running is a WMI *method* that was in flight in its provider (`WmiPrvSE`/the storage service finish a method
-//!   whose caller died: unverified, real-node checks 28 and N32), never the sequence's next step. So every method that changes
+//!   whose caller died: unverified, real-node checks 28 and N37), never the sequence's next step. So every method that changes
 //!   the host — `MSFT_Disk.Initialize`, `MSFT_Disk.CreatePartition`, `MSFT_Volume.Format`, `MSFT_Partition.Resize`,
 //!   `MSFT_iSCSITarget.Disconnect` — is written to a durable ledger ([`LEDGER_FILE`]) before it is called and
 //!   removed when it answered. An entry left by an earlier process is in flight until its outcome shows on the host

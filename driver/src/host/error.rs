@@ -167,6 +167,10 @@ pub enum HostErrorKind {
     /// whose first or last sectors are not blank or cannot be read, or whose partition style is neither RAW, MBR nor
     /// GPT). Nothing was written.
     MayHoldData,
+    /// The backend did not start the call: an earlier call that may still be running changes the same object (the
+    /// native backend's own operation whose caller stopped waiting, or a WMI method an earlier driver process left in
+    /// flight: `host/native/inflight.rs`). Nothing was started.
+    InFlight,
     /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
     Unavailable,
     /// The call did not finish before the deadline.

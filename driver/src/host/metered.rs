@@ -104,6 +104,7 @@ fn kind_label(kind: HostErrorKind) -> &'static str {
         HostErrorKind::AlreadyLoggedIn => "already_logged_in",
         HostErrorKind::AccessPathInUse => "access_path_in_use",
         HostErrorKind::MayHoldData => "may_hold_data",
+        HostErrorKind::InFlight => "in_flight",
         HostErrorKind::InvalidPath => "invalid_path",
         HostErrorKind::Unavailable => "unavailable",
         HostErrorKind::DeadlineExceeded => "deadline_exceeded",

@@ -34,10 +34,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use super::{IscsiRecord, same_id};
 use crate::error::Error;
 use crate::host::{BootStamp, Host, HostObject};
-use crate::lifecycle::Calls;
 use crate::lifecycle::outlive::{Outlive, stamp_now};
+use crate::lifecycle::{Calls, Context};
 
 pub(crate) use crate::lifecycle::outlive::OUTLIVE_BOUND;
 
@@ -189,6 +190,69 @@ fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether two records name one LUN: the same target and LUN, or the same page83 identity (one LUN exported through
+/// two targets shows as two disks with one identity on a node without MPIO).
+pub(crate) fn same_lun(a: &IscsiRecord, b: &IscsiRecord) -> bool {
+    if a.lun_key() == b.lun_key() {
+        return true;
+    }
+    let id = |r: &IscsiRecord| r.page83.clone().filter(|p| !p.trim().is_empty());
+    matches!((id(a), id(b)), (Some(x), Some(y)) if same_id(&x, &y))
+}
+
+/// The lock key of a LUN's identity (its page83), when known: one for every target the LUN is reached through.
+pub(crate) fn identity_key(rec: &IscsiRecord) -> Option<String> {
+    let p = rec
+        .page83
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())?;
+    Some(format!("iscsi-page83:{}", p.to_ascii_lowercase()))
+}
+
+/// Before this volume issues a destructive call on its LUN: a call another volume's record announced on the same
+/// LUN ([`same_lun`]) that may still be running makes the stage answer UNAVAILABLE, naming it.
+pub(crate) async fn wait_for_others<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    clock: &Clock,
+    volume_id: &str,
+    rec: &IscsiRecord,
+) -> Result<(), Error> {
+    let others: Vec<_> = cx
+        .records::<IscsiRecord>()?
+        .into_iter()
+        .filter(|(r, i)| {
+            r.volume_id != volume_id
+                && i.pending
+                    .as_ref()
+                    .is_some_and(|p| p.call != Destructive::DisconnectTarget)
+                && same_lun(rec, i)
+        })
+        .collect();
+    for (other, i) in others {
+        let Some(p) = i.pending.as_ref() else {
+            continue;
+        };
+        clock.learn(h, p).await?;
+        if p.may_run(clock) {
+            let on = p
+                .disk
+                .map(|n| format!("disk {n}"))
+                .or_else(|| p.volume.clone())
+                .unwrap_or_else(|| "its LUN".to_owned());
+            return Err(Error::Unavailable(format!(
+                "{}. It was announced by volume {:?}, which names the same LUN ({} LUN {}); nothing destructive is                  done to the LUN until it ends; kubelet will retry",
+                p.waiting(clock, &on, "its outcome"),
+                other.volume_id,
+                i.iqn,
+                i.lun
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// This process's knowledge of announcements (`crate::lifecycle::outlive::Outlive`), shared by the protocol's clones.

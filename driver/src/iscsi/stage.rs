@@ -38,6 +38,15 @@ pub(super) async fn stage<H: Host>(
         None => None,
         Some(rec) => match rec.details::<IscsiRecord>()? {
             Some(r) if r.same_lun(vol) && staging.is(&rec.staging_path) => Some((rec.phase, r)),
+            // A released record (a first stage that never succeeded, rolled back or unstaged) holds nothing on the
+            // host for this volume, only the marks of another LUN's partition: the volume now names another LUN (a
+            // re-created PersistentVolume), which is staged afresh. That LUN's volume, if it was never formatted, is
+            // refused later as someone else's rather than formatted.
+            Some(r) if r.released && rec.phase == Phase::Staging => {
+                info!(volume_id, iqn = %r.iqn, lun = r.lun, "the volume's released record names another LUN: \
+                      replaced");
+                None
+            }
             _ => {
                 return Err(Error::AlreadyExists(format!(
                     "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",
@@ -86,6 +95,10 @@ pub(super) async fn stage<H: Host>(
     let mut rec = prev
         .map(|(_, r)| r)
         .unwrap_or_else(|| IscsiRecord::new(vol));
+    if !first {
+        // A stage of this volume succeeded before (records of older versions kept the marks after it).
+        rec.retire_marks();
+    }
     rec.portals = vol.portals.clone();
     rec.released = false;
     let key = rec.target_key();
@@ -168,6 +181,8 @@ pub(super) async fn stage<H: Host>(
     .await;
     match result {
         Ok(()) => {
+            // From here on the volume holds what pods write: nothing may format it again.
+            rec.retire_marks();
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
             info!(staging = %staging, iqn = %vol.iqn, lun = vol.lun, volume = ?rec.volume, "iSCSI volume staged");
             Ok(())
@@ -177,17 +192,7 @@ pub(super) async fn stage<H: Host>(
             Err(err)
         }
         Err(err) if first => {
-            roll_back(
-                cx,
-                sessions,
-                &judge.clock,
-                h,
-                volume_id,
-                staging,
-                &mut rec,
-                err,
-            )
-            .await
+            roll_back(cx, sessions, judge, h, volume_id, staging, &mut rec, err).await
         }
         Err(err) => Err(err),
     }
@@ -195,12 +200,13 @@ pub(super) async fn stage<H: Host>(
 
 /// After a definite failure of a first stage kubelet will not call NodeUnstage: log out if nobody else uses the
 /// target, and keep no record that holds the session. Only the fact that this driver partitioned the disk survives
-/// (in a released record), so a retry can finish formatting the volume it created.
+/// (in a released record, [`IscsiRecord::release`]), so a retry can finish formatting the volume it created. What
+/// the judge observed of the LUN's disk belongs to this attempt's arrival of it and is forgotten.
 #[allow(clippy::too_many_arguments)]
 async fn roll_back<H: Host>(
     cx: Context<'_, H>,
     sessions: &Sessions,
-    clock: &super::pending::Clock,
+    judge: &Judge,
     h: &Calls<'_, H>,
     volume_id: &str,
     staging: &HostPath,
@@ -208,19 +214,19 @@ async fn roll_back<H: Host>(
     err: Error,
 ) -> Result<(), Error> {
     let _target = cx.object_locks().lock(&rec.target_key()).await;
+    judge.forget_lun(&rec.lun_key());
     if target_users(cx, volume_id, &rec.iqn)? == 0 {
         sessions.forget(&rec.target_key());
+        judge.forget_target(&rec.iqn);
         // Announced in the record first (`removal.rs`): kubelet's retry of this stage must not log in while it runs.
         let write = |r: &IscsiRecord| iscsi_record(cx, volume_id, staging, Phase::Staging, r);
-        if let Err(e) = removal::logout_announced(cx, h, clock, rec, &write).await {
+        if let Err(e) = removal::logout_announced(cx, h, &judge.clock, rec, &write).await {
             warn!(error = %e, "rollback: logout failed; the session stays until another volume of the target is unstaged");
         }
     }
     // A logout whose outcome is uncertain keeps a (released) record for the stages of the target to wait for.
     if rec.volume_is_ours() || rec.removal.is_some() {
-        rec.session_portal = None;
-        rec.mutual_chap = None;
-        rec.released = true;
+        rec.release();
         put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     } else {
         cx.store().remove_volume(volume_id).await?;
@@ -384,9 +390,15 @@ async fn disk_steps<H: Host>(
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     let iqn = rec.target_iqn.clone().unwrap_or_else(|| vol.iqn.clone());
     // 5. Which disk (a joined session that shows no disk of the target at all is gone: the caller logs in).
-    let Some((number, ids)) = find_disk(h, listings, portal, &iqn, vol, rec, joined).await? else {
+    let Some(found) = find_disk(h, listings, portal, &iqn, vol, rec, joined).await? else {
         return Ok(Steps::SessionGone);
     };
+    let (number, ids) = (found.number, found.ids);
+    if found.arrived {
+        // The disk arrived during this stage: what was observed of it before belongs to an earlier arrival (a
+        // logout, a lost session, a reboot) and proves nothing about this one.
+        judge.forget_lun(&rec.lun_key());
+    }
     rec.disk_number = Some(number);
     if let Some(ids) = &ids {
         rec.page83 = Some(ids.page83.trim().to_owned()).filter(|s| !s.is_empty());
@@ -395,15 +407,34 @@ async fn disk_steps<H: Host>(
     // The identity is recorded with the next write: before `PartitionDisk` (the only step that creates something on
     // the disk a retry must judge), else with the `Staged` record. Bringing the disk online creates nothing.
     let disk = format!("disk {number} ({target})");
+    // One LUN reached through two targets (no MPIO: two disks with one page83) is one LUN: its identity's lock, taken
+    // under the LUN's own, keeps two volumes naming it from judging, partitioning or formatting it at once.
+    let _identity = match super::pending::identity_key(rec) {
+        Some(key) => Some(cx.object_locks().lock(&key).await),
+        None => None,
+    };
     // LUNs arrive offline under Windows Server's default SAN policy (OfflineShared).
     if vol.read_only {
-        run(
-            h,
-            HostOp::SetDiskState,
-            &disk,
-            h.host().set_disk_online(number, true, d),
-        )
-        .await?;
+        // A reader-only volume: a backend that can (native) also sets the disk read-only — unless another volume
+        // staged here writes this LUN, whose disk must stay writable (`access.rs`).
+        if shares_lun_with_writer(cx, volume_id, rec)? {
+            info!(disk = %disk, "another volume staged on this node writes this LUN: its disk is not made read-only");
+            run(
+                h,
+                HostOp::SetDiskState,
+                &disk,
+                h.host().set_disk_online(number, true, d),
+            )
+            .await?;
+        } else {
+            run(
+                h,
+                HostOp::SetDiskState,
+                &disk,
+                h.host().set_disk_online_read_only(number, d),
+            )
+            .await?;
+        }
     } else {
         // A backend with `clear_disk_read_only` also clears a read-only flag left by the SAN policy.
         run(
@@ -420,10 +451,32 @@ async fn disk_steps<H: Host>(
         claim.await?;
     }
     // 6. The volume: created only on a disk proven empty; a foreign layout is never touched (`judge.rs`).
-    let vid = volume_of(cx, h, judge, volume_id, staging, rec, number, &disk).await?;
+    let vid = volume_of(
+        cx,
+        h,
+        judge,
+        volume_id,
+        staging,
+        rec,
+        number,
+        &disk,
+        vol.read_only,
+    )
+    .await?;
     // 7. File system: only a volume this driver created may be formatted, and never while an earlier format may
-    //    still be running (`pending.rs`).
-    file_system(cx, h, judge, volume_id, staging, rec, &vid, &disk).await?;
+    //    still be running (`pending.rs`); a reader-only stage formats nothing.
+    file_system(
+        cx,
+        h,
+        judge,
+        volume_id,
+        staging,
+        rec,
+        &vid,
+        &disk,
+        vol.read_only,
+    )
+    .await?;
     // Recorded with the `Staged` record: the mount point is at this volume's own staging path, which a retry or an
     // unstage reads (`GetVolumeIDFromTargetPath`) before it judges the mount.
     rec.volume = Some(vid.clone());
@@ -486,9 +539,10 @@ async fn disk_steps<H: Host>(
     }
 }
 
-/// Step 7: format the volume when it has no file system and this driver created it. A format announced earlier
-/// whose outcome is unknown is learned first (`IsVolumeFormatted`), waited for while it may still run, and issued
-/// again only once it cannot; a new format is announced (durable) before it is issued.
+/// Step 7: format the volume when it has no file system and this driver created it in the first stage still in
+/// progress (the record's marks, retired once a stage succeeded). A format announced earlier whose outcome is unknown
+/// is learned first (`IsVolumeFormatted`), waited for while it may still run, and issued again only once it cannot; a
+/// new format is announced (durable) before it is issued.
 #[allow(clippy::too_many_arguments)]
 async fn file_system<H: Host>(
     cx: Context<'_, H>,
@@ -499,6 +553,7 @@ async fn file_system<H: Host>(
     rec: &mut IscsiRecord,
     vid: &str,
     disk: &str,
+    read_only: bool,
 ) -> Result<(), Error> {
     let d = h.deadline();
     let mut polls = Polls::outcome(judge);
@@ -538,12 +593,17 @@ async fn file_system<H: Host>(
     if formatted {
         return Ok(());
     }
-    if !rec.volume_is_ours() {
-        return Err(Error::FailedPrecondition(format!(
-            "volume {vid} on {disk} has no file system Windows recognises, but this driver did not create it (it may \
-             hold data of another operating system, e.g. ext4); refusing to format it"
-        )));
+    if read_only {
+        return Err(super::access::refuse_write(
+            disk,
+            &format!("holds volume {vid} without a file system Windows recognises"),
+        ));
     }
+    if !rec.volume_is_ours() {
+        return Err(unrecognised(rec, vid, disk));
+    }
+    // Nothing destructive while another volume's call on this LUN may still run (`pending.rs`).
+    super::pending::wait_for_others(cx, h, &judge.clock, volume_id, rec).await?;
     // The announcement (and what the volume step learned: the "ours" evidence) is durable before the call.
     let announced = judge.clock.announce(
         h.host(),
@@ -573,6 +633,49 @@ async fn file_system<H: Host>(
     }
 }
 
+/// Whether another volume staged (or being staged) on this node names `rec`'s LUN — the same target and LUN, or the
+/// same page83 identity through another target — with a writer access mode.
+fn shares_lun_with_writer<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    rec: &IscsiRecord,
+) -> Result<bool, Error> {
+    let n = cx.count_records::<IscsiRecord>(|r, i| {
+        r.volume_id != volume_id
+            && !i.released
+            && super::pending::same_lun(rec, i)
+            && !r
+                .access
+                .as_ref()
+                .is_some_and(|a| super::access::reader_only(a.access_mode))
+    })?;
+    Ok(n > 0)
+}
+
+/// Why volume `vid`, which has no file system Windows recognises, is not formatted, and the way back. Never a
+/// volume-context key that lets the driver format it: such a key stays in the PersistentVolume, and through csi-proxy
+/// nothing tells a never-formatted volume from an NTFS that a later crash damaged, so a node the pod moves to after
+/// that crash would format the pod's data (see the module docs, "What may be initialised or formatted").
+fn unrecognised(rec: &IscsiRecord, vid: &str, disk: &str) -> Error {
+    if rec.volume.as_deref().is_some_and(|v| same_id(v, vid)) {
+        return Error::FailedPrecondition(format!(
+            "volume {vid} on {disk} was staged for this volume before, but Windows no longer recognises a file \
+             system on it (FileSystemType Unknown): an NTFS damaged by an unclean disconnect, or a locked BitLocker \
+             volume. This driver never formats a volume a stage succeeded on: refusing to format it. Repair it on the \
+             node (chkdsk {vid} /f; if chkdsk answers that the volume is RAW, recover the data with a recovery tool or \
+             from a backup) or unlock it (Unlock-BitLocker, manage-bde -unlock); kubelet's retry then mounts it"
+        ));
+    }
+    Error::FailedPrecondition(format!(
+        "volume {vid} on {disk} has no file system Windows recognises, and this driver did not create it in a stage \
+         still in progress: it may hold another operating system's data (e.g. ext4), be an NTFS Windows can no longer \
+         read (damaged: run chkdsk; BitLocker: unlock it), or be the new volume of a stage on another node that never \
+         formatted it: refusing to format it. If it holds nothing you need, make it usable yourself: format it on a \
+         node logged in to the target (Format-Volume -Path '{vid}' -FileSystem NTFS), after which a stage mounts \
+         it, or clean the LUN (on the storage system, or Clear-Disk on a node), after which a stage initialises it"
+    ))
+}
+
 /// The disk's volumes; when there seem to be none, once more after a `Rescan` (Windows' storage cache may not show
 /// partitions and volumes that are arriving).
 pub(super) async fn volumes_fresh<H: Host>(
@@ -600,7 +703,8 @@ pub(super) async fn rescanned<H: Host>(
 /// A failed `PartitionDisk` / `FormatVolume`. Besides the uncertain kinds, the one cause the driver can name is a
 /// write-protected disk, which csi-proxy cannot clear (it has no call for the read-only flag).
 pub(super) fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
-    if e.kind.is_uncertain() {
+    // Not started (an earlier call on the object may still run: native) is as retryable as an uncertain answer.
+    if e.kind.is_uncertain() || e.kind == HostErrorKind::InFlight {
         return block_error(e, &subject);
     }
     if e.kind == HostErrorKind::MayHoldData {

@@ -96,12 +96,12 @@ mod watch;
 pub use context::{Calls, Context, host_error};
 pub use csi::{Lifecycle, LifecycleFuture, node_capabilities};
 pub use protocol::{Either, Found, Health, Protocol, StageAt};
-pub(crate) use request::is_credential_key;
 pub use request::{
     AccessType, Capability, EPHEMERAL_KEY, ExpandRequest, PublishRequest, ReconcileReport, Secrets,
     StageRequest, StatsRequest, UnpublishRequest, UnstageRequest, Usage, VolumeStats,
-    check_mount_flags, context_get,
+    check_mount_flags, check_mount_flags_for, context_get,
 };
+pub(crate) use request::{access_mode_name, is_credential_key};
 use request::{mount_capability, required};
 use stats_cache::Invalidate;
 pub use stats_cache::StatsCache;
@@ -283,7 +283,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             )));
         }
         let flags = mount_capability(Some(cap))?;
-        let ignored = check_mount_flags(flags)?;
+        let ignored = check_mount_flags_for(flags, &req.volume_context)?;
         if !ignored.is_empty() {
             debug!(options = ?ignored, "mount options are ignored on Windows");
         }

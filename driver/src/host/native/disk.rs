@@ -210,7 +210,7 @@ fn refresh(o: &Ops<'_>, disk: &MsftDisk) -> HostResult<()> {
 /// after `Online` (SAN policy, re-attach: csi-proxy #437) with `SetAttributes(IsReadOnly = false)` (reference §3);
 /// `Some(true)` (a reader-only volume) sets it with `SetAttributes(IsReadOnly = true)` right after `Online`, before
 /// anything on the node reads the volume ("the disk must be online for most attributes to be set", *SetAttributes
-/// method of the MSFT_Disk class*; whether an iSCSI LUN keeps it is real-node check 32).
+/// method of the MSFT_Disk class*; whether an iSCSI LUN keeps it is real-node check 40).
 pub(super) fn set_online(
     o: &Ops<'_>,
     n: u32,
@@ -252,10 +252,21 @@ pub(super) fn set_online(
                 is_read_only: Some(want),
                 ..DiskAttributes::default()
             };
-            let out =
+            let set =
                 o.w.disk_set_attributes(o.c, &disk.path, &attrs)
-                    .map_err(|e| o.err(e))?;
-            o.accept(out, &[])?;
+                    .map_err(|e| o.err(e))
+                    .and_then(|out| o.accept(out, &[]));
+            match set {
+                Ok(()) => {}
+                // Where Windows refuses the flag (41009 "not supported on a critical disk", a provider without it),
+                // the reader-only stage goes on without it: the driver itself writes nothing there.
+                Err(e) if want && !e.kind.is_uncertain() => tracing::warn!(
+                    disk = n,
+                    error = %e.message,
+                    "Windows did not set the disk read-only: the reader-only volume is mounted without the flag"
+                ),
+                Err(e) => return Err(e),
+            }
         }
     }
     refresh(o, &disk)

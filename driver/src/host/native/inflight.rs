@@ -11,7 +11,7 @@
 //!   [`InFlight::Running`]; once it returned, nothing of it can still change the host;
 //! * **after a restart** (the process was killed, a rollout), the sequence died with the process. What can still be
 //!   running is a WMI *method* that was in flight in its provider (`WmiPrvSE`/the storage service finish a method
-//!   whose caller died: unverified, real-node check 28), never the sequence's next step. So every method that changes
+//!   whose caller died: unverified, real-node checks 28 and N37), never the sequence's next step. So every method that changes
 //!   the host — `MSFT_Disk.Initialize`, `MSFT_Disk.CreatePartition`, `MSFT_Volume.Format`, `MSFT_Partition.Resize`,
 //!   `MSFT_iSCSITarget.Disconnect` — is written to a durable ledger ([`LEDGER_FILE`]) before it is called and
 //!   removed when it answered. An entry left by an earlier process is in flight until its outcome shows on the host
@@ -142,7 +142,7 @@ impl InFlightCalls {
         if let Some(other) = ops.first() {
             return Err(crate::host::HostError::new(
                 op,
-                HostErrorKind::Unavailable,
+                HostErrorKind::InFlight,
                 format!(
                     "{other} on {object}, issued by this driver earlier, is still running (its caller stopped \
                      waiting): nothing else is started on it until it ends"
@@ -251,7 +251,7 @@ impl InFlightCalls {
         }
         match self.query_ledger(o, object)? {
             InFlight::Running(what) => Err(o.fail(
-                HostErrorKind::Unavailable,
+                HostErrorKind::InFlight,
                 format!("{what}: nothing else is started on it until it ends"),
             )),
             _ => Ok(()),

@@ -20,6 +20,8 @@
 //! checks before acting). The destructive operations (`PartitionDisk`, `FormatVolume`, `ResizeVolume`) are the
 //! exception: once started they run to their end, as csi-proxy's handlers do, so their outcome shows on the host for
 //! the next stage to learn (the iSCSI protocol announces them in the volume's record first). `winhost::win32::WinHost` adds its own bounded COM threads underneath.
+//! Those and `DisconnectTarget` are registered on their object while they run, and each WMI method among them that
+//! changes the host ("ledger" below) is in a durable ledger while it runs: [`Host::in_flight`] (`inflight.rs`).
 //!
 //! # Host-call sequences (asserted in `tests.rs`, in WMI and Win32 terms)
 //!
@@ -35,15 +37,15 @@
 //! | `ListDiskLocations` | `SELECT MSFT_Disk` |
 //! | `ListDiskIDs` | `SELECT MSFT_Disk` → per disk `IOCTL_STORAGE_GET_DEVICE_NUMBER`, `IOCTL_STORAGE_QUERY_PROPERTY` |
 //! | `Rescan` | `MSFT_StorageSetting.UpdateHostStorageCache` |
-//! | `PartitionDisk` | `SELECT MSFT_Disk` → (RAW: `ReadFile` of its first 4 MiB + 4 KiB and last 2 MiB, refused unless blank → `Initialize(GPT)`; NULL/undocumented style: refused) → `Refresh` → `SELECT MSFT_Partition` → (no partition but Microsoft Reserved: `CreatePartition` (MBR disk: `MbrType` 7) → `Refresh` → `SELECT MSFT_Partition` → `MSFT_Partition.Online`; any other partition: AlreadyExists, nothing created) |
+//! | `PartitionDisk` | (a method an earlier process left in flight on the disk: its outcome read, InFlight while it may run) → `SELECT MSFT_Disk` → (RAW: `ReadFile` of its first 4 MiB + 4 KiB and last 2 MiB, refused unless blank → ledger → `Initialize(GPT)`; NULL/undocumented style: refused) → `Refresh` → `SELECT MSFT_Partition` → (no partition but Microsoft Reserved: ledger → `CreatePartition` (MBR disk: `MbrType` 7) → `Refresh` → `SELECT MSFT_Partition` → `MSFT_Partition.Online`; any other partition: AlreadyExists, nothing created) |
 //! | `GetDiskStats` / `GetDiskState` | `SELECT MSFT_Disk` |
-//! | `SetDiskState(online)` | `SELECT MSFT_Disk` → (offline: `Online`) → `Refresh`; writable: (onlined: `SELECT MSFT_Disk`) → (read-only: `SetAttributes(IsReadOnly=false)`) |
+//! | `SetDiskState(online)` | `SELECT MSFT_Disk` → (offline: `Online`) → writable or reader-only: (onlined: `SELECT MSFT_Disk`) → (flag not as wanted: `SetAttributes(IsReadOnly=false/true)`) → `Refresh` |
 //! | `ListVolumesOnDisk` | `SELECT MSFT_Partition` → per partition `ASSOCIATORS …->MSFT_Volume` (a basic partition without its volume yet: `SELECT MSFT_Disk` → `Refresh` → list again) |
 //! | `MountVolume` | `SetVolumeMountPointW` (145 → `GetVolumeNameForVolumeMountPointW`: the same volume is success) |
 //! | `UnmountVolume` | `FlushFileBuffers` (volume gone: skipped; refused on a read-only disk: `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `SELECT MSFT_Disk`, and skipped when `IsReadOnly`) → `DeleteVolumeMountPointW` |
 //! | `IsVolumeFormatted` | `SELECT MSFT_Volume` |
-//! | `FormatVolume` | `SELECT MSFT_Volume` → `Format(NTFS, quick, Force)` |
-//! | `ResizeVolume` | `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `GetSupportedSize` → (growth ≥ 100 MiB: `Resize`) |
+//! | `FormatVolume` | (in flight: as `PartitionDisk`) → `SELECT MSFT_Volume` → ledger → `Format(NTFS, quick, Force)` |
+//! | `ResizeVolume` | (in flight: as `PartitionDisk`) → `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `GetSupportedSize` → (growth ≥ 100 MiB: ledger → `Resize`) |
 //! | `GetVolumeStats` | `GetDiskFreeSpaceExW` |
 //! | `GetVolumeIDFromTargetPath` | `FSCTL_GET_REPARSE_POINT` per hop (≤ 8) → `GetVolumeNameForVolumeMountPointW` → `GetVolumeInformationW` |
 //! | `WriteVolumeCache` | `FlushFileBuffers` |
@@ -51,7 +53,8 @@
 //! | `DiscoverTargetPortal` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (the cache only) |
 //! | `RefreshTargetPortal` (no csi-proxy RPC) | `SELECT MSFT_iSCSITargetPortal` → `Update(TargetPortalAddress, TargetPortalPortNumber[, InitiatorInstanceName, InitiatorPortalAddress])` |
 //! | `ConnectTarget` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (IQN ignoring case; absent: `Update` → again) → (not connected: session ledger → `Connect`, `IsPersistent` when asked; connected by someone else: joined ledger) |
-//! | `DisconnectTarget` | a joined target: nothing (its sessions are someone else's: `iscsi.rs`); else `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → `Disconnect` |
+//! | `DisconnectTarget` | a joined target: nothing (its sessions are someone else's: `iscsi.rs`); else `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → ledger → `Disconnect` |
+//! | `InFlight` (no csi-proxy RPC) | this process's operation still running on the object: none; else per ledger entry of an earlier process on it: its outcome (`SELECT MSFT_Disk` / `SELECT MSFT_Partition` / `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` / `GetTargetDisks`'s calls) |
 //! | `GetTargetDisks` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session `ASSOCIATORS …->MSFT_Disk` |
 //! | `SetMutualChapSecret` | `MSFT_iSCSISession.SetCHAPSecret` |
 //! | `ListTargetPortals` | `SELECT MSFT_iSCSITargetPortal` |
@@ -279,9 +282,8 @@ impl NativeHost {
         self.run_as(op, d, false, None, f).await
     }
 
-    /// [`NativeHost::run`] for an operation that may outlive its caller on `object` (`DisconnectTarget`: its running
-    /// `Disconnect` finishes when the caller stopped waiting): registered as running there until its facade calls
-    /// end ([`Host::in_flight`]).
+    /// [`NativeHost::run`] for an operation that may outlive its caller on `object` (`DisconnectTarget`), registered
+    /// as running there until its facade calls end ([`Host::in_flight`]).
     async fn run_outliving<T: Send + 'static>(
         &self,
         op: HostOp,
@@ -297,10 +299,7 @@ impl NativeHost {
     /// was cancelled), as csi-proxy's handlers do, so its outcome shows on the host for the next stage to learn
     /// (`crate::iscsi`'s `pending.rs`) instead of a half-done operation (a disk initialised but not partitioned) that
     /// only the one-hour bound would end. Only a process death cuts it short.
-    ///
-    /// While it runs it is registered on `object` ([`Host::in_flight`] answers that it may still change it, and no
-    /// other such operation starts there), and each WMI method it calls that changes the host is in the durable
-    /// in-flight ledger while it runs (`inflight.rs`): a restarted driver waits only for a method that was in flight.
+    /// While it runs it is registered on `object` (`inflight.rs`).
     async fn run_to_end<T: Send + 'static>(
         &self,
         op: HostOp,

@@ -1,8 +1,9 @@
-//! The native backend's probes (`Probe`, `/readyz`).
+//! The native backend's liveness check ([`NativeProbe`]) and the probe of a backend that could not start.
 
 use futures::future::BoxFuture;
 
-use super::{Deadline, HostOp, HostProbe, NativeHost, degraded, files};
+use super::{HostOp, HostProbe, NativeHost, degraded, files};
+use crate::locks::Deadline;
 
 /// The native backend's liveness check for the Identity service's `Probe` and `/readyz`: `GetFileAttributesW` of
 /// the driver's plugin directory, on the backend's blocking pool within the check's deadline. A Win32 call in this

@@ -13,7 +13,7 @@
 //! | `wincsi_host_call_duration_seconds` | histogram | `backend`, `operation` | `host::Metered` |
 //! | `wincsi_volumes_staged` | gauge | `protocol` | the record store, at each scrape ([`StateSource`]; 0 for a protocol without volumes) |
 //! | `wincsi_volumes_published` | gauge | `protocol` | the record store, at each scrape (0 likewise) |
-//! | `wincsi_state_record_problems` | gauge | `problem` | the record store / lifecycle, at each scrape |
+//! | `wincsi_state_record_problems` | gauge | `problem` | the record store / lifecycle, at each scrape (`unreachable`: staging objects left in place while their server does not answer, re-checked in the background: `lifecycle/watch.rs`; `unreferenced`: staged volumes no pod references and kubelet no longer asks about, past `--unreferenced-volume-minutes`: `lifecycle/unreferenced.rs`) |
 //! | `wincsi_host_backend_up` | gauge | `backend` | the readiness check, at each scrape |
 //! | `wincsi_host_capability_up` | gauge | `backend`, `capability` | the native backend's check of the Windows providers (`disks`, `iscsi`, `smb`): 1 present, 0 absent or not yet checked successfully |
 //! | `wincsi_state_commit_duration_seconds` | histogram | — | the record store: a change queued → durable on disk |
@@ -234,7 +234,9 @@ impl Metrics {
         );
         registry.register(
             "wincsi_state_record_problems",
-            "State records with a problem (needs_restage, unreadable, quarantined), by problem",
+            "State records with a problem (needs_restage, unreadable, quarantined; unreachable: a staging object left in \
+             place while its server does not answer; unreferenced: a staged volume kubelet will never unstage), by \
+             problem",
             problems.clone(),
         );
         registry.register(

@@ -22,8 +22,8 @@ use super::NativeHost;
 use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
-    HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, Portal, Secret, SmbCredential,
-    UncPath,
+    HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, Portal, Secret, SharedObject,
+    SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -533,6 +533,14 @@ impl Host for Tapped {
         let c = Self::call(HostOp::DiskLayout, json!({ "disk_number": disk }));
         self.tap.around(c, self.host.disk_layout(disk, d)).await
     }
+
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        self.host.made_by_wincsi(object)
+    }
+
+    async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
+        self.host.claim(object, d).await
+    }
 }
 
 /// Either backend, as one `Host` type (module docs).
@@ -731,5 +739,15 @@ impl Host for TestHost {
     }
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         each!(self, h => h.disk_layout(n, d))
+    }
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        match self {
+            Self::CsiProxy(h) => h.made_by_wincsi(object),
+            Self::Native(h) => h.made_by_wincsi(object),
+            Self::NativeBare(h) => h.made_by_wincsi(object),
+        }
+    }
+    async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
+        each!(self, h => h.claim(object, d))
     }
 }

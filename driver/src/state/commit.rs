@@ -2,8 +2,11 @@
 //!
 //! A group is every change queued while the previous group was being written (at most [`MAX_GROUP`]). Its steps:
 //! create and write a temporary file per record written; `fsync` them (concurrently when there are several, so the
-//! file system commits them in one journal transaction); rename each over its record and delete the removed records;
-//! `fsync` each directory that changed once; then wake every waiter with its record's outcome. A record changed
+//! file system commits them in one journal transaction); rename each over its record (on Windows with write-through)
+//! and delete the removed records; `fsync` each directory that changed once (on Windows `FlushFileBuffers` on a
+//! directory handle: the platform calls are the twins `durable_unix.rs` / `durable_windows.rs`); then wake every
+//! waiter with its record's outcome. A directory that cannot be flushed fails the group: no waiter is told its change
+//! is durable when it may not be. A record changed
 //! several times in one group is written once, with its last value.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -16,7 +19,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{FileSlot, Kind, Shared, io_err, read_file};
+use super::{FileSlot, Kind, Shared, durable, io_err, read_file};
 use crate::error::Error;
 
 /// The most changes one group takes (a bound on the temporary files open at once).
@@ -337,7 +340,7 @@ impl Worker {
             drop(w.file.take());
             if w.result.is_ok() {
                 let path = shared.file(w.kind, &w.key);
-                match fs::rename(&w.tmp, &path) {
+                match durable::replace(&w.tmp, &path) {
                     Ok(()) => {
                         changed_dirs.insert(w.kind);
                         counters.files_written.fetch_add(1, Ordering::Relaxed);
@@ -377,7 +380,7 @@ impl Worker {
                     .before_sync_dir
                     .as_ref()
                     .map_or(Ok(()), |hook| hook(&dir))
-                    .and_then(|()| sync_dir(&dir));
+                    .and_then(|()| durable::sync_dir(&dir));
                 if let Err(e) = synced {
                     let e = io_err("flush the directory", &dir, e).to_string();
                     for ((k, _), r) in outcome.iter_mut() {
@@ -490,15 +493,6 @@ fn sync_files(writes: &mut [Write]) {
     });
     // A part whose thread could not start is flushed here.
     writes.iter_mut().for_each(sync);
-}
-
-/// Flush a directory entry change where the platform allows opening a directory (not on Windows, where `rename`
-/// with `MOVEFILE_WRITE_THROUGH` semantics is the best available and the open simply fails).
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    match File::open(dir) {
-        Ok(d) => d.sync_all(),
-        Err(_) => Ok(()),
-    }
 }
 
 /// Delete temporary files a crash left in `dir` (store open only: while the store runs, the committer owns them).

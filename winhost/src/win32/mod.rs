@@ -29,6 +29,7 @@
 //! than "no such namespace or class": WMI restarting at boot, a timeout) and serves what it then finds.
 
 mod com;
+pub mod durable;
 mod files;
 mod services;
 mod wmi;

@@ -1,7 +1,8 @@
 //! Host changes that no csi-proxy call makes, for tests that script the host (directly through
 //! [`SimHost::with_state_mut`](crate::SimHost::with_state_mut), or after a call with
 //! [`InProcess::after`](crate::inproc::InProcess::after)): a LUN whose disk only appears at the next `Rescan`, a
-//! LUN presented twice, a disk whose identity changed behind its LUN; and read-only views tests assert on.
+//! LUN presented twice, a disk whose identity changed behind its LUN, a volume whose file system Windows no longer
+//! reads; and read-only views tests assert on.
 //!
 //! Unverified as a model of any particular release: these are plausible host states the driver must survive, set up
 //! deliberately by a test, never reached by the simulator on its own.
@@ -83,6 +84,57 @@ impl State {
         Ok(())
     }
 
+    /// The LUN behind disk `disk_id` is cleaned on the storage system (or `Clear-Disk -RemoveData` on the node): no
+    /// partition table, no partitions, nothing written on the device.
+    pub fn clean_disk(&mut self, disk_id: &str) -> Result<()> {
+        let d = self.disk_mut(disk_id)?;
+        d.partition_style = crate::scenario::PartitionStyle::Raw;
+        d.partitions.clear();
+        d.content.clear();
+        d.foreign_data = false;
+        self.sync_links()
+    }
+
+    /// Windows stops reading the file system of volume `id` (`\\?\Volume{…}\`, visible or not), which keeps its data:
+    /// `FileSystemType` Unknown through csi-proxy (`IsVolumeFormatted` false) and `MSFT_Volume`, and the Windows
+    /// view's `GetVolumeInformationW` / `GetDiskFreeSpaceExW` on it fail with 1005 — as an NTFS damaged by an unclean
+    /// iSCSI drop, or a locked BitLocker volume, shows. Formatting it is a data-loss event. Unverified: that both show
+    /// exactly so (`docs/real-node-checks.md`, "Volumes Windows no longer reads").
+    pub fn make_volume_unreadable(&mut self, id: &str) -> Result<()> {
+        let v = self.volume_mut(id)?;
+        v.filesystem = None;
+        v.foreign_data = true;
+        Ok(())
+    }
+
+    /// Windows reads volume `id`'s NTFS again (a `chkdsk` repaired it, or BitLocker unlocked it): the reverse of
+    /// [`State::make_volume_unreadable`], its data as they were.
+    pub fn make_volume_readable(&mut self, id: &str) -> Result<()> {
+        let v = self.volume_mut(id)?;
+        v.filesystem = Some("NTFS".to_owned());
+        v.foreign_data = false;
+        Ok(())
+    }
+
+    /// The LUN holding volume `id` was re-partitioned by another system: in its place a volume with GUID `guid`
+    /// (lower case, no braces), with no file system Windows reads and another system's data on it.
+    pub fn replace_volume(&mut self, id: &str, guid: &str) -> Result<()> {
+        let v = self.volume_mut(id)?;
+        v.guid = guid.to_owned();
+        v.filesystem = None;
+        v.foreign_data = true;
+        self.sync_links()
+    }
+
+    fn volume_mut(&mut self, id: &str) -> Result<&mut crate::state::Volume> {
+        self.disks
+            .iter_mut()
+            .flat_map(|d| d.partitions.iter_mut())
+            .filter_map(|p| p.volume.as_mut())
+            .find(|v| v.id().eq_ignore_ascii_case(id.trim()))
+            .ok_or_else(|| Error::Scenario(format!("no volume {id}")))
+    }
+
     /// Whether `path` (any Windows path the host can reach) resolves, following links and mount points.
     pub fn path_resolves(&self, path: &str) -> bool {
         self.real_path(path)
@@ -151,6 +203,53 @@ mod tests {
         s.set_disk_identity("l3", "p83", "sn").unwrap();
         assert_eq!(s.list_disk_ids().unwrap().values().next().unwrap().0, "p83");
         assert!(s.set_disk_identity("nope", "", "").is_err());
+    }
+
+    #[test]
+    fn volumes_windows_no_longer_reads_keep_their_data() {
+        let (mut s, _d) = state(&format!(
+            r#"{{"iscsi":{{"portals":[{{"address":"10.0.0.5","targets":[{{"iqn":"{IQN}","luns":[{{"lun":0,
+            "size":1073741824,"id":"l0","partition_style":"gpt","partitions":[{{"size":0,"volume":{{
+            "filesystem":"NTFS","guid":"11111111-2222-4333-8444-555555555555","files":{{"a.txt":"kept"}}}}}}]}}]}}]}}]}}}}"#
+        ));
+        s.add_target_portal("10.0.0.5", 3260).unwrap();
+        s.connect_target(
+            "10.0.0.5",
+            3260,
+            IQN,
+            crate::state::AuthType::None,
+            "",
+            &Default::default(),
+        )
+        .unwrap();
+        let n = s.disks().iter().find(|d| d.id == "l0").unwrap().number;
+        s.set_disk_state(n.unwrap(), true).unwrap();
+        let id = r"\\?\Volume{11111111-2222-4333-8444-555555555555}\";
+        assert!(s.is_volume_formatted(id).unwrap());
+        s.make_volume_unreadable(id).unwrap();
+        // Unknown, still listed, its stats answered; its data kept.
+        assert!(!s.is_volume_formatted(id).unwrap());
+        assert!(s.get_volume_stats(id).is_ok());
+        s.make_volume_readable(id).unwrap();
+        assert!(s.is_volume_formatted(id).unwrap());
+        assert_eq!(s.get_volume_stats(id).unwrap().1, 4);
+        // Formatting an unreadable volume destroys data, even with nothing Windows can list on it.
+        s.make_volume_unreadable(id).unwrap();
+        s.format_volume(id).unwrap();
+        assert_eq!(s.data_loss_events().len(), 1);
+        // Re-partitioned elsewhere: another GUID with foreign data; cleaned: RAW.
+        let other = "0badc0de-0000-4000-8000-000000000001";
+        s.replace_volume(id, other).unwrap();
+        assert!(s.is_volume_formatted(id).is_err());
+        assert!(
+            !s.is_volume_formatted(&format!(r"\\?\Volume{{{other}}}\"))
+                .unwrap()
+        );
+        s.clean_disk("l0").unwrap();
+        let d = s.disks().iter().find(|d| d.id == "l0").unwrap();
+        assert!(d.partitions.is_empty());
+        assert_eq!(d.partition_style, crate::scenario::PartitionStyle::Raw);
+        assert!(s.make_volume_unreadable(id).is_err());
     }
 
     #[test]

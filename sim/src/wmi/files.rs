@@ -543,6 +543,16 @@ impl Win32Files for WindowsView {
             let (total, used) = match parts.iter().map(String::as_str).collect::<Vec<_>>()[..] {
                 ["store", "volumes", guid, ..] => {
                     let (di, pi) = volume_at(st, guid).ok_or(PATH_NOT_FOUND)?;
+                    // A volume without a file system Windows reads (new, damaged NTFS, locked BitLocker): 1005, as
+                    // `GetVolumeInformationW` (unverified; docs/real-node-checks.md, "Volumes Windows no longer
+                    // reads").
+                    if st.disks[di].partitions[pi]
+                        .volume
+                        .as_ref()
+                        .is_none_or(|v| v.filesystem.is_none())
+                    {
+                        return Err(UNRECOGNIZED_VOLUME);
+                    }
                     let size = st.disks[di].partitions[pi].size;
                     let used = dir_usage(&st.layout.volume_store(guid)).bytes.min(size);
                     (size, used)

@@ -723,6 +723,16 @@ fn files_links_and_mount_points_follow_windows_rules() {
         v.volume_information(&c, &mp).unwrap().file_system_name,
         "NTFS"
     );
+    // A volume whose file system Windows no longer reads (damaged NTFS, locked BitLocker; unverified, N32): 1005.
+    f.host
+        .with_state_mut(|s| s.make_volume_unreadable(&c_guid.to_path()))
+        .unwrap();
+    assert_eq!(win32_code(v.volume_information(&c, &mp)), 1005);
+    assert_eq!(win32_code(v.disk_free_space(&c, &c_guid.to_path())), 1005);
+    f.host
+        .with_state_mut(|s| s.make_volume_readable(&c_guid.to_path()))
+        .unwrap();
+    assert!(v.disk_free_space(&c, &c_guid.to_path()).unwrap().total > 0);
     // Removing the link never touches its target; a non-empty directory refuses.
     assert_eq!(win32_code(v.delete_volume_mount_point(&c, &stage)), 123);
     v.remove_directory(&c, &publish).unwrap();

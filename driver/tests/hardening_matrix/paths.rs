@@ -220,16 +220,14 @@ async fn faulted_stage(env: &mut Env, cell: &Cell, what: &str) -> Result<(), Err
     }
 }
 
-/// Nothing of the volume is left: kubelet will not call again for it.
+/// Nothing of the volume is left on the host: kubelet will not call again for it. (A volume record may stay: an
+/// unstage keeps the proof that a partitioned, still unformatted volume is this driver's, issue 37 item 4; the
+/// cell's end proves the record is used and gone by the end.)
 fn check_released(env: &Env, what: &str) {
     let report = env.sim.invariants();
     assert!(
         report.ok(),
         "{what}: after the pod was deleted and kubelet gave up, the host keeps: {report:?}"
-    );
-    assert!(
-        env.mgr.store().volumes().expect("list").is_empty(),
-        "{what}: a volume record is left after kubelet gave up"
     );
 }
 
@@ -413,6 +411,9 @@ async fn outage_restart(pc: &PathCell, what: &str) {
     if pc.idle || pod_runs(&env, cell.op) {
         // kubelet makes no call for a mounted volume: the pod's path works again by itself.
         assert_pod_reads(&env, what, "once the file server is back");
+    } else if cell.op == Op::Publish && during.is_ok() {
+        // The publish answered during the outage: the pod started, and writes once its share answers.
+        env.write(&format!(r"{}\hello.txt", target()), "from the pod");
     }
     let from = if pc.idle {
         Some(Op::Unpublish)
@@ -521,6 +522,8 @@ fn every_cell<'s, T: Sync + fmt::Display, F: std::future::Future<Output = ()>>(
                             .cloned()
                             .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
                             .unwrap_or_default();
+                        // Said at once too: a run stopped by its time bound still names the cells that failed.
+                        println!("kubelet's other paths: FAILED {item}: {why}");
                         failures
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -546,6 +549,10 @@ fn kubelet_s_other_paths_converge() {
         for w in [Workflow::Smb, Workflow::Iscsi] {
             all.extend(path_cells(w, recorded(w)));
         }
+        // `WINCSI_MATRIX_CELL=<text>`: only the cells whose name contains it (to look at one).
+        if let Ok(only) = std::env::var("WINCSI_MATRIX_CELL") {
+            all.retain(|c| c.to_string().contains(&only));
+        }
         let total = all.len();
         let started = std::time::Instant::now();
         let failures = every_cell(&all, |i, pc| {
@@ -564,8 +571,10 @@ fn kubelet_s_other_paths_converge() {
             count(Way::Unreadable),
             failures.len(),
         );
-        assert!(count(Way::GiveUp) >= 10, "the stage recordings shrank");
-        assert!(count(Way::OutlivingRemoval) >= 3, "no removal was recorded");
+        if std::env::var_os("WINCSI_MATRIX_CELL").is_none() {
+            assert!(count(Way::GiveUp) >= 10, "the stage recordings shrank");
+            assert!(count(Way::OutlivingRemoval) >= 3, "no removal was recorded");
+        }
         assert!(
             failures.is_empty(),
             "{} of {total} cells failed:\n{}",

@@ -16,14 +16,19 @@
 //! * **backend change with running pods** — the driver is killed at the step by a rollout that changes the node's
 //!   `mode` (csiProxy ↔ hostProcess); the other backend starts over the same state directory and host (startup
 //!   reconciliation first), and a running pod's path must keep working;
-//! * **driver restart during an outage** (SMB) — the driver is killed at the step, the file server goes down, the
-//!   driver restarts and reconciles during the outage and kubelet's next call comes during it; once the server is
-//!   back a running pod's path must work without any call from kubelet (kubelet never re-stages a mounted volume);
+//! * **driver restart during an outage** — the driver is killed after a step, the SMB file server or the iSCSI portal
+//!   stops answering (the portal's sessions stay, their disks go: `sim` `State::set_portal_reachable`), the driver
+//!   restarts and reconciles during the outage and kubelet's next call comes during it; once the storage answers
+//!   again a running pod's path must work without any call from kubelet (kubelet never re-stages a mounted volume);
 //! * **volume unreadable after a reboot** (iSCSI) — after each operation the node reboots, and Windows no longer
 //!   reads the pod's NTFS (`FileSystemType` Unknown: damaged by the unclean drop, or a locked BitLocker volume);
 //!   kubelet's calls after the reboot (NodeStage for a bound pod, NodeUnstage for a deleted one, NodeStage for a new
 //!   one) must never format it: a stage refuses with FAILED_PRECONDITION naming the volume and the way back
 //!   (`chkdsk`, unlocking); once an administrator repaired it, kubelet's retries converge with the pod's data.
+//!
+//! The cells that stop the driver stop it after each call that changes the host (and while idle with the pod
+//! running); the give-up cells hang each such call and the first call after it ([`CHANGES`]): a call that only
+//! looks leaves the host as the change before it did.
 //!
 //! Every cell ends like the matrix's (no data-loss event, nothing left on the host, no record, no lock held, the
 //! pod's data on the volume after a re-stage) and proves no volume is stranded: a later stage with the same inputs
@@ -105,6 +110,45 @@ fn other(backend: TestBackend) -> TestBackend {
     }
 }
 
+/// The calls that change the host (csi-proxy's RPCs, the native backend's WMI methods and Win32 calls); every other
+/// recorded call only looks. A driver killed after a look leaves the host as the change before it did, so the
+/// cells that stop the driver (backend change, restart during an outage) stop it after each change; the give-up
+/// cells hang each change (it ends after kubelet's NodeUnstage) and the first call after it (NodeUnstage meets the
+/// host as that change left it).
+const CHANGES: [&str; 31] = [
+    "NewSmbGlobalMapping",
+    "RemoveSmbGlobalMapping",
+    "Mkdir",
+    "Rmdir",
+    "CreateSymlink",
+    "AddTargetPortal",
+    "RemoveTargetPortal",
+    "ConnectTarget",
+    "DisconnectTarget",
+    "SetMutualChapSecret",
+    "SetDiskState",
+    "PartitionDisk",
+    "FormatVolume",
+    "ResizeVolume",
+    "MountVolume",
+    "UnmountVolume",
+    "MSFT_SmbGlobalMapping.Create",
+    "MSFT_SmbGlobalMapping.Remove",
+    "MSFT_iSCSITargetPortal.New",
+    "MSFT_iSCSITarget.Connect",
+    "MSFT_iSCSITarget.Disconnect",
+    "MSFT_Disk.Online",
+    "MSFT_Disk.Initialize",
+    "MSFT_Disk.CreatePartition",
+    "MSFT_Partition.Online",
+    "MSFT_Volume.Format",
+    "CreateSymbolicLinkW",
+    "CreateDirectoryW",
+    "RemoveDirectoryW",
+    "SetVolumeMountPointW",
+    "DeleteVolumeMountPointW",
+];
+
 /// Every cell of kubelet's other paths over the recordings (module docs).
 fn path_cells(w: Workflow, recorded: &[(Op, Vec<String>)]) -> Vec<PathCell> {
     let mut out = Vec::new();
@@ -119,44 +163,48 @@ fn path_cells(w: Workflow, recorded: &[(Op, Vec<String>)]) -> Vec<PathCell> {
             .map(|r| (r.clone(), occurrence(rpcs, index + 1))),
         fault,
     };
+    let push = |out: &mut Vec<PathCell>, way: Way, cell: Cell| {
+        out.push(PathCell {
+            way,
+            cell,
+            idle: false,
+        });
+    };
     for (op, rpcs) in recorded {
-        for index in faultable(rpcs) {
+        let steps: Vec<usize> = faultable(rpcs).collect();
+        for (k, &index) in steps.iter().enumerate() {
             let rpc = rpcs[index].as_str();
+            let changes = CHANGES.contains(&rpc);
+            let after_change = k > 0 && CHANGES.contains(&rpcs[steps[k - 1]].as_str());
             let next_stable = index + 1 >= rpcs.len() || stable(rpcs, index + 1);
-            if *op == Op::Stage {
-                out.push(PathCell {
-                    way: Way::GiveUp,
-                    cell: cell(*op, rpcs, index, Fault::Hang),
-                    idle: false,
-                });
+            if *op == Op::Stage && (changes || after_change || k == 0) {
+                push(&mut out, Way::GiveUp, cell(*op, rpcs, index, Fault::Hang));
                 if DESTRUCTIVE.contains(&rpc) {
-                    out.push(PathCell {
-                        way: Way::GiveUp,
-                        cell: cell(*op, rpcs, index, Fault::Outlive),
-                        idle: false,
-                    });
+                    push(
+                        &mut out,
+                        Way::GiveUp,
+                        cell(*op, rpcs, index, Fault::Outlive),
+                    );
                 }
             }
             if *op == Op::Unstage && REMOVALS.contains(&rpc) {
-                out.push(PathCell {
-                    way: Way::OutlivingRemoval,
-                    cell: cell(*op, rpcs, index, Fault::Outlive),
-                    idle: false,
-                });
+                push(
+                    &mut out,
+                    Way::OutlivingRemoval,
+                    cell(*op, rpcs, index, Fault::Outlive),
+                );
             }
-            if next_stable {
-                out.push(PathCell {
-                    way: Way::BackendChange,
-                    cell: cell(*op, rpcs, index, Fault::Kill),
-                    idle: false,
-                });
-                if w == Workflow::Smb {
-                    out.push(PathCell {
-                        way: Way::OutageRestart,
-                        cell: cell(*op, rpcs, index, Fault::Kill),
-                        idle: false,
-                    });
-                }
+            if changes && next_stable {
+                push(
+                    &mut out,
+                    Way::BackendChange,
+                    cell(*op, rpcs, index, Fault::Kill),
+                );
+                push(
+                    &mut out,
+                    Way::OutageRestart,
+                    cell(*op, rpcs, index, Fault::Kill),
+                );
             }
         }
     }
@@ -164,11 +212,7 @@ fn path_cells(w: Workflow, recorded: &[(Op, Vec<String>)]) -> Vec<PathCell> {
         let last = rpcs.len() - 1;
         if *op == Op::Publish {
             // The driver restarts while the pod runs (the case that matters most: kubelet makes no call then).
-            let mut ways = vec![Way::BackendChange];
-            if w == Workflow::Smb {
-                ways.push(Way::OutageRestart);
-            }
-            for way in ways {
+            for way in [Way::BackendChange, Way::OutageRestart] {
                 out.push(PathCell {
                     way,
                     cell: cell(*op, rpcs, last, Fault::Kill),
@@ -177,11 +221,11 @@ fn path_cells(w: Workflow, recorded: &[(Op, Vec<String>)]) -> Vec<PathCell> {
             }
         }
         if w == Workflow::Iscsi {
-            out.push(PathCell {
-                way: Way::Unreadable,
-                cell: cell(*op, rpcs, last, Fault::Kill),
-                idle: false,
-            });
+            push(
+                &mut out,
+                Way::Unreadable,
+                cell(*op, rpcs, last, Fault::Kill),
+            );
         }
     }
     out
@@ -382,9 +426,7 @@ async fn outage_restart(pc: &PathCell, what: &str) {
         staged_up_to_before(&env, cell.op, what).await;
         kill_at(&mut env, cell, what).await;
     }
-    env.sim
-        .with_state_mut(|s| s.set_smb_reachable("fs1", false))
-        .expect("outage");
+    outage(&env, true);
     // The driver restarts (rollout, crash, OOM) during the outage and reconciles.
     env.restart().await;
     // kubelet's next call of the interrupted operation comes during the outage; it may fail, never destroy. (With the
@@ -400,17 +442,14 @@ async fn outage_restart(pc: &PathCell, what: &str) {
             "{what}: ABORTED during the outage: {e:?}"
         );
     }
-    // The server answers again and the node's SMB client reconnects the mapping (scripted, as in the unit suite's
-    // outage tests: whether Windows reconnects a global mapping by itself once its server answers is a real-node
-    // check; there may be no mapping yet).
-    env.sim.with_state_mut(|s| {
-        s.set_smb_reachable("fs1", true)
-            .expect("the server is back");
-        let _ = s.set_mapping_status(r"\\fs1\data", sim::state::MappingStatus::Ok, None);
-    });
+    outage(&env, false);
     if pc.idle || pod_runs(&env, cell.op) {
-        // kubelet makes no call for a mounted volume: the pod's path works again by itself.
-        assert_pod_reads(&env, what, "once the file server is back");
+        // kubelet makes no call for a mounted volume: the pod's path works again by itself (an iSCSI disk arrives
+        // again after its arrival delay: a bounded look).
+        if cell.workflow == Workflow::Iscsi {
+            arrived(&env).await;
+        }
+        assert_pod_reads(&env, what, "once the storage answers again");
     } else if cell.op == Op::Publish && during.is_ok() {
         // The publish answered during the outage: the pod started, and writes once its share answers.
         env.write(&format!(r"{}\hello.txt", target()), "from the pod");
@@ -425,6 +464,39 @@ async fn outage_restart(pc: &PathCell, what: &str) {
     match from {
         Some(from) => converge_from(env, from, what).await,
         None => env.check_converged(what).await,
+    }
+}
+
+/// The cell's storage stops (`down`) or starts answering: the SMB file server, or the iSCSI portal. When the file
+/// server answers again the node's SMB client reconnects the mapping (scripted, as in the unit suite's outage
+/// tests: whether Windows reconnects a global mapping by itself is a real-node check; there may be no mapping).
+fn outage(env: &Env, down: bool) {
+    env.sim.with_state_mut(|s| match env.workflow {
+        Workflow::Smb => {
+            s.set_smb_reachable("fs1", !down).expect("the file server");
+            if !down {
+                let _ = s.set_mapping_status(r"\\fs1\data", sim::state::MappingStatus::Ok, None);
+            }
+        }
+        Workflow::Iscsi => s
+            .set_portal_reachable("10.0.0.5", !down)
+            .expect("the portal"),
+    });
+}
+
+/// Waits (real time, bounded) until the pod's path resolves: a reconnected iSCSI session's disk arrives after its
+/// arrival delay (Plug and Play needs no call: the simulated host is told the time, as before each call).
+async fn arrived(env: &Env) {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let resolves = env.sim.with_state_mut(|s| {
+            s.tick(tokio::time::Instant::now()).expect("tick");
+            s.path_resolves(&target())
+        });
+        if resolves || std::time::Instant::now() >= until {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

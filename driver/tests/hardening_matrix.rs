@@ -122,14 +122,22 @@ const DESTRUCTIVE: [&str; 7] = [
     "MSFT_Partition.Resize",
 ];
 
-/// The calls a wait repeats (module docs): faulted only at their first occurrence within a step.
-const LOOKS: [&str; 6] = [
+/// The calls a wait repeats (module docs): faulted only at their first occurrence within a step. How often a wait
+/// looks depends on timing (a loaded machine looks fewer times), so a later occurrence has no stable place: the
+/// native backend's waits for a disk (the target's sessions and their disks) and for a volume (`Refresh`, the
+/// partitions' volumes) are looks too.
+const LOOKS: [&str; 11] = [
     "GetTargetDisks",
     "Rescan",
     "ListVolumesOnDisk",
     "MSFT_StorageSetting.UpdateHostStorageCache",
     "SELECT MSFT_Disk",
     "SELECT MSFT_Partition",
+    "SELECT MSFT_iSCSITarget",
+    "ASSOCIATORS MSFT_iSCSITargetToiSCSISession->MSFT_iSCSISession",
+    "ASSOCIATORS MSFT_iSCSISessionToDisk->MSFT_Disk",
+    "MSFT_Disk.Refresh",
+    "ASSOCIATORS MSFT_PartitionToVolume->MSFT_Volume",
 ];
 
 struct Cell {

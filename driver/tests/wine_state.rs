@@ -8,17 +8,27 @@
 //! skipped (the store used to skip it on Windows: `File::open` of a directory fails without
 //! `FILE_FLAG_BACKUP_SEMANTICS`, and the error was ignored).
 //!
+//! A directory the platform cannot flush where it lives (`ERROR_INVALID_FUNCTION`, `ERROR_NOT_SUPPORTED`,
+//! `ERROR_ACCESS_DENIED`: a file system or filter without directory flushes) does not fail every write: those codes,
+//! injected in place of the flush, are told apart by the Windows build's own classification
+//! (`winhost::win32::durable::directory_flush_refused`), counted, and the write goes through the real
+//! `MoveFileExW`; a sharing violation still fails it.
+//!
 //! What Wine cannot prove: that anything reaches a disk. Wine maps `FlushFileBuffers` to `fsync(2)` of its Unix file
 //! and renames with `rename(2)`; whether NTFS commits its journal for `MOVEFILE_WRITE_THROUGH` and for a directory
 //! handle's flush, and whether the device honours the cache flush, only a real node can show. Nor the replacement of
 //! a record another handle holds open (`MoveFileExW` refuses it; std's POSIX-semantics rename then does it): Wine 8
 //! has no POSIX renames (measured: std's own `fs::rename` over a file open with `FILE_SHARE_DELETE` answers "Access
-//! denied" there). Both are in docs/real-node-checks.md.
+//! denied" there). Nor which code a real file system or filter answers a directory flush with: Wine flushes a
+//! directory with `fsync(2)`, so the refusals are injected (the store's test hook, `test-util`). All are in
+//! docs/real-node-checks.md.
 #![cfg(windows)]
 
 use std::fs::OpenOptions;
 use std::os::windows::fs::OpenOptionsExt as _;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 use wincsi::state::{Details, Phase, StateStore, VolumeRecord};
@@ -125,4 +135,60 @@ async fn a_directory_that_cannot_be_flushed_fails_the_commit() {
         .put_volume(&record("vol-2", Phase::Staging))
         .await
         .expect("the retry succeeds");
+}
+
+/// Review of item 10: the refusals a file system or filter answers a directory flush with let the write through
+/// (counted), while a sharing violation — the directory held by someone else for a while — still fails it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_flush_the_platform_refuses_does_not_fail_every_write() {
+    // ERROR_INVALID_FUNCTION, ERROR_NOT_SUPPORTED, ERROR_ACCESS_DENIED, then ERROR_SHARING_VIOLATION.
+    const CODES: [i32; 4] = [1, 50, 5, 32];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let next = Arc::new(AtomicUsize::new(0));
+    let n = Arc::clone(&next);
+    let store = StateStore::open_with_dir_sync_hook(dir.path(), move |_: &Path| {
+        Err(std::io::Error::from_raw_os_error(
+            CODES[n.load(Ordering::SeqCst).min(CODES.len() - 1)],
+        ))
+    })
+    .expect("open");
+    // A first write: the new directory's flush and its parent's, both refused as "Incorrect function".
+    store
+        .put_volume(&record("vol-1", Phase::Staging))
+        .await
+        .expect("ERROR_INVALID_FUNCTION lets the write through");
+    next.store(1, Ordering::SeqCst);
+    store
+        .put_volume(&record("vol-1", Phase::Staged))
+        .await
+        .expect("ERROR_NOT_SUPPORTED lets the write through");
+    next.store(2, Ordering::SeqCst);
+    store
+        .put_volume(&record("vol-2", Phase::Staging))
+        .await
+        .expect("ERROR_ACCESS_DENIED lets the write through");
+    let stats = store.commit_stats();
+    assert_eq!(
+        (stats.dir_syncs, stats.dir_syncs_refused),
+        (4, 4),
+        "{stats:?}"
+    );
+    next.store(3, Ordering::SeqCst);
+    let err = store
+        .put_volume(&record("vol-3", Phase::Staging))
+        .await
+        .expect_err("a sharing violation fails the write");
+    assert!(
+        err.to_string().contains("flush the directory"),
+        "the error names the flush: {err}"
+    );
+    assert_eq!(store.commit_stats().dir_syncs_refused, 4);
+    drop(store);
+    let again = StateStore::open(dir.path()).expect("reopen");
+    assert_eq!(
+        again.volume("vol-1").expect("read").map(|r| r.phase),
+        Some(Phase::Staged),
+        "the records written through MoveFileExW are in place"
+    );
+    assert!(again.volume("vol-2").expect("read").is_some());
 }

@@ -22,7 +22,16 @@ pub(super) fn replace(tmp: &Path, path: &Path) -> io::Result<()> {
 }
 
 /// Flush `dir`'s metadata through a directory handle opened for writing. A directory that cannot be opened or
-/// flushed is an error: the changes in it are not known to be durable.
+/// flushed is an error: the changes in it are not known to be durable (the committer asks [`flush_refused`] whether
+/// the platform cannot flush it there at all).
 pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
     durable::flush_directory(dir)
+}
+
+/// Whether `e`, from [`sync_dir`], says this directory cannot be flushed where it lives (a file system or filter that
+/// does not take a directory flush, or refuses the handle it needs), rather than that this flush failed: the store
+/// then relies on the write-through rename (`winhost::win32::durable::directory_flush_refused` has the codes and
+/// their sources).
+pub(super) fn flush_refused(e: &io::Error) -> bool {
+    durable::directory_flush_refused(e)
 }

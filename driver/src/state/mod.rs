@@ -400,10 +400,11 @@ impl StateStore {
         Self::open_with(dir, commit::Hooks::default())
     }
 
-    /// A store whose every directory `fsync` first calls `hook` (which may stop it, or fail it like a crash or a
-    /// full disk would): for tests of the write-before-host-object rule.
-    #[cfg(test)]
-    pub(crate) fn open_with_dir_sync_hook(
+    /// A store whose every directory `fsync` first calls `hook` (which may stop it, or fail it like a crash, a full
+    /// disk or a file system without directory flushes would): for tests of the write-before-host-object rule and of
+    /// a refused directory flush (also under Wine, hence `test-util`).
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn open_with_dir_sync_hook(
         dir: &Path,
         hook: impl Fn(&Path) -> io::Result<()> + Send + Sync + 'static,
     ) -> Result<Self, Error> {

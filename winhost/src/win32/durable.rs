@@ -16,6 +16,21 @@
 //!   Microsoft's FAT driver (Windows-driver-samples `filesys/fastfat/flush.c`, `UserDirectoryOpen`) accepts the
 //!   flush of a directory and passes the device flush down; what NTFS commits for a directory handle is not public
 //!   (docs/real-node-checks.md).
+//! - [`directory_flush_refused`]: the errors that say a directory flush is not available where the directory lives
+//!   (as opposed to this flush failing), so the caller relies on the write-through rename instead of failing every
+//!   write. `ERROR_INVALID_FUNCTION` (`STATUS_INVALID_DEVICE_REQUEST`) is what a file system or filter that does not
+//!   take `IRP_MJ_FLUSH_BUFFERS` for a directory answers (support for that IRP is optional: learn.microsoft.com,
+//!   "DispatchFlushBuffers Routines"): measured on an SMB redirector drive, where the same call succeeds on a local
+//!   disk (dgraph-io/badger#699: `sync Z:\bd: Incorrect function.`), and the container bind filter answers it for
+//!   other calls it does not pass down (moby/moby#38112, `UnlockFileAll` through a container's bind point).
+//!   `ERROR_NOT_SUPPORTED` is the generic form of the same answer. `ERROR_ACCESS_DENIED` is what a handle without
+//!   write access gets from the flush (microsoft/go#1907, containerd/containerd#12301) and what a filter that maps a
+//!   directory read-only, or an ACL without `FILE_WRITE_EA`/`FILE_WRITE_ATTRIBUTES` for the driver, answers the
+//!   open for `GENERIC_WRITE`. `NtFlushBuffersFileEx` documents a plain flush (flags 0) for NTFS, ReFS, FAT and
+//!   exFAT, and only its `FLUSH_FLAGS_FILE_DATA_SYNC_ONLY` as "not valid with volume or directory handles"; whether
+//!   ReFS and the bind filter of HostProcess containers (bindflt) take it is unverified (docs/real-node-checks.md).
+//!   Every other error (a sharing violation while a backup agent holds the directory, a failing disk) fails the
+//!   write as before.
 #![allow(unsafe_code)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -75,6 +90,19 @@ pub fn flush_directory(dir: &Path) -> io::Result<()> {
         .custom_flags(FILE_FLAG_BACKUP_SEMANTICS.0)
         .open(dir)?
         .sync_all()
+}
+
+/// Whether `e`, from [`flush_directory`], says the directory cannot be flushed where it lives (the file system or a
+/// filter does not take the flush, or refuses the handle it needs): `ERROR_INVALID_FUNCTION`, `ERROR_NOT_SUPPORTED`,
+/// `ERROR_ACCESS_DENIED` (sources in the module docs). Anything else is a failure of this flush.
+pub fn directory_flush_refused(e: &io::Error) -> bool {
+    [
+        Win32Error::InvalidFunction,
+        Win32Error::NotSupported,
+        Win32Error::AccessDenied,
+    ]
+    .iter()
+    .any(|w| i64::from(w.code()) == e.raw_os_error().map_or(-1, i64::from))
 }
 
 /// A `windows` crate error as an I/O error carrying the Win32 code (so `io::Error::kind` means what it says).

@@ -48,8 +48,9 @@ const REMOVALS: [&str; 8] = [
     "MSFT_iSCSITarget.Disconnect",
 ];
 
-/// How long kubelet's call waits while a late host call still runs (real time: a hung facade call holds tokio's
-/// auto-advance). Short: the driver must answer (fail or succeed) without waiting for the call to end.
+/// How long kubelet's call waits while a late host call still runs ([`while_it_runs`]: virtual time, or real time
+/// where a hung facade call holds tokio's auto-advance). Short: the driver must answer (fail or succeed) without
+/// waiting for the call to end.
 const WHILE_IT_RUNS: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,10 +245,10 @@ async fn faulted_stage(env: &mut Env, cell: &Cell, what: &str) -> Result<(), Err
                 r = &mut attempt => panic!("{what}: finished despite the hang: {r:?}"),
                 () = env.sim.wait_hung(1) => {}
             }
-            tokio::time::pause();
+            // Past the RPC deadline in virtual time (by hand: the native backend's hung facade call holds a blocking
+            // thread, which holds auto-advance).
             tokio::time::advance(Duration::from_secs(121)).await;
             let r = attempt.await;
-            tokio::time::resume();
             assert!(r.is_err(), "{what}: succeeded despite a hung host call");
             r
         }
@@ -262,6 +263,21 @@ async fn faulted_stage(env: &mut Env, cell: &Cell, what: &str) -> Result<(), Err
         }
         f => unreachable!("no give-up cell with {f:?}"),
     }
+}
+
+/// kubelet's call of `op` while a late host call still runs, with a short deadline ([`WHILE_IT_RUNS`]). In virtual
+/// time the deadline passes as soon as everything waits (the simulated csi-proxy's hung call is a task); the native
+/// backend's hung facade call holds a blocking thread, which holds auto-advance, so there the wait is in real time.
+async fn while_it_runs(env: &Env, op: Op) -> Result<(), Error> {
+    let real = env.backend == TestBackend::Native && env.sim.hung_calls() > 0;
+    if real {
+        tokio::time::resume();
+    }
+    let r = env.run(op, Deadline::after(WHILE_IT_RUNS)).await;
+    if real {
+        tokio::time::pause();
+    }
+    r
 }
 
 /// Nothing of the volume is left on the host: kubelet will not call again for it. (A volume record may stay: an
@@ -303,7 +319,7 @@ async fn give_up(cell: &Cell, what: &str) {
     let uncertain_answer = answer.as_ref().err().is_some_and(uncertain);
     if uncertain_answer {
         // The pod was deleted while the device is Uncertain: NodeUnstage, while the late call may still run.
-        let first = env.run(Op::Unstage, Deadline::after(WHILE_IT_RUNS)).await;
+        let first = while_it_runs(&env, Op::Unstage).await;
         // The late call ends.
         env.drain_hangs().await;
         if let Err(e) = first {
@@ -333,7 +349,7 @@ async fn outliving_removal(cell: &Cell, what: &str) {
     }
     // Killed inside the removal, which goes on on the host. A new pod: NodeStage while it runs.
     env.restart().await;
-    let stage = env.run(Op::Stage, Deadline::after(WHILE_IT_RUNS)).await;
+    let stage = while_it_runs(&env, Op::Stage).await;
     // The removal ends after the stage answered.
     env.drain_hangs().await;
     match stage {
@@ -434,7 +450,7 @@ async fn outage_restart(pc: &PathCell, what: &str) {
     let during = if pc.idle {
         Ok(())
     } else {
-        env.run(cell.op, Deadline::after(WHILE_IT_RUNS)).await
+        while_it_runs(&env, cell.op).await
     };
     if let Err(e) = &during {
         assert!(
@@ -571,6 +587,18 @@ async fn run_path_cell(pc: &PathCell) {
     }
 }
 
+/// A current-thread runtime in virtual time: the simulated host's arrival delays, the driver's settle time and the
+/// deadlines of hung calls pass as soon as everything waits (the simulated host is served on the same runtime, so a
+/// call in flight is never mistaken for idleness; the state store's and the native backend's blocking work holds
+/// auto-advance while it runs). No real time is spent waiting except where a hung blocking call holds the clock.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+}
+
 /// Runs every cell on [`shards`] threads, each with its own runtime, and lets every cell run even after one failed:
 /// the failures are reported together (each cell is independent), then the test fails.
 fn every_cell<'s, T: Sync + fmt::Display, F: std::future::Future<Output = ()>>(
@@ -583,7 +611,7 @@ fn every_cell<'s, T: Sync + fmt::Display, F: std::future::Future<Output = ()>>(
         for k in 0..n {
             let (run, failures) = (&run, &failures);
             scope.spawn(move || {
-                let mut rt = runtime();
+                let mut rt = paused_runtime();
                 for (i, item) in items.iter().enumerate().skip(k).step_by(n) {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         rt.block_on(run(i, item))
@@ -601,7 +629,7 @@ fn every_cell<'s, T: Sync + fmt::Display, F: std::future::Future<Output = ()>>(
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
                             .push(format!("{item}: {why}"));
                         // A panic may leave the runtime's tasks in any state: the next cell gets a fresh one.
-                        rt = runtime();
+                        rt = paused_runtime();
                     }
                 }
             });

@@ -704,6 +704,19 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
                 env.unstage("v1")
                     .await
                     .unwrap_or_else(|e| panic!("call {i} ({rpc}): unstage failed: {e:?}"));
+                if let Some(rec) = env.mgr.store().volume("v1").expect("read") {
+                    // Killed after `PartitionDisk` was announced: the unstage keeps, released, what says the volume
+                    // is this driver's (issue 37 item 4); a later stage of the volume (a new pod) converges.
+                    assert_eq!(
+                        rec.details.get("released"),
+                        Some(&serde_json::Value::Bool(true)),
+                        "call {i} ({rpc}): {rec:?}"
+                    );
+                    assert!(env.sessions().is_empty(), "call {i} ({rpc}): logged out");
+                    cycle(&env)
+                        .await
+                        .unwrap_or_else(|e| panic!("call {i} ({rpc}): a later stage failed: {e:?}"));
+                }
             } else {
                 cycle(&env)
                     .await

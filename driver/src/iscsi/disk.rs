@@ -36,6 +36,17 @@ pub(crate) fn backoff_schedule(remaining: Duration) -> Vec<Duration> {
     out
 }
 
+/// The LUN's disk, as [`find_disk`] found it.
+pub(super) struct LunDisk {
+    /// Its number.
+    pub(super) number: u32,
+    /// Its identifiers, when they were read.
+    pub(super) ids: Option<DiskIds>,
+    /// It was not among the target's disks at the stage's first look: it arrived during this stage (a new
+    /// arrival: what was observed of the LUN before belongs to an earlier one).
+    pub(super) arrived: bool,
+}
+
 /// Find THE disk of (target, LUN) after a login through `portal` to `iqn` (the target's own spelling); see the
 /// module docs. `None` only for a `joined` session that lists no disk of the target at all (it is gone).
 #[allow(clippy::too_many_arguments)]
@@ -47,13 +58,14 @@ pub(super) async fn find_disk<H: Host>(
     vol: &IscsiVolume,
     rec: &IscsiRecord,
     joined: bool,
-) -> Result<Option<(u32, Option<DiskIds>)>, Error> {
+) -> Result<Option<LunDisk>, Error> {
     let d = h.deadline();
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     let mut rescanned = false;
     let mut waits = backoff_schedule(d.remaining()).into_iter();
     // When this look asked for the target's disks: a shared disk listing must have started after it (see `listings`).
     let mut looked;
+    let mut arrived = false;
     let candidates = loop {
         looked = Instant::now();
         let disks = match h
@@ -93,6 +105,7 @@ pub(super) async fn find_disk<H: Host>(
                 break c;
             }
         }
+        arrived = true;
         if !rescanned {
             rescanned = true;
             run(h, HostOp::Rescan, &target, h.host().rescan(d)).await?;
@@ -127,7 +140,7 @@ pub(super) async fn find_disk<H: Host>(
         )
         .await
     {
-        Ok(ids) => ids,
+        Ok(ids) => Some(ids),
         // An uncertain answer stays uncertain (kubelet retries; the session is kept for that retry).
         Err(e) if e.kind.is_uncertain() => return Err(block_error(e, &target)),
         Err(e) if need_ids => {
@@ -139,10 +152,15 @@ pub(super) async fn find_disk<H: Host>(
         }
         Err(e) => {
             warn!(error = %e.message, "ListDiskIDs failed; identity cannot be pinned");
-            return identify(&target, &candidates, None, vol, rec).map(Some);
+            None
         }
     };
-    identify(&target, &candidates, Some(&ids), vol, rec).map(Some)
+    let (number, ids) = identify(&target, &candidates, ids.as_deref(), vol, rec)?;
+    Ok(Some(LunDisk {
+        number,
+        ids,
+        arrived,
+    }))
 }
 
 /// THE disk of `candidates` (the target's disks at the volume's LUN) that matches the volume's identity hints and

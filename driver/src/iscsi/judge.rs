@@ -13,15 +13,28 @@
 //! | What the record and the look say | Verdict |
 //! | --- | --- |
 //! | a volume (exactly one; the one staged before, if any) | that volume; this driver's if a `PartitionDisk` of its own preceded it |
+//! | volumes, none of them the one the record names | refused (FailedPrecondition): the LUN was re-partitioned elsewhere |
 //! | no volume, the record names the volume staged before | wait for it (never partition) |
 //! | no volume, an announced `PartitionDisk` without outcome | a partition in the layout: done, wait for its volume; else wait while the call may still run ([`super::pending`]), then issue it again |
-//! | no volume, this driver's `PartitionDisk` returned | wait for its volume, the intent kept (never refused: a late volume of its own looks the same); after the settle time the answer also names a partition Windows has no volume for |
+//! | no volume, this driver's `PartitionDisk` returned | wait for its volume, the intent kept (never refused: a late volume of its own looks the same); after the settle time the answer also names a partition Windows has no volume for, and (no layout) `PartitionDisk` is issued again once per settle time |
 //! | no volume, layout read (native) | no partition but Microsoft Reserved (or RAW): empty, partition it; a partition of another type: foreign, refused; a basic partition: wait for its volume, after the settle time refused |
 //! | no volume, no layout (csi-proxy) | empty only once looks spanning the settle time (`--disk-settle-time`) all showed none; wait meanwhile |
 //!
 //! Waiting polls within the RPC's deadline (keeping a reserve to answer) and then answers UNAVAILABLE naming what it
-//! waits for; kubelet retries, and the evidence gathered so far (when each wait began) is kept in memory, so a retry
-//! goes on from there. A restarted driver starts over: it only waits longer.
+//! waits for; kubelet retries, and the evidence gathered so far (when each wait began, on the monotonic clock) is kept
+//! in memory, so a retry goes on from there. A restarted driver starts over: it only waits longer.
+//!
+//! The evidence belongs to one arrival of the disk (issue 37): a rollback or an unstage of the volume, a logout of the
+//! target (every LUN of it), another disk number, or the disk arriving during a stage (it was not among the target's
+//! disks at the stage's first look: a new login, after a reboot or a lost session) ends it. Otherwise a first attempt
+//! cut short, an unstage and a much later stage would judge the new arrival empty at once from the old "no volume
+//! since …" (and format a foreign volume arriving after a no-op `PartitionDisk`), and natively an old "partition
+//! without a volume since …" would refuse a late volume on every retry. Forgetting only ever makes a stage wait longer.
+//!
+//! Through csi-proxy, a disk on which this driver's `PartitionDisk` made a partition that shows no volume across the
+//! settle time has the call issued again, at most once per settle time (`Next::PartitionAgain`): a no-op on a
+//! partitioned disk (its own partition, or a foreign one Windows makes no volume for), it initialises a LUN cleaned
+//! since, as the refusals advise, so the marks of a released record never strand the volume.
 //!
 //! Residual risk through csi-proxy, which cannot list partitions: a foreign partition whose volume arrives later than
 //! the settle time makes the disk look empty, and the `PartitionDisk` that follows is a no-op there; the late volume
@@ -98,9 +111,38 @@ impl Judge {
             .or_insert_with(Instant::now)
     }
 
+    /// How long ago `what` was observed, if it was.
+    fn elapsed(&self, what: &str) -> Option<Duration> {
+        self.map().get(what).map(Instant::elapsed)
+    }
+
+    /// `what` is observed now (again).
+    fn mark_now(&self, what: &str) {
+        self.map().insert(what.to_owned(), Instant::now());
+    }
+
     /// Forget what was observed of `key`'s disk.
     fn forget(&self, key: &str) {
         self.map().retain(|k, _| !k.starts_with(key));
+    }
+
+    /// Forget what was observed of the LUN `lun_key`'s disk, whatever its number: the arrival it was observed in
+    /// has ended (a rollback, an unstage, the disk arriving anew).
+    pub(crate) fn forget_lun(&self, lun_key: &str) {
+        self.forget(&format!("{lun_key}#"));
+    }
+
+    /// Forget what was observed of every LUN of target `iqn`: its session ended (a logout).
+    pub(crate) fn forget_target(&self, iqn: &str) {
+        self.forget(&super::target_luns_key(iqn));
+    }
+
+    /// Keep of the LUN's observations only those of disk `key` (`<lun key>#disk<number>#`): under another number the
+    /// disk was another arrival.
+    fn arrival(&self, lun_key: &str, key: &str) {
+        let lun = format!("{lun_key}#");
+        self.map()
+            .retain(|k, _| !k.starts_with(&lun) || k.starts_with(key));
     }
 
     /// The first pause between looks: an eighth of the settle time, between 25 ms and 500 ms (doubling after, up to
@@ -134,6 +176,9 @@ enum Next {
     Outcome(String),
     /// The disk is proven empty: partition it.
     Partition,
+    /// This driver's partition shows no volume across the settle time (csi-proxy): `PartitionDisk` again, keeping
+    /// what was observed.
+    PartitionAgain,
 }
 
 /// Pauses between looks, within the RPC's deadline.
@@ -188,6 +233,7 @@ pub(super) async fn volume_of<H: Host>(
     disk: &str,
 ) -> Result<String, Error> {
     let key = format!("{}#disk{number}#", rec.lun_key());
+    judge.arrival(&rec.lun_key(), &key);
     let layouts = h.host().capabilities().disk_layout;
     let mut polls = Polls::new(judge);
     let mut outcome = Polls::outcome(judge);
@@ -202,9 +248,25 @@ pub(super) async fn volume_of<H: Host>(
                     return Ok(v);
                 }
                 Next::Partition => {
-                    partition(cx, h, judge, &key, volume_id, staging, rec, number, disk).await?;
+                    partition(
+                        cx,
+                        h,
+                        judge,
+                        Some(&key),
+                        volume_id,
+                        staging,
+                        rec,
+                        number,
+                        disk,
+                    )
+                    .await?;
                     answered = true;
                     polls = Polls::new(judge);
+                }
+                Next::PartitionAgain => {
+                    judge.mark_now(&format!("{key}again"));
+                    partition(cx, h, judge, None, volume_id, staging, rec, number, disk).await?;
+                    answered = true;
                 }
                 Next::Wait(why) => polls.next(h, &why).await?,
                 Next::Outcome(why) => outcome.next(h, &why).await?,
@@ -282,10 +344,18 @@ fn decide(
 ) -> Result<Next, Error> {
     let partitioning = matches!(&rec.pending, Some(p) if p.call == Destructive::PartitionDisk);
     if !look.volumes.is_empty() {
-        if let Some(want) = &rec.volume
-            && let Some(v) = look.volumes.iter().find(|v| same_id(v, want))
-        {
-            return Ok(Next::Volume(v.clone()));
+        if let Some(want) = &rec.volume {
+            if let Some(v) = look.volumes.iter().find(|v| same_id(v, want)) {
+                return Ok(Next::Volume(v.clone()));
+            }
+            // Never taken for this volume's, let alone for one this driver may format.
+            return Err(Error::FailedPrecondition(format!(
+                "{disk} shows volume {}, but this volume was staged from volume {want} on it: the LUN was \
+                 re-partitioned or replaced on the storage system, or another system wrote it. Refusing to use or \
+                 format it. If what the LUN holds now is what this volume should hold, delete the pod so that kubelet \
+                 unstages the volume (its record goes); the next stage then takes the LUN as it finds it",
+                look.volumes.join(", ")
+            )));
         }
         if look.volumes.len() > 1 {
             return Err(Error::FailedPrecondition(format!(
@@ -371,6 +441,25 @@ fn ours_late(
     disk: &str,
     data: Option<&[crate::host::PartitionInfo]>,
 ) -> Result<Next, Error> {
+    let waited = judge.since(&format!("{key}ours")).elapsed();
+    if data.is_none()
+        && waited >= judge.settle()
+        && judge
+            .elapsed(&format!("{key}again"))
+            .is_none_or(|e| e >= judge.settle())
+    {
+        // Without a partition table to read (csi-proxy), no volume across the settle time is the proof a first
+        // judgement rests on: whatever this driver's `PartitionDisk` made is not there (the LUN was cleaned, or the
+        // partition was a foreign one Windows makes no volume for). Issue it again, at most once per settle time: it
+        // initialises a RAW disk and does nothing on a partitioned one (this driver's, whose volume is only late,
+        // included), so a LUN cleaned as the answer below says is staged without any other step.
+        info!(
+            disk,
+            waited = ?waited,
+            "no volume of the partition this driver made: issuing PartitionDisk again (a no-op on a partitioned disk)"
+        );
+        return Ok(Next::PartitionAgain);
+    }
     if data.is_some_and(<[_]>::is_empty) {
         // The partition table shows none: nothing of this driver's is on the disk (its intent was recorded, the
         // call never ran or created nothing). Judge the disk afresh.
@@ -384,7 +473,6 @@ fn ours_late(
     }
     // Retryable for as long as it takes (the disk was proven empty before this driver's PartitionDisk, so a volume
     // that appears is its own); past the settle time the answer also names the other explanation.
-    let waited = judge.since(&format!("{key}ours")).elapsed();
     let hint = if waited >= judge.settle() && data.is_none() {
         ". If none ever appears, the disk holds a partition Windows makes no volume for (an unknown or foreign layout, \
          e.g. written by another operating system), on which PartitionDisk does nothing: it is not touched; clean the \
@@ -435,13 +523,15 @@ fn by_layout(judge: &Judge, key: &str, disk: &str, layout: &DiskLayout) -> Resul
     )))
 }
 
-/// Announce `PartitionDisk` (durable before the call), issue it, record what is known of its outcome.
+/// Announce `PartitionDisk` (durable before the call), issue it, record what is known of its outcome. `fresh`: the
+/// observations of the disk (its key) that start over with it; `None` when it is issued again over this driver's own
+/// partition ([`Next::PartitionAgain`]), whose marks stay whatever it answers.
 #[allow(clippy::too_many_arguments)]
 async fn partition<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
     judge: &Judge,
-    key: &str,
+    fresh: Option<&str>,
     volume_id: &str,
     staging: &HostPath,
     rec: &mut IscsiRecord,
@@ -465,8 +555,10 @@ async fn partition<H: Host>(
             // Over; a partition exists now. Its volume arrives later (waited for as this driver's). The cleared
             // announcement is recorded with the next write (`volume_of` makes one when the stage gives up first).
             learned(judge, rec, Destructive::PartitionDisk);
-            judge.forget(key);
-            let _ = judge.since(&format!("{key}ours"));
+            if let Some(key) = fresh {
+                judge.forget(key);
+                let _ = judge.since(&format!("{key}ours"));
+            }
             Ok(())
         }
         // It may still run: the announcement stays for the retry to learn its outcome.
@@ -486,7 +578,7 @@ async fn partition<H: Host>(
                     .await
                     .is_ok_and(|v| !v.is_empty()),
             };
-            rec.partitioning = created;
+            rec.partitioning = created || fresh.is_none();
             put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
             if e.kind == HostErrorKind::AlreadyExists {
                 return Err(Error::FailedPrecondition(format!(

@@ -80,12 +80,12 @@
 //! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
-//! | unstage | `GetVolumeIDFromTargetPath` → `UnmountVolume` (which flushes the volume first on every release) → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target) |
+//! | unstage | `GetVolumeIDFromTargetPath` → `UnmountVolume` (which flushes the volume first on every release) → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target); a first stage that never succeeded and partitioned the disk keeps a released record |
 //! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `UnmountVolume` (not found: its flush fails) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `Rmdir` → `DisconnectTarget` |
 //! | unstage without a record (adoption, `adopt.rs`) | `GetVolumeIDFromTargetPath` → `GetVolumeStats` → `GetDiskNumberFromVolumeID` → `ListTargetPortals` → per portal `DiscoverTargetPortal` → per target `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs`, then the unstage above with `GetTargetDisks` before `DisconnectTarget` (logout only when it is exactly this disk) |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |
 //! | startup reconcile (staged record) | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; not the recorded volume, or not there → record marked `needs_restage`, nothing removed |
-//! | publish readiness | `GetVolumeStats` of the recorded volume |
+//! | publish readiness | `GetVolumeIDFromTargetPath` (the recorded volume) → `GetVolumeStats`; the mount point gone and the volume there: → `Mkdir` → `MountVolume` (repaired from the record) |
 //! | expand | `GetVolumeIDFromTargetPath` → `Rescan` → `GetDiskStats` → `GetVolumeStats` → `ResizeVolume(0)` → `GetVolumeStats`; no `ResizeVolume` when the disk has less than 100 MiB beyond the volume |
 //!
 //! # Which disk is this volume? (never the wrong one)
@@ -125,10 +125,26 @@
 //!   volume that appeared is the evidence that this driver created it (`partitioned`); still none means the disk
 //!   holds partitions Windows has no volume for (a foreign layout, e.g. Linux LVM): FailedPrecondition, and
 //!   `PartitionDisk` was a no-op, so the disk is untouched;
-//! * `FormatVolume` runs only on an unformatted volume **this driver created** (the evidence above, or — after a
-//!   crash right after `PartitionDisk` — the intent recorded after a fresh empty list); an unformatted volume it
-//!   did not create (e.g. ext4 written by a Linux node, which Windows shows as a RAW volume) is refused, never
-//!   formatted;
+//! * `FormatVolume` runs only on an unformatted volume **this driver created in the first stage still in progress**
+//!   (the evidence above, or — after a crash right after `PartitionDisk` — the intent recorded after a fresh empty
+//!   list); an unformatted volume it did not create (e.g. ext4 written by a Linux node, which Windows shows as a RAW
+//!   volume) is refused, never formatted;
+//! * the marks (`partitioning`, `partitioned`) are retired by the `Staged` write (and on any re-stage of an older
+//!   record): once a stage succeeded the volume holds what pods wrote, and Windows showing no file system on it later
+//!   (`FileSystemType` Unknown: an NTFS damaged by an unclean iSCSI drop, a locked BitLocker volume) is
+//!   FailedPrecondition naming the volume, `chkdsk` and unlocking — never a format. The durable fact that a stage
+//!   succeeded is thus the absence of the marks, not a record that outlives the volume: an unstage removes the
+//!   record, and a later stage (here or on any node) finds no marks, so an unformatted volume is never this driver's;
+//! * a recorded volume is the LUN's only acceptable volume: a LUN that shows another one (re-partitioned elsewhere)
+//!   is refused, never taken for this volume's (`judge.rs`);
+//! * a first stage that ends without success keeps the marks and any announced call in a *released* record (no
+//!   longer a user of the session): its rollback, and — since kubelet unstages a volume whose stage was uncertain
+//!   when the pod is deleted — its unstage (`volume.rs`). The next stage of the volume on this node formats the volume
+//!   this driver created. On another node (no record) that volume is refused like any unformatted volume, and the
+//!   refusal names the explicit way back: format it by hand (`Format-Volume`) or clean the LUN. A volume attribute
+//!   that lets the driver format such a volume is deliberately not offered: it would stay in the PersistentVolume, and
+//!   through csi-proxy nothing tells a never-formatted volume from an NTFS a later crash damaged, so the node the pod
+//!   moves to after that crash would format the pod's data;
 //! * a write-protected disk (a read-only LUN, or the SAN policy) makes `PartitionDisk` / `FormatVolume` fail:
 //!   reported as such (csi-proxy cannot clear the flag), nothing is formatted. LUNs arriving offline under the
 //!   default SAN policy (OfflineShared) are brought online (`SetDiskState`).
@@ -230,11 +246,12 @@ pub struct IscsiRecord {
     pub volume: Option<String>,
     /// Intent, recorded before `PartitionDisk` and only after the disk was proven to have no volume (csi-proxy: a
     /// `Rescan` and a re-list across the settle time; native: a partition table without a data partition): a volume
-    /// found on the disk afterwards can only be the one `PartitionDisk` created.
+    /// found on the disk afterwards can only be the one `PartitionDisk` created. A mark of the first stage still in
+    /// progress: retired once a stage of the volume succeeded (see "What may be initialised or formatted").
     #[serde(default)]
     pub partitioning: bool,
     /// Evidence that this driver created the disk's volume: none after a refreshed storage cache before
-    /// `PartitionDisk`, one after it (so an unformatted volume there is ours to format).
+    /// `PartitionDisk`, one after it (so an unformatted volume there is ours to format). Retired with `partitioning`.
     #[serde(default)]
     pub partitioned: bool,
     /// A fingerprint (salted PBKDF2, never the secret) of the initiator's mutual CHAP secret this volume's session
@@ -282,7 +299,7 @@ impl IscsiRecord {
 
     /// The lock key of this LUN's disk (one per target and LUN, whatever the spelling of the target's name).
     pub fn lun_key(&self) -> String {
-        format!("iscsi-lun:{}#{}", name_key(&self.iqn), self.lun)
+        format!("{}{}", target_luns_key(&self.iqn), self.lun)
     }
 
     fn same_lun(&self, vol: &IscsiVolume) -> bool {
@@ -303,9 +320,26 @@ impl IscsiRecord {
             .or_else(|| self.session_portal.is_some().then_some(self.iqn.as_str()))
     }
 
-    /// Whether an unformatted volume on the disk is this driver's (see `partitioning` and `partitioned`).
+    /// Whether an unformatted volume on the disk is this driver's to format: the marks (`partitioning`,
+    /// `partitioned`) of a first stage still in progress, which no stage of the volume has completed since.
     fn volume_is_ours(&self) -> bool {
         self.partitioned || self.partitioning
+    }
+
+    /// A stage of the volume succeeded: from now on its volume holds what the pod wrote, so nothing may ever format it
+    /// again, whatever Windows later reads on it (see "What may be initialised or formatted").
+    fn retire_marks(&mut self) {
+        self.partitioning = false;
+        self.partitioned = false;
+    }
+
+    /// What a first stage that ended without success keeps (a rollback, or an unstage before any stage succeeded):
+    /// the marks that this driver partitioned the disk and any announced call, so the next stage formats the volume it
+    /// created and never issues a second destructive call while the first may run; no longer a user of the session.
+    fn release(&mut self) {
+        self.session_portal = None;
+        self.mutual_chap = None;
+        self.released = true;
     }
 }
 
@@ -313,6 +347,11 @@ impl IscsiRecord {
 /// every character (`crate::host::name`; RFC 3722 stringprep lower-cases too, and `iqn.…:` suffixes may be non-ASCII).
 fn same_name(a: &str, b: &str) -> bool {
     names_equal(a, b)
+}
+
+/// What every [`IscsiRecord::lun_key`] of target `iqn` starts with (target names hold no `#`).
+fn target_luns_key(iqn: &str) -> String {
+    format!("iscsi-lun:{}#", name_key(iqn))
 }
 
 /// The lock key of a target: its name as a Windows name key (the historical lower-cased form for ASCII names).
@@ -470,7 +509,16 @@ impl<H: Host> Protocol<H> for Iscsi {
         record: &VolumeRecord,
         d: Deadline,
     ) -> Result<(), Error> {
-        volume::unstage(cx, &self.sessions, record, staging, &details(record)?, d).await
+        volume::unstage(
+            cx,
+            &self.sessions,
+            &self.judge,
+            record,
+            staging,
+            &details(record)?,
+            d,
+        )
+        .await
     }
 
     /// A volume mounted at the staging path on a disk an iSCSI session serves (`adopt.rs`).

@@ -37,6 +37,15 @@ pub(super) async fn stage<H: Host>(
         None => None,
         Some(rec) => match rec.details::<IscsiRecord>()? {
             Some(r) if r.same_lun(vol) && staging.is(&rec.staging_path) => Some((rec.phase, r)),
+            // A released record (a first stage that never succeeded, rolled back or unstaged) holds nothing on the
+            // host for this volume, only the marks of another LUN's partition: the volume now names another LUN (a
+            // re-created PersistentVolume), which is staged afresh. That LUN's volume, if it was never formatted, is
+            // refused later as someone else's rather than formatted.
+            Some(r) if r.released && rec.phase == Phase::Staging => {
+                info!(volume_id, iqn = %r.iqn, lun = r.lun, "the volume's released record names another LUN: \
+                      replaced");
+                None
+            }
             _ => {
                 return Err(Error::AlreadyExists(format!(
                     "volume {volume_id:?} is already staged at {} from another source or path; unstage it first",
@@ -85,6 +94,10 @@ pub(super) async fn stage<H: Host>(
     let mut rec = prev
         .map(|(_, r)| r)
         .unwrap_or_else(|| IscsiRecord::new(vol));
+    if !first {
+        // A stage of this volume succeeded before (records of older versions kept the marks after it).
+        rec.retire_marks();
+    }
     rec.portals = vol.portals.clone();
     rec.released = false;
     let key = rec.target_key();
@@ -163,6 +176,8 @@ pub(super) async fn stage<H: Host>(
     .await;
     match result {
         Ok(()) => {
+            // From here on the volume holds what pods write: nothing may format it again.
+            rec.retire_marks();
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
             info!(staging = %staging, iqn = %vol.iqn, lun = vol.lun, volume = ?rec.volume, "iSCSI volume staged");
             Ok(())
@@ -171,17 +186,22 @@ pub(super) async fn stage<H: Host>(
             warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
             Err(err)
         }
-        Err(err) if first => roll_back(cx, sessions, h, volume_id, staging, &mut rec, err).await,
+        Err(err) if first => {
+            roll_back(cx, sessions, judge, h, volume_id, staging, &mut rec, err).await
+        }
         Err(err) => Err(err),
     }
 }
 
 /// After a definite failure of a first stage kubelet will not call NodeUnstage: log out if nobody else uses the
 /// target, and keep no record that holds the session. Only the fact that this driver partitioned the disk survives
-/// (in a released record), so a retry can finish formatting the volume it created.
+/// (in a released record, [`IscsiRecord::release`]), so a retry can finish formatting the volume it created. What
+/// the judge observed of the LUN's disk belongs to this attempt's arrival of it and is forgotten.
+#[allow(clippy::too_many_arguments)]
 async fn roll_back<H: Host>(
     cx: Context<'_, H>,
     sessions: &Sessions,
+    judge: &Judge,
     h: &Calls<'_, H>,
     volume_id: &str,
     staging: &HostPath,
@@ -189,16 +209,16 @@ async fn roll_back<H: Host>(
     err: Error,
 ) -> Result<(), Error> {
     let _target = cx.object_locks().lock(&rec.target_key()).await;
+    judge.forget_lun(&rec.lun_key());
     if target_users(cx, volume_id, &rec.iqn)? == 0 {
         sessions.forget(&rec.target_key());
+        judge.forget_target(&rec.iqn);
         if let Err(e) = logout(h, rec).await {
             warn!(error = %e, "rollback: logout failed; the session stays until another volume of the target is unstaged");
         }
     }
     if rec.volume_is_ours() {
-        rec.session_portal = None;
-        rec.mutual_chap = None;
-        rec.released = true;
+        rec.release();
         put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     } else {
         cx.store().remove_volume(volume_id).await?;
@@ -353,9 +373,15 @@ async fn disk_steps<H: Host>(
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
     let iqn = rec.target_iqn.clone().unwrap_or_else(|| vol.iqn.clone());
     // 5. Which disk (a joined session that shows no disk of the target at all is gone: the caller logs in).
-    let Some((number, ids)) = find_disk(h, listings, portal, &iqn, vol, rec, joined).await? else {
+    let Some(found) = find_disk(h, listings, portal, &iqn, vol, rec, joined).await? else {
         return Ok(Steps::SessionGone);
     };
+    let (number, ids) = (found.number, found.ids);
+    if found.arrived {
+        // The disk arrived during this stage: what was observed of it before belongs to an earlier arrival (a
+        // logout, a lost session, a reboot) and proves nothing about this one.
+        judge.forget_lun(&rec.lun_key());
+    }
     rec.disk_number = Some(number);
     if let Some(ids) = &ids {
         rec.page83 = Some(ids.page83.trim().to_owned()).filter(|s| !s.is_empty());
@@ -455,9 +481,10 @@ async fn disk_steps<H: Host>(
     }
 }
 
-/// Step 7: format the volume when it has no file system and this driver created it. A format announced earlier
-/// whose outcome is unknown is learned first (`IsVolumeFormatted`), waited for while it may still run, and issued
-/// again only once it cannot; a new format is announced (durable) before it is issued.
+/// Step 7: format the volume when it has no file system and this driver created it in the first stage still in
+/// progress (the record's marks, retired once a stage succeeded). A format announced earlier whose outcome is unknown
+/// is learned first (`IsVolumeFormatted`), waited for while it may still run, and issued again only once it cannot; a
+/// new format is announced (durable) before it is issued.
 #[allow(clippy::too_many_arguments)]
 async fn file_system<H: Host>(
     cx: Context<'_, H>,
@@ -505,10 +532,7 @@ async fn file_system<H: Host>(
         return Ok(());
     }
     if !rec.volume_is_ours() {
-        return Err(Error::FailedPrecondition(format!(
-            "volume {vid} on {disk} has no file system Windows recognises, but this driver did not create it (it may \
-             hold data of another operating system, e.g. ext4); refusing to format it"
-        )));
+        return Err(unrecognised(rec, vid, disk));
     }
     // The announcement (and what the volume step learned: the "ours" evidence) is durable before the call.
     let announced = Pending::now(Destructive::FormatVolume).on_volume(vid);
@@ -535,6 +559,30 @@ async fn file_system<H: Host>(
             Err(write_error(e, disk, vid))
         }
     }
+}
+
+/// Why volume `vid`, which has no file system Windows recognises, is not formatted, and the way back. Never a
+/// volume-context key that lets the driver format it: such a key stays in the PersistentVolume, and through csi-proxy
+/// nothing tells a never-formatted volume from an NTFS that a later crash damaged, so a node the pod moves to after
+/// that crash would format the pod's data (see the module docs, "What may be initialised or formatted").
+fn unrecognised(rec: &IscsiRecord, vid: &str, disk: &str) -> Error {
+    if rec.volume.as_deref().is_some_and(|v| same_id(v, vid)) {
+        return Error::FailedPrecondition(format!(
+            "volume {vid} on {disk} was staged for this volume before, but Windows no longer recognises a file \
+             system on it (FileSystemType Unknown): an NTFS damaged by an unclean disconnect, or a locked BitLocker \
+             volume. This driver never formats a volume a stage succeeded on: refusing to format it. Repair it on the \
+             node (chkdsk {vid} /f; if chkdsk answers that the volume is RAW, recover the data with a recovery tool or \
+             from a backup) or unlock it (Unlock-BitLocker, manage-bde -unlock); kubelet's retry then mounts it"
+        ));
+    }
+    Error::FailedPrecondition(format!(
+        "volume {vid} on {disk} has no file system Windows recognises, and this driver did not create it in a stage \
+         still in progress: it may hold another operating system's data (e.g. ext4), be an NTFS Windows can no longer \
+         read (damaged: run chkdsk; BitLocker: unlock it), or be the new volume of a stage on another node that never \
+         formatted it: refusing to format it. If it holds nothing you need, make it usable yourself: format it on a \
+         node logged in to the target (Format-Volume -Path '{vid}' -FileSystem NTFS), after which a stage mounts \
+         it, or clean the LUN (on the storage system, or Clear-Disk on a node), after which a stage initialises it"
+    ))
 }
 
 /// The disk's volumes; when there seem to be none, once more after a `Rescan` (Windows' storage cache may not show

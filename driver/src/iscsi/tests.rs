@@ -314,7 +314,10 @@ async fn first_repeated_stage_and_unstage_sequences() {
     assert_eq!(r.disk_number, lun0.number);
     assert_eq!(r.page83.as_deref(), Some(lun0.page83.as_str()));
     assert_eq!(r.serial.as_deref(), Some("SN-lun0"));
-    assert!(r.partitioned);
+    assert!(
+        !r.partitioning && !r.partitioned,
+        "the marks that the volume is this driver's to format end with the first stage that succeeds: {r:?}"
+    );
     let vid = r.volume.clone().expect("volume recorded");
     assert_eq!(r.session_portal, Some(portal()));
     assert_eq!(env.mounted(&staging("v1")), Some(vid.clone()));
@@ -387,7 +390,7 @@ async fn a_native_first_stage_of_a_raw_lun_rescans_only_while_waiting_for_the_di
             "{arrival}: UpdateHostStorageCache before and after initialising: {}",
             wmi.join(" → ")
         );
-        assert!(env.record("v1").partitioned, "{arrival}");
+        assert!(env.record("v1").volume.is_some(), "{arrival}");
     }
 }
 
@@ -489,6 +492,35 @@ async fn foreign_layout_is_refused_untouched() {
     );
     assert_eq!(env.layouts(), before, "disk layout changed");
     assert!(env.data_loss().is_empty());
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    // The unstage keeps what says a volume there would be this driver's (issue 37 item 4), released.
+    let r = env.record("v1");
+    assert!(r.released && r.partitioning, "{r:?}");
+    assert_eq!(env.sessions(), 0);
+    // A later stage (another arrival of the disk): no volume across the settle time contradicts the marks, so the disk
+    // is judged again (`PartitionDisk`, a no-op here), and it still never formats anything.
+    let err = env
+        .mgr
+        .stage(
+            &stage_req("v1", 0, &[], &[]),
+            Deadline::after(Duration::from_secs(60)),
+        )
+        .await
+        .expect_err("no volume");
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("Windows makes no volume for")),
+        "{err:?}"
+    );
+    assert_eq!(env.layouts(), before, "disk layout changed");
+    // The way back the message names: the LUN is cleaned on the storage system; the next stage uses it.
+    env.script(|s| s.clean_disk("lun0")).expect("clean");
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("a cleaned LUN is staged");
     env.mgr
         .unstage(&unstage_req("v1"), d())
         .await
@@ -1033,9 +1065,9 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
                 () = env.hung() => {}
             }
             env.restart();
-            if !kubelet_unstages_instead {
-                // A destructive call announced and then hung for good (it never runs) holds every retry, UNAVAILABLE,
-                // until it cannot still be running (`pending.rs`); then it is issued again.
+            // A destructive call announced and then hung for good (it never runs) holds every retry, UNAVAILABLE,
+            // until it cannot still be running (`pending.rs`); then it is issued again.
+            let staged = async |env: &Env| {
                 let mut attempts = 0;
                 loop {
                     attempts += 1;
@@ -1048,11 +1080,29 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
                 }
                 let r = env.record("v1");
                 assert!(r.volume.is_some() && env.mounted(&staging("v1")) == r.volume);
+            };
+            if !kubelet_unstages_instead {
+                staged(&env).await;
             }
             env.mgr
                 .unstage(&unstage_req("v1"), d())
                 .await
                 .unwrap_or_else(|e| panic!("call {n}: unstage: {e}"));
+            if kubelet_unstages_instead && env.mgr.store().volume("v1").expect("read").is_some() {
+                // Killed after `PartitionDisk` was announced: the unstage keeps what says the volume is this
+                // driver's (issue 37 item 4), released; a later stage of the volume converges.
+                let r = env.record("v1");
+                assert!(
+                    r.released && r.volume_is_ours() && r.session_portal.is_none(),
+                    "call {n}: {r:?}"
+                );
+                assert_eq!(env.sessions(), 0, "call {n}: the session is logged out");
+                staged(&env).await;
+                env.mgr
+                    .unstage(&unstage_req("v1"), d())
+                    .await
+                    .unwrap_or_else(|e| panic!("call {n}: unstage: {e}"));
+            }
             env.assert_clean();
         }
     }
@@ -1669,7 +1719,10 @@ async fn a_new_volume_that_arrives_late_is_staged_by_a_later_retry() {
             .await
             .unwrap_or_else(|e| panic!("{v}: the retry stages it: {e}"));
         let r = env.record("v1");
-        assert!(r.partitioned && r.volume.is_some(), "{v}: {r:?}");
+        assert!(
+            !r.partitioning && !r.partitioned && r.volume.is_some(),
+            "{v}: {r:?}"
+        );
         assert_eq!(env.mounted(&staging("v1")), r.volume);
         assert!(env.data_loss().is_empty(), "{v}: {:?}", env.data_loss());
         env.mgr
@@ -1793,7 +1846,8 @@ async fn a_disk_with_only_the_reserved_partition_gets_its_volume_on_every_releas
             .await
             .unwrap_or_else(|e| panic!("{v}: {e}"));
         let r = env.record("v1");
-        assert!(r.partitioned && r.volume.is_some(), "{v}: {r:?}");
+        assert!(r.volume.is_some() && !r.partitioned, "{v}: {r:?}");
+        assert_eq!(env.mounted(&staging("v1")), r.volume, "{v}");
         env.mgr
             .unstage(&unstage_req("v1"), d())
             .await
@@ -1811,7 +1865,8 @@ async fn an_mbr_lun_without_partitions_is_staged_or_refused_with_the_reason() {
     let mbr = |sc: &mut Value| lun_spec(sc, 0)["partition_style"] = json!("mbr");
     let staged = |env: &Env, what: String| {
         let r = env.record("v1");
-        assert!(r.partitioned && r.volume.is_some(), "{what}: {r:?}");
+        assert!(r.volume.is_some() && !r.partitioned, "{what}: {r:?}");
+        assert_eq!(env.mounted(&staging("v1")), r.volume, "{what}");
         assert!(env.data_loss().is_empty(), "{what}");
     };
     for v in CsiProxyVersion::ALL {
@@ -2369,6 +2424,7 @@ async fn a_joining_stage_reads_its_disk_while_its_claim_is_written_and_creates_n
     }
 }
 
+mod kubelet_paths;
 mod stats_cache;
 
 /// Review L3 (issue 30): a target that already had a session someone else made (an administrator's login here) when

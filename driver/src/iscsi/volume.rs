@@ -1,5 +1,7 @@
-//! What happens to a staged LUN after its stage: unstage (unmount, logout of the last user), startup reconciliation,
-//! publish readiness, stats and their diagnosis, expansion.
+//! What happens to a staged LUN after its stage: unstage (unmount, logout of the last user; a first stage that never
+//! succeeded keeps its proof that the volume is this driver's), startup reconciliation, publish readiness (the staging
+//! path must be the recorded volume's mount point, repaired from the record when the disk is there), stats and their
+//! diagnosis, expansion.
 //!
 //! A mount point whose volume vanished (the session died with a reboot; csi-proxy never makes logins persistent) is
 //! read differently per csi-proxy release: the PowerShell era (≤ v1.2.1) answers `GetVolumeIDFromTargetPath` from the
@@ -11,7 +13,8 @@ use tracing::{debug, info};
 use super::judge::{Judge, Polls};
 use super::pending::{Destructive, Pending};
 use super::{
-    IscsiRecord, MIN_RESIZE_GROWTH, Sessions, block_error, details, run, same_id, target_users,
+    IscsiRecord, MIN_RESIZE_GROWTH, Sessions, block_error, details, iscsi_record, run, same_id,
+    target_users,
 };
 use crate::error::Error;
 use crate::host::{Host, HostErrorKind, HostOp, HostPath};
@@ -41,9 +44,17 @@ pub(super) async fn present<H: Host>(h: &Calls<'_, H>, v: &str) -> Result<bool, 
 
 /// NodeUnstageVolume for an iSCSI record (the caller holds the volume guard): the mount point, then the session when
 /// no other record names the target (and, for an adopted record, the target serves no other disk), then the record.
+///
+/// kubelet also unstages a volume whose stage never succeeded (an uncertain stage, when the pod is deleted). Such a
+/// record may hold the only proof that this driver created the disk's volume — the marks of a `PartitionDisk` whose
+/// volume was not formatted yet — and an announced call that may still run: like a rollback, the unstage keeps them
+/// in a released record (no longer a user of the session), so the next stage of the volume formats the volume it
+/// created instead of refusing it as someone else's, and never issues a second destructive call while the first may
+/// run. What the judge observed of the LUN's disk ends with the unstage.
 pub(super) async fn unstage<H: Host>(
     cx: Context<'_, H>,
     sessions: &Sessions,
+    judge: &Judge,
     record: &VolumeRecord,
     staging: &HostPath,
     rec: &IscsiRecord,
@@ -58,23 +69,44 @@ pub(super) async fn unstage<H: Host>(
         .is_some_and(|a| matches!(a.access_mode, 2 | 3));
     remove_mount(h, staging, rec, reader).await?;
     let target = cx.object_locks().lock(&rec.target_key()).await;
+    judge.forget_lun(&rec.lun_key());
     let others = target_users(cx, volume_id, &rec.iqn)?;
     // An adopted volume's siblings may have lost their records too: the host must also show no other disk.
     if cx.may_remove_shared(others, &rec.iqn)
         && (!record.adopted || super::adopt::target_serves_only_this_disk(h, rec).await?)
     {
         sessions.forget(&rec.target_key());
+        judge.forget_target(&rec.iqn);
         logout(h, rec).await?;
     } else {
         debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
     }
+    // A first stage that never succeeded keeps its proof that the volume is this driver's (see above).
+    let keep = record.phase == Phase::Staging && rec.volume_is_ours();
     // Gone from the store (no longer counted) before the lock is released; durable after it, so other LUNs' stages
     // and unstages need not wait for this write (a crash before it over-counts, which never logs out a session in
     // use).
-    let removed = cx.store().remove_volume(volume_id);
+    let written = if keep {
+        let mut kept = rec.clone();
+        kept.release();
+        cx.store().put_volume(&iscsi_record(
+            cx,
+            volume_id,
+            staging,
+            Phase::Staging,
+            &kept,
+        )?)
+    } else {
+        cx.store().remove_volume(volume_id)
+    };
     drop(target);
-    removed.await?;
-    info!(staging = %staging, "iSCSI volume unstaged");
+    written.await?;
+    if keep {
+        info!(staging = %staging, "iSCSI volume unstaged; its record is kept (released): this driver partitioned the \
+              LUN and no stage has formatted its volume yet, which the next stage of the volume does");
+    } else {
+        info!(staging = %staging, "iSCSI volume unstaged");
+    }
     Ok(())
 }
 
@@ -217,8 +249,11 @@ pub(super) async fn check<H: Host>(
     Ok(Health::NeedsRestage)
 }
 
-/// NodePublishVolume's check before it links a target to the staging path: the recorded volume is there (a link to a
-/// mount point whose volume is gone would be a *file* link, useless to the pod).
+/// NodePublishVolume's check before it links a target to the staging path: the staging path is the mount point of
+/// the recorded volume, and that volume is there (a link to a mount point whose volume is gone would be a *file* link,
+/// useless to the pod; a link to an empty directory would let the pod write into nothing). A staging path that lost
+/// its mount point while the volume is there (an unstage that removed the mount point and then failed to log out
+/// leaves the record `Staged`) is repaired from the record: mounted again. Anything else is refused with a message.
 pub(super) async fn ready<H: Host>(
     cx: Context<'_, H>,
     rec: &VolumeRecord,
@@ -229,14 +264,68 @@ pub(super) async fn ready<H: Host>(
     let Some(v) = &r.volume else {
         return Ok(());
     };
-    if present(&cx.calls(d), v).await? {
-        return Ok(());
+    let h = &cx.calls(d);
+    let gone = || {
+        Error::FailedPrecondition(format!(
+            "volume {v} of {} LUN {} is not there any more (the iSCSI session or the disk is gone), so {staging} does \
+             not resolve and a link to it would be unusable; the volume must be staged again (restart the pod)",
+            r.iqn, r.lun
+        ))
+    };
+    let mounted = h
+        .raw(
+            HostOp::GetVolumeIDFromTargetPath,
+            staging,
+            h.host().volume_id_from_target_path(staging, d),
+        )
+        .await;
+    match mounted {
+        Ok(m) if same_id(&m, v) => {
+            if present(h, v).await? {
+                Ok(())
+            } else {
+                Err(gone())
+            }
+        }
+        Ok(m) => Err(Error::FailedPrecondition(format!(
+            "{staging} holds volume {m}, not the recorded {v} of {} LUN {}; refusing to publish it",
+            r.iqn, r.lun
+        ))),
+        Err(e) if e.kind.is_uncertain() => Err(block_error(e, staging)),
+        Err(e) => {
+            // Nothing mounted there: the mount point is gone (or never read back). Repair it when the volume is there.
+            if !present(h, v).await? {
+                return Err(gone());
+            }
+            info!(staging = %staging, volume = %v, error = %e.message, "the staging path is not the volume's mount \
+                  point any more: mounting the recorded volume there again");
+            remount(h, staging, v).await
+        }
     }
-    Err(Error::FailedPrecondition(format!(
-        "volume {v} of {} LUN {} is not there any more (the iSCSI session or the disk is gone), so {staging} does not \
-         resolve and a link to it would be unusable; the volume must be staged again (restart the pod)",
-        r.iqn, r.lun
-    )))
+}
+
+/// Mount volume `v` at `staging` again (its own staging path, which holds no mount point of it): a directory or a
+/// mount point left there is removed first with a non-forced `Rmdir` (never data).
+async fn remount<H: Host>(h: &Calls<'_, H>, staging: &HostPath, v: &str) -> Result<(), Error> {
+    let d = h.deadline();
+    match h
+        .raw(HostOp::Mkdir, staging, h.host().mkdir(staging, d))
+        .await
+    {
+        Ok(()) => {}
+        Err(e) if e.kind == HostErrorKind::AlreadyExists => {
+            run(h, HostOp::Rmdir, staging, h.host().rmdir(staging, false, d)).await?;
+            run(h, HostOp::Mkdir, staging, h.host().mkdir(staging, d)).await?;
+        }
+        Err(e) => return Err(block_error(e, staging)),
+    }
+    run(
+        h,
+        HostOp::MountVolume,
+        staging,
+        h.host().mount_volume(v, staging, d),
+    )
+    .await
 }
 
 /// NodeGetVolumeStats for an iSCSI record.

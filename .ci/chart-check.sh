@@ -7,9 +7,11 @@
 #   - yamllint of values files and examples;
 #   - negative checks: the values schema rejects typos and wrong types, and the validator
 #     really is strict;
-#   - the release workflow (.github/workflows/release.yml) against the GitHub-workflow schema
-#     (check-jsonschema, offline), scripts/release-check.sh against this tree (and a wrong
-#     tag), scripts/release-images.sh's commands (--dry-run);
+#   - the release and test workflows (.github/workflows/{release,test}.yml) against the
+#     GitHub-workflow schema (check-jsonschema, offline), scripts/release-check.sh against this
+#     tree (and a wrong tag), scripts/release-images.sh's commands (--dry-run); the anonymous
+#     pull check (scripts/release-public-check.py) runs against a fake registry in
+#     e2e/tests/chart_release.rs;
 #   - the PodMonitor renders only where the Prometheus Operator's API is served.
 # Tools: $WINCSI_HELM3 / $WINCSI_HELM4 (else helm3 / helm4 on PATH), kubernetes-validate,
 # yamllint, check-jsonschema, jq — all installed by .ci/install.sh (jq by the system). Missing
@@ -77,8 +79,8 @@ for h in "$helm3" "$helm4"; do
   fi
   grep -q 'kubeVersion' "$work/err" || { cat "$work/err"; fail "Kubernetes 1.29 refused for another reason"; }
 done
-[ "$(grep -c 'kind: ValidatingAdmissionPolicy$' "$work/rendered-default-helm4.yaml")" -eq 5 ] \
-  || fail "expected 5 admission policies by default"
+[ "$(grep -c 'kind: ValidatingAdmissionPolicy$' "$work/rendered-default-helm4.yaml")" -eq 10 ] \
+  || fail "expected 10 admission policies by default (5 pipe rules, 5 for unpinned objects)"
 grep -q 'kind: ValidatingAdmissionPolicy' "$work/rendered-no-admission-helm4.yaml" && fail "admission policy rendered although disabled"
 ok "Kubernetes >= 1.30 required; admission policies follow admissionPolicy.enabled"
 
@@ -178,6 +180,7 @@ expect_reject "an invalid log level" --set driver.logLevel=verbose
 expect_reject "a kubelet root without a drive" --set-string kubeletRoot=/var/lib/kubelet
 expect_reject "an invalid driver name" --set driver.name=Not_A_DNS_Name
 expect_reject "an unknown validation action" --set 'admissionPolicy.validationActions={Block}'
+expect_reject "an unknown action for unpinned pods" --set 'admissionPolicy.unpinnedValidationActions={Block}'
 expect_reject "a registry with a scheme" --set imageRegistry=https://mirror.example.com
 expect_reject "an invalid priority class name" --set node.priorityClassName=Not_A_Class
 expect_reject "an invalid trusted namespace" --set 'admissionPolicy.trustedNamespaces={Kube_System}'
@@ -216,8 +219,12 @@ ok "PodMonitor follows .Capabilities"
 
 # 10. the release workflow, offline: its schema, the tag check on this tree, the image commands
 workflow="$repo/.github/workflows/release.yml"
-check-jsonschema --builtin-schema vendor.github-workflows "$workflow" >"$work/cj.log" 2>&1 \
-  || { cat "$work/cj.log"; fail "release.yml does not validate against the GitHub-workflow schema"; }
+for wf in "$workflow" "$repo/.github/workflows/test.yml"; do
+  check-jsonschema --builtin-schema vendor.github-workflows "$wf" >"$work/cj.log" 2>&1 \
+    || { cat "$work/cj.log"; fail "${wf##*/} does not validate against the GitHub-workflow schema"; }
+done
+python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" "$repo/scripts/release-public-check.py" \
+  || fail "scripts/release-public-check.py does not parse"
 image="$(sed -n 's/^  IMAGE: *\(.*\)$/\1/p' "$workflow")"
 [ -n "$image" ] || fail "release.yml has no env IMAGE"
 app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$chart/Chart.yaml")"

@@ -140,11 +140,32 @@ pub const DCSI_CHAP_SECRET_IN: &str = "Dcsi-mutual-s3c";
 /// democratic-csi's `instance_id` of the controller that made the volumes (the secret-key prefix).
 pub const DCSI_INSTANCE: &str = "truenas-1";
 
+/// The file server of democratic-csi's `node-manual` example PV (`examples/node-manual-smb-pv.yaml`, whose `server:
+/// host or ip` is the one placeholder a user fills in).
+pub const DCSI_MANUAL_SERVER: &str = "nas.e2e.test";
+/// The example PV's share and account, as it writes them (`share: someshare`, `mountOptions: [username=foo,
+/// password=bar]`).
+pub const DCSI_MANUAL_SHARE: &str = "someshare";
+/// The example's user name.
+pub const DCSI_MANUAL_USER: &str = "foo";
+/// The example's password (too common a string to scan logs for: see [`DCSI_MANUAL_SCAN_PASSWORD`]).
+pub const DCSI_MANUAL_PASSWORD: &str = "bar";
+/// A second account on the example's server, for a PV of the example's shape whose password the secret scans look for.
+pub const DCSI_MANUAL_SCAN_USER: &str = "k8s-manual";
+/// Its password (in the PV's `mountOptions`).
+pub const DCSI_MANUAL_SCAN_PASSWORD: &str = "M0unt-0pt10ns-pw=x";
+
 /// Every secret value of the democratic-csi fixtures.
-pub const DCSI_SECRETS: &[&str] = &[DCSI_SMB_PASSWORD, DCSI_CHAP_SECRET, DCSI_CHAP_SECRET_IN];
+pub const DCSI_SECRETS: &[&str] = &[
+    DCSI_SMB_PASSWORD,
+    DCSI_CHAP_SECRET,
+    DCSI_CHAP_SECRET_IN,
+    DCSI_MANUAL_SCAN_PASSWORD,
+];
 
 /// [`scenario`] plus democratic-csi's TrueNAS: an SMB server with a local account, a share per volume and a share
-/// holding volume directories, and two iSCSI portals, the first with a one-way CHAP and a mutual CHAP target.
+/// holding volume directories, the `node-manual` example's file server (its account and a second one), and two iSCSI
+/// portals, the first with a one-way CHAP and a mutual CHAP target.
 pub fn democratic_scenario() -> Scenario {
     let mut json = scenario_json();
     let lun = |id: &str| serde_json::json!({ "lun": 0, "id": id, "size": LUN_SIZE, "partition_style": "raw" });
@@ -158,6 +179,17 @@ pub fn democratic_scenario() -> Scenario {
                 { "name": DCSI_SMB_SHARE },
                 { "name": DCSI_SMB_TANK, "files": { "k8s/pvc-dcsi-dir/.keep": "" } }
             ]
+        }));
+    json["smb"]["servers"]
+        .as_array_mut()
+        .expect("servers")
+        .push(serde_json::json!({
+            "name": DCSI_MANUAL_SERVER,
+            "accounts": [
+                { "user": DCSI_MANUAL_USER, "password": DCSI_MANUAL_PASSWORD },
+                { "user": DCSI_MANUAL_SCAN_USER, "password": DCSI_MANUAL_SCAN_PASSWORD }
+            ],
+            "shares": [ { "name": DCSI_MANUAL_SHARE } ]
         }));
     json["iscsi"]["portals"]
         .as_array_mut()
@@ -259,7 +291,11 @@ mod tests {
         assert_eq!(s.smb.servers.len(), 1);
         assert_eq!(s.iscsi.portals[0].targets.len(), 2);
         let d = democratic_scenario();
-        assert_eq!(d.smb.servers.len(), 2);
+        assert_eq!(
+            d.smb.servers.len(),
+            3,
+            "the TrueNAS, and the node-manual example's server"
+        );
         assert_eq!(d.iscsi.portals.len(), 3);
     }
 }

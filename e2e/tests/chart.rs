@@ -1085,10 +1085,29 @@ fn check_admission_objects(r: &Rendered, exp: &Expect) {
         );
         return;
     }
+    let named = |suffix: &str| {
+        r.policies
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.contains(suffix))
+            })
+            .count()
+    };
     assert_eq!(
-        r.policies.len(),
+        named("-csi-proxy-pipes-"),
         5,
         "pods, workloads, jobs, cronjobs, persistentvolumes"
+    );
+    assert!(
+        [0, 5].contains(&named("-kubelet-unpinned-")),
+        "the unpinned-object policies come as a set of five"
+    );
+    assert_eq!(
+        r.policies.len(),
+        named("-csi-proxy-pipes-") + named("-kubelet-unpinned-")
     );
     assert_eq!(r.bindings.len(), r.policies.len());
     let mut resources = BTreeSet::new();
@@ -1127,7 +1146,12 @@ fn check_admission_objects(r: &Rendered, exp: &Expect) {
             .validation_actions
             .clone()
             .unwrap_or_default();
-        assert_eq!(actions, exp.validation_actions);
+        if name.contains("-kubelet-unpinned-") {
+            // The unpinned-object policies have their own actions (Warn and Audit by default).
+            assert!(!actions.is_empty(), "{name}");
+        } else {
+            assert_eq!(actions, exp.validation_actions);
+        }
         if let Some(trusted) = spec
             .variables
             .iter()
@@ -1241,7 +1265,11 @@ fn defaults_are_csi_proxy_mode_without_rbac_with_admission_policy() {
             "unix://C:\\var\\lib\\kubelet\\plugins\\wincsi.csi.io\\csi.sock"
         );
         assert!(r.roles.is_empty() && r.cluster_roles.is_empty());
-        assert_eq!(r.policies.len(), 5);
+        assert_eq!(
+            r.policies.len(),
+            10,
+            "5 pipe policies, 5 for unpinned objects"
+        );
         assert_eq!(
             r.resource_quotas.len(),
             1,
@@ -1262,7 +1290,7 @@ fn one_minimum_kubernetes_version_1_30_everywhere() {
             .unwrap_or_else(|| panic!("{name} rendered for Kubernetes 1.29"));
         assert!(err.contains("kubeVersion"), "{name}: {err}");
         let r = Rendered::load(helm_template(&helm, &["--kube-version", "1.30.0"]).unwrap());
-        assert_eq!(r.policies.len(), 5, "{name}");
+        assert_eq!(r.policies.len(), 10, "{name}");
     }
     for doc in ["README.md", "charts/wincsi/README.md"] {
         let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
@@ -1995,13 +2023,23 @@ fn examples_are_accepted_by_the_driver() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Users' paths: examples on Windows Server 2019 and 2022, copy-paste safe commands
+// Users' paths: examples on Windows Server 2022 and 2025 (and 2019), copy-paste safe commands
 // ---------------------------------------------------------------------------------------
 
 /// Windows build of each nanoserver tag (a process-isolated container runs only there).
-const NANOSERVER_BUILDS: [(&str, &str); 2] = [("ltsc2022", "10.0.20348"), ("1809", "10.0.17763")];
+const NANOSERVER_BUILDS: [(&str, &str); 3] = [
+    ("ltsc2022", "10.0.20348"),
+    ("ltsc2025", "10.0.26100"),
+    ("1809", "10.0.17763"),
+];
 
-/// The README's recipe for Windows Server 2019 nodes, applied to an example.
+/// The READMEs' recipe for Windows Server 2025 nodes, applied to an example.
+fn for_server_2025(text: &str) -> String {
+    text.replace("nanoserver:ltsc2022", "nanoserver:ltsc2025")
+        .replace("10.0.20348", "10.0.26100")
+}
+
+/// The same for Windows Server 2019 nodes (`nanoserver:1809`, `10.0.17763`).
 fn for_server_2019(text: &str) -> String {
     text.replace("nanoserver:ltsc2022", "nanoserver:1809")
         .replace("10.0.20348", "10.0.17763")
@@ -2035,7 +2073,7 @@ fn check_example_pods_match_their_build(text: &str, what: &str) -> usize {
 }
 
 #[test]
-fn examples_run_on_windows_server_2019_and_2022_nodes() {
+fn examples_run_on_windows_server_2022_2025_and_2019_nodes() {
     let mut pods = 0;
     for entry in std::fs::read_dir(repo_root().join("examples")).unwrap() {
         let path = entry.unwrap().path();
@@ -2045,21 +2083,74 @@ fn examples_run_on_windows_server_2019_and_2022_nodes() {
         let text = std::fs::read_to_string(&path).unwrap();
         let what = path.display().to_string();
         pods += check_example_pods_match_their_build(&text, &what);
-        assert_eq!(
-            check_example_pods_match_their_build(&for_server_2019(&text), &what),
-            check_example_pods_match_their_build(&text, &what)
-        );
-        assert!(for_server_2019(&text).contains("nanoserver:1809") || !text.contains("kind: Pod"));
+        for (recipe, tag) in [
+            (for_server_2025 as fn(&str) -> String, "nanoserver:ltsc2025"),
+            (for_server_2019, "nanoserver:1809"),
+        ] {
+            assert_eq!(
+                check_example_pods_match_their_build(&recipe(&text), &what),
+                check_example_pods_match_their_build(&text, &what)
+            );
+            assert!(recipe(&text).contains(tag) || !text.contains("kind: Pod"));
+        }
     }
     assert!(pods >= 4, "{pods} example pods");
-    // The README gives exactly that recipe.
+    // The READMEs give exactly that recipe.
     for doc in ["README.md", "charts/wincsi/README.md"] {
         let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
         assert!(
             text.contains(
-                r"sed -e 's/nanoserver:ltsc2022/nanoserver:1809/' -e 's/10\.0\.20348/10.0.17763/'"
+                r"sed -e 's/nanoserver:ltsc2022/nanoserver:ltsc2025/' -e 's/10\.0\.20348/10.0.26100/'"
             ),
-            "{doc} lacks the Windows Server 2019 recipe"
+            "{doc} lacks the Windows Server 2025 recipe"
+        );
+    }
+}
+
+#[test]
+fn windows_server_versions_are_stated_alike_everywhere() {
+    // 2022 and 2025 supported and tested; 2019 images built, with what is not proven there said.
+    let docs = [
+        "README.md",
+        "charts/wincsi/README.md",
+        "charts/wincsi/values.yaml",
+        "docs/real-node-checks.md",
+    ];
+    for doc in docs {
+        let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for stale in [
+            "Windows Server 2019 or 2022",
+            "2019/2022",
+            "Windows Server 2019 and 2022",
+            "covers Server 2019 and 2022",
+            "ltsc2019/ltsc2022",
+        ] {
+            assert!(!flat.contains(stale), "{doc} still says {stale:?}");
+        }
+        assert!(
+            flat.contains("2022 and 2025") || flat.contains("2022 or 2025"),
+            "{doc} names 2022 and 2025"
+        );
+        if doc != "docs/real-node-checks.md" {
+            assert!(
+                flat.contains("2019")
+                    && (flat.contains("no CI") || flat.contains("untested by CI")),
+                "{doc} says what is not proven on 2019"
+            );
+        }
+    }
+    // The Windows-runner workflow proves both: each image process-isolated on its own runner.
+    let w: Json = serde_norway::from_str(
+        &std::fs::read_to_string(repo_root().join(".github/workflows/windows-real-node.yml"))
+            .unwrap(),
+    )
+    .unwrap();
+    for job in ["csi-proxy", "container", "native"] {
+        assert_eq!(
+            w["jobs"][job]["strategy"]["matrix"]["image"],
+            serde_json::json!(["windows-2022", "windows-2025"]),
+            "{job}"
         );
     }
 }

@@ -11,6 +11,11 @@
 //!   normalisation, verbatim device paths, Go `filepath.Clean`-style `..` removal, control
 //!   characters dropped); whatever the model says reaches a csi-proxy pipe, or any pipe
 //!   under a non-canonical spelling, must be refused;
+//! - the kubelet-root rule judged by where a pod can run: Linux-pinned pods (every way kubelet
+//!   honours, `beta.kubernetes.io/os` included) pass, Windows-pinned ones and Windows spellings
+//!   are refused, and the rest — `kubectl debug node`'s pod, a Linux CSI node plugin without an
+//!   OS selector — is admitted with the API server's warning (or refused under the strict
+//!   setting);
 //! - the trust rules (release namespace, `trustedNamespaces`, `trustedServiceAccounts`),
 //!   PersistentVolumes, metadata-only updates, a second release, upgrades (from 0.1.0's
 //!   rendered policies, and with renamed objects), and name uniqueness under truncation.
@@ -22,8 +27,8 @@ mod chart_support;
 use std::collections::BTreeSet;
 
 use chart_support::{
-    NAMESPACE, POD_KINDS, RELEASE, Rendered, Request, Verdict, admit, helm_template,
-    helm_template_as, helm4, parse_yaml_stream, pod_spec_json, wrap,
+    NAMESPACE, POD_KINDS, RELEASE, Rendered, Request, Review, Verdict, admit, helm_template,
+    helm_template_as, helm4, parse_yaml_stream, pod_spec_json, review, wrap,
 };
 use serde_json::{Value as Json, json};
 
@@ -735,11 +740,12 @@ fn the_regexes_use_only_syntax_re2_and_the_regex_crate_share() {
             seen.extend(regexes(&c.expression));
         }
     }
-    // One pipe filter and one combination, shared by every kind (so the corpus run on pods
-    // covers them all).
-    assert_eq!(filters.len(), 2, "{filters:#?}");
-    // Three for the pipes, four for the kubelet's plugin directories.
-    assert_eq!(seen.len(), 7, "{seen:#?}");
+    // One pipe filter and two combinations (the pipe policies', the unpinned policies'), shared
+    // by every kind (so the corpus run on pods covers them all).
+    assert_eq!(filters.len(), 3, "{filters:#?}");
+    // Three for the pipes, four for the kubelet's plugin directories, one for Windows
+    // spellings.
+    assert_eq!(seen.len(), 8, "{seen:#?}");
     for re in &seen {
         // Where RE2 (Go regexp) and the regex crate differ, or RE2 lacks a feature:
         // Unicode-aware shorthand classes (\d \w \s \b in the regex crate), \p classes,
@@ -1461,15 +1467,31 @@ fn every_kubelet_directory_spelling_is_refused_outside_trusted_namespaces() {
                 Verdict::Admitted => panic!("{kind} mounting {path:?} ({why}) was admitted"),
             }
         }
+        // A PersistentVolume pinned to Windows nodes is refused; without a pin, a path written
+        // the Windows way is refused and a Linux-style one warned about.
+        let windows_pv = wrap(
+            "PersistentVolume",
+            "pv",
+            "",
+            json!({"capacity": {"storage": "1Gi"}, "local": {"path": path},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}]}}}),
+        );
+        assert!(
+            !admit(&policies, &Request::create(&windows_pv, "")).admitted(),
+            "PersistentVolume {path} ({why})"
+        );
         let pv = wrap(
             "PersistentVolume",
             "pv",
             "",
             json!({"capacity": {"storage": "1Gi"}, "local": {"path": path}}),
         );
+        let r = review(&policies, &Request::create(&pv, ""));
+        let windows_spelt = path.contains('\\') || path.as_bytes().get(1) == Some(&b':');
         assert!(
-            !admit(&policies, &Request::create(&pv, "")).admitted(),
-            "PersistentVolume {path} ({why})"
+            r.denied.is_some() || (!windows_spelt && r.warnings.len() == 1),
+            "PersistentVolume {path} ({why}): {r:?}"
         );
         for ns in [NAMESPACE, "kube-system"] {
             assert!(
@@ -1480,67 +1502,354 @@ fn every_kubelet_directory_spelling_is_refused_outside_trusted_namespaces() {
     }
 }
 
-/// A pod spec that only Linux nodes run, three ways.
+/// A pod spec that only Linux nodes run, in each of the ways kubelet honours (it refuses a
+/// pod whose `spec.os.name`, node selector or required node affinity does not match its node:
+/// `pkg/kubelet/lifecycle/predicate.go`).
 fn linux_pod_specs(path: &str) -> Vec<Json> {
-    let mut by_selector = pod_spec_json(None, &[path]);
+    let unpinned = || {
+        let mut spec = pod_spec_json(None, &[path]);
+        spec.as_object_mut().unwrap().remove("nodeSelector");
+        spec
+    };
+    let mut by_selector = unpinned();
     by_selector["nodeSelector"] = json!({"kubernetes.io/os": "linux"});
-    let mut by_os = pod_spec_json(None, &[path]);
-    by_os.as_object_mut().unwrap().remove("nodeSelector");
+    // The label's deprecated beta spelling, which kubelet still sets.
+    let mut by_beta_selector = unpinned();
+    by_beta_selector["nodeSelector"] = json!({"beta.kubernetes.io/os": "linux", "disk": "ssd"});
+    let mut by_os = unpinned();
     by_os["os"] = json!({"name": "linux"});
-    let mut by_affinity = pod_spec_json(None, &[path]);
-    by_affinity.as_object_mut().unwrap().remove("nodeSelector");
+    let mut by_affinity = unpinned();
     by_affinity["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
     "nodeSelectorTerms": [
         {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
         {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "NotIn", "values": ["windows"]},
-                              {"key": "node-role", "operator": "Exists"}]}
+                              {"key": "node-role", "operator": "Exists"}]},
+        {"matchExpressions": [{"key": "beta.kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
+        {"matchExpressions": [{"key": "node.kubernetes.io/windows-build", "operator": "DoesNotExist"}]}
     ]}}});
-    vec![by_selector, by_os, by_affinity]
+    vec![by_selector, by_beta_selector, by_os, by_affinity]
+}
+
+/// A pod spec pinned to Windows nodes, each way.
+fn windows_pod_specs(path: &str) -> Vec<Json> {
+    let mut specs = Vec::new();
+    for pin in [
+        json!({"nodeSelector": {"kubernetes.io/os": "windows"}}),
+        json!({"nodeSelector": {"beta.kubernetes.io/os": "windows"}}),
+        json!({"nodeSelector": {"node.kubernetes.io/windows-build": "10.0.20348"}}),
+        json!({"os": {"name": "windows"}}),
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]},
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "NotIn", "values": ["linux"]}]},
+            {"matchExpressions": [{"key": "node.kubernetes.io/windows-build", "operator": "Exists"}]}
+        ]}}}}),
+    ] {
+        let mut spec = pod_spec_json(None, &[path]);
+        spec.as_object_mut().unwrap().remove("nodeSelector");
+        merge_obj(&mut spec, &pin);
+        specs.push(spec);
+    }
+    specs
+}
+
+/// `kubectl debug node/<node>`'s pod, as kubectl builds it: `nodeName`, a toleration of
+/// everything, host namespaces and the node's `/` mounted at `/host` (kubernetes/kubectl
+/// `pkg/cmd/debug/debug.go` `generateNodeDebugPod`, `pkg/cmd/debug/profiles.go`
+/// `mountRootPartition`), as the API server stores it (hostPath `type` defaulted to "").
+fn kubectl_debug_node_pod(node: &str, namespace: &str) -> Json {
+    json!({"apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": format!("node-debugger-{node}-x7k2p"), "namespace": namespace},
+    "spec": {
+        "containers": [{"name": "debugger", "image": "busybox", "stdin": true, "tty": true,
+            "terminationMessagePolicy": "File",
+            "volumeMounts": [{"mountPath": "/host", "name": "host-root"}]}],
+        "nodeName": node,
+        "restartPolicy": "Never",
+        "tolerations": [{"operator": "Exists"}],
+        "hostNetwork": true, "hostPID": true, "hostIPC": true,
+        "volumes": [{"name": "host-root", "hostPath": {"path": "/", "type": ""}}]
+    }})
+}
+
+/// A Linux CSI node plugin without an OS selector: csi-driver-host-path's plugin StatefulSet
+/// (kubernetes-csi/csi-driver-host-path `deploy/kubernetes-1.30/hostpath/csi-hostpath-plugin.yaml`,
+/// namespace `default`, no nodeSelector), its hostPath volumes as written there.
+fn linux_csi_plugin(kind: &str, namespace: &str) -> Json {
+    let volumes = json!([
+        {"name": "socket-dir", "hostPath": {"path": "/var/lib/kubelet/plugins/csi-hostpath", "type": "DirectoryOrCreate"}},
+        {"name": "mountpoint-dir", "hostPath": {"path": "/var/lib/kubelet/pods", "type": "DirectoryOrCreate"}},
+        {"name": "registration-dir", "hostPath": {"path": "/var/lib/kubelet/plugins_registry", "type": "Directory"}},
+        {"name": "plugins-dir", "hostPath": {"path": "/var/lib/kubelet/plugins", "type": "Directory"}},
+        {"name": "csi-data-dir", "hostPath": {"path": "/var/lib/csi-hostpath-data/", "type": "DirectoryOrCreate"}},
+        {"name": "dev-dir", "hostPath": {"path": "/dev", "type": "Directory"}}
+    ]);
+    let spec = json!({
+        "serviceAccountName": "csi-hostpathplugin-sa",
+        "containers": [{"name": "hostpath", "image": "registry.k8s.io/sig-storage/hostpathplugin:v1.15.0",
+            "securityContext": {"privileged": true}}],
+        "volumes": volumes,
+    });
+    wrap(kind, "csi-hostpathplugin", namespace, spec)
 }
 
 #[test]
-fn linux_node_plugins_keep_mounting_var_lib_kubelet_and_windows_capable_pods_do_not() {
+fn linux_node_plugins_and_kubectl_debug_node_are_never_refused() {
     let policies = default_policies();
+    // kubectl debug node/<node> in an ordinary namespace: nothing says the node is Linux, so a
+    // warning (on a Windows node `/` is the kubelet's drive), never a refusal.
+    for ns in ["default", "ops"] {
+        let pod = kubectl_debug_node_pod("linux-node-1", ns);
+        let r = review(&policies, &Request::create(&pod, ns));
+        assert!(r.denied.is_none(), "kubectl debug node refused: {r:?}");
+        assert_eq!(r.warnings.len(), 1, "{r:?}");
+        assert!(
+            r.warnings[0]
+                .starts_with("Validation failed for ValidatingAdmissionPolicy 'default-wincsi-")
+                || r.warnings[0].starts_with(
+                    "Validation failed for ValidatingAdmissionPolicy 'wincsi-system-wincsi-"
+                ),
+            "{}",
+            r.warnings[0]
+        );
+        assert!(
+            r.warnings[0].contains("-kubelet-unpinned-pods' with binding '")
+                && r.warnings[0]
+                    .contains("hostPath / (release wincsi-system/wincsi): on a Windows node")
+                && r.warnings[0].contains("kubernetes.io/os: linux"),
+            "{}",
+            r.warnings[0]
+        );
+        assert_eq!(r.audit.len(), 1, "Audit records it too");
+    }
+    // A Linux CSI node plugin with no OS selector, as every workload kind: admitted, warned.
+    for kind in POD_KINDS {
+        let obj = linux_csi_plugin(kind, "default");
+        let r = review(&policies, &Request::create(&obj, "default"));
+        assert!(r.denied.is_none(), "{kind}: {r:?}");
+        assert_eq!(r.warnings.len(), 1, "{kind}: one warning per object: {r:?}");
+    }
+    // Pinned to Linux by any of kubelet's means (beta.kubernetes.io/os too): not even a warning.
     for path in [
         "/var/lib/kubelet",
         "/var/lib/kubelet/plugins_registry",
         "/",
         "/var/lib/kubelet/pods/",
+        "/var/lib/../lib/kubelet",
+        // Windows spellings on a pod that cannot run on Windows: Linux's problem, not ours.
+        r"C:\var\lib\kubelet",
     ] {
         for spec in linux_pod_specs(path) {
             for kind in POD_KINDS {
                 let obj = wrap(kind, "longhorn-manager", "longhorn-system", spec.clone());
+                let r = review(&policies, &Request::create(&obj, "longhorn-system"));
                 assert!(
-                    admit(&policies, &Request::create(&obj, "longhorn-system")).admitted(),
-                    "{kind} {path} {spec}"
+                    r.denied.is_none() && r.warnings.is_empty() && r.audit.is_empty(),
+                    "{kind} {path} {spec}: {r:?}"
                 );
             }
         }
-        // Without an OS pin the pod may land on a Windows node: refused.
-        let mut unpinned = pod_spec_json(None, &[path]);
-        unpinned.as_object_mut().unwrap().remove("nodeSelector");
-        let pod = wrap("Pod", "x", "longhorn-system", unpinned.clone());
+        let mut pv_spec = json!({"local": {"path": path}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}});
+        let pv = wrap("PersistentVolume", "pv", "", pv_spec.clone());
+        let r = review(&policies, &Request::create(&pv, ""));
         assert!(
-            !admit(&policies, &Request::create(&pod, "longhorn-system")).admitted(),
-            "{path}"
+            r.denied.is_none() && r.warnings.is_empty(),
+            "PV {path}: {r:?}"
         );
-        // Nor does an affinity term that still admits Windows.
-        unpinned["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
-            {"matchExpressions": [{"key": "node-role", "operator": "Exists"}]}
-        ]}}});
-        let pod = wrap("Pod", "x", "longhorn-system", unpinned);
-        assert!(
-            !admit(&policies, &Request::create(&pod, "longhorn-system")).admitted(),
-            "{path}"
-        );
+        // Without the pin a Linux-style path is warned about, a Windows one refused.
+        pv_spec.as_object_mut().unwrap().remove("nodeAffinity");
+        let pv = wrap("PersistentVolume", "pv", "", pv_spec);
+        let r = review(&policies, &Request::create(&pv, ""));
+        if path.starts_with('C') {
+            assert!(r.denied.is_some(), "PV {path}: {r:?}");
+        } else {
+            assert!(
+                r.denied.is_none() && r.warnings.len() == 1,
+                "PV {path}: {r:?}"
+            );
+        }
     }
     // A Linux pin does not open the csi-proxy pipes: those stay the pipe rule's.
     for spec in linux_pod_specs(r"\\.\pipe\csi-proxy-disk-v1") {
         let pod = wrap("Pod", "x", "default", spec);
         assert!(!admit(&policies, &Request::create(&pod, "default")).admitted());
     }
+}
+
+#[test]
+fn windows_pods_are_refused_and_unpinned_ones_warned_about() {
+    let policies = default_policies();
+    for path in [
+        "/var/lib/kubelet",
+        "/var/lib/kubelet/plugins_registry",
+        "/",
+        "/var",
+        "/var/lib/kubelet/pods/",
+        "/var/lib/KUBELE~1",
+    ] {
+        // Pinned to Windows by any means: refused, with the kubelet rule's message.
+        for spec in windows_pod_specs(path) {
+            for kind in POD_KINDS {
+                let obj = wrap(kind, "x", "default", spec.clone());
+                match admit(&policies, &Request::create(&obj, "default")) {
+                    Verdict::Denied(name, message) => {
+                        assert!(
+                            name.ends_with(&format!("-csi-proxy-pipes-{}", policy_id(kind))),
+                            "{name}"
+                        );
+                        assert!(message.contains("pinned to Windows"), "{message}");
+                    }
+                    Verdict::Admitted => panic!("{kind} {path} {spec} admitted"),
+                }
+            }
+        }
+        // Unpinned: admitted with a warning, unless the strict setting asks for a refusal.
+        let mut unpinned = pod_spec_json(None, &[path]);
+        unpinned.as_object_mut().unwrap().remove("nodeSelector");
+        // An affinity term that still admits Windows pins nothing.
+        let mut loose = unpinned.clone();
+        loose["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
+            {"matchExpressions": [{"key": "node-role", "operator": "Exists"}]}
+        ]}}});
+        for spec in [unpinned, loose] {
+            for kind in POD_KINDS {
+                let obj = wrap(kind, "x", "default", spec.clone());
+                let r = review(&policies, &Request::create(&obj, "default"));
+                assert!(r.denied.is_none(), "{kind} {path}: {r:?}");
+                assert_eq!(r.warnings.len(), 1, "{kind} {path}: {r:?}");
+            }
+        }
+    }
+    // A path written the Windows way needs no pin: refused.
+    for path in [
+        r"C:\var\lib\kubelet",
+        r"\var\lib\kubelet",
+        "C:/var/lib/kubelet",
+        r"/var\lib/kubelet",
+    ] {
+        let mut spec = pod_spec_json(None, &[path]);
+        spec.as_object_mut().unwrap().remove("nodeSelector");
+        let pod = wrap("Pod", "x", "default", spec);
+        assert!(
+            !admit(&policies, &Request::create(&pod, "default")).admitted(),
+            "{path}"
+        );
+    }
+    // Trusted namespaces: neither refused nor warned.
+    let pod = kubectl_debug_node_pod("win-node-1", "kube-system");
+    let r = review(&policies, &Request::create(&pod, "kube-system"));
+    assert!(r.denied.is_none() && r.warnings.is_empty(), "{r:?}");
+    // Elsewhere than the kubelet root: nothing to say.
+    let mut spec = pod_spec_json(None, &["/data/logs", "/etc/ssl/certs"]);
+    spec.as_object_mut().unwrap().remove("nodeSelector");
+    let pod = wrap("Pod", "x", "default", spec);
+    let r = review(&policies, &Request::create(&pod, "default"));
+    assert!(r.denied.is_none() && r.warnings.is_empty(), "{r:?}");
+}
+
+/// The id in a policy's name for a kind.
+fn policy_id(kind: &str) -> &'static str {
+    match kind {
+        "Pod" => "pods",
+        "Job" => "jobs",
+        "CronJob" => "cronjobs",
+        "PersistentVolume" => "pvs",
+        _ => "workloads",
+    }
+}
+
+#[test]
+fn the_strict_setting_refuses_unpinned_pods_and_the_empty_one_says_nothing() {
+    let strict = render(
+        RELEASE,
+        NAMESPACE,
+        &["--set", "admissionPolicy.unpinnedValidationActions={Deny}"],
+    )
+    .compiled_policies();
+    let pod = kubectl_debug_node_pod("node-1", "default");
+    match review(&strict, &Request::create(&pod, "default")) {
+        Review {
+            denied: Some((name, message)),
+            warnings,
+            ..
+        } => {
+            assert!(name.ends_with("-kubelet-unpinned-pods"), "{name}");
+            assert!(
+                message.contains("nothing pins this pod to Linux nodes"),
+                "{message}"
+            );
+            assert!(warnings.is_empty(), "Deny alone warns nothing");
+        }
+        r => panic!("strict: {r:?}"),
+    }
+    for kind in POD_KINDS {
+        let obj = linux_csi_plugin(kind, "default");
+        assert!(
+            !admit(&strict, &Request::create(&obj, "default")).admitted(),
+            "{kind}"
+        );
+        // Pinned, it passes under the strict setting too.
+        let mut pinned = obj.clone();
+        let spec = match kind {
+            "Pod" => &mut pinned["spec"],
+            "CronJob" => &mut pinned["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+            _ => &mut pinned["spec"]["template"]["spec"],
+        };
+        spec["nodeSelector"] = json!({"kubernetes.io/os": "linux"});
+        assert!(
+            admit(&strict, &Request::create(&pinned, "default")).admitted(),
+            "{kind}"
+        );
+    }
+    let silent = render(
+        RELEASE,
+        NAMESPACE,
+        &["--set", "admissionPolicy.unpinnedValidationActions=null"],
+    );
+    assert_eq!(silent.policies.len(), 5);
+    let r = review(
+        &silent.compiled_policies(),
+        &Request::create(&pod, "default"),
+    );
+    assert!(r.denied.is_none() && r.warnings.is_empty(), "{r:?}");
+    let off = render(
+        RELEASE,
+        NAMESPACE,
+        &["--set", "admissionPolicy.kubeletDirectories=false"],
+    );
+    assert_eq!(
+        off.policies.len(),
+        5,
+        "no kubelet rule, no unpinned policies"
+    );
+}
+
+#[test]
+fn an_update_that_pins_a_workload_to_windows_is_judged_like_a_create() {
+    let policies = default_policies();
+    let mut spec = pod_spec_json(None, &["/var/lib/kubelet"]);
+    spec.as_object_mut().unwrap().remove("nodeSelector");
+    let old = wrap("DaemonSet", "x", "default", spec.clone());
+    spec["nodeSelector"] = json!({"kubernetes.io/os": "windows"});
+    let new = wrap("DaemonSet", "x", "default", spec);
+    assert!(
+        !admit(&policies, &Request::update(&new, &old, "default")).admitted(),
+        "pinning a kubelet-root mount to Windows"
+    );
+    // Unchanged, the update is let through (no new warning either).
+    let r = review(&policies, &Request::update(&old, &old, "default"));
+    assert!(r.denied.is_none() && r.warnings.is_empty(), "{r:?}");
+    // Dropping a Linux pin makes the path unpinned: warned.
+    let mut spec = pod_spec_json(None, &["/var/lib/kubelet"]);
+    spec["nodeSelector"] = json!({"kubernetes.io/os": "linux"});
+    let pinned = wrap("DaemonSet", "x", "default", spec.clone());
+    spec.as_object_mut().unwrap().remove("nodeSelector");
+    let dropped = wrap("DaemonSet", "x", "default", spec);
+    let r = review(&policies, &Request::update(&dropped, &pinned, "default"));
+    assert!(r.denied.is_none() && r.warnings.len() == 1, "{r:?}");
 }
 
 /// Generated spellings: prefix × the root's segments under variations × what follows.
@@ -1675,7 +1984,7 @@ fn another_kubelet_root_and_driver_name_are_guarded_instead() {
 #[test]
 fn the_policies_judge_only_objects_with_a_host_path() {
     let policies = default_policies();
-    assert_eq!(policies.len(), 5);
+    assert_eq!(policies.len(), 10);
     let no_volumes = pod_spec_json(None, &[]);
     let mut empty_dir = pod_spec_json(None, &[]);
     empty_dir["volumes"] =
@@ -1698,7 +2007,10 @@ fn the_policies_judge_only_objects_with_a_host_path() {
             .iter()
             .filter(|p| p.matches(kind, "CREATE") && p.applies(&req))
             .count();
-        assert_eq!(judged, 1, "{kind} with a hostPath");
+        assert_eq!(
+            judged, 2,
+            "{kind} with a hostPath: the pipe rule and the unpinned rule"
+        );
     }
     let csi_pv = wrap(
         "PersistentVolume",

@@ -1,7 +1,8 @@
 //! Secret hygiene of the whole e2e flow: SMB and iSCSI (one-way CHAP) volumes mounted and torn down, an inline
 //! ephemeral volume, and the failure paths (wrong SMB password, wrong CHAP secret, a second principal on the same
-//! server — Windows error 1219 —, a credential misplaced in a volume attribute and in mount options), with the
-//! driver at `--log-level trace`. Every driver log line (stdout and stderr, across restarts), the simulator's
+//! server — Windows error 1219 —, a credential misplaced in a volume attribute and in mount options; a democratic-csi
+//! SMB volume whose account is in the PV's mount options, as democratic-csi reads it, with the right password and a
+//! wrong one), with the driver at `--log-level trace`. Every driver log line (stdout and stderr, across restarts), the simulator's
 //! output, every gRPC status message kubelet received and the simulator's audit log are scanned for every secret
 //! value used: zero hits. A positive control proves the scan finds what it looks for (non-secret values such as the
 //! CHAP user name and the server name are found in the same texts).
@@ -17,8 +18,9 @@ const OTHER_USER_PASSWORD: &str = "B0b-e2e-0ther-pw";
 const WRONG_CHAP_SECRET: &str = "Wr0ng-chap-5ec1";
 const MISPLACED_PASSWORD: &str = "M1splaced-attr-pw";
 const MISPLACED_OPTION: &str = "M1splaced-opt-pw";
+const WRONG_OPTION_PASSWORD: &str = "Wr0ng-m0unt-0pt-pw";
 
-const SECRETS: [&str; 7] = [
+const SECRETS: [&str; 8] = [
     SMB_PASSWORD,
     CHAP_SECRET,
     WRONG_SMB_PASSWORD,
@@ -26,6 +28,7 @@ const SECRETS: [&str; 7] = [
     WRONG_CHAP_SECRET,
     MISPLACED_PASSWORD,
     MISPLACED_OPTION,
+    WRONG_OPTION_PASSWORD,
 ];
 
 fn hits(text: &str, needle: &str) -> usize {
@@ -99,6 +102,39 @@ async fn no_secret_value_in_any_log_status_message_or_audit_entry() {
                 .await
                 .expect("inline unmount");
         }
+
+        // democratic-csi's SMB volume with its account in the PV's mountOptions (its example PV's form): the
+        // password travels as a mount flag, and must be redacted exactly as a Secret value.
+        let dcsi = |name: &str, password: &str| {
+            let mut v = Volume::persistent(name, &format!("{name}-handle"), "team-a", name)
+                .attr("node_attach_driver", "smb")
+                .attr("server", SMB_SERVER)
+                .attr("share", SMB_SHARE)
+                .attr("provisioner_driver", "node-manual");
+            v.fs_type = "cifs".to_owned();
+            v.mount_flags = vec![
+                format!("username={}", fixtures::SMB_USER),
+                format!("password={password},vers=3.0"),
+                format!("domain={}", fixtures::SMB_DOMAIN),
+            ];
+            v
+        };
+        let opts_ok = dcsi("pv-dcsi-opts", SMB_PASSWORD);
+        let t = k
+            .mount(host, &pod, &opts_ok)
+            .await
+            .expect("democratic-csi account in mountOptions");
+        host.write_file(&format!(r"{t}\c.txt"), "c")
+            .await
+            .expect("write");
+        k.unmount(host, &pod, &opts_ok).await.expect("unmount");
+        let opts_wrong = dcsi("pv-dcsi-opts-wrong", WRONG_OPTION_PASSWORD);
+        k.stage_once(host, &opts_wrong)
+            .await
+            .expect_err("wrong password in mountOptions");
+        k.unmount_device(host, &opts_wrong)
+            .await
+            .expect("unstage after a failed stage");
 
         // Wrong SMB password (no mapping on the server now: the host answers logon failure).
         let wrong = Volume::persistent(

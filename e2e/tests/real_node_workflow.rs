@@ -514,6 +514,66 @@ fn the_workflow_passes_its_lint() {
     // The legs the issue names.
     let images = strings(&k.workflow["jobs"]["csi-proxy"]["strategy"]["matrix"]["image"]);
     assert_eq!(images, ["windows-2022", "windows-2025"]);
+    container_runs_each_runner_s_own_image(&k.workflow).unwrap();
+}
+
+/// The csiProxy-mode container job runs, on each Windows runner, the manifest list's entry for that runner's build:
+/// ltsc2022 on windows-2022, ltsc2025 on windows-2025 (issue 38), process-isolated.
+fn container_runs_each_runner_s_own_image(w: &Json) -> Result<(), String> {
+    let job = &w["jobs"]["container"];
+    let matrix = &job["strategy"]["matrix"];
+    if text(&job["runs-on"]) != "${{ matrix.image }}" {
+        return Err(format!("container runs on {}", text(&job["runs-on"])));
+    }
+    let images = strings(&matrix["image"]);
+    if images != ["windows-2022", "windows-2025"] {
+        return Err(format!("container runs on {images:?}"));
+    }
+    let pairs: BTreeSet<(String, String)> = matrix["include"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| (text(&i["image"]), text(&i["osversion"])))
+        .collect();
+    let want: BTreeSet<(String, String)> =
+        [("windows-2022", "ltsc2022"), ("windows-2025", "ltsc2025")]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .into();
+    if pairs != want {
+        return Err(format!("container pairs runners and images as {pairs:?}"));
+    }
+    if text(&job["env"]["WINCSI_OSVERSION"]) != "${{ matrix.osversion }}" {
+        return Err("WINCSI_OSVERSION is not the matrix's osversion".into());
+    }
+    let image_step = steps(job)
+        .iter()
+        .find(|s| text(&s["id"]) == "image")
+        .ok_or("no image proof")?;
+    if !text(&image_step["run"]).contains("--osversion \"$WINCSI_OSVERSION\"") {
+        return Err(format!(
+            "the image proof builds {}",
+            text(&image_step["run"])
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn the_container_check_refuses_a_runner_without_its_image() {
+    let k = kit();
+    let mut only_2022 = k.workflow.clone();
+    only_2022["jobs"]["container"]["strategy"]["matrix"]["image"] = json!(["windows-2022"]);
+    assert!(container_runs_each_runner_s_own_image(&only_2022).is_err());
+    let mut mismatched = k.workflow.clone();
+    mismatched["jobs"]["container"]["strategy"]["matrix"]["include"][1]["osversion"] =
+        json!("ltsc2022");
+    assert!(container_runs_each_runner_s_own_image(&mismatched).is_err());
+    let mut fixed = k.workflow.clone();
+    let steps = fixed["jobs"]["container"]["steps"].as_array_mut().unwrap();
+    for s in steps.iter_mut().filter(|s| s["id"] == "image") {
+        s["run"] = json!(text(&s["run"]).replace("\"$WINCSI_OSVERSION\"", "ltsc2022"));
+    }
+    assert!(container_runs_each_runner_s_own_image(&fixed).is_err());
 }
 
 fn step_mut<'a>(k: &'a mut Kit, job: &str, id: &str) -> &'a mut Json {

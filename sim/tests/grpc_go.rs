@@ -76,6 +76,63 @@ async fn an_error_text_over_the_client_s_header_limit_resets_that_call_and_keeps
     }
 }
 
+/// A 10–12 KiB error text with thousands of spaces, to a 16 KiB client: csi-proxy (grpc-go) sends a space as one byte
+/// and delivers it (measured under Wine against v1.1.3 and master); tonic's encoding (`%20`) would make the block
+/// ~17 KiB, and a block sized by one encoding but sent in the other broke the client's whole connection.
+#[tokio::test]
+async fn a_long_error_text_with_thousands_of_spaces_arrives_whole_as_from_csi_proxy() {
+    for v in CsiProxyVersion::ALL {
+        let s = serve(v);
+        let fs = s.client().filesystem();
+        fs.mkdir(&format!(r"{K}\a")).await.unwrap();
+        // 10 000 bytes with 5 000 spaces; 12 000 bytes of PowerShell-style padded lines (a space is `%20` to tonic:
+        // 20 000 and more than 17 000 bytes that way).
+        let padded = format!(
+            "{:<60}: NotSpecified: (:) [], CimException\n",
+            "+ CategoryInfo"
+        );
+        let texts = ["e ".repeat(5_000), padded.repeat(12_000 / padded.len())];
+        for text in &texts {
+            assert!((10_000..=12_288).contains(&text.len()), "{}", text.len());
+            assert!(text.matches(' ').count() > 2_000);
+            s.host.fail_nth("Mkdir", 1, text).unwrap();
+            let err = fs.mkdir(&format!(r"{K}\a")).await.unwrap_err();
+            assert_eq!(
+                err.message(),
+                *text,
+                "{v} {}: the text does not arrive whole: {err:.200}",
+                text.len()
+            );
+            fs.mkdir(&format!(r"{K}\a")).await.unwrap();
+        }
+        assert_eq!(
+            s.host.connections_accepted(ApiGroup::Filesystem),
+            1,
+            "{v}: the connection was dropped"
+        );
+        // On the wire, as grpc-go writes it: the spaces are spaces.
+        let text = texts[0].clone();
+        s.host.fail_nth("Mkdir", 1, &text).unwrap();
+        let socket = proxy_client::socket_path(&s.dir.path().join("sock"), ApiGroup::Filesystem);
+        let path = format!(r"{K}\b");
+        let mut request = vec![0x0a, path.len() as u8];
+        request.extend(path.as_bytes());
+        let (headers, _, reset) = go_client_call(
+            &socket,
+            r"%5C%5C.%5Cpipe%5Ccsi-proxy-filesystem-v1",
+            "/v1.Filesystem/Mkdir",
+            &request,
+        )
+        .await;
+        assert_eq!(reset, None, "{v}");
+        assert!(
+            headers.contains(&("grpc-message".into(), text.clone())),
+            "{v}: grpc-message is not grpc-go's encoding"
+        );
+        s.handle.shutdown().await.unwrap();
+    }
+}
+
 /// An HTTP/2 frame.
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len();

@@ -22,10 +22,17 @@
 //! * Mount flags are gathered from the capability's `mount_flags`, the node's own configuration
 //!   (`node.mount.mount_flags`) and the secret's `mount_flags` key (comma-separated), in that order
 //!   (index.js:731-744), and a flag's value is that of its last occurrence (`getMountFlagValue`, index.js:241-248).
-//!   wincsi takes credentials only from the node-stage secret: a credential in the capability's `mount_flags` (a PV's
-//!   or StorageClass's `mountOptions`) is refused by the lifecycle (`check_mount_flags`: it would sit in the PV object
-//!   for anyone who can read PVs, and democratic-csi's request logger prints `mount_flags` as they are), and wincsi has
-//!   no node configuration file. [`secret_mount_flags`] reads the secret's `mount_flags` key.
+//!   Its Windows node reads the SMB account there, as `username=` and `password=` (index.js:1721-1727, logged on as
+//!   `server\username`: index.js:1766-1770); its Linux node hands every flag to `mount -t cifs -o` (index.js:1546-1547,
+//!   1601-1604), so mount.cifs's own spellings work there too: `user=` for `username=`, `pass=` for `password=`,
+//!   `domain=`, `dom=` or `workgroup=` for the domain (mount.cifs(8)). democratic-csi's example PV
+//!   (`examples/node-manual-smb-pv.yaml`) puts the account in the PV's `mountOptions` with no `nodeStageSecretRef`,
+//!   and a PV's secret reference is immutable, so wincsi reads a democratic-csi SMB volume's account where
+//!   democratic-csi does: [`mount_flags`] merges the capability's flags (each split at commas, as `mount -o` joins
+//!   them) and the secret's, in that order, [`last_flag_value`] takes the last occurrence of any spelling
+//!   ([`SMB_ACCOUNT_FLAGS`]). Any other credential in mount flags, and every credential in the mount flags of a volume
+//!   that is not a democratic-csi SMB volume, is refused by the lifecycle (`check_mount_flags_for`). wincsi has no
+//!   node configuration file.
 //!
 //! The protocol keys (`server`/`share`, `portal`/`portals`/`iqn`/`lun`/`interface`, the CHAP keys under
 //! `node-db.node.session.auth.*`) are each protocol's, in their `params` modules.
@@ -121,7 +128,25 @@ fn strip_prefix_ignore_case<'a>(key: &'a str, prefix: &str) -> Option<&'a str> {
         .then(|| &key[prefix.len()..])
 }
 
-/// One entry of the node-stage secret's `mount_flags` (comma-separated, as democratic-csi splits it).
+/// The mount-flag spellings of a democratic-csi SMB volume's account: what its Windows node reads (`username`,
+/// `password`) and what its Linux node's mount.cifs also takes (`user`, `pass`; `domain`, `dom`, `workgroup`).
+pub const SMB_ACCOUNT_FLAGS: &[&[&str]] = &[
+    &["username", "user"],
+    &["password", "pass"],
+    &["domain", "dom", "workgroup"],
+];
+
+/// Whether `key` (trimmed, any ASCII case) is one of [`SMB_ACCOUNT_FLAGS`].
+pub fn is_smb_account_flag(key: &str) -> bool {
+    let key = key.trim();
+    SMB_ACCOUNT_FLAGS
+        .iter()
+        .flat_map(|spellings| spellings.iter())
+        .any(|k| key.eq_ignore_ascii_case(k))
+}
+
+/// One mount flag of a democratic-csi volume: from the capability (a PV's or StorageClass's `mountOptions`) or from
+/// the node-stage secret's `mount_flags` key.
 #[derive(Clone)]
 pub struct MountFlag {
     /// The flag's name (before the first `=`), trimmed.
@@ -129,44 +154,66 @@ pub struct MountFlag {
     /// Everything after the first `=` (democratic-csi's `split("=", 2)` would cut a value at a second `=`; wincsi
     /// keeps the whole value), `None` for a flag without `=`.
     pub value: Option<Secret>,
+    /// It came from the capability's `mount_flags`, i.e. it sits in the PersistentVolume for anyone who reads PVs.
+    pub from_capability: bool,
 }
 
 impl std::fmt::Debug for MountFlag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MountFlag")
             .field("key", &self.key)
+            .field("from_capability", &self.from_capability)
             .finish_non_exhaustive()
     }
 }
 
-/// The flags of the (normalised) node-stage secret's `mount_flags` key, in order; empty entries are skipped.
-pub fn secret_mount_flags(secrets: &Secrets) -> Vec<MountFlag> {
-    let Some(raw) = secrets.get("mount_flags") else {
-        return Vec::new();
-    };
-    raw.expose()
-        .split(',')
+fn split_flags(raw: &str, from_capability: bool) -> impl Iterator<Item = MountFlag> + '_ {
+    raw.split(',')
         .filter(|f| !f.trim().is_empty())
-        .map(|f| match f.split_once('=') {
+        .map(move |f| match f.split_once('=') {
             Some((k, v)) => MountFlag {
                 key: k.trim().to_owned(),
                 value: Some(Secret::new(v)),
+                from_capability,
             },
             None => MountFlag {
                 key: f.trim().to_owned(),
                 value: None,
+                from_capability,
             },
         })
-        .collect()
+}
+
+/// The flags of the (normalised) node-stage secret's `mount_flags` key, in order; empty entries are skipped.
+pub fn secret_mount_flags(secrets: &Secrets) -> Vec<MountFlag> {
+    match secrets.get("mount_flags") {
+        Some(raw) => split_flags(raw.expose(), false).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Every mount flag of a democratic-csi volume in democratic-csi's order: the capability's (each entry split at
+/// commas), then the (normalised) node-stage secret's `mount_flags`; a later flag overrides an earlier one.
+pub fn mount_flags(capability_flags: &[String], secrets: &Secrets) -> Vec<MountFlag> {
+    let mut flags: Vec<MountFlag> = capability_flags
+        .iter()
+        .flat_map(|f| split_flags(f, true))
+        .collect();
+    flags.extend(secret_mount_flags(secrets));
+    flags
+}
+
+/// The last flag among `flags` spelt as one of `keys` (`getMountFlagValue`: the last occurrence wins), with its value.
+pub fn last_flag<'a>(flags: &'a [MountFlag], keys: &[&str]) -> Option<&'a MountFlag> {
+    flags
+        .iter()
+        .rev()
+        .find(|f| keys.iter().any(|k| f.key.eq_ignore_ascii_case(k)) && f.value.is_some())
 }
 
 /// The value of the last `key=` flag among `flags` (`getMountFlagValue`: the last occurrence wins).
 pub fn last_flag_value<'a>(flags: &'a [MountFlag], key: &str) -> Option<&'a Secret> {
-    flags
-        .iter()
-        .rev()
-        .find(|f| f.key.eq_ignore_ascii_case(key))
-        .and_then(|f| f.value.as_ref())
+    last_flag(flags, &[key]).and_then(|f| f.value.as_ref())
 }
 
 #[cfg(test)]
@@ -298,5 +345,41 @@ mod tests {
         assert!(last_flag_value(&flags, "guest").is_none());
         assert!(!format!("{flags:?}").contains("p=w"));
         assert!(secret_mount_flags(&Secrets::default()).is_empty());
+    }
+
+    #[test]
+    fn capability_flags_come_first_and_the_secret_s_override_them() {
+        let s = Secrets::new([("mount_flags", "pass=from-secret")]);
+        let flags = mount_flags(
+            &[
+                "username=alice".to_owned(),
+                "password=from-pv,vers=3.0".to_owned(),
+                "dom=CORP".to_owned(),
+            ],
+            &s,
+        );
+        let pw = last_flag(&flags, SMB_ACCOUNT_FLAGS[1]).expect("password");
+        assert_eq!(pw.value.as_ref().map(Secret::expose), Some("from-secret"));
+        assert!(!pw.from_capability);
+        let user = last_flag(&flags, SMB_ACCOUNT_FLAGS[0]).expect("user");
+        assert!(user.from_capability);
+        assert_eq!(
+            last_flag(&flags, SMB_ACCOUNT_FLAGS[2])
+                .and_then(|f| f.value.as_ref())
+                .map(Secret::expose),
+            Some("CORP")
+        );
+        assert!(
+            flags
+                .iter()
+                .any(|f| f.from_capability && f.key == "password")
+        );
+        assert!(!format!("{flags:?}").contains("from-"));
+        for k in ["username", "USER", " pass ", "Workgroup", "dom"] {
+            assert!(is_smb_account_flag(k), "{k}");
+        }
+        for k in ["credentials", "passwd", "pwd", "vers", "cred"] {
+            assert!(!is_smb_account_flag(k), "{k}");
+        }
     }
 }

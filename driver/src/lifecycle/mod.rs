@@ -97,7 +97,7 @@ pub(crate) use request::is_credential_key;
 pub use request::{
     AccessType, Capability, EPHEMERAL_KEY, ExpandRequest, PublishRequest, ReconcileReport, Secrets,
     StageRequest, StatsRequest, UnpublishRequest, UnstageRequest, Usage, VolumeStats,
-    check_mount_flags, context_get,
+    check_mount_flags, check_mount_flags_for, context_get,
 };
 use request::{mount_capability, required};
 use stats_cache::Invalidate;
@@ -274,7 +274,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             )));
         }
         let flags = mount_capability(Some(cap))?;
-        let ignored = check_mount_flags(flags)?;
+        let ignored = check_mount_flags_for(flags, &req.volume_context)?;
         if !ignored.is_empty() {
             debug!(options = ?ignored, "mount options are ignored on Windows");
         }

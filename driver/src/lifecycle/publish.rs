@@ -5,7 +5,8 @@ use tracing::{debug, info};
 
 use super::{
     EPHEMERAL_KEY, Invalidate, Owner, Protocol, PublishRequest, UnpublishRequest, VolumeManager,
-    check_mount_flags, context_get, host_error, inline, mount_capability, required,
+    check_mount_flags, check_mount_flags_for, context_get, host_error, inline, mount_capability,
+    required,
 };
 use crate::error::Error;
 use crate::host::{Host, HostError, HostErrorKind, HostPath};
@@ -71,7 +72,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         // is judged.
         let existing =
             self.check_target(&req.volume_id, &target, &staging, &access, req.readonly)?;
-        check_mount_flags(mount_capability(Some(cap))?)?;
+        check_mount_flags_for(mount_capability(Some(cap))?, &req.volume_context)?;
         self.refuse_foreign_path(&req.volume_id, &target, Owner::Target)?;
         let rec = match self.store.volume(&req.volume_id)? {
             Some(rec) if rec.phase == Phase::Staged && staging.is(&rec.staging_path) => rec,

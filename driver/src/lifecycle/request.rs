@@ -1,6 +1,7 @@
 //! The lifecycle's inputs and outputs, independent of CSI's generated types and of any protocol: the requests of
 //! each Node RPC, access capabilities, usage and condition, the redacting [`Secrets`] map and the rules every
-//! protocol shares (required fields, no block access, no credentials in mount options).
+//! protocol shares (required fields, no block access, no credentials in mount options — but a democratic-csi SMB
+//! volume's account, which democratic-csi reads there).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,17 +14,46 @@ use crate::state::AccessRecord;
 pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
 
 /// How a volume is accessed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum AccessType {
     /// A filesystem mount (here: a directory link).
     Mount {
         /// `fs_type` (ignored for SMB).
         fs_type: String,
-        /// Mount flags (credentials refused; the rest is ignored on Windows).
+        /// Mount flags (credentials refused, except a democratic-csi SMB volume's account; the rest is ignored on
+        /// Windows). `Debug` shows their keys only.
         mount_flags: Vec<String>,
     },
     /// A raw block device: refused, Windows containers have none.
     Block,
+}
+
+/// Mount flags by key only: a democratic-csi SMB volume's flags may carry its password (`password=…`), so no value
+/// is ever printed.
+impl fmt::Debug for AccessType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AccessType::Mount {
+                fs_type,
+                mount_flags,
+            } => f
+                .debug_struct("Mount")
+                .field("fs_type", fs_type)
+                .field("mount_flags", &flag_keys(mount_flags))
+                .finish(),
+            AccessType::Block => f.write_str("Block"),
+        }
+    }
+}
+
+/// The keys of mount flags (each flag may be a comma-separated list): `key` for `key=value`; values are dropped.
+fn flag_keys(flags: &[String]) -> Vec<&str> {
+    flags
+        .iter()
+        .flat_map(|f| f.split(','))
+        .map(|f| f.split('=').next().unwrap_or_default().trim())
+        .filter(|k| !k.is_empty())
+        .collect()
 }
 
 /// A CSI volume capability: access type plus the access mode (`csi.v1` enum value).
@@ -283,8 +313,40 @@ pub fn context_get<'a>(context: &'a BTreeMap<String, String>, key: &str) -> Opti
         .map(|(_, v)| v.as_str())
 }
 
+/// [`check_mount_flags`] for a volume with `context`: a democratic-csi SMB volume (`node_attach_driver: smb`) may
+/// carry its account in the mount flags, as democratic-csi reads it (`super::democratic::SMB_ACCOUNT_FLAGS`), which
+/// the SMB protocol then reads; every other credential-like flag is refused as for any volume. Returns the other
+/// option keys (for a log line).
+pub fn check_mount_flags_for(
+    flags: &[String],
+    context: &BTreeMap<String, String>,
+) -> Result<Vec<String>, Error> {
+    if !matches!(
+        super::democratic::attach_driver(context),
+        Ok(Some(super::democratic::AttachDriver::Smb))
+    ) {
+        return check_mount_flags(flags);
+    }
+    let mut ignored = Vec::new();
+    for flag in flags.iter().flat_map(|f| f.split(',')) {
+        let key = flag.split('=').next().unwrap_or_default().trim();
+        if key.is_empty() || super::democratic::is_smb_account_flag(key) {
+            continue;
+        }
+        if is_credential_key(key) {
+            return Err(Error::InvalidArgument(format!(
+                "mount option {key:?} carries a credential that is not an account flag; rule: a democratic-csi SMB \
+                 volume's account is username= (or user=), password= (or pass=) and domain= (or dom=, workgroup=) \
+                 in mountOptions or in the node-stage secret's mount_flags key"
+            )));
+        }
+        ignored.push(key.to_owned());
+    }
+    Ok(ignored)
+}
+
 /// Refuse credentials in mount options (each option may itself be a comma-separated list). Returns the other option
-/// keys, which Windows ignores (for a log line).
+/// keys, which Windows ignores (for a log line). A volume's own rules: [`check_mount_flags_for`].
 pub fn check_mount_flags(flags: &[String]) -> Result<Vec<String>, Error> {
     let mut ignored = Vec::new();
     for flag in flags.iter().flat_map(|f| f.split(',')) {

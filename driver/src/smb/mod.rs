@@ -104,7 +104,7 @@ mod stage;
 mod tests;
 
 pub use crate::lifecycle::Secrets;
-pub use params::{SmbVolume, parse_volume};
+pub use params::{SmbVolume, parse_stage, parse_volume};
 
 use mapping::remove_mapping;
 
@@ -238,11 +238,11 @@ impl<H: Host> Protocol<H> for Smb {
     }
 
     fn parse(&self, req: &StageRequest) -> Result<SmbVolume, Error> {
-        parse_volume(&req.volume_context, &req.secrets)
+        parse_stage(req)
     }
 
     fn parse_inline(&self, req: &StageRequest) -> Option<Result<SmbVolume, Error>> {
-        Some(parse_volume(&req.volume_context, &req.secrets))
+        Some(parse_stage(req))
     }
 
     async fn stage(

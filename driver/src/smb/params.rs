@@ -19,16 +19,22 @@
 //! | --- | --- | --- |
 //! | volume_context | `server`, `share` | the share `\\server\share`; `share` may go on with a path (`share/sub/dir`, as `controller-smb-client` writes it), which becomes the volume's directory on the share (democratic-csi maps the root share and links to the full path: index.js:1721, `src/utils/windows.js:115-137`, `:160-176`) |
 //! | volume_context | `provisioner_driver`, `provisioner_driver_instance_id` | which secret-key prefixes are stripped |
-//! | node-stage secret | `mount_flags` | comma-separated flags; `username=…` and `password=…` are the account (the last of each wins); other flags (`vers=3.0`, …) are ignored on Windows, as democratic-csi's Windows code ignores them |
+//! | capability `mount_flags` (the PV's `mountOptions`), then the node-stage secret's `mount_flags` | comma-separated flags, the later overriding the earlier (democratic-csi's order); the account is `username=` (or `user=`), `password=` (or `pass=`) and `domain=` (or `dom=`, `workgroup=`), keys in any case (`crate::lifecycle::democratic::SMB_ACCOUNT_FLAGS`); other flags (`vers=3.0`, …) are ignored on Windows, as democratic-csi's Windows code ignores them |
+//! | node-stage secret | `username`, `password`, `domain` | used only when no mount flag names a user or password (democratic-csi never reads them; with mount flags they are ignored) |
 //!
-//! The account logs on as `server\username` (index.js:1766-1770: a local account of the file server); a user name
-//! that already names its domain (`DOMAIN\user`, `user@domain`) is kept as written (democratic-csi would send
-//! `server\DOMAIN\user`). As everywhere, credentials come only from the node-stage secret: `username`/`password`
-//! in the capability's mount flags (the PV's `mountOptions`, where democratic-csi also reads them) are refused by the
-//! lifecycle, and for these volumes the csi-driver-smb secret keys (`username`, `password`, `domain`) are refused
-//! too, so one account is never silently preferred over another. Without any account the mapping is made with the
-//! node's own identity (democratic-csi refuses: "username and password required"). `source` and `subDir` do not mix
-//! with `server`/`share`.
+//! The account logs on as `server\username` (index.js:1766-1770: a local account of the file server), or as
+//! `domain\username` with a domain flag (what mount.cifs does with it on democratic-csi's Linux nodes); a user name that
+//! already names its domain (`DOMAIN\user`, `user@domain`) is kept as written (democratic-csi would send
+//! `server\DOMAIN\user`). So democratic-csi's own example PV (`examples/node-manual-smb-pv.yaml`: `mountOptions:
+//! [username=foo, password=bar]`, no `nodeStageSecretRef`) stages as it is: a PV's secret reference is immutable, and
+//! re-creating every such PV is what a user of a production driver would not expect. Its password then sits in the
+//! PersistentVolume for anyone who can read PVs: the driver warns once per volume (and process) and never prints it
+//! (the capability's `Debug` shows flag keys only; errors name keys, never values). Which source wins: the last
+//! occurrence of a key across `mountOptions` then the secret's `mount_flags` (so the Secret overrides the PV, as in
+//! democratic-csi); the secret's bare `username`/`password`/`domain` only when no flag names a user or password.
+//! Without any account the mapping is made with the node's own identity (democratic-csi refuses: "username and
+//! password required"). Volumes that are not democratic-csi's keep the strict rule: a credential in mount options is
+//! refused (`crate::lifecycle::check_mount_flags_for`). `source` and `subDir` do not mix with `server`/`share`.
 //!
 //! Whether the mapping requires SMB encryption (`RequirePrivacy`) is decided by csi-proxy's `-require-privacy` flag
 //! (default true), not per volume: csi-proxy v1's `NewSmbGlobalMapping` has no such field.
@@ -37,8 +43,10 @@ use std::collections::BTreeMap;
 
 use crate::error::Error;
 use crate::host::{Secret, SmbCredential, UncPath, check_component};
-use crate::lifecycle::democratic::{self, AttachDriver};
-use crate::lifecycle::{Secrets, check_mount_flags, context_get, is_credential_key};
+use crate::lifecycle::democratic::{self, AttachDriver, SMB_ACCOUNT_FLAGS};
+use crate::lifecycle::{
+    AccessType, Secrets, StageRequest, check_mount_flags, context_get, is_credential_key,
+};
 
 /// A parsed SMB volume: where it lives and how to map it.
 #[derive(Clone, Debug)]
@@ -63,10 +71,30 @@ impl SmbVolume {
     }
 }
 
-/// Parse an SMB volume from `volume_context` and the node-stage `secrets`.
+/// Parse the SMB volume a NodeStageVolume (or an inline publish) asks for: [`parse_volume`], plus the capability's
+/// mount flags, where a democratic-csi volume may carry its account (the lifecycle has refused them for every other
+/// volume already).
+pub fn parse_stage(req: &StageRequest) -> Result<SmbVolume, Error> {
+    let flags = match req.capability.as_ref().map(|c| &c.access_type) {
+        Some(AccessType::Mount { mount_flags, .. }) => mount_flags.as_slice(),
+        _ => &[],
+    };
+    parse(&req.volume_context, &req.secrets, flags, &req.volume_id)
+}
+
+/// Parse an SMB volume from `volume_context` and the node-stage `secrets` (no mount flags).
 pub fn parse_volume(
     context: &BTreeMap<String, String>,
     secrets: &Secrets,
+) -> Result<SmbVolume, Error> {
+    parse(context, secrets, &[], "")
+}
+
+fn parse(
+    context: &BTreeMap<String, String>,
+    secrets: &Secrets,
+    mount_flags: &[String],
+    volume_id: &str,
 ) -> Result<SmbVolume, Error> {
     for key in context.keys() {
         if is_credential_key(key) {
@@ -80,7 +108,9 @@ pub fn parse_volume(
         check_mount_flags(&[opts.to_owned()])?;
     }
     match democratic::attach_driver(context)? {
-        Some(AttachDriver::Smb) => return democratic_volume(context, secrets),
+        Some(AttachDriver::Smb) => {
+            return democratic_volume(context, secrets, mount_flags, volume_id);
+        }
         Some(AttachDriver::Iscsi) => {
             // The protocol set hands these to the iSCSI protocol; reaching here is a wiring error, refused plainly.
             return Err(Error::InvalidArgument(
@@ -106,11 +136,14 @@ pub fn parse_volume(
     })
 }
 
-/// A democratic-csi SMB volume (`node_attach_driver: smb`): `server` + `share[/path]`, the account from the node-stage
-/// secret's `mount_flags` (see the module docs).
+/// A democratic-csi SMB volume (`node_attach_driver: smb`): `server` + `share[/path]`, the account from the mount flags
+/// (the capability's, then the node-stage secret's `mount_flags`), else from the secret's `username`/`password`/`domain`
+/// (see the module docs).
 fn democratic_volume(
     context: &BTreeMap<String, String>,
     secrets: &Secrets,
+    capability_flags: &[String],
+    volume_id: &str,
 ) -> Result<SmbVolume, Error> {
     for key in ["source", "subDir"] {
         if context_get(context, key).is_some() {
@@ -145,51 +178,100 @@ fn democratic_volume(
         "server and share",
     )?;
     let secrets = democratic::normalized_secrets(secrets, context);
-    for key in ["username", "password", "domain"] {
-        if secrets.get(key).is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "node-stage secret has {key} for a democratic-csi volume (node_attach_driver smb); rule: its account \
-                 is read from the mount_flags key only (mount_flags: \"username=…,password=…\"), as democratic-csi \
-                 reads it"
-            )));
-        }
-    }
-    let flags = democratic::secret_mount_flags(&secrets);
-    let user = democratic::last_flag_value(&flags, "username")
-        .map(|u| u.expose().trim().to_owned())
-        .filter(|u| !u.is_empty());
-    let password =
-        democratic::last_flag_value(&flags, "password").filter(|p| !p.expose().is_empty());
+    let flags = democratic::mount_flags(capability_flags, &secrets);
+    let [users, passwords, domains] = SMB_ACCOUNT_FLAGS else {
+        unreachable!("user, password, domain")
+    };
+    let user_flag = democratic::last_flag(&flags, users);
+    let password_flag = democratic::last_flag(&flags, passwords);
+    let domain_flag = democratic::last_flag(&flags, domains);
     let ignored: Vec<&str> = flags
         .iter()
         .map(|f| f.key.as_str())
-        .filter(|k| !k.eq_ignore_ascii_case("username") && !k.eq_ignore_ascii_case("password"))
+        .filter(|k| !democratic::is_smb_account_flag(k))
         .collect();
     if !ignored.is_empty() {
-        tracing::debug!(flags = ?ignored, "the node-stage secret's mount_flags other than the account are ignored on Windows");
+        tracing::debug!(flags = ?ignored, "mount flags other than the account are ignored on Windows");
     }
+    if flags
+        .iter()
+        .any(|f| f.from_capability && passwords.iter().any(|k| f.key.eq_ignore_ascii_case(k)))
+    {
+        warn_password_in_pv(volume_id);
+    }
+    let value = |f: Option<&democratic::MountFlag>| {
+        f.and_then(|f| f.value.as_ref())
+            .map(|v| v.expose().trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let (user, password, domain) = if user_flag.is_some() || password_flag.is_some() {
+        let bare: Vec<&str> = ["username", "password", "domain"]
+            .into_iter()
+            .filter(|k| secrets.get(k).is_some())
+            .collect();
+        if !bare.is_empty() {
+            tracing::info!(keys = ?bare, "the node-stage secret's keys are ignored: the account in the mount flags \
+                           wins, as democratic-csi reads only mount flags");
+        }
+        (
+            value(user_flag),
+            password_flag
+                .and_then(|f| f.value.clone())
+                .filter(|p| !p.expose().is_empty()),
+            value(domain_flag),
+        )
+    } else {
+        let get = |k: &str| {
+            secrets
+                .get(k)
+                .map(|s| s.expose().trim().to_owned())
+                .filter(|s| !s.is_empty())
+        };
+        (
+            get("username"),
+            secrets
+                .get("password")
+                .filter(|p| !p.expose().trim().is_empty())
+                .map(|p| Secret::new(p.expose().trim())),
+            value(domain_flag).or_else(|| get("domain")),
+        )
+    };
     let credential = match (user, password) {
-        (None, None) => None,
+        (None, None) => {
+            if domain.is_some() {
+                return Err(Error::InvalidArgument(
+                    "a democratic-csi SMB volume has a domain but no username; rule: give username= and password= \
+                     (mountOptions or the node-stage secret's mount_flags)"
+                        .to_owned(),
+                ));
+            }
+            None
+        }
         (Some(_), None) => {
             return Err(Error::InvalidArgument(
-                "node-stage secret mount_flags has username= but no password=; rule: give both"
+                "a democratic-csi SMB volume has username= but no password= (mountOptions and the node-stage \
+                 secret's mount_flags); rule: give both"
                     .to_owned(),
             ));
         }
         (None, Some(_)) => {
             return Err(Error::InvalidArgument(
-                "node-stage secret mount_flags has password= but no username=; rule: give both"
+                "a democratic-csi SMB volume has password= but no username= (mountOptions and the node-stage \
+                 secret's mount_flags); rule: give both"
                     .to_owned(),
             ));
         }
         (Some(user), Some(password)) => {
-            check_user(&user, "node-stage secret mount_flags username")?;
+            check_user(&user, "a democratic-csi SMB volume's username")?;
             let principal = if user.contains(['\\', '@']) {
                 user
+            } else if let Some(domain) = domain {
+                check_user(&domain, "a democratic-csi SMB volume's domain")?;
+                format!("{domain}\\{user}")
             } else {
                 format!("{}\\{user}", source.server())
             };
-            Some(SmbCredential::new(principal, password.clone()))
+            Some(SmbCredential::new(principal, password))
         }
     };
     Ok(SmbVolume {
@@ -197,6 +279,24 @@ fn democratic_volume(
         sub_dir: Vec::new(),
         credential,
     })
+}
+
+/// Once per volume (and process): the password of this volume is in its PersistentVolume's `mountOptions`.
+fn warn_password_in_pv(volume_id: &str) {
+    static WARNED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::LazyLock::new(Default::default);
+    let first = WARNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(volume_id.to_owned());
+    if first {
+        tracing::warn!(
+            volume_id,
+            "the SMB password of this democratic-csi volume is in its PersistentVolume's mountOptions, readable by \
+             anyone who can read PersistentVolumes; put it in the node-stage Secret's mount_flags key instead \
+             (democratic-csi reads it there too)"
+        );
+    }
 }
 
 /// A user name Windows can take: no `: " | < >` or control characters.
@@ -594,19 +694,10 @@ mod tests {
         for (s, want) in [
             (secrets(&[("mount_flags", "username=k8s")]), "no password="),
             (secrets(&[("mount_flags", "password=pw")]), "no username="),
+            (secrets(&[("username", "k8s")]), "no password="),
             (
-                secrets(&[
-                    ("mount_flags", "username=k8s,password=pw"),
-                    ("password", "pw"),
-                ]),
-                "mount_flags key only",
-            ),
-            (
-                secrets(&[
-                    ("mount_flags", "username=k8s,password=pw"),
-                    ("democratic-csi.org/domain", "D"),
-                ]),
-                "mount_flags key only",
+                secrets(&[("mount_flags", "domain=CORP")]),
+                "a domain but no username",
             ),
             (
                 secrets(&[("mount_flags", "username=a|b,password=pw")]),
@@ -615,6 +706,165 @@ mod tests {
         ] {
             let m = invalid(parse_volume(&c, &s));
             assert!(m.contains(want) && !m.contains("pw"), "{m}");
+        }
+    }
+
+    /// A NodeStageVolume of a democratic-csi SMB volume whose PV has `mount_flags` as its `mountOptions`.
+    fn stage(volume_id: &str, flags: &[&str], s: Secrets) -> Result<SmbVolume, Error> {
+        let req = StageRequest {
+            volume_id: volume_id.to_owned(),
+            capability: Some(crate::lifecycle::Capability {
+                access_type: AccessType::Mount {
+                    fs_type: "cifs".to_owned(),
+                    mount_flags: flags.iter().map(|f| (*f).to_owned()).collect(),
+                },
+                access_mode: 5,
+            }),
+            volume_context: ctx(&[
+                ("node_attach_driver", "smb"),
+                ("server", "truenas.example"),
+                ("share", "someshare"),
+                ("provisioner_driver", "node-manual"),
+            ]),
+            secrets: s,
+            ..StageRequest::default()
+        };
+        parse_stage(&req)
+    }
+
+    fn password(v: &SmbVolume) -> String {
+        v.credential
+            .as_ref()
+            .map(|c| c.password().expose().to_owned())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn democratic_csi_s_example_pv_stages_with_its_account_in_mount_options() {
+        // examples/node-manual-smb-pv.yaml: mountOptions [username=foo, password=bar], no nodeStageSecretRef.
+        let v = stage(
+            "unique-volumeid",
+            &["username=foo", "password=bar"],
+            Secrets::default(),
+        )
+        .expect("stages");
+        assert_eq!(v.principal(), Some(r"truenas.example\foo"));
+        assert_eq!(password(&v), "bar");
+        assert_eq!(v.full_path().to_string(), r"\\truenas.example\someshare");
+        // One comma-separated option, and mount.cifs's spellings, keys in any case.
+        let v = stage(
+            "v2",
+            &["vers=3.0,User=foo,PASS=bar,workgroup=CORP"],
+            Secrets::default(),
+        )
+        .expect("ok");
+        assert_eq!(v.principal(), Some(r"CORP\foo"));
+        assert_eq!(password(&v), "bar");
+        let v = stage(
+            "v3",
+            &["username=foo", "password=bar", "dom=CORP"],
+            Secrets::default(),
+        )
+        .expect("ok");
+        assert_eq!(v.principal(), Some(r"CORP\foo"));
+    }
+
+    #[test]
+    fn the_secret_s_mount_flags_override_the_pv_s_and_bare_keys_only_fill_in() {
+        // democratic-csi's order: the capability's flags, then the secret's mount_flags; the last occurrence wins.
+        let s = secrets(&[("mount_flags", "password=from-secret")]);
+        let v = stage("v", &["username=foo", "password=from-pv"], s).expect("ok");
+        assert_eq!(v.principal(), Some(r"truenas.example\foo"));
+        assert_eq!(password(&v), "from-secret");
+        // With an account in the flags, the secret's bare keys are ignored (democratic-csi never reads them).
+        let s = secrets(&[
+            ("username", "other"),
+            ("password", "other-pw"),
+            ("domain", "D"),
+        ]);
+        let v = stage("v", &["username=foo", "password=bar"], s).expect("ok");
+        assert_eq!(v.principal(), Some(r"truenas.example\foo"));
+        assert_eq!(password(&v), "bar");
+        // Without one, they are the account (prefixed democratic-csi keys included).
+        let s = secrets(&[
+            ("democratic-csi.org/username", "svc"),
+            ("password", "pw"),
+            ("domain", "CORP"),
+        ]);
+        let v = stage("v", &["vers=3.0"], s).expect("ok");
+        assert_eq!(v.principal(), Some(r"CORP\svc"));
+        assert_eq!(password(&v), "pw");
+        let v = stage(
+            "v",
+            &[],
+            secrets(&[("username", "svc"), ("password", "pw")]),
+        )
+        .expect("ok");
+        assert_eq!(v.principal(), Some(r"truenas.example\svc"));
+    }
+
+    #[test]
+    fn credentials_in_mount_options_stay_refused_for_other_volumes() {
+        use crate::lifecycle::check_mount_flags_for;
+        let flags = vec!["username=foo".to_owned(), "password=s3cr3t-opt".to_owned()];
+        let dcsi = ctx(&[
+            ("node_attach_driver", "smb"),
+            ("server", "s"),
+            ("share", "x"),
+        ]);
+        assert_eq!(
+            check_mount_flags_for(&flags, &dcsi).expect("democratic-csi SMB"),
+            Vec::<String>::new()
+        );
+        for other in [
+            ctx(&[("source", r"\\s\x")]),
+            ctx(&[("node_attach_driver", "iscsi"), ("portal", "192.0.2.1")]),
+        ] {
+            match check_mount_flags_for(&flags, &other) {
+                Err(Error::InvalidArgument(m)) => {
+                    assert!(!m.contains("s3cr3t-opt") && m.contains("username"))
+                }
+                x => panic!("{other:?}: {x:?}"),
+            }
+        }
+        // Not an account spelling: refused for democratic-csi volumes too.
+        for flag in ["credentials=/etc/creds", "passwd=x", "pwd=x"] {
+            assert!(
+                check_mount_flags_for(&[flag.to_owned()], &dcsi).is_err(),
+                "{flag}"
+            );
+        }
+        assert_eq!(
+            check_mount_flags_for(&["vers=3.0,username=u".to_owned()], &dcsi).expect("ok"),
+            vec!["vers"]
+        );
+    }
+
+    #[test]
+    fn mount_flag_values_never_print() {
+        let cap = AccessType::Mount {
+            fs_type: "cifs".to_owned(),
+            mount_flags: vec![
+                "username=foo,password=s3cr3t-opt".to_owned(),
+                "vers=3.0".to_owned(),
+            ],
+        };
+        let text = format!("{cap:?}");
+        assert!(
+            !text.contains("s3cr3t-opt") && !text.contains("3.0"),
+            "{text}"
+        );
+        assert!(text.contains("password") && text.contains("vers"), "{text}");
+        let v = stage(
+            "v",
+            &["username=foo", "password=s3cr3t-opt"],
+            Secrets::default(),
+        )
+        .expect("ok");
+        assert!(!format!("{v:?}").contains("s3cr3t-opt"));
+        match stage("v", &["password=s3cr3t-opt"], Secrets::default()) {
+            Err(Error::InvalidArgument(m)) => assert!(!m.contains("s3cr3t-opt"), "{m}"),
+            x => panic!("{x:?}"),
         }
     }
 

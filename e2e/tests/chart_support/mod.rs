@@ -1,10 +1,24 @@
 //! Shared by the chart tests (`chart.rs`, `chart_admission.rs`): running Helm 3 and Helm 4,
 //! loading the rendered objects into `k8s-openapi` types, and evaluating the rendered
 //! ValidatingAdmissionPolicies with the `cel` crate the way the API server does (variables in
-//! order, every matching policy, the binding's validationActions, messageExpression on a
-//! denial). The `cel` crate's `matches` is the `regex` crate, whose syntax is RE2's (the API
-//! server's CEL uses Go's RE2 `regexp`); `chart_admission.rs` also checks that the policies'
-//! regexes avoid the constructs where the two engines differ.
+//! order, every matching policy, the binding's validationActions — Deny refuses, Warn adds the
+//! API server's warning text, Audit an audit annotation —, messageExpression on a failure).
+//!
+//! What "against the API server's CEL" means here, exactly: the policies' CEL is compiled and
+//! run by the `cel` crate (cel-rust), not by the API server's cel-go with Kubernetes' libraries
+//! (no kube-apiserver, kind or envtest can run on these machines, and cel-go needs a Go
+//! toolchain and module proxy they lack). The harness mirrors the API server's dispatcher
+//! (`k8s.io/apiserver/pkg/admission/plugin/policy/validating/dispatcher.go`: matchConditions
+//! first, then the variables — the API server evaluates them lazily, the harness each one in
+//! order, which is stricter —, each binding action, the warning text
+//! "Validation failed for ValidatingAdmissionPolicy '<policy>' with binding '<binding>':
+//! <message>") and treats any evaluation error as a test failure (under failurePolicy Fail the
+//! API server would refuse the object: a policy that errors on a well-formed object is a bug).
+//! The `cel` crate's `matches` is the `regex` crate, whose syntax is RE2's (the API server's
+//! CEL uses Go's RE2 `regexp`); `chart_admission.rs` also checks that the policies' regexes
+//! avoid the constructs where the two engines differ. Reading a field an object lacks is an
+//! error in both (cel-rust's missing map key, cel-go's "no such key"), so the corpus's objects
+//! without node selectors, affinities or `os` prove the policies guard such reads with `has()`.
 
 use std::collections::HashMap;
 use std::env;
@@ -279,6 +293,8 @@ pub(crate) struct Policy {
     variables: Vec<(String, cel::Program)>,
     validations: Vec<Validation>,
     deny: bool,
+    warn: bool,
+    audit: bool,
 }
 
 /// What the API server would answer.
@@ -378,6 +394,8 @@ impl Policy {
                 })
                 .collect(),
             deny: actions.iter().any(|a| a == "Deny"),
+            warn: actions.iter().any(|a| a == "Warn"),
+            audit: actions.iter().any(|a| a == "Audit"),
         }
     }
 
@@ -461,18 +479,61 @@ impl Policy {
     }
 }
 
-/// Runs a request through every policy that matches it, as the API server does: any
-/// matching policy whose binding has `Deny` and whose validation fails denies it.
-pub(crate) fn admit(policies: &[Policy], req: &Request<'_>) -> Verdict {
-    let kind = req.object["kind"].as_str().expect("kind");
-    for p in policies.iter().filter(|p| p.matches(kind, req.operation)) {
-        if let Some(message) = p.evaluate(req)
-            && p.deny
-        {
-            return Verdict::Denied(p.name.clone(), message);
+/// What the API server answers a request, every policy's say included.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Review {
+    /// The first denial (policy name and message), as the API server reports it.
+    pub(crate) denied: Option<(String, String)>,
+    /// The warnings the client is shown (`Validation failed for ValidatingAdmissionPolicy
+    /// '<policy>' with binding '<binding>': <message>`; the chart names each binding after its
+    /// policy).
+    pub(crate) warnings: Vec<String>,
+    /// The audit annotations (policy, message) of failed validations bound with Audit.
+    pub(crate) audit: Vec<(String, String)>,
+}
+
+impl Review {
+    pub(crate) fn verdict(&self) -> Verdict {
+        match &self.denied {
+            Some((p, m)) => Verdict::Denied(p.clone(), m.clone()),
+            None => Verdict::Admitted,
         }
     }
-    Verdict::Admitted
+}
+
+/// Runs a request through every policy that matches it, as the API server does
+/// (`dispatcher.go`): each matching policy whose validation fails acts by its binding's
+/// validationActions — Deny refuses (the first denial is reported), Warn adds a warning, Audit
+/// an audit annotation; a request no binding denies is admitted with its warnings.
+pub(crate) fn review(policies: &[Policy], req: &Request<'_>) -> Review {
+    let kind = req.object["kind"].as_str().expect("kind");
+    let mut out = Review::default();
+    for p in policies.iter().filter(|p| p.matches(kind, req.operation)) {
+        let Some(message) = p.evaluate(req) else {
+            continue;
+        };
+        if p.deny && out.denied.is_none() {
+            out.denied = Some((p.name.clone(), message.clone()));
+        }
+        if p.warn {
+            let w = format!(
+                "Validation failed for ValidatingAdmissionPolicy '{0}' with binding '{0}': {message}",
+                p.name
+            );
+            if !out.warnings.contains(&w) {
+                out.warnings.push(w);
+            }
+        }
+        if p.audit {
+            out.audit.push((p.name.clone(), message));
+        }
+    }
+    out
+}
+
+/// Whether the request is admitted (warnings aside): [`review`]'s verdict.
+pub(crate) fn admit(policies: &[Policy], req: &Request<'_>) -> Verdict {
+    review(policies, req).verdict()
 }
 
 /// A Windows pod spec with these hostPath volumes (and ServiceAccount, when given).

@@ -13,10 +13,16 @@
 //!   that announces 16 KiB (hyper's client, hence the driver: hyper 1.12 `src/proto/h2/client.rs:52`) is such a
 //!   reset (measured on master with a 17 000-character IsSymlink path: the reference's F6). `h2` sends the block
 //!   anyway and the client then drops the whole connection (COMPRESSION_ERROR). [`HeaderLimitLayer`] resets the
-//!   stream instead, by grpc-go's rule applied to what this server sends (grpc-go's fields, plus the `date` field
-//!   hyper adds and grpc-go does not: 65 bytes, so the sim resets texts from 16 130 bytes where csi-proxy resets from
-//!   16 195 for a 16 KiB client); a client that announced no limit (grpc-go's default) gets the text, as from
+//!   stream instead, by grpc-go's rule applied to the fields this server sends (grpc-go's fields, plus the `date`
+//!   field hyper adds and grpc-go does not: 65 bytes, so the sim resets texts from 16 130 bytes where csi-proxy resets
+//!   from 16 195 for a 16 KiB client); a client that announced no limit (grpc-go's default) gets the text, as from
 //!   csi-proxy.
+//! * **`grpc-message`'s encoding.** tonic percent-encodes the space (`%20`, three bytes), `"`, `#`, `<`, `>`, `` ` ``,
+//!   `?`, `{`, `}` besides what grpc-go encodes; grpc-go only bytes outside `' '..='~'`, and `%`
+//!   (`encodeGrpcMessage`). Sized by grpc-go's encoding but
+//!   sent in tonic's, a 10–12 KiB text with thousands of spaces passed the check and then broke a 16 KiB client's
+//!   connection, where csi-proxy delivers it (measured under Wine against v1.1.3 and master). [`HeaderLimitLayer`]
+//!   therefore re-encodes the text as grpc-go does before anything else, and sizes the fields as they are sent.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -79,7 +85,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ClientIo<T> {
     }
 }
 
-/// Resets a call whose trailers-only answer exceeds the client's announced header-list limit, as grpc-go does.
+/// Sends `grpc-message` in grpc-go's encoding, and resets a call whose trailers-only answer exceeds the client's
+/// announced header-list limit, as grpc-go does.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct HeaderLimitLayer;
 
@@ -139,7 +146,8 @@ where
             .and_then(|c| c.settings.max_header_list_size());
         let call = self.inner.call(req);
         Box::pin(async move {
-            let response = call.await.map_err(Into::into)?;
+            let mut response = call.await.map_err(Into::into)?;
+            go_encode_message(response.headers_mut());
             if let Some(limit) = limit
                 && let Some(size) = trailers_only_size(response.headers())
                 && size > u64::from(limit)
@@ -160,35 +168,47 @@ where
 /// does not send: measured, a 16 KiB client takes the sim's answers up to a text of 16 128 bytes.
 const HYPER_DATE_FIELD: u64 = 4 + 29 + 32;
 
-/// The header-list size of the trailers-only answer that `headers` (tonic's) stands for, as this server sends it, or
-/// `None` when it is no trailers-only answer: grpc-go's fields — `:status`, `content-type`, `grpc-status` and
-/// `grpc-message` in grpc-go's encoding (bytes outside `' '..='~'` and `%` become `%XX`; grpc-go
-/// `internal/transport/http_util.go` `encodeGrpcMessage`) — and hyper's `date`, each field's name and value plus 32
-/// (RFC 9113 §6.5.2; grpc-go's `checkForHeaderListSize`).
+/// The header-list size of the trailers-only answer `headers` stands for, as this server sends it, or `None` when it
+/// is no trailers-only answer (no `grpc-status`): every field's name and value plus 32 (RFC 9113 §6.5.2; grpc-go's
+/// `checkForHeaderListSize`), `:status` and hyper's `date` included. Run after [`go_encode_message`], so the
+/// `grpc-message` counted is the one sent.
 fn trailers_only_size(headers: &http::HeaderMap) -> Option<u64> {
-    let status = headers.get("grpc-status")?;
-    let message = headers
-        .get("grpc-message")
-        .map(|m| percent_decode(m.as_bytes()))
-        .unwrap_or_default();
-    let go_encoded: usize = message
-        .iter()
-        .map(|&b| {
-            if (b' '..=b'~').contains(&b) && b != b'%' {
-                1
-            } else {
-                3
-            }
-        })
-        .sum();
-    let field = |name: &str, value: usize| (name.len() + value + 32) as u64;
+    headers.get("grpc-status")?;
+    let field = |name: usize, value: usize| (name + value + 32) as u64;
+    let date = if headers.contains_key(http::header::DATE) {
+        0
+    } else {
+        HYPER_DATE_FIELD
+    };
     Some(
-        field(":status", 3)
-            + field("content-type", "application/grpc".len())
-            + field("grpc-status", status.len())
-            + field("grpc-message", go_encoded)
-            + HYPER_DATE_FIELD,
+        field(":status".len(), 3)
+            + headers
+                .iter()
+                .map(|(n, v)| field(n.as_str().len(), v.len()))
+                .sum::<u64>()
+            + date,
     )
+}
+
+/// Rewrites tonic's `grpc-message` in grpc-go's encoding (`internal/transport/http_util.go` `encodeGrpcMessage`: bytes
+/// outside `' '..='~'`, and `%`, become `%XX`; everything else is sent as is). Both decode to the same text.
+fn go_encode_message(headers: &mut http::HeaderMap) {
+    let Some(value) = headers.get("grpc-message") else {
+        return;
+    };
+    let text = percent_decode(value.as_bytes());
+    let mut encoded = String::with_capacity(text.len());
+    for b in text {
+        if (b' '..=b'~').contains(&b) && b != b'%' {
+            encoded.push(char::from(b));
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    // Only visible ASCII and spaces: always a valid header value.
+    if let Ok(v) = http::HeaderValue::from_str(&encoded) {
+        headers.insert("grpc-message", v);
+    }
 }
 
 /// `%XX` sequences to bytes (tonic percent-encodes `grpc-message`); anything else is kept.
@@ -217,23 +237,33 @@ fn percent_decode(bytes: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// tonic's trailers-only answer for `message`, as the layer leaves it.
+    fn sent(message: &str) -> http::HeaderMap {
+        let mut headers = tonic::Status::unknown(message)
+            .into_http::<()>()
+            .headers()
+            .clone();
+        go_encode_message(&mut headers);
+        headers
+    }
+
     #[test]
-    fn the_size_is_grpc_go_s_whatever_tonic_encoded() {
-        let answer = |message: &str| {
-            tonic::Status::unknown(message)
-                .into_http::<()>()
-                .headers()
-                .clone()
-        };
-        // 42 + 60 + 44 + 44 bytes of names, values and overhead before the message, 65 of hyper's `date`.
+    fn the_text_is_sent_in_grpc_go_s_encoding_and_sized_as_sent() {
+        // `:status`, `content-type`, `grpc-status`: 42 + 60 + 44 bytes of names, values and overhead; 65 of hyper's
+        // `date`; `grpc-message` 44 plus the text as sent (tonic sends none for an empty text).
+        assert_eq!(trailers_only_size(&sent("")), Some(42 + 60 + 44 + 65));
         let base = 42 + 60 + 44 + 44 + 65;
-        assert_eq!(trailers_only_size(&answer("")), Some(base));
         // tonic encodes the space and the quote; grpc-go neither: one byte each. `%` and non-ASCII: three.
-        assert_eq!(
-            trailers_only_size(&answer("mkdir \"C:\\x\": 100%")),
-            Some(base + 17 + 3)
-        );
-        assert_eq!(trailers_only_size(&answer("é")), Some(base + 6));
+        let h = sent("mkdir \"C:\\x\": 100%");
+        assert_eq!(h["grpc-message"], "mkdir \"C:\\x\": 100%25");
+        assert_eq!(trailers_only_size(&h), Some(base + 17 + 3));
+        assert_eq!(sent("é")["grpc-message"], "%C3%A9");
+        assert_eq!(trailers_only_size(&sent("é")), Some(base + 6));
+        // A long text with thousands of spaces: sent as grpc-go sends it (one byte a space), and sized so.
+        let text = "the parameter is incorrect ".repeat(420);
+        let h = sent(&text);
+        assert_eq!(h["grpc-message"].len(), text.len());
+        assert_eq!(trailers_only_size(&h), Some(base + text.len() as u64));
         let ok = http::Response::new(());
         assert_eq!(
             trailers_only_size(ok.headers()),

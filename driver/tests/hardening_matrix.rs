@@ -117,14 +117,20 @@ const DESTRUCTIVE: [&str; 7] = [
     "MSFT_Partition.Resize",
 ];
 
-/// The calls a wait repeats (module docs): faulted only at their first occurrence within a step.
-const LOOKS: [&str; 6] = [
+/// The calls a wait repeats (module docs): faulted only at their first occurrence within a step. Native's list
+/// (`ListVolumesOnDisk`) reads each partition's volumes and, since issue 39, refreshes a disk whose data partition
+/// shows none (`MSFT_Disk.Refresh`), so those two recur once per look too and how often varies in real time (a
+/// cell faulting a later one missed it under load): only their first occurrence is faulted, so the `Refresh` after
+/// `Initialize` and `CreatePartition` no longer is.
+const LOOKS: [&str; 8] = [
     "GetTargetDisks",
     "Rescan",
     "ListVolumesOnDisk",
     "MSFT_StorageSetting.UpdateHostStorageCache",
     "SELECT MSFT_Disk",
     "SELECT MSFT_Partition",
+    "MSFT_Disk.Refresh",
+    "ASSOCIATORS MSFT_PartitionToVolume->MSFT_Volume",
 ];
 
 struct Cell {

@@ -77,6 +77,9 @@ pub enum HostOp {
     RefreshTargetPortal,
     /// Reading a disk's partition table (no csi-proxy RPC: a native backend's `MSFT_Disk` and `MSFT_Partition`).
     DiskLayout,
+    /// What a backend knows of its own calls that may still be running on an object (no csi-proxy RPC: a native
+    /// backend's ledger of WMI methods in flight, and what the host shows of their outcome).
+    InFlight,
 }
 
 impl HostOp {
@@ -118,6 +121,7 @@ impl HostOp {
             Self::RemoveTargetPortal => "RemoveTargetPortal",
             Self::RefreshTargetPortal => "RefreshTargetPortal",
             Self::DiskLayout => "DiskLayout",
+            Self::InFlight => "InFlight",
         }
     }
 }
@@ -168,6 +172,10 @@ pub enum HostErrorKind {
     /// that call reports it; like [`HostErrorKind::NotFound`] it means "no volume", and it is also the one thing
     /// csi-proxy can say of a disk's partition table (`iscsi/judge.rs`).
     NoPartition,
+    /// The backend did not start the call: an earlier call that may still be running changes the same object (the
+    /// native backend's own operation whose caller stopped waiting, or a WMI method an earlier driver process left in
+    /// flight: `host/native/inflight.rs`). Nothing was started.
+    InFlight,
     /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
     Unavailable,
     /// The call did not finish before the deadline.

@@ -125,7 +125,9 @@ const DESTRUCTIVE: [&str; 7] = [
 /// The calls a wait repeats (module docs): faulted only at their first occurrence within a step. How often a wait
 /// looks depends on timing (a loaded machine looks fewer times), so a later occurrence has no stable place: the
 /// native backend's waits for a disk (the target's sessions and their disks) and for a volume (`Refresh`, the
-/// partitions' volumes) are looks too.
+/// partitions' volumes) are looks too. Native's list (`ListVolumesOnDisk`) reads each partition's volumes and, since
+/// issue 39, refreshes a disk whose data partition shows none (`MSFT_Disk.Refresh`), so those two recur once per look;
+/// the `Refresh` after `Initialize` and `CreatePartition` is therefore no longer faulted on its own.
 const LOOKS: [&str; 11] = [
     "GetTargetDisks",
     "Rescan",

@@ -179,8 +179,10 @@ async fn raw_lun_is_initialised_formatted_mounted_published_and_cleaned_up() {
         .await
         .expect("stage");
     let rpcs = env.rpcs();
-    // Squeezed: the waits for the disk (it arrives after the login), for the settle time (csi-proxy cannot list
-    // partitions) and for the new volume (it arrives after PartitionDisk) look again and again.
+    // Squeezed: the waits for the disk (it arrives after the login), for the proof that the disk is empty (a `Rescan`
+    // and a second list confirm the PowerShell era's "no partition"; the WMI era's looks span the settle time) and for
+    // the new volume (it arrives after PartitionDisk, so the first look after it follows a pause) look again and
+    // again.
     assert_eq!(
         squeeze(rpcs),
         [
@@ -198,7 +200,6 @@ async fn raw_lun_is_initialised_formatted_mounted_published_and_cleaned_up() {
             "Rescan",
             "ListVolumesOnDisk",
             "PartitionDisk",
-            "ListVolumesOnDisk",
             "Rescan",
             "ListVolumesOnDisk",
             "IsVolumeFormatted",
@@ -667,8 +668,8 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
         env.finish().await;
         rpcs
     };
-    // First stage 20 squeezed steps, unstage 4 (`UnmountVolume` flushes first: no `WriteVolumeCache`).
-    assert_eq!(squeeze(rpcs.clone()).len(), 20 + 4, "{rpcs:?}");
+    // First stage 19 squeezed steps, unstage 4 (`UnmountVolume` flushes first: no `WriteVolumeCache`).
+    assert_eq!(squeeze(rpcs.clone()).len(), 19 + 4, "{rpcs:?}");
     // Killed at the first call of each squeezed step whose occurrence does not depend on how often a wait looked (in
     // real time, the looks before it vary): the looks of the waits are the unit suite's cells (paused time).
     let mut cells = Vec::new();

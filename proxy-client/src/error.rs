@@ -58,6 +58,15 @@ pub enum ErrorKind {
     /// PowerShell-era MountVolume where the volume is already mounted: "The requested access path is
     /// already in use."
     AccessPathInUse,
+    /// PowerShell-era `ListVolumesOnDisk` (`(Get-Disk -Number N | Get-Partition | Get-Volume).UniqueId`) of a
+    /// disk that has no partition at all: `Get-Partition` found none, and its not-found error record names the
+    /// cmdlet and the query in its `FullyQualifiedErrorId` — `CmdletizationQuery_NotFound_DiskNumber,Get-Partition`
+    /// (found by the disk's number) or `CmdletizationQuery_NotFound,Get-Partition` (by its association with the
+    /// disk) — an identifier Windows does not translate, unlike the message ("No MSFT_Partition objects found …").
+    /// Recognised wherever the console wrapped the record's lines. A disk whose partitions have no volume answers
+    /// `[""]` instead; the WMI releases answer `[]` for both. Checked as its own kind before [`ErrorKind::NotFound`]
+    /// (which it also is), so only the answer of a volume listing should read it as "no partition".
+    NoPartition,
     /// The named pipe (or Unix socket) of the API group does not exist.
     PipeMissing,
     /// csi-proxy could not be reached or the connection broke (refused, busy, reset, ...).
@@ -87,6 +96,9 @@ impl ErrorKind {
     /// assert_eq!(ErrorKind::from_message(msg), ErrorKind::NetworkPathNotFound);
     /// ```
     pub fn from_message(message: &str) -> ErrorKind {
+        if names_no_partition(message) {
+            return ErrorKind::NoPartition;
+        }
         let text = normalise(message);
         // The Windows error number is the most reliable signal; the English text is the fallback
         // (localised hosts or formats without a number).
@@ -231,6 +243,25 @@ fn ends_with_error(message: &str, sentinel: &str) -> bool {
             .any(|separator| before.ends_with(separator)),
         None => false,
     }
+}
+
+/// Whether `message` carries `Get-Partition`'s not-found record for a whole disk (see [`ErrorKind::NoPartition`]):
+/// its `FullyQualifiedErrorId`, compared with every space and line break (real or Go-quoted) taken out, as Windows
+/// PowerShell hard-wraps a record's lines at the console's width, in the middle of a word
+/// (`…_NotFound_DiskNumber,Get-Parti` / `tion`). A listing by partition number is not a whole disk: a
+/// `-PartitionNumber` in the text rules the association form out (its two filters report that form too).
+fn names_no_partition(message: &str) -> bool {
+    let compact: String = message
+        .replace("\\r", "")
+        .replace("\\n", "")
+        .replace("\\t", "")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    compact.contains("cmdletizationquery_notfound_disknumber,get-partition")
+        || (compact.contains("cmdletizationquery_notfound,get-partition")
+            && !compact.contains("-partitionnumber"))
 }
 
 fn kind_for_code(code: u32) -> Option<ErrorKind> {
@@ -563,5 +594,83 @@ mod tests {
             "Add-PartitionAccessPath : The access path is not valid."
         ));
         assert!(!not_found("ObjectNotFound"));
+    }
+
+    /// csi-proxy v1.1.3's wrapper (`pkg/os/volume/api.go:90-94`: `cmd: %s, output: %s, error: %v`) around Windows
+    /// PowerShell 5.1's record of `Get-Partition` finding nothing, as a node's console wraps it: the lines of a
+    /// captured record (cloudfoundry/bosh-agent `platform/windows_platform_test.go`, `getPartitionError`: `(4:UInt32)`,
+    /// `CimJ` / `obException`, `…DiskNumber,Get-Parti` / `tion`), around the command csi-proxy runs.
+    fn ps_no_partition(record_tail: &str) -> String {
+        format!(
+            "error list volumes on disk. cmd: (Get-Disk -Number 4 | Get-Partition | Get-Volume).UniqueId, output: \
+             Get-Partition : No MSFT_Partition objects found with property 'DiskNumber'\r\nequal to '4'.  Verify the \
+             value of the property and retry.\r\nAt line:1 char:22\r\n+ (Get-Disk -Number 4 | Get-Partition | \
+             Get-Volume).UniqueId\r\n+                      ~~~~~~~~~~~~~\r\n{record_tail}, error: exit status 1"
+        )
+    }
+
+    #[test]
+    fn a_disk_without_partitions_is_told_by_get_partitions_error_id_in_any_wrapping_or_language() {
+        let wrapped = ps_no_partition(
+            "    + CategoryInfo          : ObjectNotFound: (4:UInt32) [Get-Partition], CimJ\r\n   obException\r\n\
+             \x20   + FullyQualifiedErrorId : CmdletizationQuery_NotFound_DiskNumber,Get-Parti\r\n   tion\r\n \r\n",
+        );
+        assert_eq!(ErrorKind::from_message(&wrapped), ErrorKind::NoPartition);
+        // Unwrapped, and Go-quoted (`\\r\\n` as characters), as other wrappers print outputs.
+        let one_line = wrapped.replace("Parti\r\n   tion", "Partition");
+        assert_eq!(ErrorKind::from_message(&one_line), ErrorKind::NoPartition);
+        let quoted = one_line.replace("\r\n", "\\r\\n");
+        assert_eq!(ErrorKind::from_message(&quoted), ErrorKind::NoPartition);
+        // A localised message: the identifier is not translated.
+        let german = wrapped.replace(
+            "No MSFT_Partition objects found with property 'DiskNumber'",
+            "Es wurden keine MSFT_Partition-Objekte gefunden, deren Eigenschaft 'DiskNumber'",
+        );
+        assert_eq!(ErrorKind::from_message(&german), ErrorKind::NoPartition);
+        // Found by the association with the disk (the cmdletization's other not-found form).
+        let associated = ps_no_partition(
+            "    + CategoryInfo          : ObjectNotFound: (MSFT_Disk (Obj...):CimInstance) [Get-Partition], \
+             CimJobException\r\n    + FullyQualifiedErrorId : CmdletizationQuery_NotFound,Get-Partition\r\n",
+        );
+        assert_eq!(ErrorKind::from_message(&associated), ErrorKind::NoPartition);
+    }
+
+    #[test]
+    fn other_not_found_records_are_not_a_disk_without_partitions() {
+        for (text, why) in [
+            (
+                "error list volumes on disk. cmd: (Get-Disk -Number 9 | Get-Partition | Get-Volume).UniqueId, output: \
+                 Get-Disk : No MSFT_Disk objects found with property 'Number' equal to '9'.\r\n    + CategoryInfo : \
+                 ObjectNotFound: (9:UInt32) [Get-Disk], CimJobException\r\n    + FullyQualifiedErrorId : \
+                 CmdletizationQuery_NotFound_Number,Get-Disk\r\n, error: exit status 1",
+                "no such disk",
+            ),
+            (
+                "error list volumes on disk. cmd: (Get-Disk -Number 4 | Get-Partition -PartitionNumber 2 | \
+                 Get-Volume).UniqueId, output: Get-Partition : No matching MSFT_Partition objects found\r\n    + \
+                 FullyQualifiedErrorId : CmdletizationQuery_NotFound,Get-Partition\r\n, error: exit status 1",
+                "one partition number, not the whole disk",
+            ),
+            (
+                "error list volumes on disk. cmd: (Get-Disk -Number 4 | Get-Partition -PartitionNumber 2 | \
+                 Get-Volume).UniqueId, output: Get-Partition : No MSFT_Partition objects found with property \
+                 'PartitionNumber' equal to '2'.\r\n    + FullyQualifiedErrorId : \
+                 CmdletizationQuery_NotFound_PartitionNumber,Get-Partition\r\n, error: exit status 1",
+                "one partition number, not the whole disk",
+            ),
+            (
+                "error getting volume. cmd: Get-Volume -UniqueId \"$Env:volumeID\", output: Get-Volume : No \
+                 MSFT_Volume objects found with property 'UniqueId' equal to 'x'.\r\n    + FullyQualifiedErrorId : \
+                 CmdletizationQuery_NotFound_UniqueId,Get-Volume\r\n, error: exit status 1",
+                "a volume",
+            ),
+            (
+                "failed to list partition on disk 1: No MSFT_Partition objects found with property 'DiskNumber' \
+                 equal to '1'.  Verify the value of the property and retry.",
+                "the message alone, without the record's identifier (it is translated on other Windows languages)",
+            ),
+        ] {
+            assert_eq!(ErrorKind::from_message(text), ErrorKind::NotFound, "{why}");
+        }
     }
 }

@@ -106,7 +106,9 @@ pub fn classify(op: HostOp, err: &proxy_client::Error) -> HostError {
         ErrorKind::NetworkPathNotFound => HostErrorKind::NetworkPathNotFound,
         ErrorKind::NetworkNameNotFound => HostErrorKind::NetworkNameNotFound,
         ErrorKind::LogonFailure => HostErrorKind::LogonFailure,
-        ErrorKind::NotFound => HostErrorKind::NotFound,
+        // Only a volume listing's answer speaks of the disk's partitions; elsewhere it is a plain "not found".
+        ErrorKind::NoPartition if op == HostOp::ListVolumesOnDisk => HostErrorKind::NoPartition,
+        ErrorKind::NotFound | ErrorKind::NoPartition => HostErrorKind::NotFound,
         ErrorKind::AccessDenied => HostErrorKind::AccessDenied,
         ErrorKind::AlreadyExists => HostErrorKind::AlreadyExists,
         ErrorKind::DirectoryNotEmpty => HostErrorKind::NotEmpty,

@@ -167,6 +167,11 @@ pub enum HostErrorKind {
     /// whose first or last sectors are not blank or cannot be read, or whose partition style is neither RAW, MBR nor
     /// GPT). Nothing was written.
     MayHoldData,
+    /// `ListVolumesOnDisk` answered that the disk has no partition at all (PowerShell-era csi-proxy: `Get-Partition`'s
+    /// not-found record, told by its untranslated `FullyQualifiedErrorId`; proxy-client kind `NoPartition`). Only
+    /// that call reports it; like [`HostErrorKind::NotFound`] it means "no volume", and it is also the one thing
+    /// csi-proxy can say of a disk's partition table (`iscsi/judge.rs`).
+    NoPartition,
     /// The backend did not start the call: an earlier call that may still be running changes the same object (the
     /// native backend's own operation whose caller stopped waiting, or a WMI method an earlier driver process left in
     /// flight: `host/native/inflight.rs`). Nothing was started.

@@ -93,6 +93,7 @@ impl Drop for CallGuard<'_> {
 fn kind_label(kind: HostErrorKind) -> &'static str {
     match kind {
         HostErrorKind::NotFound => "not_found",
+        HostErrorKind::NoPartition => "no_partition",
         HostErrorKind::AlreadyExists => "already_exists",
         HostErrorKind::NotEmpty => "not_empty",
         HostErrorKind::MultipleConnections => "multiple_connections",

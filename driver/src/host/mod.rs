@@ -80,6 +80,10 @@ pub struct HostCapabilities {
     /// It can read a disk's partition table ([`Host::disk_layout`]), so a disk's emptiness is read, not inferred
     /// from the volumes Windows lists over time.
     pub disk_layout: bool,
+    /// Its [`Host::list_volumes_on_disk`] refreshes the disk's view when a data partition shows no volume, so a
+    /// listing shows a volume that has arrived without a host-wide [`Host::rescan`] (native: `MSFT_Disk.Refresh`,
+    /// `host/native/disk.rs` `volumes`).
+    pub list_refreshes_disk: bool,
 }
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);

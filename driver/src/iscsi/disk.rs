@@ -61,12 +61,16 @@ pub(super) async fn find_disk<H: Host>(
 ) -> Result<Option<LunDisk>, Error> {
     let d = h.deadline();
     let target = format!("{} (LUN {})", vol.iqn, vol.lun);
-    let mut rescanned = false;
     let mut waits = backoff_schedule(d.remaining()).into_iter();
     // When this look asked for the target's disks: a shared disk listing must have started after it (see `listings`).
     let mut looked;
     let mut arrived = false;
     let candidates = loop {
+        if arrived {
+            // A look after a pause: the storage cache lags arrivals, and a `Rescan` shows what has arrived (it
+            // hurries nothing, so none right after the first look, when a new login's disk cannot be there yet).
+            run(h, HostOp::Rescan, &target, h.host().rescan(d)).await?;
+        }
         looked = Instant::now();
         let disks = match h
             .raw(
@@ -106,11 +110,6 @@ pub(super) async fn find_disk<H: Host>(
             }
         }
         arrived = true;
-        if !rescanned {
-            rescanned = true;
-            run(h, HostOp::Rescan, &target, h.host().rescan(d)).await?;
-            continue;
-        }
         let delay = match waits.next() {
             Some(delay) if d.remaining() > delay + ANSWER_RESERVE => delay,
             // A joined session that shows no disk of the target at all, even after the wait (a session just made

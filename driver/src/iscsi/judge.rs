@@ -5,10 +5,27 @@
 //! partition's volume some time after `PartitionDisk` returns; `Rescan` shows what has arrived and hurries nothing
 //! (`sim/README.md`, rows `disk_arrival`, `volume_arrival`, `rescan_cache`). So "no volume now" proves nothing, and
 //! a volume that appears after `PartitionDisk` is not by that alone the one it made. Each look is a
-//! `ListVolumesOnDisk`; when it shows none, through csi-proxy a `Rescan` and a second list, while a backend that reads
-//! partition tables ([`HostCapabilities::disk_layout`], native) reads the disk's layout and does the `Rescan` and the
-//! second list only when the layout shows a data partition (whose volume may still be in the storage cache's lag): a
-//! disk without one is judged from its layout, no host-wide `Rescan` needed (issue 30).
+//! `ListVolumesOnDisk`, paced (issue 39: each is a host call, a PowerShell process on csi-proxy v1.1.x/v1.2.x): the
+//! first right after the onlining; then, after pauses that double from [`Judge::first_poll`] up to 8 s (the settle
+//! time's last look on its end), through csi-proxy a `Rescan` and the list, so it shows what arrived meanwhile, and on
+//! a backend whose list refreshes the disk ([`HostCapabilities::list_refreshes_disk`], native) the list alone; never a
+//! look right after this driver's own `PartitionDisk`, whose volume cannot have arrived yet. With no volume, a
+//! backend that reads partition tables ([`HostCapabilities::disk_layout`], native) reads the disk's layout: a disk
+//! without a data partition is judged from it, no host-wide `Rescan` needed (issue 30).
+//!
+//! What csi-proxy can prove (issue 39 item 2), per release, from `pkg/os/volume/api.go` `ListVolumesOnDisk` at each
+//! tag: v1.1.3 and v1.2.1 run `(Get-Disk -Number N | Get-Partition | Get-Volume).UniqueId` and return any failure
+//! with its output (`utils.RunPowershellCmd`, `CombinedOutput`): on a disk with no partition at all `Get-Partition`
+//! writes its not-found record, whose `FullyQualifiedErrorId` (`CmdletizationQuery_NotFound_DiskNumber,Get-Partition`,
+//! or `CmdletizationQuery_NotFound,Get-Partition` by association; PowerShell's cmdletization, `ClientSideQuery`) Windows
+//! does not translate, where a disk whose partitions have no volume (a foreign layout, a volume still arriving, a lone
+//! Microsoft Reserved partition) prints nothing (`[""]`, csi-proxy#144). That record, classified
+//! [`HostErrorKind::NoPartition`], is the proof, taken only from a list made after a `Rescan` that followed the
+//! onlining (a first look's answer is confirmed by one). Whether a node answers so is unverified (real-node check 34;
+//! `check-node` reports it): where it does not, the disk is judged by the settle time as before. v1.3.0
+//! (`pkg/cim/volume.go` `ListPartitionsOnDisk`, `IgnoreNotFound`) and master (`pkg/wmi/volume.go`) answer `[]` for
+//! both, and no other csi-proxy call tells them apart (`PartitionDisk` is a silent no-op on a partitioned disk), so
+//! there the settle time stays.
 //!
 //! | What the record and the look say | Verdict |
 //! | --- | --- |
@@ -17,8 +34,8 @@
 //! | no volume, the record names the volume staged before | wait for it (never partition) |
 //! | no volume, an announced `PartitionDisk` without outcome | a partition in the layout: done, wait for its volume; else wait while the call may still run ([`super::pending`]), then issue it again |
 //! | no volume, this driver's `PartitionDisk` returned | wait for its volume, the intent kept (never refused: a late volume of its own looks the same); after the settle time the answer also names a partition Windows has no volume for, and (no layout) `PartitionDisk` is issued again once per settle time |
-//! | no volume, layout read (native) | no partition but Microsoft Reserved (or RAW): empty, partition it; a partition of another type: foreign, refused; a basic partition: wait for its volume, after the settle time refused |
-//! | no volume, no layout (csi-proxy) | empty only once looks spanning the settle time (`--disk-settle-time`) all showed none; wait meanwhile |
+//! | no volume, layout read (native), or no partition at all (PowerShell-era csi-proxy's proof) | no partition but Microsoft Reserved (or RAW): empty, partition it; a partition of another type: foreign, refused; a basic partition: wait for its volume, after the settle time refused |
+//! | no volume, nothing else known (csi-proxy) | empty only once looks spanning the settle time (`--disk-settle-time`) all showed none, the last after a `Rescan`; wait meanwhile |
 //!
 //! Waiting polls within the RPC's deadline (keeping a reserve to answer) and then answers UNAVAILABLE naming what it
 //! waits for; kubelet retries, and the evidence gathered so far (when each wait began, on the monotonic clock) is kept
@@ -36,11 +53,14 @@
 //! partitioned disk (its own partition, or a foreign one Windows makes no volume for), it initialises a LUN cleaned
 //! since, as the refusals advise, so the marks of a released record never strand the volume.
 //!
-//! Residual risk through csi-proxy, which cannot list partitions: a foreign partition whose volume arrives later than
-//! the settle time makes the disk look empty, and the `PartitionDisk` that follows is a no-op there; the late volume
-//! would then be taken for this driver's. The settle time is chosen generous against Windows' arrival times
-//! (README, "Data safety"; real-node checks 27 and 28 measure them); the native backend reads the partition table
-//! and has no such window.
+//! Residual risk through csi-proxy v1.3.0 and master, which cannot tell a partition without a volume from none: a
+//! foreign partition whose volume arrives later than the settle time makes the disk look empty, and the
+//! `PartitionDisk` that follows is a no-op there; the late volume would then be taken for this driver's. The settle
+//! time is chosen generous against Windows' arrival times (README, "Data safety"; real-node checks 27 and 28 measure
+//! them). The native backend reads the partition table and has no such window; nor has a PowerShell-era csi-proxy
+//! whose answer carries the proof (a foreign partition is listed, so it never says "no partition"), and without it
+//! the settle time applies. Through csi-proxy nothing reads a RAW disk's sectors: data written without a partition
+//! table (a whole-disk file system of another system) looks empty with or without the proof (native refuses it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -50,10 +70,12 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::pending::{Clock, Destructive, Pending};
-use super::stage::{rescanned, volumes_fresh, volumes_on, write_error};
-use super::{IscsiRecord, put_iscsi, run, same_id};
+use super::stage::{volumes_fresh, write_error};
+use super::{IscsiRecord, block_error, put_iscsi, run, same_id};
 use crate::error::Error;
-use crate::host::{DiskLayout, Host, HostErrorKind, HostOp, HostPath, PartitionKind};
+use crate::host::{
+    Host, HostCapabilities, HostErrorKind, HostOp, HostPath, PartitionInfo, PartitionKind,
+};
 use crate::lifecycle::{Calls, Context};
 use crate::state::Phase;
 
@@ -62,8 +84,12 @@ use crate::state::Phase;
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(15);
 /// Time kept in reserve so the RPC can still answer before its deadline.
 pub(crate) const ANSWER_RESERVE: Duration = Duration::from_secs(1);
-/// The longest pause between two looks.
-const MAX_POLL: Duration = Duration::from_secs(2);
+/// The longest pause between two looks for an arrival: the pauses double from [`Judge::first_poll`], so looks are
+/// dense while arrivals are likely and sparse after (each look is a host call, a process on PowerShell-era
+/// csi-proxy), and the settle time's last look falls on its end.
+const MAX_POLL: Duration = Duration::from_secs(8);
+/// The longest pause between two looks for the outcome of a call that may still be running.
+const MAX_OUTCOME_POLL: Duration = Duration::from_secs(10);
 
 /// How the iSCSI protocol waits for Windows (the driver's flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,7 +172,7 @@ impl Judge {
     }
 
     /// The first pause between looks: an eighth of the settle time, between 25 ms and 500 ms (doubling after, up to
-    /// 2 s).
+    /// 8 s).
     pub(crate) fn first_poll(&self) -> Duration {
         (self.settle / 8).clamp(Duration::from_millis(25), Duration::from_millis(500))
     }
@@ -159,26 +185,29 @@ impl Judge {
 
 /// One look at the disk.
 struct Look {
-    /// Its volume ids (after a `Rescan` when the first list showed none: always through csi-proxy, only with a data
-    /// partition in the layout on a backend that reads it).
+    /// Its volume ids.
     volumes: Vec<String>,
-    /// Its partition table, when the backend reads it and there is no volume.
-    layout: Option<DiskLayout>,
+    /// Its data partitions (other than Microsoft Reserved), when there is no volume and the host showed them: a
+    /// backend that reads partition tables, or a PowerShell-era csi-proxy whose listing says the disk has no
+    /// partition at all ([`HostErrorKind::NoPartition`], always from a listing made after a `Rescan` that followed
+    /// the disk's onlining). `None`: nothing says (csi-proxy's `[]` and `[""]`).
+    data: Option<Vec<PartitionInfo>>,
 }
 
 /// What to do after a look.
 enum Next {
     /// Use this volume.
     Volume(String),
-    /// Nothing to decide yet; why (the answer when the RPC cannot wait longer).
-    Wait(String),
+    /// Nothing to decide yet; why (the answer when the RPC cannot wait longer), and when the next verdict is due
+    /// (the settle time's end), which the next look does not pass.
+    Wait(String, Option<Instant>),
     /// An announced call's outcome does not show yet: [`Next::Wait`], looking less often.
     Outcome(String),
     /// The disk is proven empty: partition it.
     Partition,
     /// This driver's partition shows no volume across the settle time (csi-proxy): `PartitionDisk` again, keeping
-    /// what was observed.
-    PartitionAgain,
+    /// what was observed; then wait (why).
+    PartitionAgain(String),
 }
 
 /// Pauses between looks, within the RPC's deadline.
@@ -188,7 +217,7 @@ pub(crate) struct Polls {
 }
 
 impl Polls {
-    /// For arrivals (doubling up to 2 s).
+    /// For arrivals (doubling up to 8 s).
     pub(crate) fn new(judge: &Judge) -> Self {
         Self {
             delay: judge.first_poll(),
@@ -201,18 +230,33 @@ impl Polls {
     pub(crate) fn outcome(judge: &Judge) -> Self {
         Self {
             delay: judge.first_poll(),
-            max: MAX_POLL * 5,
+            max: MAX_OUTCOME_POLL,
         }
     }
 
     /// Wait before the next look, or `Err(UNAVAILABLE: why)` when the deadline leaves no room for it and an answer.
     pub(crate) async fn next<H: Host>(&mut self, h: &Calls<'_, H>, why: &str) -> Result<(), Error> {
-        if h.deadline().remaining() <= self.delay + ANSWER_RESERVE {
+        self.next_by(h, why, None).await
+    }
+
+    /// [`Polls::next`], the pause cut short so the next look is not later than `due` (a verdict due then).
+    async fn next_by<H: Host>(
+        &mut self,
+        h: &Calls<'_, H>,
+        why: &str,
+        due: Option<Instant>,
+    ) -> Result<(), Error> {
+        let left = due.map(|t| t.saturating_duration_since(Instant::now()));
+        let delay = match left {
+            Some(left) if !left.is_zero() => self.delay.min(left),
+            _ => self.delay,
+        };
+        if h.deadline().remaining() <= delay + ANSWER_RESERVE {
             return Err(Error::Unavailable(format!("{why}; kubelet will retry")));
         }
-        debug!(delay = ?self.delay, why, "waiting before the next look");
+        debug!(?delay, why, "waiting before the next look");
         // Waiting for the host's storage stack, bounded by the RPC's deadline (not test synchronisation).
-        tokio::time::sleep(self.delay).await;
+        tokio::time::sleep(delay).await;
         self.delay = (self.delay * 2).min(self.max);
         Ok(())
     }
@@ -235,14 +279,17 @@ pub(super) async fn volume_of<H: Host>(
 ) -> Result<String, Error> {
     let key = format!("{}#disk{number}#", rec.lun_key());
     judge.arrival(&rec.lun_key(), &key);
-    let layouts = h.host().capabilities().disk_layout;
+    let caps = h.host().capabilities();
     let mut polls = Polls::new(judge);
     let mut outcome = Polls::outcome(judge);
     // A PartitionDisk answered in this call: its announcement is cleared in `rec` but not yet durable.
     let mut answered = false;
+    // The first look follows the disk's onlining at once; every later one follows a pause.
+    let mut fresh = true;
     let found = async {
         loop {
-            let look = look(h, number, disk, layouts).await?;
+            let look = look(h, number, disk, caps, fresh).await?;
+            fresh = false;
             // What the boot and the backend say of an announced PartitionDisk (`pending.rs`), for `decide`.
             if let Some(p) = rec.pending.as_ref() {
                 judge.clock.learn(h, p).await?;
@@ -275,14 +322,17 @@ pub(super) async fn volume_of<H: Host>(
                     )
                     .await?;
                     answered = true;
+                    // Its volume arrives some time after the call returns: no look before a pause.
                     polls = Polls::new(judge);
+                    polls.next(h, &created(disk)).await?;
                 }
-                Next::PartitionAgain => {
+                Next::PartitionAgain(why) => {
                     judge.mark_now(&format!("{key}again"));
                     partition(cx, h, judge, None, volume_id, staging, rec, number, disk).await?;
                     answered = true;
+                    polls.next(h, &why).await?;
                 }
-                Next::Wait(why) => polls.next(h, &why).await?,
+                Next::Wait(why, due) => polls.next_by(h, &why, due).await?,
                 Next::Outcome(why) => outcome.next(h, &why).await?,
             }
         }
@@ -298,50 +348,114 @@ pub(super) async fn volume_of<H: Host>(
     found
 }
 
-/// One look: `ListVolumesOnDisk`, and when it shows no volume:
+/// Why a stage waits right after its own `PartitionDisk`.
+fn created(disk: &str) -> String {
+    format!("waiting for the volume of the partition this driver created on {disk} to appear")
+}
+
+/// What one `ListVolumesOnDisk` said.
+enum Listed {
+    /// These volumes.
+    Volumes(Vec<String>),
+    /// No volume (csi-proxy's `[]`, `[""]` or "not found").
+    Nothing,
+    /// No volume, because the disk has no partition at all ([`HostErrorKind::NoPartition`]).
+    NoPartition,
+}
+
+/// `ListVolumesOnDisk`, its answer as [`Listed`].
+async fn list<H: Host>(h: &Calls<'_, H>, number: u32, disk: &str) -> Result<Listed, Error> {
+    match h
+        .raw(
+            HostOp::ListVolumesOnDisk,
+            &disk,
+            h.host().list_volumes_on_disk(number, h.deadline()),
+        )
+        .await
+    {
+        Err(e) if e.kind == HostErrorKind::NoPartition => Ok(Listed::NoPartition),
+        Err(e) if e.kind == HostErrorKind::NotFound => Ok(Listed::Nothing),
+        Err(e) => Err(block_error(e, &disk)),
+        Ok(v) => {
+            let v: Vec<String> = v
+                .into_iter()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect();
+            Ok(if v.is_empty() {
+                Listed::Nothing
+            } else {
+                Listed::Volumes(v)
+            })
+        }
+    }
+}
+
+/// One look, paced so that no call is made that cannot change the verdict (issue 39):
 ///
-/// * csi-proxy (no layout): a `Rescan` and a second list (Windows' storage cache may not show a volume that has
-///   arrived);
-/// * a backend that reads partition tables (native): the layout first, and a `Rescan` and a second list only when it
-///   shows a data partition, whose volume may still be in the storage cache's lag. A layout with none needs no
-///   `Rescan` to be judged (native's list already refreshes the disk, and its `PartitionDisk` refreshes, re-checks
-///   the partitions and refuses a disk with one, or a RAW disk whose sectors are not blank): `Rescan` is host-wide
-///   (`UpdateHostStorageCache`), seconds on a node with many disks (issue 30).
+/// * `fresh` (right after the stage brought the disk online): `ListVolumesOnDisk` alone — what has arrived by now is
+///   listed, and a `Rescan` cannot show volumes that have not arrived yet;
+/// * after a pause, through csi-proxy: a `Rescan` first, so the listing shows what arrived meanwhile (Windows'
+///   storage cache lags arrivals); a backend whose listing refreshes the disk itself (native) lists alone;
+/// * csi-proxy saying the disk has no partition at all (PowerShell era): taken only from a listing made after a
+///   `Rescan` that followed the onlining — a fresh look's answer is confirmed by a `Rescan` and a second listing;
+/// * no volume on a backend that reads partition tables: the layout (`DiskLayout`); with a data partition, whose
+///   volume may still be in the storage cache's lag, a `Rescan` and a second listing only where the listing does not
+///   refresh the disk (`Rescan` is host-wide, `UpdateHostStorageCache`: seconds on a node with many disks).
 async fn look<H: Host>(
     h: &Calls<'_, H>,
     number: u32,
     disk: &str,
-    layouts: bool,
+    caps: HostCapabilities,
+    fresh: bool,
 ) -> Result<Look, Error> {
-    let volumes = volumes_on(h, number, disk).await?;
-    if !volumes.is_empty() {
-        return Ok(Look {
-            volumes,
-            layout: None,
-        });
+    let rescan = || run(h, HostOp::Rescan, &disk, h.host().rescan(h.deadline()));
+    if !fresh && !caps.list_refreshes_disk {
+        rescan().await?;
     }
-    let layout = if layouts {
-        let layout = run(
-            h,
-            HostOp::DiskLayout,
-            &disk,
-            h.host().disk_layout(number, h.deadline()),
-        )
-        .await?;
-        if layout.data_partitions().next().is_none() {
-            return Ok(Look {
-                volumes,
-                layout: Some(layout),
-            });
+    let mut listed = list(h, number, disk).await?;
+    if matches!(listed, Listed::NoPartition) && fresh && !caps.list_refreshes_disk {
+        rescan().await?;
+        listed = list(h, number, disk).await?;
+    }
+    match listed {
+        Listed::Volumes(volumes) => Ok(Look {
+            volumes,
+            data: None,
+        }),
+        Listed::NoPartition => Ok(Look {
+            volumes: Vec::new(),
+            data: Some(Vec::new()),
+        }),
+        Listed::Nothing if !caps.disk_layout => Ok(Look {
+            volumes: Vec::new(),
+            data: None,
+        }),
+        Listed::Nothing => {
+            let layout = run(
+                h,
+                HostOp::DiskLayout,
+                &disk,
+                h.host().disk_layout(number, h.deadline()),
+            )
+            .await?;
+            let data: Vec<PartitionInfo> = layout.data_partitions().cloned().collect();
+            if !data.is_empty() && !caps.list_refreshes_disk {
+                rescan().await?;
+                if let Listed::Volumes(volumes) = list(h, number, disk).await? {
+                    return Ok(Look {
+                        volumes,
+                        data: None,
+                    });
+                }
+            }
+            // A layout read before a `Rescan` still holds: partitions show at once, only their volumes lag.
+            Ok(Look {
+                volumes: Vec::new(),
+                data: Some(data),
+            })
         }
-        Some(layout)
-    } else {
-        None
-    };
-    let volumes = rescanned(h, number, disk).await?;
-    // A layout read before the `Rescan` still holds: partitions show at once, only their volumes lag.
-    let layout = layout.filter(|_| volumes.is_empty());
-    Ok(Look { volumes, layout })
+    }
 }
 
 fn secs(d: Duration) -> String {
@@ -386,16 +500,16 @@ fn decide(
         return Ok(Next::Volume(look.volumes[0].clone()));
     }
     if let Some(want) = &rec.volume {
-        return Ok(Next::Wait(format!(
-            "waiting for volume {want} of {disk} to appear (the volume this LUN was staged from)"
-        )));
+        return Ok(Next::Wait(
+            format!(
+                "waiting for volume {want} of {disk} to appear (the volume this LUN was staged from)"
+            ),
+            None,
+        ));
     }
-    let data: Option<Vec<_>> = look
-        .layout
-        .as_ref()
-        .map(|l| l.data_partitions().cloned().collect());
+    let data = look.data.as_deref();
     if partitioning {
-        if data.as_ref().is_some_and(|d| !d.is_empty()) {
+        if data.is_some_and(|d| !d.is_empty()) {
             // Its outcome: the partition is there; its volume is waited for as this driver's.
             learned(judge, rec, Destructive::PartitionDisk);
         } else {
@@ -418,22 +532,26 @@ fn decide(
         }
     }
     if rec.partitioning || rec.partitioned {
-        return ours_late(judge, key, rec, disk, data.as_deref());
+        return ours_late(judge, key, rec, disk, data);
     }
-    match &look.layout {
-        Some(layout) => by_layout(judge, key, disk, layout),
+    match data {
+        Some(data) => by_layout(judge, key, disk, data),
         None => {
-            let waited = judge.since(&format!("{key}empty")).elapsed();
+            let since = judge.since(&format!("{key}empty"));
+            let waited = since.elapsed();
             if waited >= judge.settle() {
                 info!(disk, waited = ?waited, "no volume across the settle time: the disk is empty");
                 return Ok(Next::Partition);
             }
-            Ok(Next::Wait(format!(
-                "waiting for the partitions of {disk} to appear: it shows no volume (online, with Rescans) for {} \
-                 of the {} settle time (--disk-settle-time) before it counts as empty",
-                secs(waited),
-                secs(judge.settle())
-            )))
+            Ok(Next::Wait(
+                format!(
+                    "waiting for the partitions of {disk} to appear: it shows no volume (online, with Rescans) for {} \
+                     of the {} settle time (--disk-settle-time) before it counts as empty",
+                    secs(waited),
+                    secs(judge.settle())
+                ),
+                Some(since + judge.settle()),
+            ))
         }
     }
 }
@@ -453,9 +571,33 @@ fn ours_late(
     key: &str,
     rec: &mut IscsiRecord,
     disk: &str,
-    data: Option<&[crate::host::PartitionInfo]>,
+    data: Option<&[PartitionInfo]>,
 ) -> Result<Next, Error> {
+    if data.is_some_and(<[_]>::is_empty) {
+        // The partition table shows none: nothing of this driver's is on the disk (its intent was recorded, the
+        // call never ran or created nothing). Judge the disk afresh.
+        info!(
+            disk,
+            "the partition this driver meant to create is not there: judging the disk again"
+        );
+        rec.partitioning = false;
+        rec.partitioned = false;
+        return Ok(Next::Partition);
+    }
     let waited = judge.since(&format!("{key}ours")).elapsed();
+    // Retryable for as long as it takes (the disk was proven empty before this driver's PartitionDisk, so a volume
+    // that appears is its own); past the settle time the answer also names the other explanation.
+    let hint = if waited >= judge.settle() && data.is_none() {
+        ". If none ever appears, the disk holds a partition Windows makes no volume for (an unknown or foreign layout, \
+         e.g. written by another operating system), on which PartitionDisk does nothing: it is not touched; clean the \
+         LUN on the storage system or use another LUN"
+    } else {
+        ""
+    };
+    let why = format!(
+        "waiting for the volume of the partition this driver created on {disk} to appear ({} so far){hint}",
+        secs(waited)
+    );
     if data.is_none()
         && waited >= judge.settle()
         && judge
@@ -472,37 +614,14 @@ fn ours_late(
             waited = ?waited,
             "no volume of the partition this driver made: issuing PartitionDisk again (a no-op on a partitioned disk)"
         );
-        return Ok(Next::PartitionAgain);
+        return Ok(Next::PartitionAgain(why));
     }
-    if data.is_some_and(<[_]>::is_empty) {
-        // The partition table shows none: nothing of this driver's is on the disk (its intent was recorded, the
-        // call never ran or created nothing). Judge the disk afresh.
-        info!(
-            disk,
-            "the partition this driver meant to create is not there: judging the disk again"
-        );
-        rec.partitioning = false;
-        rec.partitioned = false;
-        return Ok(Next::Partition);
-    }
-    // Retryable for as long as it takes (the disk was proven empty before this driver's PartitionDisk, so a volume
-    // that appears is its own); past the settle time the answer also names the other explanation.
-    let hint = if waited >= judge.settle() && data.is_none() {
-        ". If none ever appears, the disk holds a partition Windows makes no volume for (an unknown or foreign layout, \
-         e.g. written by another operating system), on which PartitionDisk does nothing: it is not touched; clean the \
-         LUN on the storage system or use another LUN"
-    } else {
-        ""
-    };
-    Ok(Next::Wait(format!(
-        "waiting for the volume of the partition this driver created on {disk} to appear ({} so far){hint}",
-        secs(waited)
-    )))
+    Ok(Next::Wait(why, None))
 }
 
-/// The verdict from a partition table (a backend that reads it), for a disk with no volume.
-fn by_layout(judge: &Judge, key: &str, disk: &str, layout: &DiskLayout) -> Result<Next, Error> {
-    let data: Vec<_> = layout.data_partitions().collect();
+/// The verdict from a disk's data partitions (a backend that reads its partition table, or csi-proxy saying it has
+/// none), for a disk with no volume.
+fn by_layout(judge: &Judge, key: &str, disk: &str, data: &[PartitionInfo]) -> Result<Next, Error> {
     if data.is_empty() {
         return Ok(Next::Partition);
     }
@@ -519,15 +638,19 @@ fn by_layout(judge: &Judge, key: &str, disk: &str, layout: &DiskLayout) -> Resul
             p.number
         )));
     }
-    let waited = judge.since(&format!("{key}basic")).elapsed();
+    let since = judge.since(&format!("{key}basic"));
+    let waited = since.elapsed();
     let numbers: Vec<String> = data.iter().map(|p| p.number.to_string()).collect();
     if waited < judge.settle() {
-        return Ok(Next::Wait(format!(
-            "waiting for the volume of partition {} of {disk} to appear ({} so far): a disk with a partition is \
-             not empty",
-            numbers.join(", "),
-            secs(waited)
-        )));
+        return Ok(Next::Wait(
+            format!(
+                "waiting for the volume of partition {} of {disk} to appear ({} so far): a disk with a partition is \
+                 not empty",
+                numbers.join(", "),
+                secs(waited)
+            ),
+            Some(since + judge.settle()),
+        ));
     }
     Err(Error::FailedPrecondition(format!(
         "{disk} has partition {} but no volume after {}: a layout Windows does not mount. It is not touched; clean the \

@@ -76,10 +76,10 @@
 //!
 //! | Operation | Host calls |
 //! | --- | --- |
-//! | first stage, RAW LUN | `AddTargetPortal` (each portal) → `DiscoverTargetPortal` → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `Rescan` → `ListVolumesOnDisk` → `PartitionDisk` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
+//! | first stage, RAW LUN | `AddTargetPortal` (each portal) → `DiscoverTargetPortal` → (mutual CHAP: `SetMutualChapSecret`) → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState(online)` → `ListVolumesOnDisk` → `Rescan` → `ListVolumesOnDisk` (PowerShell era: "no partition", the proof; v1.3.0+: more looks, each `Rescan` → `ListVolumesOnDisk` after a pause, spanning the settle time) → `PartitionDisk` → (a pause) `Rescan` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `FormatVolume` → `Mkdir(staging)` → `MountVolume` |
 //! | first stage, target created after its portal was added (no portal lists it) | `AddTargetPortal` → `DiscoverTargetPortal` → native: `RefreshTargetPortal`; csi-proxy: `DiscoverTargetPortal` → `GetTargetDisks` (each target it lists) → `RemoveTargetPortal` → `AddTargetPortal` (each portal no record's session uses and no listed target has disks) → `DiscoverTargetPortal` → … as above; still not listed: FailedPrecondition naming `Update-IscsiTargetPortal` |
 //! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
-//! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
+//! | disk not visible yet | `GetTargetDisks` (empty or no LUN match), then after each pause of a bounded backoff (500 ms doubling, at most 4 rounds, never past the RPC deadline) `Rescan` → `GetTargetDisks` → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
 //! | unstage | `GetVolumeIDFromTargetPath` → `UnmountVolume` (which flushes the volume first on every release) → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target; announced in the record first, `removal.rs`); a first stage that never succeeded and partitioned the disk keeps a released record |
 //! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `UnmountVolume` (not found: its flush fails) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `Rmdir` → `DisconnectTarget` |
@@ -117,11 +117,12 @@
 //! a partition only when there is no non-reserved partition (a no-op otherwise). The rules:
 //!
 //! * the disk has a volume → never `PartitionDisk`; exactly one volume is required (several: FailedPrecondition);
-//! * the disk is judged to have no volume only after a `Rescan` and a second list: Windows' storage cache may not
+//! * the disk is judged to have no volume only from a list made after a `Rescan`: Windows' storage cache may not
 //!   show partitions that are still arriving, and a stale empty list followed by a fresh one would otherwise make a
 //!   foreign volume look like ours. PowerShell-era answers for "none" (`[""]`, "No MSFT_Partition objects found")
-//!   count as none. (The native backend reads the partition table instead, `judge.rs`: a disk without a data
-//!   partition is empty without a `Rescan`; one with a data partition gets the `Rescan` and the second list.)
+//!   count as none, and their "no partition at all" (`Get-Partition`'s record, told by its identifier) proves the disk
+//!   empty at once; otherwise looks span the settle time (`judge.rs`). (The native backend reads the partition table
+//!   instead: a disk without a data partition is empty without a `Rescan`; one with a data partition is waited for.)
 //! * no volume → record the intent (`partitioning`), `PartitionDisk`, list again (again with a `Rescan` if needed): a
 //!   volume that appeared is the evidence that this driver created it (`partitioned`); still none means the disk
 //!   holds partitions Windows has no volume for (a foreign layout, e.g. Linux LVM): FailedPrecondition, and

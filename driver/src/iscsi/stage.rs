@@ -731,8 +731,8 @@ pub(super) fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
 }
 
 /// `ListVolumesOnDisk`, the ids Windows has for the disk. "Not found" (PowerShell-era csi-proxy on a RAW disk:
-/// "No MSFT_Partition objects found") and empty ids (its `[""]` for a disk whose partitions have no volume) both mean
-/// no volume.
+/// "No MSFT_Partition objects found", [`HostErrorKind::NoPartition`] when its record says so) and empty ids (its
+/// `[""]` for a disk whose partitions have no volume) all mean no volume.
 pub(super) async fn volumes_on<H: Host>(
     h: &Calls<'_, H>,
     disk: u32,
@@ -751,7 +751,9 @@ pub(super) async fn volumes_on<H: Host>(
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
             .collect()),
-        Err(e) if e.kind == HostErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) if matches!(e.kind, HostErrorKind::NotFound | HostErrorKind::NoPartition) => {
+            Ok(Vec::new())
+        }
         Err(e) => Err(block_error(e, &subject)),
     }
 }

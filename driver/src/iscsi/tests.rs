@@ -228,8 +228,10 @@ const LOGIN: &[HostOp] = &[
     SetDiskState,
 ];
 
-/// A RAW LUN through csi-proxy, squeezed: no volume across the settle time (looks with Rescans), so one is created,
-/// then its volume is waited for (the evidence that it is this driver's).
+/// A RAW LUN through csi-proxy, squeezed: a look right after the onlining, then a look after each pause (a `Rescan`,
+/// then the list). The PowerShell era's list says the disk has no partition at all, which a `Rescan` and a second
+/// list confirm at once; the WMI era's says nothing, so those looks span the settle time. Then one is created, and its
+/// volume is waited for (the evidence that it is this driver's), first after a pause: it cannot have arrived yet.
 const FIRST_STAGE_RAW: &[HostOp] = &[
     AddTargetPortal,
     DiscoverTargetPortal,
@@ -244,7 +246,6 @@ const FIRST_STAGE_RAW: &[HostOp] = &[
     Rescan,
     ListVolumesOnDisk,
     PartitionDisk,
-    ListVolumesOnDisk,
     Rescan,
     ListVolumesOnDisk,
     IsVolumeFormatted,
@@ -254,7 +255,8 @@ const FIRST_STAGE_RAW: &[HostOp] = &[
 ];
 
 /// The same through the native backend, squeezed: the partition table proves the disk empty at once, without a
-/// `Rescan` (issue 30); the new partition's volume is waited for with one (the layout shows a data partition).
+/// `Rescan` (issue 30); the new partition's volume is waited for by lists that refresh the disk themselves (the layout
+/// shows the data partition between them), no host-wide `Rescan` (issue 39).
 const FIRST_STAGE_RAW_NATIVE: &[HostOp] = &[
     AddTargetPortal,
     DiscoverTargetPortal,
@@ -270,7 +272,6 @@ const FIRST_STAGE_RAW_NATIVE: &[HostOp] = &[
     PartitionDisk,
     ListVolumesOnDisk,
     DiskLayout,
-    Rescan,
     ListVolumesOnDisk,
     IsVolumeFormatted,
     FormatVolume,
@@ -283,6 +284,15 @@ impl Env {
     fn first_stage_raw(&self) -> Vec<HostOp> {
         self.per_backend(FIRST_STAGE_RAW, FIRST_STAGE_RAW_NATIVE)
             .to_vec()
+    }
+
+    /// Whether the host can prove a disk without a volume empty at once: native reads its partition table, and a
+    /// PowerShell-era csi-proxy's `ListVolumesOnDisk` fails naming `Get-Partition`'s not-found for a disk without
+    /// partitions (the simulated host's profile, `list_volumes_without_partitions_fails`); v1.3.0 and master answer
+    /// `[]` whatever the disk holds, so their verdict waits out the settle time.
+    fn proves_empty(&self) -> bool {
+        self.backend == sim::wmi::TestBackend::Native
+            || self.state(|s| s.profile().list_volumes_without_partitions_fails)
     }
 }
 
@@ -303,10 +313,16 @@ async fn first_repeated_stage_and_unstage_sequences() {
         .await
         .expect("stage");
     assert_eq!(env.looks(), env.first_stage_raw());
-    if env.backend == sim::wmi::TestBackend::CsiProxy {
+    if env.proves_empty() {
+        assert!(
+            start.elapsed() < testing::ISCSI.settle,
+            "the host proves the disk empty: no settle time ({:?})",
+            start.elapsed()
+        );
+    } else {
         assert!(
             start.elapsed() >= testing::ISCSI.settle,
-            "csi-proxy cannot list partitions: a disk is empty only after the settle time"
+            "csi-proxy v1.3.0 and master cannot tell a disk without partitions: it is empty only after the settle time"
         );
     }
     let r = env.record("v1");
@@ -357,18 +373,17 @@ async fn first_repeated_stage_and_unstage_sequences() {
     );
 }
 
-/// Issue 30: `Rescan` is `MSFT_StorageSetting.UpdateHostStorageCache` on native, host-wide and seconds long on a
-/// node with many disks. Before a fresh RAW LUN is partitioned, native runs it once when the LUN's disk is not
+/// Issues 30 and 39: `Rescan` is `MSFT_StorageSetting.UpdateHostStorageCache` on native, host-wide and seconds long
+/// on a node with many disks. Before a fresh RAW LUN is partitioned, native runs it once when the LUN's disk is not
 /// listed right after the login (the simulator's default, realistic arrival) and not at all when it is: the disk is
 /// judged empty from its partition table (before issue 30 one more ran there, after the first empty list). After
-/// `PartitionDisk` the wait for the new volume rescans (the layout shows a data partition whose volume may be in the
-/// storage cache's lag) at each look until its list shows the volume: twice under the default arrival (the volume
-/// 0.5 s after the partition, the looks 0.25 s apart).
+/// `PartitionDisk` the wait for the new volume runs none: native's list refreshes the disk itself (`MSFT_Disk.Refresh`)
+/// when a data partition shows no volume, which shows an arrived volume as a `Rescan` would (before issue 39 each look
+/// of that wait rescanned: twice under the default arrival).
 #[tokio::test(start_paused = true)]
-async fn a_native_first_stage_of_a_raw_lun_rescans_only_while_waiting_for_the_disk_and_its_new_volume()
- {
+async fn a_native_first_stage_of_a_raw_lun_rescans_only_while_waiting_for_the_disk() {
     const RESCAN: &str = "MSFT_StorageSetting.UpdateHostStorageCache";
-    for (arrival, before, after) in [("late", 1, 2), ("at once", 0, 2)] {
+    for (arrival, before, after) in [("late", 1, 0), ("at once", 0, 0)] {
         let env = Env::with_on(sim::wmi::TestBackend::Native, |sc| {
             if arrival == "at once" {
                 lun_spec(sc, 0)["arrival_delay_ms"] = json!(0);
@@ -406,12 +421,12 @@ async fn existing_ntfs_volume_is_mounted_not_formatted() {
         .stage(&stage_req("v1", 0, &[], &[]), d())
         .await
         .expect("stage");
-    // Its volume arrives after the disk comes online: waited for (the partition table shows it is coming, so native
-    // looks with a `Rescan` too).
+    // Its volume arrives after the disk comes online: waited for, looking again after a pause (csi-proxy: a `Rescan`
+    // first; native: the partition table shows it is coming, and its list refreshes the disk).
     let mut want = LOGIN.to_vec();
     want.extend(env.per_backend(
         &[ListVolumesOnDisk, Rescan, ListVolumesOnDisk][..],
-        &[ListVolumesOnDisk, DiskLayout, Rescan, ListVolumesOnDisk][..],
+        &[ListVolumesOnDisk, DiskLayout, ListVolumesOnDisk][..],
     ));
     want.extend([IsVolumeFormatted, Mkdir, MountVolume]);
     assert_eq!(env.looks(), want);
@@ -612,7 +627,8 @@ async fn missing_lun_is_unavailable_within_the_deadline() {
             lun_spec(sc, n)["arrival_delay_ms"] = json!(0);
         }
     });
-    // A short deadline leaves no room for a wait: one look, one Rescan, one more look, then Unavailable.
+    // A short deadline leaves no room for a wait: one look, then Unavailable (a `Rescan` comes only after a pause: it
+    // shows what has arrived and hurries nothing).
     let short = Deadline::after(Duration::from_secs(1));
     let err = env
         .mgr
@@ -627,9 +643,6 @@ async fn missing_lun_is_unavailable_within_the_deadline() {
             AddTargetPortal,
             DiscoverTargetPortal,
             ConnectTarget,
-            GetTargetDisks,
-            ListDiskLocations,
-            Rescan,
             GetTargetDisks,
             ListDiskLocations
         ]
@@ -1408,6 +1421,124 @@ fn env_on(v: CsiProxyVersion, f: impl FnOnce(&mut Value)) -> Env {
     env
 }
 
+/// Issue 39 item 2: a RAW LUN is staged without the settle time wherever the host proves it empty. PowerShell-era
+/// csi-proxy answers `ListVolumesOnDisk` of a disk without partitions with `Get-Partition`'s not-found record (its
+/// untranslated `FullyQualifiedErrorId`), which a `Rescan` and a second list confirm; v1.3.0 and master answer `[]`
+/// whatever the disk holds, so their verdict still waits out the settle time.
+#[tokio::test(start_paused = true)]
+async fn a_raw_lun_is_proven_empty_at_once_where_csi_proxy_can_prove_it() {
+    for v in CsiProxyVersion::ALL {
+        let env = env_on(v, |_| {});
+        let start = tokio::time::Instant::now();
+        env.mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: {e}"));
+        let took = start.elapsed();
+        let ops = env.ops();
+        let first = ops
+            .iter()
+            .position(|o| *o == ListVolumesOnDisk)
+            .expect("a look");
+        let partition = ops
+            .iter()
+            .position(|o| *o == PartitionDisk)
+            .expect("partitioned");
+        if env.proves_empty() {
+            assert_eq!(
+                ops[first..=partition],
+                [ListVolumesOnDisk, Rescan, ListVolumesOnDisk, PartitionDisk],
+                "{v}: the first list's 'no partition', confirmed after a Rescan, is the proof"
+            );
+            assert!(took < testing::ISCSI.settle, "{v}: {took:?}");
+        } else {
+            assert!(took >= testing::ISCSI.settle, "{v}: {took:?}");
+            assert!(
+                partition - first > 3,
+                "{v}: looks across the settle time: {ops:?}"
+            );
+        }
+        assert!(env.data_loss().is_empty(), "{v}");
+    }
+}
+
+/// The proof is the record's identifier, taken only from a listing made after a `Rescan` that followed the onlining:
+/// a "not found" without it (a message alone, as a localised node or another wrapper may print it) proves nothing, nor
+/// does a first listing's "no partition" that the refreshed view contradicts (a partition showing after the `Rescan`).
+/// Either way the disk is judged as before issue 39: empty only after looks spanning the settle time.
+#[tokio::test(start_paused = true)]
+async fn no_partition_counts_only_from_its_identifier_in_a_refreshed_view() {
+    let no_partition = "error list volumes on disk. cmd: (Get-Disk -Number 1 | Get-Partition | Get-Volume).UniqueId, \
+                        output: Get-Partition : No MSFT_Partition objects found with property 'DiskNumber' equal to \
+                        '1'.\r\n    + CategoryInfo          : ObjectNotFound: (1:UInt32) [Get-Partition], \
+                        CimJobException\r\n    + FullyQualifiedErrorId : \
+                        CmdletizationQuery_NotFound_DiskNumber,Get-Partition\r\n, error: exit status 1";
+    for (case, foreign, fault) in [
+        (
+            "the message without its identifier",
+            false,
+            "failed to list partition on disk 1: No MSFT_Partition objects found with property 'DiskNumber' equal \
+             to '1'.  Verify the value of the property and retry.",
+        ),
+        (
+            "a first list the refreshed view contradicts",
+            true,
+            no_partition,
+        ),
+    ] {
+        for v in [CsiProxyVersion::V1_1_3, CsiProxyVersion::V1_3_0] {
+            let env = env_on(v, |sc| {
+                if foreign {
+                    // A partition Windows makes no volume for: the refreshed view lists it (`[""]` / `[]`).
+                    let lun0 = lun_spec(sc, 0);
+                    lun0["partition_style"] = json!("mbr");
+                    lun0["partitions"] = json!([{"kind": "basic"}]);
+                }
+            });
+            // Every list before `PartitionDisk` says so when the case is the bare message; only the first when it is
+            // the contradicted proof.
+            let times = if foreign { 1 } else { 50 };
+            for n in 1..=times {
+                env.fail_nth(ListVolumesOnDisk, n, fault);
+            }
+            let sim = env.sim.clone();
+            let partitioned = std::sync::Arc::new(std::sync::Mutex::new(None));
+            let at = std::sync::Arc::clone(&partitioned);
+            env.inproc
+                .after("PartitionDisk", move |_| {
+                    sim.clear_faults();
+                    at.lock()
+                        .expect("lock")
+                        .get_or_insert(tokio::time::Instant::now());
+                })
+                .expect("script");
+            let before = env.layouts();
+            let start = tokio::time::Instant::now();
+            let r = env
+                .mgr
+                .stage(
+                    &stage_req("v1", 0, &[], &[]),
+                    Deadline::after(Duration::from_secs(30)),
+                )
+                .await;
+            let ops = env.ops();
+            let partitioned_at = *partitioned.lock().expect("lock");
+            assert!(
+                partitioned_at.is_some_and(|t| t - start >= testing::ISCSI.settle),
+                "{case}, {v}: no proof, so PartitionDisk only after the settle time: {partitioned_at:?} {r:?} {ops:?}"
+            );
+            if foreign {
+                // PartitionDisk is a no-op there; no volume ever appears, nothing is formatted.
+                assert!(r.is_err(), "{case}, {v}: {r:?}");
+                assert_eq!(env.layouts(), before, "{case}, {v}");
+            } else {
+                r.unwrap_or_else(|e| panic!("{case}, {v}: {e}"));
+            }
+            assert!(env.data_loss().is_empty(), "{case}, {v}");
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_second_lun_of_a_logged_in_target_stages_on_every_release() {
     // PowerShell-era ConnectTarget answers "already logged in" for a connected target (D1).
@@ -1657,9 +1788,10 @@ async fn a_foreign_volume_that_arrives_after_the_first_look_is_never_formatted()
                     .position(|o| *o == ListVolumesOnDisk)
                     .expect("a look");
                 assert_eq!(
-                    ops[first..first + 4],
-                    [ListVolumesOnDisk, DiskLayout, Rescan, ListVolumesOnDisk],
-                    "{v} {style}: the layout shows a data partition, so its volume is looked for after a Rescan"
+                    ops[first..first + 3],
+                    [ListVolumesOnDisk, DiskLayout, ListVolumesOnDisk],
+                    "{v} {style}: the layout shows a data partition, so its volume is looked for again after a pause, \
+                     by a list that refreshes the disk (no host-wide Rescan)"
                 );
             }
             assert_eq!(env.layouts(), before, "{v} {style}");

@@ -334,6 +334,7 @@ pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
             Error::FailedPrecondition(format!("{op} on {subject} refused: {message}"))
         }
         HostErrorKind::NotFound
+        | HostErrorKind::NoPartition
         | HostErrorKind::AlreadyExists
         | HostErrorKind::AlreadyLoggedIn
         | HostErrorKind::AccessPathInUse

@@ -277,12 +277,12 @@ pub const ROWS: &[ProfileRow] = &[
         id: "list_volumes_edge",
         behaviour: "ListVolumesOnDisk of an unknown disk / a disk without partitions",
         releases: [
-            "error `Get-Disk : No MSFT_Disk objects found …` / `Get-Partition : No MSFT_Partition objects found …`",
+            "error `Get-Disk : No MSFT_Disk objects found …` / `Get-Partition : No MSFT_Partition objects found …`, its record's `FullyQualifiedErrorId` `CmdletizationQuery_NotFound_DiskNumber,Get-Partition` (wrapped at 78 columns; unverified, real-node check 34)",
             "same",
             "`[]` / `[]`",
             "`[]` / `[]`",
         ],
-        source: "v1.1.3 `pkg/os/volume/api.go:83-98`; v1.3.0 `pkg/os/volume/api.go:71-94`, `pkg/cim/volume.go:186-205` (`IgnoreNotFound`); master `pkg/wmi/volume.go:144-181`",
+        source: "v1.1.3 `pkg/os/volume/api.go:83-98`; v1.3.0 `pkg/os/volume/api.go:71-94`, `pkg/cim/volume.go:186-205` (`IgnoreNotFound`); master `pkg/wmi/volume.go:144-181`; the record's shape: cloudfoundry/bosh-agent `platform/windows_platform_test.go` (`getPartitionError`)",
     },
     ProfileRow {
         id: "not_found_texts",

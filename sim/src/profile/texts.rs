@@ -64,6 +64,38 @@ pub(crate) fn ps_not_found(
     )
 }
 
+/// Windows PowerShell 5.1's record as a console 78 columns wide prints it (the width of the captured records cited
+/// where this is used): a `+ …` line is cut mid-word, its rest indented by three spaces; any other line is wrapped
+/// between words.
+pub(crate) fn console_wrapped(block: &str) -> String {
+    const WIDTH: usize = 78;
+    let mut out = Vec::new();
+    for line in block.split("\r\n") {
+        let chars: Vec<char> = line.chars().collect();
+        if chars.len() <= WIDTH {
+            out.push(line.to_owned());
+        } else if line.trim_start().starts_with('+') {
+            out.push(chars[..WIDTH].iter().collect());
+            for rest in chars[WIDTH..].chunks(WIDTH - 3) {
+                out.push(format!("   {}", rest.iter().collect::<String>()));
+            }
+        } else {
+            let mut current = String::new();
+            for word in line.split(' ') {
+                if !current.is_empty() && current.chars().count() + 1 + word.chars().count() > WIDTH
+                {
+                    out.push(std::mem::take(&mut current));
+                } else if !current.is_empty() {
+                    current.push(' ');
+                }
+                current.push_str(word);
+            }
+            out.push(current);
+        }
+    }
+    out.join("\r\n")
+}
+
 /// A cmdlet failing with a CIM exception (storage, SMB and iSCSI cmdlets).
 pub(crate) fn ps_cim_error(
     cmdlet: &str,
@@ -457,13 +489,22 @@ pub(crate) fn ps_list_volumes_failed(disk: u32, partition: u32, no_disk: bool) -
     let out = if no_disk {
         ps_not_found("Get-Disk", "MSFT_Disk", "Number", &disk.to_string(), &cmd)
     } else if partition == 0 {
-        ps_not_found(
+        // As a node's console prints it: the UInt32 value and the lines wrapped at 78 columns, the message between
+        // words, the `+ …` lines mid-word — the shape of a captured record of the same query
+        // (cloudfoundry/bosh-agent `platform/windows_platform_test.go`, `getPartitionError`). Which of the
+        // cmdletization's two not-found forms a pipeline from `Get-Disk` takes (by `DiskNumber`, this one, or by the
+        // association with the disk), and whether it fails at all rather than print nothing (`[""]`), is unverified:
+        // real-node check 34.
+        console_wrapped(&ps_block(
             "Get-Partition",
-            "MSFT_Partition",
-            "DiskNumber",
-            &disk.to_string(),
+            &format!(
+                "No MSFT_Partition objects found with property 'DiskNumber' equal to '{disk}'.  Verify the value of \
+                 the property and retry."
+            ),
             &cmd,
-        )
+            &format!("ObjectNotFound: ({disk}:UInt32) [Get-Partition], CimJobException"),
+            "CmdletizationQuery_NotFound_DiskNumber,Get-Partition",
+        ))
     } else {
         ps_not_found(
             "Get-Partition",

@@ -21,7 +21,7 @@ use super::ledger::Created;
 use super::options::CheckOptions;
 use super::report::PlanStep;
 use super::{Ctx, say};
-use crate::host::{Host, HostOp};
+use crate::host::{Host, HostErrorKind, HostOp};
 
 pub(super) fn plan(o: &CheckOptions) -> Vec<PlanStep> {
     let Some(t) = &o.iscsi else {
@@ -326,6 +326,14 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
                         Expect::Value(json!([])),
                         true,
                     ),
+                    // The proof the driver takes a RAW LUN as empty from at once (issue 39): Get-Partition's
+                    // not-found record, told by its untranslated identifier.
+                    Claim::eras(
+                        Ref::NodeCheck(34),
+                        Expect::err_kind("NoPartition"),
+                        Expect::Value(json!([])),
+                        false,
+                    ),
                     Claim::record(Ref::NodeCheck(15)),
                 ],
             );
@@ -333,7 +341,10 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         }
         let empty = match &r {
             Ok(v) => v.iter().all(|v| v.trim().is_empty()),
-            Err(e) => e.message.contains("No MSFT_Partition objects found"),
+            Err(e) => {
+                e.kind == HostErrorKind::NoPartition
+                    || e.message.contains("No MSFT_Partition objects found")
+            }
         };
         if !empty || settle_since.elapsed() >= cx.opts().disk_settle {
             break (empty, r);

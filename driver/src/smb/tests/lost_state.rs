@@ -3,7 +3,7 @@
 //! staging object, so the share's mapping and the target's session stay the driver's and the teardown removes them;
 //! and every teardown log line says what really happened to a mapping or session someone else made.
 
-use super::backend_change::{iscsi_stage, world};
+use super::backend_change::{iscsi_stage, publish_req_of, world};
 use super::*;
 use sim::CsiProxyVersion;
 use sim::wmi::TestBackend;
@@ -58,7 +58,7 @@ async fn stage_and_publish(env: &Env) {
         .await
         .expect("stage blk");
     for (id, pod) in [("smb", "p-smb"), ("blk", "p-blk")] {
-        env.publish(&publish_req(id, pod), d())
+        env.publish(&publish_req_of(id, pod), d())
             .await
             .unwrap_or_else(|e| panic!("publish {id}: {e}"));
     }

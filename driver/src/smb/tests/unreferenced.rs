@@ -2,7 +2,7 @@
 //! went with a reboot) are found by the background scan, reported after the bound, and released only when asked and
 //! nothing the driver can see references them. Both protocols, every release, both backends.
 
-use super::backend_change::{iscsi_stage, world};
+use super::backend_change::{iscsi_stage, publish_req_of, world};
 use super::*;
 use crate::lifecycle::BackgroundSettings;
 use sim::CsiProxyVersion;
@@ -23,7 +23,7 @@ async fn pods_gone_without_unstage(env: &Env) {
         .await
         .expect("stage blk");
     for (id, pod) in [("smb", "p-smb"), ("kept", "p-kept"), ("blk", "p-blk")] {
-        env.publish(&publish_req(id, pod), d())
+        env.publish(&publish_req_of(id, pod), d())
             .await
             .unwrap_or_else(|e| panic!("publish {id}: {e}"));
     }

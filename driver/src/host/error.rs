@@ -163,6 +163,14 @@ pub enum HostErrorKind {
     /// whose first or last sectors are not blank or cannot be read, or whose partition style is neither RAW, MBR nor
     /// GPT). Nothing was written.
     MayHoldData,
+    /// The partition's supported sizes could not be read: Windows' `MSFT_Partition.GetSupportedSize`
+    /// (`Get-PartitionSupportedSize`) failed with StorageWMI 4 "Failed", which it does while the Optimize Drives service
+    /// (`defragsvc`) is disabled or busy (kubernetes-sigs/aws-ebs-csi-driver#2877; Azure/AgentBaker#3804: its `SizeMin`
+    /// needs a call into defrag). Nothing was resized.
+    SupportedSizeFailed,
+    /// The iSCSI initiator refuses another session: `ISDSC_TOO_MANY_SESSIONS` (0xEFFF001E, "Exceeded max sessions for
+    /// this initiator.", iscsierr.h). Nothing was logged in.
+    TooManySessions,
     /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
     Unavailable,
     /// The call did not finish before the deadline.

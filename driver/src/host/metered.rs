@@ -103,6 +103,8 @@ fn kind_label(kind: HostErrorKind) -> &'static str {
         HostErrorKind::AlreadyLoggedIn => "already_logged_in",
         HostErrorKind::AccessPathInUse => "access_path_in_use",
         HostErrorKind::MayHoldData => "may_hold_data",
+        HostErrorKind::SupportedSizeFailed => "supported_size_failed",
+        HostErrorKind::TooManySessions => "too_many_sessions",
         HostErrorKind::InvalidPath => "invalid_path",
         HostErrorKind::Unavailable => "unavailable",
         HostErrorKind::DeadlineExceeded => "deadline_exceeded",

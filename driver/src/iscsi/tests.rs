@@ -2390,6 +2390,7 @@ async fn a_joining_stage_reads_its_disk_while_its_claim_is_written_and_creates_n
     }
 }
 
+mod expand;
 mod kubelet_paths;
 mod stats_cache;
 

@@ -742,6 +742,10 @@ impl State {
                 "invalid negative size {size} for volume ({id})"
             )));
         }
+        if size == 0 && !self.defrag_available() {
+            // `Get-PartitionSupportedSize` / `MSFT_Partition.GetSupportedSize` fails while defragsvc is disabled.
+            return Err(texts::supported_size_failed(&self.profile, id));
+        }
         let d = &self.disks[di];
         let part = &d.partitions[pi];
         let max = (d.free_space(Some(part.number)) as i64).max(part.size as i64);

@@ -242,6 +242,33 @@ fn a_lun_is_initialised_partitioned_and_formatted_through_wmi_with_documented_co
         StorageReturn::SizeNotSupported,
         "under one extent"
     );
+    // With the Optimize Drives service disabled, GetSupportedSize answers 4 "Failed" with no sizes
+    // (aws-ebs-csi-driver#2877); Resize with a size inside the bounds still works.
+    f.host
+        .with_state_mut(|s| {
+            s.set_service(
+                "defragsvc",
+                crate::scenario::StartType::Disabled,
+                crate::scenario::ServiceStatus::Stopped,
+            );
+            s.set_disk_size("lun0", 2 << 30)
+        })
+        .unwrap();
+    let failed = f.view.partition_supported_size(&c, &parts[1].path).unwrap();
+    assert_eq!(failed.code, StorageReturn::Failed);
+    assert_eq!(failed.output, None);
+    let grown = f
+        .view
+        .partition_resize(&c, &parts[1].path, parts[1].size + (200 << 20))
+        .unwrap();
+    assert!(grown.is_success(), "{grown:?}");
+    f.host.with_state_mut(|s| {
+        s.set_service(
+            "defragsvc",
+            crate::scenario::StartType::Manual,
+            crate::scenario::ServiceStatus::Stopped,
+        );
+    });
     let formatted = f
         .view
         .volume_format(&c, &vol.path, &FormatVolume::csi_proxy_quick_ntfs())

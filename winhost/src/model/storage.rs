@@ -27,6 +27,9 @@ pub struct MsftDisk {
     pub serial_number: Option<String>,
     /// `Size` in bytes (stale after a LUN grows until a rescan or `Refresh`).
     pub size: u64,
+    /// `LogicalSectorSize` in bytes (512 or 4096): the unit of the partition table, so of the GPT backup area at the
+    /// end of the disk (the native backend's expansion computes the partition's maximum from it).
+    pub logical_sector_size: Option<u32>,
     /// `NumberOfPartitions`.
     pub number_of_partitions: Option<u32>,
     /// `PartitionStyle`; `None` when the provider left it NULL. Only `Some(Raw)` means "no MBR and no GPT": a NULL or

@@ -389,6 +389,7 @@ pub(crate) fn disk(o: &IWbemClassWrapper) -> CallResult<MsftDisk> {
         unique_id_format: opt_u16(o, "UniqueIdFormat")?.map(UniqueIdFormat::from_code),
         serial_number: opt_string(o, "SerialNumber")?,
         size: u64_of(o, "Size")?,
+        logical_sector_size: opt_u32(o, "LogicalSectorSize")?,
         number_of_partitions: opt_u32(o, "NumberOfPartitions")?,
         partition_style: opt_u16(o, "PartitionStyle")?.map(PartitionStyle::from_code),
         bus_type: opt_u16(o, "BusType")?.map(BusType::from_code),

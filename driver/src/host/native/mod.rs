@@ -43,7 +43,7 @@
 //! | `UnmountVolume` | `FlushFileBuffers` (volume gone: skipped; refused on a read-only disk: `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `SELECT MSFT_Disk`, and skipped when `IsReadOnly`) → `DeleteVolumeMountPointW` |
 //! | `IsVolumeFormatted` | `SELECT MSFT_Volume` |
 //! | `FormatVolume` | `SELECT MSFT_Volume` → `Format(NTFS, quick, Force)` |
-//! | `ResizeVolume` | `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `GetSupportedSize` → (growth ≥ 100 MiB: `Resize`) |
+//! | `ResizeVolume` | `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → size 0: `SELECT MSFT_Disk` → `SELECT MSFT_Partition` (the maximum from the layout, `grow.rs`; a partition without `Offset`: `GetSupportedSize` instead) → (growth ≥ 100 MiB: `Resize`) |
 //! | `GetVolumeStats` | `GetDiskFreeSpaceExW` |
 //! | `GetVolumeIDFromTargetPath` | `FSCTL_GET_REPARSE_POINT` per hop (≤ 8) → `GetVolumeNameForVolumeMountPointW` → `GetVolumeInformationW` |
 //! | `WriteVolumeCache` | `FlushFileBuffers` |
@@ -92,6 +92,7 @@ mod blank;
 mod capability;
 mod disk;
 mod files;
+mod grow;
 mod iscsi;
 mod ledger;
 mod ops;

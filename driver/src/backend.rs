@@ -151,6 +151,7 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
                 config.vol_stats_cache_expiry(),
                 |_| {},
                 iscsi_settings(config),
+                config.volume_limit(),
             )
             .await
         }
@@ -192,6 +193,7 @@ pub async fn native_lifecycle(
         config.vol_stats_cache_expiry(),
         move |store| adopt_recorded_mappings(&seeding, store),
         iscsi_settings(config),
+        config.volume_limit(),
     )
     .await
 }
@@ -261,10 +263,12 @@ async fn start<H: Host>(
     stats_cache: Option<Duration>,
     before_reconcile: impl FnOnce(&StateStore),
     iscsi: IscsiSettings,
+    volume_limit: Option<u64>,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
     let mgr = Arc::new(
         manager_with(host, cfg, state_dir, iscsi)?
             .with_stats_cache(stats_cache)
+            .with_volume_limit(volume_limit)
             .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
     );
     before_reconcile(mgr.store());

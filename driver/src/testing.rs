@@ -93,6 +93,9 @@ fn op_of(rpc: &str) -> HostOp {
         RemoveTargetPortal,
         RefreshTargetPortal,
         DiskLayout,
+        ListIscsiSessions,
+        MultipathClaim,
+        TargetPaths,
     ];
     ALL.iter()
         .copied()
@@ -189,6 +192,8 @@ pub(crate) struct Env {
     secrets: Option<Arc<dyn SecretSource>>,
     /// `--vol-stats-cache-expire-in-minutes` of the driver (off unless a test turns it on).
     stats_cache: Option<std::time::Duration>,
+    /// `--max-volumes-per-node` of the driver (none unless a test sets it).
+    volume_limit: Option<u64>,
     _sandbox: tempfile::TempDir,
 }
 
@@ -211,7 +216,7 @@ impl Env {
             unreachable: Box::new(move |rpc| gate.unreachable_now(rpc)),
             after: Box::new(move |rpc| after.run_after(rpc)),
         });
-        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None, None);
+        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None, None, None);
         Self {
             sim,
             inproc,
@@ -221,6 +226,7 @@ impl Env {
             tap,
             secrets: None,
             stats_cache: None,
+            volume_limit: None,
             _sandbox: sandbox,
         }
     }
@@ -232,6 +238,7 @@ impl Env {
         dir: &Path,
         secrets: Option<&Arc<dyn SecretSource>>,
         stats_cache: Option<std::time::Duration>,
+        volume_limit: Option<u64>,
     ) -> Arc<Manager<TestHost>> {
         let cfg = VolumeConfig {
             kubelet_root: KubeletRoot::new(KUBELET).expect("root"),
@@ -249,7 +256,8 @@ impl Env {
         };
         let mgr = manager_with(host, cfg, dir, ISCSI)
             .expect("manager")
-            .with_stats_cache(stats_cache);
+            .with_stats_cache(stats_cache)
+            .with_volume_limit(volume_limit);
         // As `backend::native_lifecycle` does: the shares the records say this driver mapped are its own.
         if let Some(native) = seed {
             crate::backend::adopt_recorded_mappings(&native, mgr.store());
@@ -270,6 +278,7 @@ impl Env {
             self.dir.path(),
             None,
             self.stats_cache,
+            self.volume_limit,
         );
         Arc::into_inner(mgr)
             .expect("a new manager")
@@ -298,7 +307,14 @@ impl Env {
             self.dir.path(),
             self.secrets.as_ref(),
             self.stats_cache,
+            self.volume_limit,
         );
+    }
+
+    /// Restart the driver with `--max-volumes-per-node limit`.
+    pub(crate) fn set_volume_limit(&mut self, limit: u64) {
+        self.volume_limit = Some(limit);
+        self.restart();
     }
 
     /// Restart the driver with its NodeGetVolumeStats cache on (`--vol-stats-cache-expire-in-minutes`).

@@ -77,6 +77,14 @@ pub enum HostOp {
     RefreshTargetPortal,
     /// Reading a disk's partition table (no csi-proxy RPC: a native backend's `MSFT_Disk` and `MSFT_Partition`).
     DiskLayout,
+    /// Listing every iSCSI session on the node (no csi-proxy RPC: a native backend's `MSFT_iSCSISession`).
+    ListIscsiSessions,
+    /// Reading whether MPIO's Microsoft DSM claims iSCSI disks (no csi-proxy RPC: a native backend's
+    /// `MSFT_MSDSMSupportedHW`).
+    MultipathClaim,
+    /// Listing a target's paths: per session (connection), the portal and its disks (no csi-proxy RPC: a native
+    /// backend's `MSFT_iSCSIConnection` and `MSFT_iSCSIConnectionToDisk`).
+    TargetPaths,
 }
 
 impl HostOp {
@@ -118,6 +126,9 @@ impl HostOp {
             Self::RemoveTargetPortal => "RemoveTargetPortal",
             Self::RefreshTargetPortal => "RefreshTargetPortal",
             Self::DiskLayout => "DiskLayout",
+            Self::ListIscsiSessions => "ListIscsiSessions",
+            Self::MultipathClaim => "MultipathClaim",
+            Self::TargetPaths => "TargetPaths",
         }
     }
 }

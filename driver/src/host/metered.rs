@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath,
-    HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    HostResult, IscsiAuth, MpioClaim, Portal, Secret, SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -177,6 +177,15 @@ impl<H: Host> Host for Metered<H> {
         remove_target_portal(portal: &Portal) -> () => RemoveTargetPortal;
         refresh_target_portal(portal: &Portal) -> () => RefreshTargetPortal;
         disk_layout(disk: u32) -> DiskLayout => DiskLayout;
+        iscsi_sessions() -> Vec<String> => ListIscsiSessions;
+        mpio_claim() -> MpioClaim => MultipathClaim;
+        connect_target_multipath(
+            portal: &Portal,
+            iqn: &str,
+            auth: &IscsiAuth,
+            persistent: bool
+        ) -> () => ConnectTarget;
+        target_paths(iqn: &str) -> Vec<TargetPath> => TargetPaths;
     }
 }
 

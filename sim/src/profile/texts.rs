@@ -717,6 +717,8 @@ pub(crate) enum LoginFailure {
     BadChapSecret,
     /// The target is not discovered through the portal.
     TargetNotFound,
+    /// ISDSC_TOO_MANY_SESSIONS: the initiator's session limit (`behaviour.iscsi_session_limit`).
+    TooManySessions,
 }
 
 impl LoginFailure {
@@ -732,6 +734,7 @@ impl LoginFailure {
             LoginFailure::TargetNotFound => {
                 "The target name is not found or is marked as hidden from login."
             }
+            LoginFailure::TooManySessions => "Exceeded max sessions for this initiator.",
         }
     }
 
@@ -741,6 +744,7 @@ impl LoginFailure {
             LoginFailure::Authentication => 0xEFFF_0009,
             LoginFailure::BadChapSecret => 0xEFFF_0067,
             LoginFailure::TargetNotFound => 0xEFFF_0063,
+            LoginFailure::TooManySessions => 0xEFFF_001E,
         }
     }
 }

@@ -15,8 +15,8 @@ use serde_json::json;
 use winhost::codes::{NewDiskPolicy, PartitionStyle as WmiStyle, StorageReturn};
 use winhost::facade::StorageOutcome;
 use winhost::model::{
-    CreatePartition, DiskAttributes, FormatVolume, GptType, MsftDisk, MsftPartition,
-    MsftStorageSetting, MsftVolume, SupportedSize,
+    CreatePartition, DiskAttributes, FormatVolume, GptType, MsftDisk, MsftMsdsmSupportedHw,
+    MsftPartition, MsftStorageSetting, MsftVolume, SupportedSize,
 };
 use winhost::{CallContext, CallResult, ExtendedStatus, MethodOutcome, ObjectPath, StorageWmi};
 
@@ -558,6 +558,24 @@ impl StorageWmi for WindowsView {
             st.rescan()
                 .map_err(|e| super::win32(CALL, "", io_code(&e)))?;
             Ok(ok(CALL, ()))
+        })
+    }
+
+    /// Without the Multipath-IO feature the class does not exist: `None`; with it, the MSDSM's list
+    /// (`state/mpio.rs`).
+    fn msdsm_supported_hw(
+        &self,
+        ctx: &CallContext,
+    ) -> CallResult<Option<Vec<MsftMsdsmSupportedHw>>> {
+        self.call(ctx, "SELECT MSFT_MSDSMSupportedHW", json!({}), |st| {
+            Ok(st.msdsm_supported_hw().map(|rows| {
+                rows.into_iter()
+                    .map(|(vendor_id, product_id)| MsftMsdsmSupportedHw {
+                        vendor_id,
+                        product_id,
+                    })
+                    .collect()
+            }))
         })
     }
 }

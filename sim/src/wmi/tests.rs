@@ -66,13 +66,18 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_of(&scenario())
+}
+
+/// A fixture over `scenario`.
+fn fixture_of(scenario: &Scenario) -> Fixture {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("tmp");
-    let host = SimHost::new(&scenario(), dir.path(), HostOptions::default()).expect("host");
+    let host = SimHost::new(scenario, dir.path(), HostOptions::default()).expect("host");
     let view = WindowsView::with_handle(host.clone(), rt.handle().clone());
     Fixture {
         rt,
@@ -1334,3 +1339,5 @@ fn update_with_the_portals_parameters_rediscovers_a_target_created_later() {
     assert_eq!(update.args["target_portal_port_number"], 3260);
     assert!(f.view.target_connect(&c, &connect).unwrap().is_success());
 }
+
+mod mpio;

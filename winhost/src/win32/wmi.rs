@@ -15,8 +15,8 @@ use crate::error_object::ErrorObject;
 use crate::method::ExtendedStatus;
 use crate::model::{
     MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession, MsftIscsiTarget,
-    MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume, ObjectPath,
-    SmbGlobalMapping, SupportedSize,
+    MsftIscsiTargetPortal, MsftMsdsmSupportedHw, MsftPartition, MsftStorageSetting, MsftVolume,
+    ObjectPath, SmbGlobalMapping, SupportedSize,
 };
 use crate::probe::{Namespace, ProbeReport};
 use crate::wql::{self, Select};
@@ -435,6 +435,13 @@ pub(crate) fn volume(o: &IWbemClassWrapper) -> CallResult<MsftVolume> {
         size: u64_of(o, "Size")?,
         size_remaining: u64_of(o, "SizeRemaining")?,
         health_status: opt_u16(o, "HealthStatus")?,
+    })
+}
+
+pub(crate) fn msdsm_supported_hw(o: &IWbemClassWrapper) -> CallResult<MsftMsdsmSupportedHw> {
+    Ok(MsftMsdsmSupportedHw {
+        vendor_id: string_of(o, "VendorId")?,
+        product_id: string_of(o, "ProductId")?,
     })
 }
 

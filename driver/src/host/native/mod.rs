@@ -123,7 +123,8 @@ use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
-    HostPath, HostProbe, HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    HostPath, HostProbe, HostResult, IscsiAuth, MpioClaim, Portal, Secret, SmbCredential,
+    TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -608,7 +609,7 @@ impl Host for NativeHost {
     ) -> HostResult<()> {
         let (p, i, a) = (portal.clone(), iqn.to_owned(), auth.clone());
         self.run(HostOp::ConnectTarget, d, move |o| {
-            iscsi::connect(o, &p, &i, &a, false)
+            iscsi::connect(o, &p, &i, &a, false, false)
         })
         .await
     }
@@ -622,7 +623,7 @@ impl Host for NativeHost {
     ) -> HostResult<()> {
         let (p, i, a) = (portal.clone(), iqn.to_owned(), auth.clone());
         self.run(HostOp::ConnectTarget, d, move |o| {
-            iscsi::connect(o, &p, &i, &a, true)
+            iscsi::connect(o, &p, &i, &a, true, false)
         })
         .await
     }
@@ -684,6 +685,36 @@ impl Host for NativeHost {
 
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         self.run(HostOp::DiskLayout, d, move |o| disk::layout(o, n))
+            .await
+    }
+
+    async fn iscsi_sessions(&self, d: Deadline) -> HostResult<Vec<String>> {
+        self.run(HostOp::ListIscsiSessions, d, iscsi::sessions)
+            .await
+    }
+
+    async fn mpio_claim(&self, d: Deadline) -> HostResult<MpioClaim> {
+        self.run(HostOp::MultipathClaim, d, iscsi::mpio_claim).await
+    }
+
+    async fn connect_target_multipath(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        persistent: bool,
+        d: Deadline,
+    ) -> HostResult<()> {
+        let (p, i, a) = (portal.clone(), iqn.to_owned(), auth.clone());
+        self.run(HostOp::ConnectTarget, d, move |o| {
+            iscsi::connect(o, &p, &i, &a, persistent, true)
+        })
+        .await
+    }
+
+    async fn target_paths(&self, iqn: &str, d: Deadline) -> HostResult<Vec<TargetPath>> {
+        let i = iqn.to_owned();
+        self.run(HostOp::TargetPaths, d, move |o| iscsi::paths(o, &i))
             .await
     }
 }

@@ -22,7 +22,7 @@ use super::NativeHost;
 use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
-    HostPath, HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    HostPath, HostResult, IscsiAuth, MpioClaim, Portal, Secret, SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -514,6 +514,42 @@ impl Host for Tapped {
         let c = Self::call(HostOp::DiskLayout, json!({ "disk_number": disk }));
         self.tap.around(c, self.host.disk_layout(disk, d)).await
     }
+
+    async fn iscsi_sessions(&self, d: Deadline) -> HostResult<Vec<String>> {
+        let c = Self::call(HostOp::ListIscsiSessions, json!({}));
+        self.tap.around(c, self.host.iscsi_sessions(d)).await
+    }
+
+    async fn mpio_claim(&self, d: Deadline) -> HostResult<MpioClaim> {
+        let c = Self::call(HostOp::MultipathClaim, json!({}));
+        self.tap.around(c, self.host.mpio_claim(d)).await
+    }
+
+    async fn connect_target_multipath(
+        &self,
+        p: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        persistent: bool,
+        d: Deadline,
+    ) -> HostResult<()> {
+        let c = Self::call(
+            HostOp::ConnectTarget,
+            json!({ "target_portal": portal_json(p), "iqn": iqn, "multipath": true, "persistent": persistent }),
+        );
+        self.tap
+            .around(
+                c,
+                self.host
+                    .connect_target_multipath(p, iqn, auth, persistent, d),
+            )
+            .await
+    }
+
+    async fn target_paths(&self, iqn: &str, d: Deadline) -> HostResult<Vec<TargetPath>> {
+        let c = Self::call(HostOp::TargetPaths, json!({ "iqn": iqn }));
+        self.tap.around(c, self.host.target_paths(iqn, d)).await
+    }
 }
 
 /// Either backend, as one `Host` type (module docs).
@@ -699,5 +735,24 @@ impl Host for TestHost {
     }
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         each!(self, h => h.disk_layout(n, d))
+    }
+    async fn iscsi_sessions(&self, d: Deadline) -> HostResult<Vec<String>> {
+        each!(self, h => h.iscsi_sessions(d))
+    }
+    async fn mpio_claim(&self, d: Deadline) -> HostResult<MpioClaim> {
+        each!(self, h => h.mpio_claim(d))
+    }
+    async fn connect_target_multipath(
+        &self,
+        p: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        persistent: bool,
+        d: Deadline,
+    ) -> HostResult<()> {
+        each!(self, h => h.connect_target_multipath(p, iqn, auth, persistent, d))
+    }
+    async fn target_paths(&self, iqn: &str, d: Deadline) -> HostResult<Vec<TargetPath>> {
+        each!(self, h => h.target_paths(iqn, d))
     }
 }

@@ -65,9 +65,9 @@ pub(super) async fn require_claim<H: Host>(
     )))
 }
 
-/// Step 4 of a multipath stage (the caller holds the target's lock and added the portals `added`): a login through
-/// every portal with `IsMultipathEnabled`, each portal's on record before it; returns the portals that logged in,
-/// first the one the volume's later calls go through.
+/// Step 4 of a multipath stage (the caller holds the target's lock, added the portals `added` and recorded the target's
+/// name): a login through every portal with `IsMultipathEnabled`, each portal's on record before it; returns the
+/// portals that logged in, first the one the volume's later calls go through.
 pub(super) async fn logins<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
@@ -75,10 +75,12 @@ pub(super) async fn logins<H: Host>(
     staging: &HostPath,
     vol: &IscsiVolume,
     rec: &mut IscsiRecord,
-    iqn: &str,
     added: &[Portal],
 ) -> Result<Vec<Portal>, Error> {
     let d = h.deadline();
+    // The target's spelling as the portal reports it, on record before this step.
+    let iqn = rec.target_iqn.clone().unwrap_or_else(|| vol.iqn.clone());
+    let iqn = iqn.as_str();
     // The intent that counts this volume as a user of the target's sessions, with every portal it logs in through, is
     // durable before the first login (one write).
     rec.session_portal = added.first().cloned();

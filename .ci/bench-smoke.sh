@@ -14,7 +14,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . .ci/env.sh
 
 target_dir="${CARGO_TARGET_DIR:-target}"
-cargo build -p wincsi-bench -p wincsi-driver -p wincsi-sim --bins
+# In scripts/test-all.sh the binaries come from its `test build (linux)` build (WINCSI_PREBUILT_BINS=1: `cargo test
+# --workspace --all-features` builds wincsi-node, wincsi-sim and, for bench/tests/cli.rs, wincsi-bench). Building
+# them here with other features would rebuild the whole dependency stack once more (tokio's test-util differs).
+if [ "${WINCSI_PREBUILT_BINS:-0}" = 1 ]; then
+    for bin in wincsi-bench wincsi-node wincsi-sim; do
+        [ -x "$target_dir/debug/$bin" ] || {
+            echo "bench-smoke.sh: $target_dir/debug/$bin is missing (WINCSI_PREBUILT_BINS=1 expects the test build's)" >&2
+            exit 1
+        }
+    done
+else
+    cargo build -p wincsi-bench -p wincsi-driver -p wincsi-sim --bins
+fi
 
 out_dir="$(mktemp -d "${TMPDIR:-/tmp}/wincsi-bench-smoke.XXXXXX")"
 trap 'rm -rf "$out_dir"' EXIT

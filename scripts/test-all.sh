@@ -12,14 +12,16 @@
 #   clippy (linux)   cargo clippy --workspace --all-targets --all-features -- -D warnings
 #   clippy (windows) the same with --target x86_64-pc-windows-gnu (lints the #[cfg(windows)] code)
 #   doc              RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
-#   test (linux)     cargo test --workspace --all-features (the simulated host plays csi-proxy v1.1.3, the default)
-#   csi-proxy releases   the driver's SMB/iSCSI/hardening suites and the e2e scenarios once more per other release
-#                    the simulated host plays (v1.2.1, v1.3.0, master): the test binaries just built, run again
-#                    with WINCSI_SIM_CSI_PROXY_VERSION set (nothing is rebuilt)
-#   native backend   the driver's unit suites and the suites that take the backend switch once more with
-#                    WINCSI_TEST_HOST_BACKEND=native (the native backend over the simulated host's Windows view)
-#   sim with emulated links   the simulated host's state suite in the link mode it uses under Wine (the binary
-#                    `test (linux)` built)
+#   test build (linux)   cargo test --workspace --all-features --no-run
+#   suites           scripts/run-suites.py runs, on WINCSI_TEST_JOBS lanes (default 4; the suites mostly wait): every
+#                    test executable of that build as `cargo test` would (the simulated host plays csi-proxy v1.1.3,
+#                    the default); the driver's SMB/iSCSI/hardening suites and the e2e scenarios once more per other
+#                    release (WINCSI_SIM_CSI_PROXY_VERSION = v1.2.1, v1.3.0, master); the driver's unit suites and
+#                    the suites that take the backend switch with WINCSI_TEST_HOST_BACKEND=native; the simulated
+#                    host's unit suite with emulated links (its link mode under Wine); the doctests;
+#                    .ci/bench-smoke.sh (the benchmark harness on tiny inputs, the test build's binaries;
+#                    correctness only, no timing); .ci/fuzz-smoke.sh (every cargo-fuzz target for a few seconds, dev
+#                    build without a sanitizer, its own tree). Every job runs; the failed ones are printed whole.
 #   test (wine)      cargo test --target x86_64-pc-windows-gnu --all-features -p <every package with
 #                    tests/wine_*.rs> --test 'wine_*', run under Wine through .ci/wine-run.sh (time limit
 #                    WINCSI_WINE_TEST_TIMEOUT seconds, default 900; the wineserver it starts is stopped afterwards)
@@ -28,8 +30,6 @@
 #                    check-node against the simulated host (Linux binaries, all csi-proxy releases; Windows binaries
 #                    under Wine over named pipes) with every JSON report schema-validated and self-tested, and the
 #                    e2e kubelet model in external mode
-#   bench smoke      .ci/bench-smoke.sh: the benchmark harness on tiny inputs (correctness only, no timing)
-#   fuzz smoke       .ci/fuzz-smoke.sh: every cargo-fuzz target for a few seconds (dev build, no sanitizer)
 # In CI, the test executables of the Linux steps are deleted before the Wine build and the Windows ones after their
 # run (see prune_test_executables: disk). It ends with a step-timing table, the disk left and what the target
 # directory holds, and one "total: N passed, N failed" line summed over every test binary's run.
@@ -159,13 +159,8 @@ test_wine() {
     ) 2>&1 | tee -a "$test_log"
 }
 
-test_linux() {
-    cargo test --workspace --all-features 2>&1 | tee -a "$test_log"
-}
-
-# The csi-proxy releases the suites run against besides the default (v1.1.3, what the chart deploys and what
-# `test (linux)` used), and the test targets ("<package dir>:lib" or "<package dir>:<test>") that run the driver
-# against the simulated host.
+# The csi-proxy releases the suites run against besides the default (v1.1.3, what the chart deploys), and the test
+# targets ("<package dir>:lib" or "<package dir>:<test>") that run the driver against the simulated host.
 CSI_PROXY_RELEASES=(v1.2.1 v1.3.0 master)
 PROFILE_TARGETS="driver:lib driver:smb_node driver:smb_sim driver:iscsi_node driver:iscsi_sim \
 driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood e2e:local e2e:ephemeral e2e:hygiene \
@@ -175,10 +170,95 @@ e2e:democratic"
 # unit suites and the suites that take the backend switch, over the simulated host's Windows view).
 NATIVE_TARGETS="driver:lib driver:iscsi_node driver:smb_node driver:hardening_matrix driver:hardening_ephemeral driver:hardening_flood"
 
-# Prints "<package dir> <test executable>" for each of PROFILE_TARGETS, from the build `test (linux)` made (the
-# same command and features, so cargo only lists the executables). Fails when a listed target is missing.
+# Lanes of the suites step (scripts/run-suites.py): the suites mostly wait (the simulated host's arrivals, the e2e
+# nodes' settle times), so more lanes than cores overlap the waits.
+SUITE_LANES="${WINCSI_TEST_JOBS:-4}"
+
+# The test executables `cargo test --workspace --all-features` runs, from its build (the same command and features,
+# so cargo only lists them), as the suites step's jobs (JSON lines for scripts/run-suites.py): every executable
+# once with the default simulated host (csi-proxy v1.1.3), PROFILE_TARGETS once more per other release,
+# NATIVE_TARGETS with the native backend, the simulated host's unit suite with emulated links. Each runs as cargo
+# would run it: in its package's directory, with CARGO_MANIFEST_DIR and CARGO_PKG_NAME set. WEIGHTS are the
+# seconds each took on the 2-core machine (the heaviest start first); the rest count as 5.
+suite_jobs() {
+    cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null |
+        PROFILE_TARGETS="$PROFILE_TARGETS" NATIVE_TARGETS="$NATIVE_TARGETS" RELEASES="${CSI_PROXY_RELEASES[*]}" \
+        python3 -c '
+import json, os, sys
+
+weights = {"driver:lib": 40, "driver:iscsi_sim": 60, "driver:hardening_matrix": 55, "e2e:local": 60,
+           "driver:check_node": 90, "e2e:chart_admission": 35, "e2e:democratic": 22, "driver:iscsi_node": 18,
+           "driver:smb_sim": 12, "e2e:hygiene": 11, "sim:lib": 10}
+found = {}
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") != "compiler-artifact" or not msg.get("executable") or not msg["profile"]["test"]:
+        continue
+    pkg_dir = os.path.dirname(msg["manifest_path"])
+    target = msg["target"]
+    kind = "lib" if "lib" in target["kind"] else target["name"]
+    if "bin" in target["kind"]:
+        kind = "bin:" + target["name"]
+    # package_id: "path+file:///dir#name@version" (cargo >= 1.77) or "name version (path+file:///dir)".
+    pid = msg["package_id"]
+    pkg_name = pid.split("#", 1)[1].split("@", 1)[0] if "#" in pid else pid.split()[0]
+    key = os.path.basename(pkg_dir) + ":" + kind
+    found[key] = (pkg_dir, msg["executable"], pkg_name)
+missing = sorted(set((os.environ["PROFILE_TARGETS"] + " " + os.environ["NATIVE_TARGETS"] + " sim:lib").split())
+                 - set(found))
+if missing:
+    sys.exit("test targets not found in the build: " + ", ".join(missing))
+
+def job(key, label, env):
+    pkg_dir, exe, pkg_name = found[key]
+    env = dict(env, CARGO_MANIFEST_DIR=pkg_dir, CARGO_PKG_NAME=pkg_name)
+    print(json.dumps({"name": f"{key} ({label})", "cmd": [exe], "cwd": pkg_dir, "env": env,
+                      "weight": weights.get(key, 5)}))
+
+for key in sorted(found):
+    job(key, "v1.1.3", {})
+for release in os.environ["RELEASES"].split():
+    for key in os.environ["PROFILE_TARGETS"].split():
+        job(key, release, {"WINCSI_SIM_CSI_PROXY_VERSION": release})
+for key in os.environ["NATIVE_TARGETS"].split():
+    job(key, "native", {"WINCSI_TEST_HOST_BACKEND": "native"})
+job("sim:lib", "emulated links", {"WINCSI_SIM_TEST_EMULATED_LINKS": "1"})
+'
+}
+
+# The suites step: every job of suite_jobs, the doctests, the bench smoke and the fuzz smoke, on SUITE_LANES lanes.
+# The fuzz smoke (its own tree, fuzz/target) builds while the suites wait; the bench smoke runs the binaries the
+# test build made (WINCSI_PREBUILT_BINS=1, .ci/README.md).
+test_suites() {
+    local jobs="$target_dir/wincsi-suite-jobs.jsonl"
+    suite_jobs >"$jobs"
+    python3 - "$jobs" <<'PY'
+import json, os, sys
+extra = [
+    {"name": "doctests (cargo test --doc)", "weight": 30,
+     "cmd": ["cargo", "test", "--workspace", "--all-features", "--doc"]},
+    {"name": "bench smoke (.ci/bench-smoke.sh)", "weight": 20,
+     "cmd": ["bash", ".ci/bench-smoke.sh"], "env": {"WINCSI_PREBUILT_BINS": "1"}},
+    {"name": "fuzz smoke (.ci/fuzz-smoke.sh)", "weight": 300, "cmd": ["bash", ".ci/fuzz-smoke.sh"],
+     "env": {"WINCSI_FUZZ_SANITIZER": os.environ.get("WINCSI_FUZZ_SANITIZER", "none"),
+             "WINCSI_FUZZ_BUILD": os.environ.get("WINCSI_FUZZ_BUILD", "--dev"),
+             "WINCSI_FUZZ_SECONDS": os.environ.get("WINCSI_FUZZ_SECONDS", "3")}},
+]
+with open(sys.argv[1], "a", encoding="utf-8") as f:
+    for job in extra:
+        job.setdefault("env", {})
+        job["cwd"] = os.getcwd()
+        f.write(json.dumps(job) + "\n")
+PY
+    python3 scripts/run-suites.py --self-test
+    echo "$(wc -l <"$jobs") jobs on $SUITE_LANES lanes (WINCSI_TEST_JOBS)"
+    python3 scripts/run-suites.py --jobs "$SUITE_LANES" --log "$test_log" "$jobs"
+}
+
+# Prints "<package dir> <test executable>" for each of the targets given (as PROFILE_TARGETS), from the build
+# `test build (linux)` made. Fails when a listed target is missing.
 profile_test_binaries() {
-    local targets="${1:-$PROFILE_TARGETS}"
+    local targets="$1"
     cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null |
         PROFILE_TARGETS="$targets" python3 -c '
 import json, os, sys
@@ -203,37 +283,6 @@ for key in sorted(found):
 '
 }
 
-test_csi_proxy_releases() {
-    local binaries
-    binaries=$(profile_test_binaries)
-    local release dir bin
-    for release in "${CSI_PROXY_RELEASES[@]}"; do
-        echo "--- csi-proxy $release"
-        while read -r dir bin; do
-            echo "--- csi-proxy $release: $(basename "$bin")"
-            (cd "$dir" && WINCSI_SIM_CSI_PROXY_VERSION="$release" "$bin") 2>&1 | tee -a "$test_log"
-        done <<<"$binaries"
-    done
-}
-
-# The native backend's run of the suites that take the backend switch (the default release's simulated host).
-test_native_backend() {
-    local binaries dir bin
-    binaries=$(profile_test_binaries "$NATIVE_TARGETS")
-    while read -r dir bin; do
-        echo "--- native backend: $(basename "$bin")"
-        (cd "$dir" && WINCSI_TEST_HOST_BACKEND=native "$bin") 2>&1 | tee -a "$test_log"
-    done <<<"$binaries"
-}
-
-# The simulated host's own unit suite once more with emulated links: the sim's lib test binary from the build
-# `test (linux)` made (nothing is rebuilt).
-test_sim_emulated_links() {
-    local dir bin
-    read -r dir bin <<<"$(profile_test_binaries "sim:lib")"
-    (cd "$dir" && WINCSI_SIM_TEST_EMULATED_LINKS=1 "$bin") 2>&1 | tee -a "$test_log"
-}
-
 # Disk: a build of every step holds about 11 GB at its peak without pruning (measured on a fresh clone: the Linux
 # test executables 3.5 GB, the Windows ones 1.6 GB, the release-feature binaries of the real-node kit 1.9 GB, the
 # fuzz tree 1 GB). In CI, each step's test executables are deleted once no later step runs them, which keeps the
@@ -242,12 +291,13 @@ test_sim_emulated_links() {
 target_dir="${CARGO_TARGET_DIR:-target}"
 prune_test_executables() {
     [ "${WINCSI_PRUNE_TESTS:-$([ "${CI:-}" = true ] && echo 1 || echo 0)}" = 1 ] || return 0
-    local deps=$1 before after
+    local deps=$1 keep=${2:-} before after
     [ -d "$deps" ] || return 0
     before=$(du -sm "$deps" | cut -f1)
     # Test harnesses: extensionless executables (Linux) and .exe files (Windows). Proc-macro .so files and
-    # libraries stay: later steps build on them.
-    find "$deps" -maxdepth 1 -type f \( -name '*.exe' -o \( -perm -u+x ! -name '*.*' \) \) -delete
+    # libraries stay: later steps build on them. KEEP (a path) is a test executable a later step still runs.
+    find "$deps" -maxdepth 1 -type f \( -name '*.exe' -o \( -perm -u+x ! -name '*.*' \) \) \
+        ! -name "$(basename "${keep:-/nothing-kept}")" -delete
     after=$(du -sm "$deps" | cut -f1)
     echo "pruned the test executables in $deps: ${before} MB -> ${after} MB"
 }
@@ -281,25 +331,20 @@ step "clippy (linux)" cargo clippy --workspace --all-targets --all-features -- -
 step "clippy ($WINDOWS_TARGET)" \
     cargo clippy --workspace --all-targets --all-features --target "$WINDOWS_TARGET" -- -D warnings
 step "doc" env RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --all-features
-step "test (linux)" test_linux
-step "csi-proxy releases (${CSI_PROXY_RELEASES[*]})" test_csi_proxy_releases
-step "native backend (driver suites)" test_native_backend
-# The simulated host's state suite once more with emulated links (what it uses under Wine 8, which makes no
-# directory symlinks), so that mode is proven on Linux too.
-step "sim with emulated links" test_sim_emulated_links
-prune_test_executables "$target_dir/debug/deps"
+step "test build (linux)" cargo test --workspace --all-features --no-run
+step "suites (linux: every test on v1.1.3; ${CSI_PROXY_RELEASES[*]}, native, emulated links; doctests, bench and fuzz smoke)" \
+    test_suites
+# The real-node kit's e2e external mode runs the external test executable `test (linux)` built (kept from pruning).
+kit_e2e_test_bin=$(profile_test_binaries "e2e:external" | awk '{print $2}')
+prune_test_executables "$target_dir/debug/deps" "$kit_e2e_test_bin"
 step "test (wine, $WINDOWS_TARGET)" test_wine
 prune_test_executables "$target_dir/$WINDOWS_TARGET/debug/deps"
 # The Windows-runner workflow's logic (scripts/real-node) run here against the simulated host: only the runner wiring
 # is left untested.
-step "real-node kit (check-node, workflow lint, e2e external)" bash scripts/real-node/selftest.sh
-# Harness smoke runs: correctness only (zero errors, leaks, data loss), never timing.
-step "bench smoke" bash .ci/bench-smoke.sh
-# Fuzz smoke: every cargo-fuzz target a few seconds from its seeds. Dev build without a sanitizer keeps the
-# cold build of the fuzz tree short; longer sanitizer runs are in fuzz/README.md.
-step "fuzz smoke" env WINCSI_FUZZ_SANITIZER="${WINCSI_FUZZ_SANITIZER:-none}" \
-    WINCSI_FUZZ_BUILD="${WINCSI_FUZZ_BUILD:---dev}" WINCSI_FUZZ_SECONDS="${WINCSI_FUZZ_SECONDS:-3}" \
-    bash .ci/fuzz-smoke.sh
+# WINCSI_PREBUILT_BINS=1: the kit and the bench smoke run the binaries this run's test builds made (`test (linux)`,
+# and the Wine step's for Windows) instead of building them again with other features (.ci/README.md).
+step "real-node kit (check-node, workflow lint, e2e external)" \
+    env WINCSI_PREBUILT_BINS=1 WINCSI_E2E_TEST_BIN="$kit_e2e_test_bin" bash scripts/real-node/selftest.sh
 summary
 disk_report
 test_totals

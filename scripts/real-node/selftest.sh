@@ -51,7 +51,13 @@ echo "--- lint"
 shellcheck --external-sources --severity=warning scripts/real-node/*.sh
 check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 check-jsonschema --check-metaschema driver/src/check/report-v1.schema.json
-cargo test -p wincsi-e2e --test real_node_workflow
+# The workflow's own rules: in scripts/test-all.sh (WINCSI_PREBUILT_BINS=1) this test already ran in the suites step,
+# with the workspace's features; run alone, `-p wincsi-e2e` builds it here.
+if [ "${WINCSI_PREBUILT_BINS:-0}" = 1 ]; then
+    echo "e2e/tests/real_node_workflow.rs: ran in the suites step"
+else
+    cargo test -p wincsi-e2e --test real_node_workflow
+fi
 "$WINCSI_VENV/bin/python" scripts/real-node/ps-lint.py scripts/real-node/*.ps1
 sed 's/^function Get-PortalAddress {$/function Get-PortalAddress {{/' scripts/real-node/setup-windows.ps1 >"$out/broken.ps1"
 must_fail "ps-lint.py on an unbalanced copy" "missing '}'" "$WINCSI_VENV/bin/python" scripts/real-node/ps-lint.py "$out/broken.ps1"
@@ -66,7 +72,22 @@ must_fail "nanoserver.py on a Dockerfile whose image takes another file" "does n
     python3 scripts/real-node/nanoserver.py "$out/Dockerfile.other" "$out/wincsi-node.exe" "$out/image-other"
 
 echo "--- linux: check-node against the simulated host"
-cargo build -p wincsi-sim -p wincsi-driver --bins
+# prebuilt DIR BIN...: with WINCSI_PREBUILT_BINS=1 (scripts/test-all.sh) the binaries are the ones its test builds
+# made (`test build (linux)`; the Wine step's for Windows): building them again here with other features would rebuild the
+# whole dependency stack (tokio's test-util differs). They must be there.
+prebuilt() {
+    local dir=$1 bin
+    shift
+    for bin in "$@"; do
+        [ -x "$dir/$bin" ] || { echo "selftest: $dir/$bin is missing (WINCSI_PREBUILT_BINS=1 expects it built)" >&2; exit 1; }
+    done
+    echo "using the test builds' $* in $dir"
+}
+if [ "${WINCSI_PREBUILT_BINS:-0}" = 1 ]; then
+    prebuilt target/debug wincsi-sim wincsi-node
+else
+    cargo build -p wincsi-sim -p wincsi-driver --bins
+fi
 bash scripts/real-node/check-node.sh sim --out "$out/linux"
 echo "--- linux: check-node.sh node's failures"
 must_fail "check-node.sh node when check-node refuses (exit 2)" "needs a password in WINCSI_CHECK_SMB_PASSWORD" \
@@ -88,7 +109,11 @@ must_fail "report.py node --expect on a Linux build" "tool.target is 'x86_64-unk
     python3 scripts/real-node/report.py node "$report" --expect tool.target=x86_64-pc-windows-gnu
 
 echo "--- wine: the Windows binaries over named pipes"
-cargo build --target x86_64-pc-windows-gnu -p wincsi-sim -p wincsi-driver --bins
+if [ "${WINCSI_PREBUILT_BINS:-0}" = 1 ]; then
+    prebuilt target/x86_64-pc-windows-gnu/debug wincsi-sim.exe wincsi-node.exe
+else
+    cargo build --target x86_64-pc-windows-gnu -p wincsi-sim -p wincsi-driver --bins
+fi
 started=1
 bash .ci/wine-run.sh --start-server || {
     [ "$?" -eq 10 ] || { echo "cannot start a wineserver for $WINEPREFIX" >&2; exit 1; }

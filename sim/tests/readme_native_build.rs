@@ -1,8 +1,14 @@
 //! The commands `sim/README.md` gives for the native test build ("The Windows view over a socket") build what they
-//! say: their `cargo build` lines, run as written (plus `--message-format json`), leave a `wincsi-node` compiled with
-//! the `test-windows-socket` feature whose `--help` lists `--test-windows-socket`. The earlier one-line form
-//! (`cargo build -p wincsi-sim -p wincsi-driver --features wincsi-driver/test-windows-socket`) built it without the
-//! feature (cargo 1.95), which this test reported.
+//! say: the `cargo build` lines of that block, resolved as written, compile a `wincsi-node` with the
+//! `test-windows-socket` feature (the feature that gives it `--test-windows-socket`, which the driver's CLI tests
+//! check). The earlier one-line form (`cargo build -p wincsi-sim -p wincsi-driver --features
+//! wincsi-driver/test-windows-socket`) resolved it without the feature (cargo 1.95), which this test reports.
+//!
+//! Each line is resolved with cargo's unit graph (`-Z unstable-options --unit-graph`, through `RUSTC_BOOTSTRAP=1`):
+//! exactly the units, and their features, that the build would compile, without compiling them. Building the lines
+//! for real would rebuild the whole dependency stack with other features inside `cargo test` (minutes on CI's two
+//! cores, and it overwrote `target/debug/wincsi-node`). `cargo tree` is no substitute: it shows the feature as
+//! enabled for the old line (it folds in the dev-dependencies' features), where the build and the unit graph do not.
 
 use std::path::Path;
 use std::process::Command;
@@ -22,63 +28,78 @@ fn documented_builds(readme: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The features of the `wincsi-node` binary unit in the unit graph of `cargo <args>`, if it builds one.
+fn node_features(root: &Path, args: &[String]) -> Option<Vec<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(&cargo)
+        .args(args)
+        .args(["-Z", "unstable-options", "--unit-graph"])
+        .env("RUSTC_BOOTSTRAP", "1")
+        .current_dir(root)
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo {} --unit-graph: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let graph: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("the unit graph is JSON");
+    graph["units"]
+        .as_array()
+        .expect("units")
+        .iter()
+        .find(|u| u["target"]["name"] == "wincsi-node" && u["target"]["kind"][0] == "bin")
+        .map(|u| {
+            u["features"]
+                .as_array()
+                .expect("features")
+                .iter()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect()
+        })
+}
+
 #[test]
-fn the_documented_commands_build_a_wincsi_node_with_the_test_windows_socket_flag() {
+fn the_documented_commands_build_a_wincsi_node_with_the_test_windows_socket_feature() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root");
     let readme = std::fs::read_to_string(root.join("sim/README.md")).expect("sim/README.md");
     let builds = documented_builds(&readme);
+    let nodes: Vec<(String, Vec<String>)> = builds
+        .iter()
+        .filter_map(|args| node_features(root, args).map(|f| (args.join(" "), f)))
+        .collect();
     assert!(
-        builds
-            .iter()
-            .any(|b| b.iter().any(|a| a == "wincsi-driver")),
-        "no documented command builds wincsi-driver: {builds:?}"
+        !nodes.is_empty(),
+        "no documented command builds wincsi-node: {builds:?}"
     );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut node = None;
-    for args in &builds {
-        let out = Command::new(&cargo)
-            .args(args)
-            .arg("--message-format=json-render-diagnostics")
-            .current_dir(root)
-            .output()
-            .expect("cargo runs");
+    for (command, features) in nodes {
         assert!(
-            out.status.success(),
-            "cargo {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
+            features.iter().any(|f| f == "test-windows-socket"),
+            "`cargo {command}` builds wincsi-node with features {features:?}, without test-windows-socket"
         );
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let Ok(m) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            if m["reason"] == "compiler-artifact" && m["target"]["name"] == "wincsi-node" {
-                node = Some((
-                    args.join(" "),
-                    m["features"].clone(),
-                    m["executable"].as_str().map(str::to_owned),
-                ));
-            }
-        }
     }
-    let (command, features, exe) = node.expect("the documented commands build wincsi-node");
+}
+
+#[test]
+fn the_old_one_line_command_is_caught() {
+    // The form the README gave before: the check above must fail on it, or it proves nothing.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    let old: Vec<String> =
+        "build -p wincsi-sim -p wincsi-driver --features wincsi-driver/test-windows-socket"
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+    let features = node_features(root, &old).expect("the old command builds wincsi-node");
     assert!(
-        features
-            .as_array()
-            .is_some_and(|f| f.iter().any(|x| x == "test-windows-socket")),
-        "`cargo {command}` builds wincsi-node with features {features}, without test-windows-socket"
-    );
-    let exe = exe.expect("wincsi-node's executable");
-    let help = Command::new(&exe)
-        .arg("--help")
-        .output()
-        .expect("wincsi-node --help");
-    let help = String::from_utf8_lossy(&help.stdout);
-    assert!(
-        help.contains("--test-windows-socket"),
-        "{exe} --help lists no --test-windows-socket"
+        !features.iter().any(|f| f == "test-windows-socket"),
+        "cargo now resolves the old one-line command with the feature ({features:?}): the README's two-command form \
+         and this check's reason can go"
     );
 }
 

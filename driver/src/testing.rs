@@ -194,6 +194,8 @@ pub(crate) struct Env {
     stats_cache: Option<std::time::Duration>,
     /// `--max-volumes-per-node` of the driver (none unless a test sets it).
     volume_limit: Option<u64>,
+    /// The lifecycle's background work (the driver's defaults unless a test changes them).
+    background: crate::lifecycle::BackgroundSettings,
     _sandbox: tempfile::TempDir,
 }
 
@@ -216,7 +218,17 @@ impl Env {
             unreachable: Box::new(move |rpc| gate.unreachable_now(rpc)),
             after: Box::new(move |rpc| after.run_after(rpc)),
         });
-        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None, None, None);
+        let background = crate::lifecycle::BackgroundSettings::default();
+        let mgr = Self::manager(
+            backend,
+            &inproc,
+            &tap,
+            dir.path(),
+            None,
+            None,
+            None,
+            &background,
+        );
         Self {
             sim,
             inproc,
@@ -227,6 +239,7 @@ impl Env {
             secrets: None,
             stats_cache: None,
             volume_limit: None,
+            background,
             _sandbox: sandbox,
         }
     }
@@ -239,6 +252,7 @@ impl Env {
         secrets: Option<&Arc<dyn SecretSource>>,
         stats_cache: Option<std::time::Duration>,
         volume_limit: Option<u64>,
+        background: &crate::lifecycle::BackgroundSettings,
     ) -> Arc<Manager<TestHost>> {
         let cfg = VolumeConfig {
             kubelet_root: KubeletRoot::new(KUBELET).expect("root"),
@@ -246,7 +260,13 @@ impl Env {
         };
         let mut seed = None;
         let host = match backend {
-            TestBackend::CsiProxy => TestHost::CsiProxy(CsiProxyHost::new(inproc.client())),
+            TestBackend::CsiProxy => {
+                let sim = inproc.host().clone();
+                TestHost::CsiProxy(
+                    CsiProxyHost::new(inproc.client())
+                        .with_uptime(Arc::new(move || Some(sim.uptime()))),
+                )
+            }
             TestBackend::Native => {
                 let view = Arc::new(WindowsView::new(inproc.host().clone()));
                 let native = NativeHost::new(view, Some(dir));
@@ -257,7 +277,8 @@ impl Env {
         let mgr = manager_with(host, cfg, dir, ISCSI)
             .expect("manager")
             .with_stats_cache(stats_cache)
-            .with_volume_limit(volume_limit);
+            .with_volume_limit(volume_limit)
+            .with_background(background.clone());
         // As `backend::native_lifecycle` does: the shares the records say this driver mapped are its own.
         if let Some(native) = seed {
             crate::backend::adopt_recorded_mappings(&native, mgr.store());
@@ -279,6 +300,7 @@ impl Env {
             None,
             self.stats_cache,
             self.volume_limit,
+            &self.background,
         );
         Arc::into_inner(mgr)
             .expect("a new manager")
@@ -308,12 +330,19 @@ impl Env {
             self.secrets.as_ref(),
             self.stats_cache,
             self.volume_limit,
+            &self.background,
         );
     }
 
     /// Restart the driver with `--max-volumes-per-node limit`.
     pub(crate) fn set_volume_limit(&mut self, limit: u64) {
         self.volume_limit = Some(limit);
+        self.restart();
+    }
+
+    /// Restart the driver with these background settings (`--unreferenced-volume-minutes`, …).
+    pub(crate) fn set_background(&mut self, settings: crate::lifecycle::BackgroundSettings) {
+        self.background = settings;
         self.restart();
     }
 

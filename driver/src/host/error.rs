@@ -85,6 +85,9 @@ pub enum HostOp {
     /// Listing a target's paths: per session (connection), the portal and its disks (no csi-proxy RPC: a native
     /// backend's `MSFT_iSCSIConnection` and `MSFT_iSCSIConnectionToDisk`).
     TargetPaths,
+    /// What a backend knows of its own calls that may still be running on an object (no csi-proxy RPC: a native
+    /// backend's ledger of WMI methods in flight, and what the host shows of their outcome).
+    InFlight,
 }
 
 impl HostOp {
@@ -129,6 +132,7 @@ impl HostOp {
             Self::ListIscsiSessions => "ListIscsiSessions",
             Self::MultipathClaim => "MultipathClaim",
             Self::TargetPaths => "TargetPaths",
+            Self::InFlight => "InFlight",
         }
     }
 }
@@ -182,6 +186,10 @@ pub enum HostErrorKind {
     /// The iSCSI initiator refuses another session: `ISDSC_TOO_MANY_SESSIONS` (0xEFFF001E, "Exceeded max sessions for
     /// this initiator.", iscsierr.h). Nothing was logged in.
     TooManySessions,
+    /// The backend did not start the call: an earlier call that may still be running changes the same object (the
+    /// native backend's own operation whose caller stopped waiting, or a WMI method an earlier driver process left in
+    /// flight: `host/native/inflight.rs`). Nothing was started.
+    InFlight,
     /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
     Unavailable,
     /// The call did not finish before the deadline.

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath,
-    HostResult, IscsiAuth, MpioClaim, Portal, Secret, SmbCredential, TargetPath, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostObject, HostOp,
+    HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, Portal, Secret, SharedObject,
+    SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -105,6 +106,7 @@ fn kind_label(kind: HostErrorKind) -> &'static str {
         HostErrorKind::MayHoldData => "may_hold_data",
         HostErrorKind::SupportedSizeFailed => "supported_size_failed",
         HostErrorKind::TooManySessions => "too_many_sessions",
+        HostErrorKind::InFlight => "in_flight",
         HostErrorKind::InvalidPath => "invalid_path",
         HostErrorKind::Unavailable => "unavailable",
         HostErrorKind::DeadlineExceeded => "deadline_exceeded",
@@ -132,6 +134,23 @@ macro_rules! metered {
 impl<H: Host> Host for Metered<H> {
     fn capabilities(&self) -> HostCapabilities {
         self.inner.capabilities()
+    }
+
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        self.inner.made_by_wincsi(object)
+    }
+
+    /// A ledger write, not a host call: not counted.
+    fn claim(
+        &self,
+        object: SharedObject<'_>,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        self.inner.claim(object, deadline)
+    }
+
+    fn uptime(&self) -> Option<std::time::Duration> {
+        self.inner.uptime()
     }
 
     metered! {
@@ -169,6 +188,8 @@ impl<H: Host> Host for Metered<H> {
         get_target_disks(portal: &Portal, iqn: &str) -> Vec<u32> => GetTargetDisks;
         set_mutual_chap_secret(secret: &Secret) -> () => SetMutualChapSecret;
         set_disk_online_writable(disk: u32) -> () => SetDiskState;
+        set_disk_online_read_only(disk: u32) -> () => SetDiskState;
+        in_flight(object: &HostObject) -> InFlight => InFlight;
         add_target_portal_with_chap(portal: &Portal, discovery: &IscsiAuth) -> () => AddTargetPortal;
         connect_target_persistent(portal: &Portal, iqn: &str, auth: &IscsiAuth) -> () => ConnectTarget;
         list_target_portals() -> Vec<Portal> => ListTargetPortals;
@@ -299,7 +320,7 @@ mod tests {
     fn every_host_method_is_forwarded() {
         let port = fn_names(
             include_str!("mod.rs"),
-            "pub trait Host: Send + Sync + 'static {",
+            "pub trait Host: Clone + Send + Sync + 'static {",
             "\n}\n",
         );
         assert!(port.len() > 20, "{port:?}");

@@ -34,6 +34,7 @@ use std::future::Future;
 use crate::locks::Deadline;
 
 mod block;
+mod boot;
 pub mod csi_proxy;
 mod error;
 mod metered;
@@ -47,6 +48,7 @@ pub use block::{
     DEFAULT_PORT, DiskIds, DiskLayout, DiskLocation, IscsiAuth, MpioClaim, PartitionInfo,
     PartitionKind, PartitionStyle, Portal, TargetPath,
 };
+pub use boot::{BootStamp, HostObject, InFlight, OUTLIVE_BOUND, Since};
 pub use error::{HostError, HostErrorKind, HostOp, HostResult};
 pub use metered::Metered;
 pub use name::{name_key, names_equal};
@@ -65,7 +67,7 @@ pub use unc::{SmbCredential, UncPath};
 pub struct HostCapabilities {
     /// It can list the node's SMB global mappings and their status.
     pub list_smb_mappings: bool,
-    /// It can clear a disk's read-only flag.
+    /// It can clear a disk's read-only flag, and set it ([`Host::set_disk_online_read_only`]).
     pub clear_disk_read_only: bool,
     /// It can add a target portal with discovery CHAP credentials.
     pub discovery_chap: bool,
@@ -88,8 +90,9 @@ pub struct HostCapabilities {
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
 /// remote paths are validated [`UncPath`]s. Every call carries the RPC's [`Deadline`], which implementations pass on
-/// (csi-proxy: the gRPC deadline); the driver also bounds every call by it.
-pub trait Host: Send + Sync + 'static {
+/// (csi-proxy: the gRPC deadline); the driver also bounds every call by it. Cheap to clone (a handle): a removal that
+/// may outlive its caller runs to its end on a clone (`smb/removal.rs`).
+pub trait Host: Clone + Send + Sync + 'static {
     /// What this backend can do beyond csi-proxy v1's primitives (nothing, unless it says so).
     fn capabilities(&self) -> HostCapabilities {
         HostCapabilities::default()
@@ -358,6 +361,36 @@ pub trait Host: Send + Sync + 'static {
         self.set_disk_online(disk, true, deadline)
     }
 
+    /// `SetDiskState(online)` of a disk a reader-only volume is staged from: a backend with
+    /// [`HostCapabilities::clear_disk_read_only`] also sets the disk's read-only flag, so nothing on the node writes to
+    /// it. Default: [`Host::set_disk_online`] (the flag is left as it is).
+    fn set_disk_online_read_only(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        self.set_disk_online(disk, true, deadline)
+    }
+
+    /// How long the node has been up (`GetTickCount64`: counts from the boot, never goes back within one, not moved
+    /// by the wall clock; [`BootStamp`]), or `None` when the backend cannot tell. Not a host call: the kernel's tick
+    /// count, which the driver's process shares with the node.
+    fn uptime(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// What this backend knows of its own calls on `object` that may outlive their callers (`PartitionDisk`,
+    /// `FormatVolume`, `ResizeVolume`, `DisconnectTarget`) and may still be running, in this process or one before
+    /// it (no csi-proxy RPC). Default: [`InFlight::Unknown`] (csi-proxy runs them in its own process).
+    fn in_flight(
+        &self,
+        object: &HostObject,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<InFlight>> + Send {
+        let _ = (object, deadline);
+        async { Ok(InFlight::Unknown) }
+    }
+
     /// `AddTargetPortal` with discovery CHAP ([`HostCapabilities::discovery_chap`]). Default: not supported.
     fn add_target_portal_with_chap(
         &self,
@@ -472,6 +505,41 @@ pub trait Host: Send + Sync + 'static {
             ))
         }
     }
+
+    /// Whether wincsi made `object`, as far as this backend records it (not a host call): `Some(false)` when the
+    /// backend knows it is someone else's and will leave it in place when asked to remove it or log out of it (the
+    /// native ledgers), `Some(true)` when it will remove it. Default `None`: the backend keeps no such record and
+    /// removes whatever it is asked to (csi-proxy). Asked so that a log line says what really happened.
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        let _ = object;
+        None
+    }
+
+    /// Count `object` as made by wincsi from now on: a volume the host proves this driver staged uses it (an adopted
+    /// staging object, `Protocol::adopt`), exactly as the volume records of staged volumes count at start. Durable
+    /// before it returns. Default: nothing to record (a backend that keeps no ledger).
+    fn claim(
+        &self,
+        object: SharedObject<'_>,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (object, deadline);
+        async { Ok(()) }
+    }
+}
+
+/// A shared host object that has no owner field on Windows: whether wincsi made it is what a backend may record
+/// ([`Host::made_by_wincsi`], [`Host::claim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedObject<'a> {
+    /// The SMB global mapping of a share root (`\\server\share`, any case).
+    SmbMapping(&'a str),
+    /// The sessions of an iSCSI target (its name, any case). A claim leaves a target the backend knows as someone
+    /// else's (joined) so.
+    IscsiSession(&'a str),
+    /// The sessions of an iSCSI target the caller's own login just joined as someone else's, proven the driver's own
+    /// since (its staging path mounts the LUN): a claim counts them as made by wincsi.
+    IscsiSessionJoined(&'a str),
 }
 
 /// The defaults of the multipath and session-listing operations (`HostCapabilities::{multipath,

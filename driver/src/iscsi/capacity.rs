@@ -4,7 +4,7 @@
 //! `Adapter a : Port 0 : Target t : LUN l`), and a SCSI address carries the target id in one byte
 //! (`SCSI_ADDRESS.TargetId`, a `UCHAR`, ntddscsi.h): [`ISCSI_SESSION_LIMIT`] sessions at most; a login past the
 //! initiator's limit answers `ISDSC_TOO_MANY_SESSIONS` ("Exceeded max sessions for this initiator.", iscsierr.h). The
-//! exact number Windows accepts is **unverified** (real-node check N36). Every session counts, whoever made it: those
+//! exact number Windows accepts is **unverified** (real-node check N39). Every session counts, whoever made it: those
 //! of other drivers or of an administrator's logins leave fewer for this driver's volumes. A volume takes one session
 //! (LUNs of one target share theirs; a multipath volume takes one per portal), so the free sessions are an upper
 //! bound of the volumes the node can still take, reached by arrays with one target per volume (democratic-csi's).

@@ -75,6 +75,8 @@ pub trait Lifecycle: Send + Sync + std::fmt::Debug {
         let _ = d;
         Box::pin(async move { Ok(configured) })
     }
+    /// Stop the lifecycle's background work (shutdown).
+    fn stop_background(&self) {}
 }
 
 /// Convert a CSI capability; a capability without an access type is invalid.
@@ -274,6 +276,10 @@ impl<H: Host, P: Protocol<H>> Lifecycle for VolumeManager<H, P> {
             tracing::warn!(error = %e, "cannot list the state records");
         }
         self.store().quarantined_count()
+    }
+
+    fn stop_background(&self) {
+        VolumeManager::stop_background(self);
     }
 }
 

@@ -83,6 +83,7 @@ mod context;
 mod csi;
 pub mod democratic;
 pub mod inline;
+pub mod outlive;
 mod protocol;
 mod publish;
 mod reconcile;
@@ -90,20 +91,25 @@ mod request;
 mod stats_cache;
 #[cfg(test)]
 mod tests;
+mod unreferenced;
+mod watch;
 
 pub use capacity::VOLUME_LIMIT_BUDGET;
 pub use context::{Calls, Context, host_error};
 pub use csi::{Lifecycle, LifecycleFuture, node_capabilities};
 pub use protocol::{Either, Found, Health, Protocol, StageAt};
-pub(crate) use request::is_credential_key;
 pub use request::{
     AccessType, Capability, EPHEMERAL_KEY, ExpandRequest, PublishRequest, ReconcileReport, Secrets,
     StageRequest, StatsRequest, UnpublishRequest, UnstageRequest, Usage, VolumeStats,
     check_mount_flags, check_mount_flags_for, context_get,
 };
+pub(crate) use request::{access_mode_name, is_credential_key};
 use request::{mount_capability, required};
 use stats_cache::Invalidate;
 pub use stats_cache::StatsCache;
+pub use unreferenced::UnreferencedReport;
+use watch::Background;
+pub use watch::BackgroundSettings;
 
 /// Where credentials of inline ephemeral volumes come from (the Kubernetes API in production).
 pub trait SecretSource: Send + Sync + 'static {
@@ -136,6 +142,7 @@ pub struct VolumeManager<H, P> {
     stats_cache: StatsCache,
     /// `--max-volumes-per-node` (`capacity.rs`).
     volume_limit: Option<u64>,
+    background: Background,
 }
 
 impl<H, P> std::fmt::Debug for VolumeManager<H, P> {
@@ -169,6 +176,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             secrets: None,
             stats_cache: StatsCache::default(),
             volume_limit: None,
+            background: Background::default(),
         })
     }
 
@@ -268,6 +276,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .cfg
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let access = cap.access();
@@ -325,6 +334,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .cfg
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeUnstageVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         match self.store.volume(&req.volume_id)? {
@@ -454,6 +464,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     pub async fn stats(&self, req: &StatsRequest, d: Deadline) -> Result<VolumeStats, Error> {
         required(&req.volume_id, "volume_id")?;
         required(&req.volume_path, "volume_path")?;
+        self.background.touched(&req.volume_id);
         let rec = self.staged_record(&req.volume_id)?;
         let path = self.locate(&rec, &req.volume_path)?;
         // After the record checks (an unstaged volume or an unpublished path is NOT_FOUND, never a cached answer).
@@ -473,6 +484,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     pub async fn expand(&self, req: &ExpandRequest, d: Deadline) -> Result<i64, Error> {
         required(&req.volume_id, "volume_id")?;
         required(&req.volume_path, "volume_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeExpandVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let rec = self.staged_record(&req.volume_id)?;

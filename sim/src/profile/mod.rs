@@ -397,7 +397,7 @@ pub struct HostBehaviour {
     /// How many iSCSI sessions the initiator takes; a login past it answers `ISDSC_TOO_MANY_SESSIONS` (0xEFFF001E,
     /// "Exceeded max sessions for this initiator.", iscsierr.h). Default 256: the software initiator gives each
     /// session a SCSI target id on its adapter, one byte in `SCSI_ADDRESS.TargetId` (ntddscsi.h). The number Windows
-    /// really allows is **unverified** (real-node check N36).
+    /// really allows is **unverified** (real-node check N39).
     pub iscsi_session_limit: u32,
 }
 

@@ -719,6 +719,9 @@ pub(crate) enum LoginFailure {
     TargetNotFound,
     /// ISDSC_TOO_MANY_SESSIONS: the initiator's session limit (`behaviour.iscsi_session_limit`).
     TooManySessions,
+    /// ISDSC_CONNECTION_FAILED: the portal does not answer (the text New-IscsiTargetPortal gives a portal not on the
+    /// network, `State::add_target_portal`).
+    ConnectionFailed,
 }
 
 impl LoginFailure {
@@ -735,6 +738,7 @@ impl LoginFailure {
                 "The target name is not found or is marked as hidden from login."
             }
             LoginFailure::TooManySessions => "Exceeded max sessions for this initiator.",
+            LoginFailure::ConnectionFailed => "Connection Failed.",
         }
     }
 
@@ -745,6 +749,7 @@ impl LoginFailure {
             LoginFailure::BadChapSecret => 0xEFFF_0067,
             LoginFailure::TargetNotFound => 0xEFFF_0063,
             LoginFailure::TooManySessions => 0xEFFF_001E,
+            LoginFailure::ConnectionFailed => 0xEFFF_0003,
         }
     }
 }

@@ -427,7 +427,7 @@ impl StorageWmi for WindowsView {
     /// read-only disk; 42009 for a partition without a recognised file system is not modelled. It works while the
     /// Optimize Drives service is disabled: aws-ebs-csi-driver#2877 reports the explicit-size path (csi-proxy's
     /// `ResizeVolume` with a size, which skips `GetSupportedSize`) working there (**unverified** beyond that report:
-    /// real-node check N35).
+    /// real-node check N38).
     fn partition_resize(
         &self,
         ctx: &CallContext,

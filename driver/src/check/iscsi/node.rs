@@ -1,5 +1,5 @@
 //! Read-only: what the node offers multipath volumes and the volume limit (issue 41 items 1 and 4; real-node checks
-//! N33 and N36). Whether MPIO's Microsoft DSM claims iSCSI disks (`MSFT_MSDSMSupportedHW`), and how many iSCSI
+//! N33 and N39). Whether MPIO's Microsoft DSM claims iSCSI disks (`MSFT_MSDSMSupportedHW`), and how many iSCSI
 //! sessions the node has, whoever made them: the driver reports the initiator's remaining sessions in NodeGetInfo.
 //! csi-proxy has no call for either: there the check does not run (and is not reported).
 
@@ -61,7 +61,7 @@ pub(in crate::check) async fn run<H: Host>(cx: &mut Ctx<'_, H>) {
         c.observe("iscsi_sessions", o, Vec::new());
         if let Ok(n) = r {
             notes.push(format!(
-                "{n} iSCSI sessions: {} left of the initiator's {ISCSI_SESSION_LIMIT} (check N36)",
+                "{n} iSCSI sessions: {} left of the initiator's {ISCSI_SESSION_LIMIT} (check N39)",
                 ISCSI_SESSION_LIMIT.saturating_sub(n as u64)
             ));
         }

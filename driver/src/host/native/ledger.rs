@@ -42,6 +42,11 @@ impl Ledger {
         self.lock().contains(key)
     }
 
+    /// Every key held (the in-flight ledger lists its entries: `inflight.rs`).
+    pub(crate) fn keys(&self) -> Vec<String> {
+        self.lock().iter().cloned().collect()
+    }
+
     /// Add or remove `key`, durably (write, fsync, rename) before returning.
     pub(crate) fn set(&self, key: &str, present: bool) -> std::io::Result<()> {
         let mut keys = self.lock();
@@ -99,4 +104,39 @@ impl Ledger {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// [`crate::host::Host::made_by_wincsi`] of the native backend, from its ledgers `[mappings, sessions, joined]`: a
+/// mapping not in the mapping ledger, a target whose session wincsi joined, is someone else's (left in place).
+pub(super) fn made_by_wincsi(
+    [mappings, sessions, joined]: [&Ledger; 3],
+    object: crate::host::SharedObject<'_>,
+) -> bool {
+    use crate::host::SharedObject as O;
+    match object {
+        O::SmbMapping(root) => super::smb::made_by_wincsi(mappings, root),
+        O::IscsiSession(iqn) | O::IscsiSessionJoined(iqn) => {
+            super::iscsi::made_by_wincsi(sessions, joined, iqn)
+        }
+    }
+}
+
+/// [`crate::host::Host::claim`] of the native backend: the operation its errors are named after, and the ledger write
+/// it runs on the backend's blocking pool.
+pub(super) fn claim(
+    object: crate::host::SharedObject<'_>,
+) -> (
+    super::HostOp,
+    impl FnOnce(&super::Ops<'_>) -> super::HostResult<()> + Send + 'static,
+) {
+    use crate::host::SharedObject as O;
+    let (op, key, joined_now) = match object {
+        O::SmbMapping(root) => (super::HostOp::NewSmbGlobalMapping, root.to_owned(), None),
+        O::IscsiSession(iqn) => (super::HostOp::ConnectTarget, iqn.to_owned(), Some(false)),
+        O::IscsiSessionJoined(iqn) => (super::HostOp::ConnectTarget, iqn.to_owned(), Some(true)),
+    };
+    (op, move |o: &super::Ops<'_>| match joined_now {
+        None => super::smb::claim(o, &key),
+        Some(now) => super::iscsi::claim(o, &key, now),
+    })
 }

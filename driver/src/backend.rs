@@ -160,6 +160,7 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
                 config.vol_stats_cache_expiry(),
                 |_| {},
                 iscsi_settings(config),
+                config.volume_limit(),
                 background_settings(config),
             )
             .await
@@ -202,6 +203,7 @@ pub async fn native_lifecycle(
         config.vol_stats_cache_expiry(),
         move |store| adopt_recorded_mappings(&seeding, store),
         iscsi_settings(config),
+        config.volume_limit(),
         background_settings(config),
     )
     .await
@@ -272,11 +274,13 @@ async fn start<H: Host>(
     stats_cache: Option<Duration>,
     before_reconcile: impl FnOnce(&StateStore),
     iscsi: IscsiSettings,
+    volume_limit: Option<u64>,
     background: BackgroundSettings,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
     let mgr = Arc::new(
         manager_with(host, cfg, state_dir, iscsi)?
             .with_stats_cache(stats_cache)
+            .with_volume_limit(volume_limit)
             .with_background(background)
             .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
     );

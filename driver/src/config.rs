@@ -118,7 +118,8 @@ pub struct Config {
     #[arg(long, env = "STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// Maximum number of volumes on this node reported by NodeGetInfo; 0 means no limit.
+    /// Maximum number of volumes on this node: reported by NodeGetInfo (with what the host allows, natively the iSCSI
+    /// initiator's free sessions) and enforced at stage (RESOURCE_EXHAUSTED); 0 means no configured limit.
     #[arg(
         long,
         value_name = "N",
@@ -283,6 +284,13 @@ impl Config {
     pub fn vol_stats_cache_expiry(&self) -> Option<std::time::Duration> {
         (self.vol_stats_cache_expire_in_minutes > 0)
             .then(|| std::time::Duration::from_secs(60 * self.vol_stats_cache_expire_in_minutes))
+    }
+
+    /// `--max-volumes-per-node` as a limit (`None`: 0, no limit).
+    pub fn volume_limit(&self) -> Option<u64> {
+        u64::try_from(self.max_volumes_per_node)
+            .ok()
+            .filter(|&n| n > 0)
     }
 
     /// Topology segments as a map (keys are unique after validation).

@@ -11,6 +11,7 @@
 //! | [`Error::AlreadyExists`] | `ALREADY_EXISTS` | incompatible object already present |
 //! | [`Error::FailedPrecondition`] | `FAILED_PRECONDITION` | e.g. publish before stage |
 //! | [`Error::Aborted`] | `ABORTED` | an operation on the same volume is in flight; retry with backoff |
+//! | [`Error::ResourceExhausted`] | `RESOURCE_EXHAUSTED` | the node is full (volume limit, iSCSI sessions); kubelet retries, the CSINode refresh corrects the scheduler |
 //! | [`Error::Unavailable`] | `UNAVAILABLE` | csi-proxy, the Kubernetes API or a LUN's disk not answering yet; retry |
 //! | [`Error::DeadlineExceeded`] | `DEADLINE_EXCEEDED` | host call timed out; retry |
 //! | [`Error::Unimplemented`] | `UNIMPLEMENTED` | never retry |
@@ -47,6 +48,12 @@ pub enum Error {
     /// Another operation on the same volume is in progress.
     #[error("an operation on {0} is already in progress")]
     Aborted(String),
+
+    /// The node cannot take another volume: the volume limit it reports in NodeGetInfo is reached, or the iSCSI
+    /// initiator refuses another session. The message says which; kubelet treats it as uncertain and retries, and
+    /// the CSINode allocatable refresh (KEP-4876) stops the scheduler from sending more.
+    #[error("{0}")]
+    ResourceExhausted(String),
 
     /// What the call needs did not answer, or is not there yet: the host backend (csi-proxy or the simulated host),
     /// the Kubernetes API (an inline volume's Secret), an iSCSI LUN's disk. The message names which; kubelet retries.
@@ -119,6 +126,7 @@ impl Error {
             Self::AlreadyExists(_) => Code::AlreadyExists,
             Self::FailedPrecondition(_) => Code::FailedPrecondition,
             Self::Aborted(_) => Code::Aborted,
+            Self::ResourceExhausted(_) => Code::ResourceExhausted,
             Self::Unavailable(_) => Code::Unavailable,
             Self::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Self::Unimplemented(_) => Code::Unimplemented,
@@ -165,6 +173,10 @@ mod tests {
                 Code::FailedPrecondition,
             ),
             (Error::Aborted("vol-1".into()), Code::Aborted),
+            (
+                Error::ResourceExhausted("node full".into()),
+                Code::ResourceExhausted,
+            ),
             (
                 Error::Unavailable("csi-proxy-smb-v1".into()),
                 Code::Unavailable,

@@ -148,11 +148,24 @@ impl NodeCore {
             .unwrap_or_default()
     }
 
-    /// `NodeGetInfo`'s answer.
-    pub fn info(&self) -> NodeGetInfoResponse {
+    /// `NodeGetInfo`'s answer: the configured node info, with the volume limit what the node can take (configured,
+    /// and what the host allows: `lifecycle/capacity.rs`; kubelet asks again every
+    /// `CSIDriver.spec.nodeAllocatableUpdatePeriodSeconds`, KEP-4876).
+    pub async fn info(&self, deadline: Deadline) -> NodeGetInfoResponse {
+        let configured = self.info.max_volumes_per_node;
+        let max_volumes_per_node = match &self.volumes {
+            Some(v) => v
+                .volume_limit(configured, deadline)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "cannot compute the node's volume limit: reporting the configured one");
+                    configured
+                }),
+            None => configured,
+        };
         NodeGetInfoResponse {
             node_id: self.info.node_id.clone(),
-            max_volumes_per_node: self.info.max_volumes_per_node,
+            max_volumes_per_node,
             accessible_topology: (!self.info.topology.is_empty()).then(|| Topology {
                 segments: self.info.topology.clone().into_iter().collect(),
             }),
@@ -305,10 +318,11 @@ impl Node for NodeService {
 
     async fn node_get_info(
         &self,
-        _request: Request<NodeGetInfoRequest>,
+        request: Request<NodeGetInfoRequest>,
     ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        let deadline = Deadline::from_metadata(request.metadata());
         rpc("NodeGetInfo", RpcFields::default(), async {
-            Ok(self.core.info())
+            Ok(self.core.info(deadline).await)
         })
         .await
     }

@@ -93,6 +93,9 @@ fn op_of(rpc: &str) -> HostOp {
         RemoveTargetPortal,
         RefreshTargetPortal,
         DiskLayout,
+        ListIscsiSessions,
+        MultipathClaim,
+        TargetPaths,
     ];
     ALL.iter()
         .copied()
@@ -189,6 +192,8 @@ pub(crate) struct Env {
     secrets: Option<Arc<dyn SecretSource>>,
     /// `--vol-stats-cache-expire-in-minutes` of the driver (off unless a test turns it on).
     stats_cache: Option<std::time::Duration>,
+    /// `--max-volumes-per-node` of the driver (none unless a test sets it).
+    volume_limit: Option<u64>,
     /// The lifecycle's background work (the driver's defaults unless a test changes them).
     background: crate::lifecycle::BackgroundSettings,
     _sandbox: tempfile::TempDir,
@@ -214,7 +219,16 @@ impl Env {
             after: Box::new(move |rpc| after.run_after(rpc)),
         });
         let background = crate::lifecycle::BackgroundSettings::default();
-        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None, None, &background);
+        let mgr = Self::manager(
+            backend,
+            &inproc,
+            &tap,
+            dir.path(),
+            None,
+            None,
+            None,
+            &background,
+        );
         Self {
             sim,
             inproc,
@@ -224,6 +238,7 @@ impl Env {
             tap,
             secrets: None,
             stats_cache: None,
+            volume_limit: None,
             background,
             _sandbox: sandbox,
         }
@@ -236,6 +251,7 @@ impl Env {
         dir: &Path,
         secrets: Option<&Arc<dyn SecretSource>>,
         stats_cache: Option<std::time::Duration>,
+        volume_limit: Option<u64>,
         background: &crate::lifecycle::BackgroundSettings,
     ) -> Arc<Manager<TestHost>> {
         let cfg = VolumeConfig {
@@ -261,6 +277,7 @@ impl Env {
         let mgr = manager_with(host, cfg, dir, ISCSI)
             .expect("manager")
             .with_stats_cache(stats_cache)
+            .with_volume_limit(volume_limit)
             .with_background(background.clone());
         // As `backend::native_lifecycle` does: the shares the records say this driver mapped are its own.
         if let Some(native) = seed {
@@ -282,6 +299,7 @@ impl Env {
             self.dir.path(),
             None,
             self.stats_cache,
+            self.volume_limit,
             &self.background,
         );
         Arc::into_inner(mgr)
@@ -311,8 +329,15 @@ impl Env {
             self.dir.path(),
             self.secrets.as_ref(),
             self.stats_cache,
+            self.volume_limit,
             &self.background,
         );
+    }
+
+    /// Restart the driver with `--max-volumes-per-node limit`.
+    pub(crate) fn set_volume_limit(&mut self, limit: u64) {
+        self.volume_limit = Some(limit);
+        self.restart();
     }
 
     /// Restart the driver with these background settings (`--unreferenced-volume-minutes`, …).

@@ -320,6 +320,10 @@ async fn the_native_backend_runs_every_check_and_leaves_nothing() {
         assert_eq!(c["status"], "ran", "{} did not run:\n{text}", c["id"]);
     }
     assert_volume_came_back(&report);
+    // Issue 41: MPIO's claim and the node's sessions, read before the iSCSI checks log in (N33, N36).
+    let room = &check(&report, "iscsi_node")["observations"];
+    assert_eq!(room["mpio_claim"]["value"], "NotInstalled", "{text}");
+    assert_eq!(room["iscsi_sessions"]["value"], 0, "{text}");
     let contradicting: Vec<String> = findings(&report)
         .iter()
         .filter(|f| f["verdict"] == "contradicts")

@@ -4,7 +4,9 @@
 //! The cells are not written by hand: a clean run against the simulated host records, per CSI operation, the
 //! host calls the driver made (the sim's audit log: csi-proxy RPCs, or with `WINCSI_TEST_HOST_BACKEND=native` the
 //! native backend's WMI and Win32 calls), and the matrix is every (workflow, operation, call index,
-//! fault) over those recordings, so it grows with the code. The faults:
+//! fault) over those recordings, so it grows with the code. A third workflow, an iSCSI volume through two portals
+//! grown while published (`hardening_matrix/multipath.rs`), adds a cell at each login and logout and at each step of
+//! the expansion. The faults:
 //!
 //! * **fail** — that call fails once with a csi-proxy-style `UNKNOWN` error text;
 //! * **hang** — that call never answers; once it hangs, tokio's clock is paused so virtual time runs past the RPC
@@ -34,6 +36,8 @@
 #![cfg(unix)]
 
 mod common;
+#[path = "hardening_matrix/multipath.rs"]
+mod multipath;
 #[path = "hardening_matrix/paths.rs"]
 mod paths;
 
@@ -91,6 +95,8 @@ fn scenario() -> Scenario {
 enum Workflow {
     Smb,
     Iscsi,
+    /// An iSCSI volume through two portals, grown while published (`multipath.rs`).
+    Multipath,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,9 +105,21 @@ enum Op {
     Publish,
     Unpublish,
     Unstage,
+    /// NodeExpandVolume after the LUN grew (the multipath workflow's).
+    Expand,
 }
 
 const OPS: [Op; 4] = [Op::Stage, Op::Publish, Op::Unpublish, Op::Unstage];
+
+impl Workflow {
+    /// The operations of this workflow, in kubelet's order.
+    fn ops(self) -> &'static [Op] {
+        match self {
+            Workflow::Multipath => &multipath::OPS,
+            Workflow::Smb | Workflow::Iscsi => &OPS,
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -202,13 +220,14 @@ fn stage_req(w: Workflow) -> StageRequest {
                 ("domain", "CORP"),
             ]),
         ),
-        Workflow::Iscsi => (
+        Workflow::Iscsi | Workflow::Multipath => (
             [
                 ("targetPortal", "10.0.0.5:3260"),
                 ("iqn", IQN),
                 ("lun", "0"),
             ]
             .into_iter()
+            .chain((w == Workflow::Multipath).then_some(multipath::PORTALS))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),
             Secrets::new([
@@ -288,7 +307,11 @@ impl Env {
         let sandbox = tempfile::tempdir().expect("tmp");
         let socks = tempfile::tempdir().expect("tmp");
         let state = tempfile::tempdir().expect("tmp");
-        let sim = SimHost::new(&scenario(), sandbox.path(), HostOptions::default()).expect("sim");
+        let scenario = match workflow {
+            Workflow::Multipath => multipath::scenario(),
+            Workflow::Smb | Workflow::Iscsi => scenario(),
+        };
+        let sim = SimHost::new(&scenario, sandbox.path(), HostOptions::default()).expect("sim");
         let serve = sim::serve_unix(sim.clone(), socks.path()).expect("serve");
         let proxy = ProxyClient::new(Transport::UnixSockets {
             dir: socks.path().to_path_buf(),
@@ -366,6 +389,7 @@ impl Env {
                     )
                     .await
             }
+            Op::Expand => multipath::expand(self, d).await,
         }
     }
 
@@ -463,7 +487,7 @@ fn long() -> Deadline {
 async fn record(w: Workflow) -> Vec<(Op, Vec<String>)> {
     let env = Env::new(w).await;
     let mut out = Vec::new();
-    for op in OPS {
+    for &op in w.ops() {
         env.run(op, long())
             .await
             .unwrap_or_else(|e| panic!("clean {w:?} {op:?}: {e:?}"));
@@ -482,9 +506,11 @@ async fn record(w: Workflow) -> Vec<(Op, Vec<String>)> {
 fn recorded(w: Workflow) -> &'static [(Op, Vec<String>)] {
     static SMB: std::sync::OnceLock<Vec<(Op, Vec<String>)>> = std::sync::OnceLock::new();
     static ISCSI: std::sync::OnceLock<Vec<(Op, Vec<String>)>> = std::sync::OnceLock::new();
+    static MULTIPATH: std::sync::OnceLock<Vec<(Op, Vec<String>)>> = std::sync::OnceLock::new();
     let once = match w {
         Workflow::Smb => &SMB,
         Workflow::Iscsi => &ISCSI,
+        Workflow::Multipath => &MULTIPATH,
     };
     once.get_or_init(|| runtime().block_on(record(w)))
 }
@@ -510,13 +536,20 @@ fn cells(w: Workflow, recorded: &[(Op, Vec<String>)]) -> Vec<Cell> {
     let mut cells = Vec::new();
     for (op, rpcs) in recorded {
         let occurrence = |i: usize| occurrence(rpcs, i);
-        for index in faultable(rpcs) {
+        let indices: Vec<usize> = match w {
+            Workflow::Multipath => multipath::indices(rpcs),
+            Workflow::Smb | Workflow::Iscsi => faultable(rpcs).collect(),
+        };
+        for index in indices {
             let rpc = &rpcs[index];
             for fault in [Fault::Fail, Fault::Hang, Fault::Kill, Fault::Outlive] {
                 let next_stable = index + 1 >= rpcs.len() || stable(rpcs, index + 1);
                 if (fault == Fault::Kill && !next_stable)
                     || (fault == Fault::Outlive && !DESTRUCTIVE.contains(&rpc.as_str()))
                 {
+                    continue;
+                }
+                if w == Workflow::Multipath && !multipath::covers(*op, rpc, fault) {
                     continue;
                 }
                 cells.push(Cell {
@@ -540,7 +573,7 @@ async fn run_cell(cell: &Cell) {
     let what = cell.to_string();
     let mut env = Env::new(cell.workflow).await;
     let mut kubelet_retries = 0;
-    for op in OPS {
+    for &op in cell.workflow.ops() {
         if op == cell.op {
             match cell.fault {
                 Fault::Fail => {
@@ -632,7 +665,10 @@ async fn run_cell(cell: &Cell) {
             env.write(&format!(r"{}\hello.txt", target()), "from the pod");
         }
     }
-    assert!(kubelet_retries <= RETRIES * OPS.len(), "{what}");
+    assert!(
+        kubelet_retries <= RETRIES * cell.workflow.ops().len(),
+        "{what}"
+    );
     env.check_converged(&what).await;
 }
 
@@ -721,7 +757,7 @@ fn every_host_call_crossed_with_fail_hang_and_kill_converges() {
 
 fn matrix() {
     let mut all = Vec::new();
-    for w in [Workflow::Smb, Workflow::Iscsi] {
+    for w in [Workflow::Smb, Workflow::Iscsi, Workflow::Multipath] {
         let recorded = recorded(w);
         for (op, rpcs) in recorded {
             assert!(!rpcs.is_empty(), "{w:?} {op:?} made no host call");

@@ -125,7 +125,7 @@ pub const DCSI_SMB_USER: &str = "k8s-smb";
 pub const DCSI_SMB_PASSWORD: &str = "Dcsi-smb-p4ss=word";
 /// democratic-csi's iSCSI portal (`iscsi.targetPortal`).
 pub const DCSI_PORTAL: &str = "192.0.2.20";
-/// A second portal of the same storage (`iscsi.targetPortals`), reachable, without the volumes' targets.
+/// A second portal of the same storage (`iscsi.targetPortals`), reaching the same targets (the array's portal group).
 pub const DCSI_PORTAL_2: &str = "192.0.2.21";
 /// The target freenas-api-iscsi made for a volume (`<basename>:<name>`, default basename), one-way CHAP.
 pub const DCSI_IQN: &str = "iqn.2005-10.org.freenas.ctl:pvc-dcsi-lun";
@@ -216,8 +216,15 @@ pub fn democratic_scenario() -> Scenario {
                     }
                 ]
             }),
-            serde_json::json!({ "address": DCSI_PORTAL_2, "port": 3260, "targets": [] }),
+            serde_json::json!({
+                "address": DCSI_PORTAL_2,
+                "port": 3260,
+                "targets": [ { "iqn": DCSI_IQN }, { "iqn": DCSI_IQN_MUTUAL } ]
+            }),
         ]);
+    // A volume naming both portals logs in through each natively (multipath), which needs MPIO claiming iSCSI
+    // disks, as democratic-csi's own Windows node needs it (its disk `Path` must be `\\?\mpio#…`).
+    json["host"]["mpio"] = serde_json::json!({ "installed": true, "claim_iscsi": true });
     Scenario::from_json(&json.to_string()).expect("the democratic-csi scenario is valid")
 }
 

@@ -52,6 +52,15 @@ impl TestNode {
         Self::start_on(bins, scenario, true, |_| {}).await
     }
 
+    /// [`TestNode::start_native`] with the driver's options customised (e.g. extra flags).
+    pub async fn start_native_with(
+        bins: &Binaries,
+        scenario: &Scenario,
+        customise: impl FnOnce(&mut DriverOptions),
+    ) -> Result<TestNode> {
+        Self::start_on(bins, scenario, true, customise).await
+    }
+
     async fn start_on(
         bins: &Binaries,
         scenario: &Scenario,

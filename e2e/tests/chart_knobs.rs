@@ -9,7 +9,8 @@
 //! - the Grafana dashboard ConfigMap, off by default, holding exactly `docs/grafana/wincsi-dashboard.json`;
 //! - `extraEnv`, `extraVolumes`/`extraVolumeMounts`, `podAnnotations`/`podLabels`, `dnsPolicy`, `hostAliases`,
 //!   per-container `securityContext` (Windows fields only), `terminationGracePeriodSeconds`;
-//! - csi-proxy's DaemonSet without a memory limit by default.
+//! - csi-proxy's DaemonSet without a memory limit by default;
+//! - the CSIDriver's `nodeAllocatableUpdatePeriodSeconds` (KEP-4876) where the API server knows the field.
 
 // Shared with the other chart test crates.
 #[allow(dead_code)]
@@ -609,4 +610,50 @@ fn csi_proxy_runs_without_a_memory_limit_by_default() {
             "{name}"
         );
     }
+}
+
+/// KEP-4876: kubelet calls NodeGetInfo again every `nodeAllocatableUpdatePeriodSeconds` (issue 41 item 4). The field
+/// exists from Kubernetes 1.33; an older API server would refuse it as unknown, so it is rendered only there; 0 leaves
+/// it out and the API server's minimum (10) is the schema's.
+#[test]
+fn the_csidriver_asks_kubelet_to_refresh_the_volume_limit_where_kubernetes_has_the_field() {
+    let period = |r: &Rendered| r.csidrivers[0].spec.node_allocatable_update_period_seconds;
+    for (name, r) in each_helm(&["--kube-version", "1.35.0"]) {
+        assert_eq!(period(&r), Some(60), "{name}: the default on 1.35");
+    }
+    for (name, r) in each_helm(&["--kube-version", "1.33.0"]) {
+        assert_eq!(
+            period(&r),
+            Some(60),
+            "{name}: 1.33 has the field (behind its gate)"
+        );
+    }
+    for (name, r) in each_helm(&["--kube-version", "1.32.9"]) {
+        assert_eq!(period(&r), None, "{name}: 1.32 does not know the field");
+    }
+    for (name, r) in each_helm(&[
+        "--kube-version",
+        "1.35.0",
+        "--set",
+        "csiDriver.nodeAllocatableUpdatePeriodSeconds=300",
+    ]) {
+        assert_eq!(period(&r), Some(300), "{name}");
+    }
+    for (name, r) in each_helm(&[
+        "--kube-version",
+        "1.35.0",
+        "--set",
+        "csiDriver.nodeAllocatableUpdatePeriodSeconds=0",
+    ]) {
+        assert_eq!(period(&r), None, "{name}: 0 leaves it out");
+    }
+    refused(
+        &[
+            "--kube-version",
+            "1.35.0",
+            "--set",
+            "csiDriver.nodeAllocatableUpdatePeriodSeconds=5",
+        ],
+        "nodeAllocatableUpdatePeriodSeconds",
+    );
 }

@@ -6,8 +6,11 @@
 //! mode's way (`tests/external.rs`), through the local filesystem standing for `C:\`.
 #![cfg(unix)]
 
+use csi::v1::NodeGetInfoRequest;
 use wincsi_e2e::external::ExternalNode;
-use wincsi_e2e::fixtures::{self, SECRETS, SMB_SERVER, SMB_SHARE};
+use wincsi_e2e::fixtures::{
+    self, DCSI_IQN, DCSI_PORTAL, DCSI_PORTAL_2, SECRETS, SMB_SERVER, SMB_SHARE,
+};
 use wincsi_e2e::{CsiConn, Kubelet, LocalFiles, Pod, TestNode, Volume, binaries};
 
 async fn node() -> TestNode {
@@ -18,10 +21,15 @@ async fn node() -> TestNode {
 
 /// The end of every scenario: nothing lost, nothing left, nothing leaked — and only Windows was talked to.
 async fn finish(node: TestNode) {
+    finish_with(node, SECRETS).await;
+}
+
+/// [`finish`] for a scenario whose secrets are `secrets`.
+async fn finish_with(node: TestNode, secrets: &[&str]) {
     if let Err(e) = node.check_clean().await {
         panic!("{e}\n--- driver log ---\n{}", tail(&node.driver_logs(), 40));
     }
-    node.check_no_secret_in_logs(SECRETS)
+    node.check_no_secret_in_logs(secrets)
         .expect("no secret in logs");
     let audit = node.host().audit(0).await.expect("audit");
     assert!(
@@ -176,4 +184,185 @@ async fn round_trip(node: &ExternalNode, volume: &Volume) {
     let publish = k.mount(h, &reader, volume).await.expect("re-mount");
     assert_eq!(node.pod_read(&publish, "e2e.txt").expect("read"), token);
     k.unmount(h, &reader, volume).await.expect("unmount");
+}
+
+/// NodeGetInfo's `max_volumes_per_node`, as kubelet reads it at registration and every
+/// `nodeAllocatableUpdatePeriodSeconds` (KEP-4876).
+async fn volume_limit(node: &TestNode) -> i64 {
+    node.kubelet()
+        .conn()
+        .node()
+        .node_get_info(NodeGetInfoRequest {})
+        .await
+        .expect("NodeGetInfo")
+        .into_inner()
+        .max_volumes_per_node
+}
+
+/// Issue 41 items 1 and 4 through the binary: democratic-csi's volume names two portals of one array and the node's
+/// MPIO claims iSCSI disks. A session through each portal with `IsMultipathEnabled`, one MPIO disk, the pod's data
+/// kept through a path's loss, every session logged out at unstage; the volume limit counts the initiator's sessions
+/// (the multipath volume takes two of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multipath_volume_keeps_its_data_through_a_paths_loss_on_the_binarys_native_backend() {
+    let node = TestNode::start_native(&binaries!(), &fixtures::democratic_scenario())
+        .await
+        .expect("a native node starts");
+    let (k, host) = (node.kubelet(), node.host());
+    // The initiator's sessions (the driver's figure; the simulated initiator refuses a login past the same number).
+    let limit = wincsi::iscsi::ISCSI_SESSION_LIMIT as i64;
+    assert_eq!(
+        volume_limit(&node).await,
+        limit,
+        "an empty node: every session free"
+    );
+    let pod = Pod::new("db", "pg-0");
+    let lun = fixtures::democratic_iscsi_volume("pv-mpio", "db", "pg", DCSI_IQN, false);
+    let t = k.mount(host, &pod, &lun).await.expect("mount");
+    let audit = host.audit(0).await.expect("audit");
+    let mut logins: Vec<String> = audit
+        .iter()
+        .filter(|e| e.rpc == "MSFT_iSCSITarget.Connect" && e.error.is_none())
+        .map(|e| {
+            assert_eq!(e.args["is_multipath_enabled"], true, "{e:?}");
+            e.args["portal"].as_str().expect("portal").to_owned()
+        })
+        .collect();
+    logins.sort();
+    assert_eq!(
+        logins,
+        [
+            format!("{DCSI_PORTAL}:3260"),
+            format!("{DCSI_PORTAL_2}:3260")
+        ],
+        "a login through each portal"
+    );
+    // One volume held, two of the initiator's sessions taken.
+    assert_eq!(volume_limit(&node).await, 1 + (limit - 2));
+    host.write_file(&format!(r"{t}\row.txt"), "on every path")
+        .await
+        .expect("write");
+    // The portal the volume's calls go through goes down: the MPIO disk stays on the other path.
+    assert_eq!(
+        host.drop_iscsi_path(DCSI_IQN, DCSI_PORTAL)
+            .await
+            .expect("a path's loss"),
+        1
+    );
+    let stats = k.stats(&pod, &lun).await.expect("stats");
+    assert!(
+        !stats.volume_condition.as_ref().is_some_and(|c| c.abnormal),
+        "{stats:?}"
+    );
+    assert_eq!(
+        host.read_file(&format!(r"{t}\row.txt"))
+            .await
+            .expect("read through the other path"),
+        "on every path"
+    );
+    k.unmount(host, &pod, &lun).await.expect("unmount");
+    // `finish` finds no session left (the simulated host's leftovers).
+    finish_with(node, fixtures::DCSI_SECRETS).await;
+}
+
+/// Issue 41 item 2 through the binary: with the Optimize Drives service disabled (`MSFT_Partition.GetSupportedSize`
+/// then fails, aws-ebs-csi-driver#2877) the volume still grows: the partition's maximum is computed from the disk's
+/// layout and `MSFT_Partition.Resize` called without asking the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_grows_with_defragsvc_disabled_on_the_binarys_native_backend() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    host.set_service(
+        "defragsvc",
+        sim::StartType::Disabled,
+        sim::ServiceStatus::Stopped,
+    )
+    .await
+    .expect("Set-Service defragsvc -StartupType Disabled");
+    let pod = Pod::new("db", "grow-0");
+    let lun = fixtures::iscsi_volume("pv-grow", "db", "grow", 0);
+    let t = k.mount(host, &pod, &lun).await.expect("mount");
+    host.write_file(&format!(r"{t}\data.bin"), "payload")
+        .await
+        .expect("write");
+    let new_size = 3 * fixtures::LUN_SIZE;
+    host.set_disk_size("lun0", new_size)
+        .await
+        .expect("the LUN grows");
+    let cap = k
+        .expand(&pod, &lun, new_size as i64)
+        .await
+        .expect("NodeExpandVolume");
+    assert!(
+        cap > 2 * fixtures::LUN_SIZE as i64 && cap <= new_size as i64,
+        "grown to {cap}"
+    );
+    let audit = host.audit(0).await.expect("audit");
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.rpc == "MSFT_Partition.Resize" && e.error.is_none()),
+        "the partition was resized"
+    );
+    assert!(
+        !audit
+            .iter()
+            .any(|e| e.rpc == "MSFT_Partition.GetSupportedSize"),
+        "the defragmentation service was not asked"
+    );
+    assert_eq!(
+        host.read_file(&format!(r"{t}\data.bin"))
+            .await
+            .expect("kept"),
+        "payload"
+    );
+    k.unmount(host, &pod, &lun).await.expect("unmount");
+    finish(node).await;
+}
+
+/// Issue 41 item 4 through the binary: `--max-volumes-per-node 1` is what NodeGetInfo reports (less than the
+/// initiator's free sessions), and a second volume's stage on the full node answers RESOURCE_EXHAUSTED before any
+/// host call; once the first is unstaged the second stages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_node_refuses_another_volume_on_the_binarys_native_backend() {
+    let node = TestNode::start_native_with(&binaries!(), &fixtures::scenario(), |o| {
+        o.extra_args
+            .extend(["--max-volumes-per-node".to_owned(), "1".to_owned()]);
+    })
+    .await
+    .expect("a native node starts");
+    let (k, host) = (node.kubelet(), node.host());
+    assert_eq!(volume_limit(&node).await, 1);
+    let (pod, other) = (Pod::new("db", "a-0"), Pod::new("db", "b-0"));
+    let first = fixtures::iscsi_volume("pv-first", "db", "first", 0);
+    let second = fixtures::iscsi_volume("pv-second", "db", "second", 1);
+    k.mount(host, &pod, &first).await.expect("mount the first");
+    assert_eq!(volume_limit(&node).await, 1);
+    let before = host.audit(0).await.expect("audit").len();
+    let err = k
+        .stage_once(host, &second)
+        .await
+        .expect_err("the node is full");
+    assert_eq!(
+        err.csi_code(),
+        Some(tonic::Code::ResourceExhausted),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("--max-volumes-per-node 1"),
+        "{err}"
+    );
+    assert_eq!(
+        host.audit(0).await.expect("audit").len(),
+        before,
+        "no host call for the refused stage"
+    );
+    k.unmount(host, &pod, &first)
+        .await
+        .expect("unmount the first");
+    k.mount(host, &other, &second)
+        .await
+        .expect("room again: the second stages");
+    k.unmount(host, &other, &second).await.expect("unmount");
+    finish(node).await;
 }

@@ -67,6 +67,14 @@ pub enum ErrorKind {
     /// `[""]` instead; the WMI releases answer `[]` for both. Checked as its own kind before [`ErrorKind::NotFound`]
     /// (which it also is), so only the answer of a volume listing should read it as "no partition".
     NoPartition,
+    /// ResizeVolume could not read the partition's supported sizes: `Get-PartitionSupportedSize` /
+    /// `MSFT_Partition.GetSupportedSize` failed (StorageWMI 4 while the Optimize Drives service, `defragsvc`, is
+    /// disabled or busy: kubernetes-sigs/aws-ebs-csi-driver#2877). Every release's wording: `error getting
+    /// sizemin,sizemax from mount` (v1.1.x/v1.2.x), `error getting sizeMin, sizeMax from volume` (v1.3.0, master).
+    SupportedSizeFailed,
+    /// The iSCSI initiator refused another session: "Exceeded max sessions for this initiator."
+    /// (`ISDSC_TOO_MANY_SESSIONS`, 0xEFFF001E, iscsierr.h).
+    IscsiTooManySessions,
     /// The named pipe (or Unix socket) of the API group does not exist.
     PipeMissing,
     /// csi-proxy could not be reached or the connection broke (refused, busy, reset, ...).
@@ -143,6 +151,10 @@ impl ErrorKind {
                 "the requested access path is already in use",
                 ErrorKind::AccessPathInUse,
             ),
+            (
+                "exceeded max sessions for this initiator",
+                ErrorKind::IscsiTooManySessions,
+            ),
             ("access is denied", ErrorKind::AccessDenied),
             (
                 "cannot create a file when that file already exists",
@@ -159,6 +171,11 @@ impl ErrorKind {
         }
         if is_not_found(message, &text) {
             return ErrorKind::NotFound;
+        }
+        // ResizeVolume(0) whose GetSupportedSize failed, after the not-found shapes: a volume that is not there fails
+        // the same step with "No MSFT_Volume objects found …" (NotFound).
+        if text.contains("error getting sizemin") {
+            return ErrorKind::SupportedSizeFailed;
         }
         ErrorKind::Other
     }
@@ -289,6 +306,7 @@ fn iscsi_status_kind(text: &str) -> Option<ErrorKind> {
         match leading_number(&text[at + "code=".len()..])? {
             0xEFFF_0009 => Some(ErrorKind::LogonFailure),
             0xEFFF_003F => Some(ErrorKind::IscsiAlreadyLoggedIn),
+            0xEFFF_001E => Some(ErrorKind::IscsiTooManySessions),
             _ => None,
         }
     })

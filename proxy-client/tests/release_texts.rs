@@ -57,6 +57,17 @@ const PS_LINK_EXISTS: &str = "creating link C:\\var\\lib\\kubelet\\plugins\\x\\g
 /// `pkg/os/volume/api.go:206-212` (v1.1.3); text: csi-proxy PR #364.
 const PS_RESIZE_SLACK: &str = "error resizing volume. cmd: Get-Volume -UniqueId \"$Env:volumeID\" | Get-Partition | Resize-Partition -Size 32195460608, output: Resize-Partition : Size Not Supported\r\n \r\nExtended information:\r\nThe size of the extent is less than the minimum of 1MB.\r\n \r\nActivity ID: {0ce86b89-e624-484f-a5aa-9810dccdf9b6}\r\n    + FullyQualifiedErrorId : StorageWMI 4097,Resize-Partition\r\n size:0, finalSize 32195460608, error: exit status 1";
 
+/// `pkg/os/volume/api.go:172-179` (v1.1.3): ResizeVolume(0) while `Get-PartitionSupportedSize` fails (the Optimize
+/// Drives service disabled); text: kubernetes-sigs/aws-ebs-csi-driver PR #2471's CI log and issue #2877.
+const PS_SUPPORTED_SIZE_FAILED: &str = "error getting sizemin,sizemax from mount. cmd: Get-Volume -UniqueId \"$Env:volumeID\" | Get-partition | Get-PartitionSupportedSize | Select SizeMax | ConvertTo-Json, output: Get-PartitionSupportedSize : Failed\r\nActivity ID: {0cc5c101-44f7-4d4c-8e9b-a154a36c42fe}\r\nAt line:1 char:56\r\n    + CategoryInfo          : NotSpecified: (StorageWMI:ROOT/Microsoft/.../MSFT_Partition) [Get-PartitionSupportedSize], CimException\r\n    + FullyQualifiedErrorId : StorageWMI 4,Get-PartitionSupportedSize\r\n \r\n{\r\n    \"SizeMax\":  null\r\n}, error: exit status 1";
+
+/// ResizeVolume(0) of a volume that is gone: the same step, NotFound (`pkg/os/volume/api.go:172-179`, v1.1.3).
+const PS_SUPPORTED_SIZE_NO_VOLUME: &str = "error getting sizemin,sizemax from mount. cmd: Get-Volume -UniqueId \"$Env:volumeID\" | Get-partition | Get-PartitionSupportedSize | Select SizeMax | ConvertTo-Json, output: Get-Volume : No MSFT_Volume objects found with property 'UniqueId' equal to '\\\\?\\Volume{5ee00001-5eed-4000-8000-000000000001}\\'.  Verify the value of the property and retry.\r\n, error: exit status 1";
+
+/// `pkg/os/iscsi/api.go:115` (v1.1.3): the initiator's session limit (`ISDSC_TOO_MANY_SESSIONS`, iscsierr.h; the
+/// cmdlet line as PowerShell prints an initiator status, e.g. `PS_CHAP_FAILURE` below; **unverified** for this code).
+const PS_TOO_MANY_SESSIONS: &str = "error connecting to target portal. cmd Connect-IscsiTarget -TargetPortalAddress ${Env:iscsi_tp_address} -TargetPortalPortNumber ${Env:iscsi_tp_port} -NodeAddress ${Env:iscsi_target_iqn} -AuthenticationType ${Env:iscsi_auth_type}, output: Connect-IscsiTarget : Exceeded max sessions for this initiator.\r\n    + FullyQualifiedErrorId : HRESULT 0xefff001e,Connect-IscsiTarget\r\n, err: exit status 1";
+
 /// `pkg/os/smb/api.go:73` (v1.1.3) with `Windows System Error 5`.
 const PS_SMB_ACCESS_DENIED: &str = r#"NewSmbGlobalMapping failed. output: "New-SmbGlobalMapping : Access is denied. \r\n    + CategoryInfo          : PermissionDenied: (MSFT_SmbGlobalMapping:ROOT/Microsoft/...mbGlobalMapping) [New-SmbGlobalMapping], CimException\r\n    + FullyQualifiedErrorId : Windows System Error 5,New-SmbGlobalMapping\r\n \r\n", err: exit status 1"#;
 
@@ -79,6 +90,9 @@ fn powershell_era_texts() {
         (PS_RESIZE_SLACK, ErrorKind::Other),
         (PS_SMB_ACCESS_DENIED, ErrorKind::AccessDenied),
         (PS_CHAP_FAILURE, ErrorKind::LogonFailure),
+        (PS_SUPPORTED_SIZE_FAILED, ErrorKind::SupportedSizeFailed),
+        (PS_SUPPORTED_SIZE_NO_VOLUME, ErrorKind::NotFound),
+        (PS_TOO_MANY_SESSIONS, ErrorKind::IscsiTooManySessions),
     ] {
         assert_eq!(kind(text), want, "{text}");
     }
@@ -109,6 +123,11 @@ fn v1_3_0_texts() {
         (format!("error writing volume ({v}) cache. error: Not Found"), ErrorKind::NotFound),
         // pkg/os/volume/api.go:198-201 (GetPartitionByVolumeUniqueID's error, bare).
         ("Not Found".to_string(), ErrorKind::NotFound),
+        // pkg/os/volume/api.go:204-210 + pkg/cim/volume.go:345-363: GetSupportedSize answered 4 (defragsvc disabled).
+        (
+            format!("error getting sizeMin, sizeMax from volume ({v}). result: 4, status: , error: strconv.ParseInt: parsing \"\": invalid syntax"),
+            ErrorKind::SupportedSizeFailed,
+        ),
         // pkg/os/iscsi/api.go:109-112.
         (
             "error query target iqn.2026-01.io.wincsi:vol1 from target portal at (192.0.2.10:3260). err: Not Found"
@@ -231,6 +250,18 @@ fn master_texts() {
         (
             "NewSmbGlobalMapping failed. err: failed to create SMB global mapping: ExecMethod_ failed: Exception occurred. (The network path was not found.)".to_string(),
             ErrorKind::NetworkPathNotFound,
+            None,
+        ),
+        // pkg/os/volume/api.go:218-223 + pkg/wmi/volume.go:311-322: GetSupportedSize answered 4.
+        (
+            format!("error getting sizeMin, sizeMax from volume ({v}). status: , error: WMI MSFT_Partition.GetSupportedSize failed (target=&{{{{0xc000a2e1a0}}}}): code=4"),
+            ErrorKind::SupportedSizeFailed,
+            None,
+        ),
+        // pkg/os/iscsi/api.go:128 + pkg/wmi/iscsi.go: the initiator's session limit, as an iSCSI status.
+        (
+            "error connecting to target portal. err: WMI MSFT_iSCSITarget.Connect failed (target=<nil>): code=4026466334".to_string(),
+            ErrorKind::IscsiTooManySessions,
             None,
         ),
         // pkg/os/smb/api.go:86 + pkg/wmi/smb.go:88-91.

@@ -74,6 +74,24 @@ pub struct HostSpec {
     pub directories: Vec<String>,
     /// Windows services known to `GetService`/`StartService`/`StopService`.
     pub services: Vec<ServiceSpec>,
+    /// Multipath I/O on the node (default: not installed).
+    pub mpio: MpioSpec,
+}
+
+/// Multipath I/O on the node (scenario `host.mpio`; `State::set_mpio`): whether the Multipath-IO feature is installed
+/// (`Install-WindowsFeature Multipath-IO`; Windows Server installs it only on request, so the default is no) and
+/// whether the Microsoft DSM claims iSCSI disks (`Enable-MSDSMAutomaticClaim -BusType iSCSI`, which puts `MSFT2005` /
+/// `iSCSIBusType_0x9` in its supported hardware list; it takes effect after a reboot, which the scenario stands for).
+/// Claimed, the sessions of one target through several portals show each LUN as one disk with a path per session;
+/// not claimed, each further session shows the LUN again as a disk of its own (Microsoft's "MPIO on Nano Server":
+/// until MPIO claims them, disks are exposed redundantly, one per path).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MpioSpec {
+    /// The Multipath-IO feature is installed (`MSFT_MSDSMSupportedHW` exists).
+    pub installed: bool,
+    /// The MSDSM claims iSCSI disks (only with `installed`).
+    pub claim_iscsi: bool,
 }
 
 impl Default for HostSpec {
@@ -90,6 +108,7 @@ impl Default for HostSpec {
             behaviour: HostBehaviour::default(),
             directories: Vec::new(),
             services: Vec::new(),
+            mpio: MpioSpec::default(),
         }
     }
 }
@@ -381,7 +400,9 @@ pub struct PortalSpec {
     /// Whether the portal is already added on the host when it boots (as an administrator would have done).
     #[serde(default)]
     pub preconfigured: bool,
-    /// Targets exposed through this portal.
+    /// Targets exposed through this portal. A target an earlier portal lists (same IQN) is the same target reached
+    /// through another portal, as arrays expose a target on every portal of their portal group: its LUNs are the
+    /// earlier portal's (leave `luns` empty here).
     #[serde(default)]
     pub targets: Vec<TargetSpec>,
 }

@@ -22,9 +22,10 @@ use crate::method::{MethodOutcome, SmbReturn};
 use crate::model::{
     AttributeTag, ConnectTarget, CreatePartition, DeviceBytes, DiskAttributes, FileAttributes,
     FormatVolume, FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession,
-    MsftIscsiTarget, MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume,
-    NewTargetPortal, ObjectPath, RegisterSession, SmbGlobalMapping, SmbGlobalMappingCreate,
-    StorageDeviceNumber, SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
+    MsftIscsiTarget, MsftIscsiTargetPortal, MsftMsdsmSupportedHw, MsftPartition,
+    MsftStorageSetting, MsftVolume, NewTargetPortal, ObjectPath, RegisterSession, SmbGlobalMapping,
+    SmbGlobalMappingCreate, StorageDeviceNumber, SupportedSize, SymlinkFlags, VolumeInformation,
+    VolumeNameKind,
 };
 use crate::page83::StorageIdentifier;
 use crate::paths::VolumeGuidPath;
@@ -142,6 +143,14 @@ pub trait StorageWmi: Send + Sync {
 
     /// Static `MSFT_StorageSetting.UpdateHostStorageCache()`: re-enumerate disks, partitions and volumes.
     fn update_host_storage_cache(&self, ctx: &CallContext) -> CallResult<StorageOutcome>;
+
+    /// `SELECT … FROM MSFT_MSDSMSupportedHW`: the Microsoft DSM's supported hardware list (Multipath I/O). `None` when
+    /// the class does not exist — the Multipath-IO feature is not installed — which is a fact of the host, not a
+    /// failure: the class is not part of the start-up probe.
+    fn msdsm_supported_hw(
+        &self,
+        ctx: &CallContext,
+    ) -> CallResult<Option<Vec<MsftMsdsmSupportedHw>>>;
 }
 
 /// The iSCSI initiator: the `MSFT_iSCSI*` classes of `ROOT\Microsoft\Windows\Storage`.

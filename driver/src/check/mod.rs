@@ -210,6 +210,7 @@ pub fn plan(opts: &CheckOptions) -> Vec<PlanStep> {
         Phase::Full | Phase::BeforeReboot => {
             steps.extend(fs::plan(opts));
             steps.extend(smb::plan(opts));
+            steps.push(iscsi::node_plan());
             steps.extend(iscsi::plan(opts));
         }
         Phase::AfterReboot => {
@@ -251,6 +252,7 @@ async fn groups<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         Phase::Full | Phase::BeforeReboot => {
             fs::run(cx).await?;
             smb::run(cx).await?;
+            iscsi::node_run(cx).await;
             iscsi::run(cx).await?;
         }
         Phase::AfterReboot => {

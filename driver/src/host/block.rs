@@ -81,6 +81,31 @@ pub enum PartitionKind {
     Other(String),
 }
 
+/// Whether Multipath I/O's Microsoft DSM claims the node's iSCSI disks ([`super::Host::mpio_claim`]): only then do
+/// the sessions of one target through several portals show one disk per LUN (an MPIO disk with one path per
+/// session); otherwise each session shows the LUN as a disk of its own ("MPIO on Nano Server", Windows Server docs:
+/// until MPIO is configured to claim them, disks are exposed redundantly, one per path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MpioClaim {
+    /// The Multipath-IO feature is not installed (`MSFT_MSDSMSupportedHW` does not exist).
+    NotInstalled,
+    /// MPIO is installed but the MSDSM does not claim iSCSI disks (no `MSFT2005`/`iSCSIBusType_0x9` hardware id:
+    /// `Enable-MSDSMAutomaticClaim -BusType iSCSI` was not run).
+    NotClaimingIscsi,
+    /// The MSDSM claims iSCSI disks.
+    ClaimsIscsi,
+}
+
+/// One path of an iSCSI target ([`super::Host::target_paths`]): a session's connection, the portal it goes to and the
+/// disks it shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetPath {
+    /// The portal of the connection (`TargetAddress`, `TargetPortNumber`), when Windows reports it.
+    pub portal: Option<Portal>,
+    /// The disks the session shows (with MPIO: the MPIO disk, shared by every path).
+    pub disks: Vec<u32>,
+}
+
 /// The iSCSI default port.
 pub const DEFAULT_PORT: u16 = 3260;
 

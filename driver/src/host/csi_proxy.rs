@@ -114,6 +114,8 @@ pub fn classify(op: HostOp, err: &proxy_client::Error) -> HostError {
         ErrorKind::DirectoryNotEmpty => HostErrorKind::NotEmpty,
         ErrorKind::IscsiAlreadyLoggedIn => HostErrorKind::AlreadyLoggedIn,
         ErrorKind::AccessPathInUse => HostErrorKind::AccessPathInUse,
+        ErrorKind::SupportedSizeFailed => HostErrorKind::SupportedSizeFailed,
+        ErrorKind::IscsiTooManySessions => HostErrorKind::TooManySessions,
         ErrorKind::PipeMissing | ErrorKind::ProxyUnavailable | ErrorKind::Unsupported => {
             HostErrorKind::Unavailable
         }

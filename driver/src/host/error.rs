@@ -77,6 +77,14 @@ pub enum HostOp {
     RefreshTargetPortal,
     /// Reading a disk's partition table (no csi-proxy RPC: a native backend's `MSFT_Disk` and `MSFT_Partition`).
     DiskLayout,
+    /// Listing every iSCSI session on the node (no csi-proxy RPC: a native backend's `MSFT_iSCSISession`).
+    ListIscsiSessions,
+    /// Reading whether MPIO's Microsoft DSM claims iSCSI disks (no csi-proxy RPC: a native backend's
+    /// `MSFT_MSDSMSupportedHW`).
+    MultipathClaim,
+    /// Listing a target's paths: per session (connection), the portal and its disks (no csi-proxy RPC: a native
+    /// backend's `MSFT_iSCSIConnection` and `MSFT_iSCSIConnectionToDisk`).
+    TargetPaths,
     /// What a backend knows of its own calls that may still be running on an object (no csi-proxy RPC: a native
     /// backend's ledger of WMI methods in flight, and what the host shows of their outcome).
     InFlight,
@@ -121,6 +129,9 @@ impl HostOp {
             Self::RemoveTargetPortal => "RemoveTargetPortal",
             Self::RefreshTargetPortal => "RefreshTargetPortal",
             Self::DiskLayout => "DiskLayout",
+            Self::ListIscsiSessions => "ListIscsiSessions",
+            Self::MultipathClaim => "MultipathClaim",
+            Self::TargetPaths => "TargetPaths",
             Self::InFlight => "InFlight",
         }
     }
@@ -172,6 +183,14 @@ pub enum HostErrorKind {
     /// that call reports it; like [`HostErrorKind::NotFound`] it means "no volume", and it is also the one thing
     /// csi-proxy can say of a disk's partition table (`iscsi/judge.rs`).
     NoPartition,
+    /// The partition's supported sizes could not be read: Windows' `MSFT_Partition.GetSupportedSize`
+    /// (`Get-PartitionSupportedSize`) failed with StorageWMI 4 "Failed", which it does while the Optimize Drives service
+    /// (`defragsvc`) is disabled or busy (kubernetes-sigs/aws-ebs-csi-driver#2877; Azure/AgentBaker#3804: its `SizeMin`
+    /// needs a call into defrag). Nothing was resized.
+    SupportedSizeFailed,
+    /// The iSCSI initiator refuses another session: `ISDSC_TOO_MANY_SESSIONS` (0xEFFF001E, "Exceeded max sessions for
+    /// this initiator.", iscsierr.h). Nothing was logged in.
+    TooManySessions,
     /// The backend did not start the call: an earlier call that may still be running changes the same object (the
     /// native backend's own operation whose caller stopped waiting, or a WMI method an earlier driver process left in
     /// flight: `host/native/inflight.rs`). Nothing was started.

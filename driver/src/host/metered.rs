@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostObject, HostOp,
-    HostPath, HostResult, InFlight, IscsiAuth, Portal, Secret, SharedObject, SmbCredential,
-    UncPath,
+    HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, Portal, Secret, SharedObject,
+    SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -105,6 +105,8 @@ fn kind_label(kind: HostErrorKind) -> &'static str {
         HostErrorKind::AlreadyLoggedIn => "already_logged_in",
         HostErrorKind::AccessPathInUse => "access_path_in_use",
         HostErrorKind::MayHoldData => "may_hold_data",
+        HostErrorKind::SupportedSizeFailed => "supported_size_failed",
+        HostErrorKind::TooManySessions => "too_many_sessions",
         HostErrorKind::InFlight => "in_flight",
         HostErrorKind::InvalidPath => "invalid_path",
         HostErrorKind::Unavailable => "unavailable",
@@ -197,6 +199,15 @@ impl<H: Host> Host for Metered<H> {
         remove_target_portal(portal: &Portal) -> () => RemoveTargetPortal;
         refresh_target_portal(portal: &Portal) -> () => RefreshTargetPortal;
         disk_layout(disk: u32) -> DiskLayout => DiskLayout;
+        iscsi_sessions() -> Vec<String> => ListIscsiSessions;
+        mpio_claim() -> MpioClaim => MultipathClaim;
+        connect_target_multipath(
+            portal: &Portal,
+            iqn: &str,
+            auth: &IscsiAuth,
+            persistent: bool
+        ) -> () => ConnectTarget;
+        target_paths(iqn: &str) -> Vec<TargetPath> => TargetPaths;
     }
 }
 

@@ -45,8 +45,8 @@ mod probe;
 mod unc;
 
 pub use block::{
-    DEFAULT_PORT, DiskIds, DiskLayout, DiskLocation, IscsiAuth, PartitionInfo, PartitionKind,
-    PartitionStyle, Portal,
+    DEFAULT_PORT, DiskIds, DiskLayout, DiskLocation, IscsiAuth, MpioClaim, PartitionInfo,
+    PartitionKind, PartitionStyle, Portal, TargetPath,
 };
 pub use boot::{BootStamp, HostObject, InFlight, OUTLIVE_BOUND, Since};
 pub use error::{HostError, HostErrorKind, HostOp, HostResult};
@@ -84,6 +84,12 @@ pub struct HostCapabilities {
     /// listing shows a volume that has arrived without a host-wide [`Host::rescan`] (native: `MSFT_Disk.Refresh`,
     /// `host/native/disk.rs` `volumes`).
     pub list_refreshes_disk: bool,
+    /// It can list every iSCSI session on the node ([`Host::iscsi_sessions`]), so NodeGetInfo can count the session
+    /// slots other software uses.
+    pub list_iscsi_sessions: bool,
+    /// It can log in with Multipath I/O ([`Host::connect_target_multipath`]), read whether MPIO claims iSCSI disks
+    /// ([`Host::mpio_claim`]) and list a target's paths ([`Host::target_paths`]).
+    pub multipath: bool,
 }
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
@@ -444,6 +450,49 @@ pub trait Host: Clone + Send + Sync + 'static {
         async { Err(not_supported(HostOp::ReadLink, "reading a link's target")) }
     }
 
+    /// The target names of every iSCSI session on the node, one entry per session, whoever made it
+    /// ([`HostCapabilities::list_iscsi_sessions`]). Default: not supported.
+    fn iscsi_sessions(
+        &self,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<Vec<String>>> + Send {
+        let _ = deadline;
+        async { Err(not_supported_multipath(HostOp::ListIscsiSessions)) }
+    }
+
+    /// Whether MPIO's Microsoft DSM claims iSCSI disks ([`HostCapabilities::multipath`]). Default: not supported.
+    fn mpio_claim(&self, deadline: Deadline) -> impl Future<Output = HostResult<MpioClaim>> + Send {
+        let _ = deadline;
+        async { Err(not_supported_multipath(HostOp::MultipathClaim)) }
+    }
+
+    /// Log in to `iqn` through `portal` with Multipath I/O (`IsMultipathEnabled`): a session through this portal,
+    /// beside the target's sessions through other portals; nothing when the target already has a session through
+    /// this portal ([`HostCapabilities::multipath`]). `persistent` as [`Host::connect_target_persistent`]. Default:
+    /// not supported.
+    fn connect_target_multipath(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        persistent: bool,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (portal, iqn, auth, persistent, deadline);
+        async { Err(not_supported_multipath(HostOp::ConnectTarget)) }
+    }
+
+    /// The paths of target `iqn`: per session, its portal and the disks it shows ([`HostCapabilities::multipath`]).
+    /// Empty when the target has no session. Default: not supported.
+    fn target_paths(
+        &self,
+        iqn: &str,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<Vec<TargetPath>>> + Send {
+        let _ = (iqn, deadline);
+        async { Err(not_supported_multipath(HostOp::TargetPaths)) }
+    }
+
     /// The partition table of disk `disk` ([`HostCapabilities::disk_layout`]): its style and partitions, whether or
     /// not their volumes have arrived. NotFound when the disk is not there. Default: not supported (csi-proxy v1 has
     /// no call that lists partitions).
@@ -495,6 +544,12 @@ pub enum SharedObject<'a> {
     /// The sessions of an iSCSI target the caller's own login just joined as someone else's, proven the driver's own
     /// since (its staging path mounts the LUN): a claim counts them as made by wincsi.
     IscsiSessionJoined(&'a str),
+}
+
+/// The defaults of the multipath and session-listing operations (`HostCapabilities::{multipath,
+/// list_iscsi_sessions}`): not supported (csi-proxy v1 has no multipath flag, csi-proxy PR #99, and no session list).
+pub(crate) fn not_supported_multipath(op: HostOp) -> HostError {
+    not_supported(op, "Multipath I/O and the node's session list")
 }
 
 /// The error of a capability a backend lacks.

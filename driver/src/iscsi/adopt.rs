@@ -119,6 +119,7 @@ pub(super) async fn adopt<H: Host>(
     let rec = IscsiRecord {
         portals: vec![portal.clone()],
         session_portal: Some(portal),
+        session_portals: Vec::new(),
         iqn: iqn.clone(),
         target_iqn: Some(iqn.clone()),
         lun,

@@ -23,6 +23,15 @@
 //!   `ListTargetPortals` shows, holds the shared side of one node-wide key that only this re-add takes exclusively;
 //! * otherwise (a portal in use, or the refresh failed) the stage answers FAILED_PRECONDITION naming the manual
 //!   refresh (`Update-IscsiTargetPortal`), and kubelet's retry finds the target once an operator ran it.
+//!
+//! Why nothing bolder through csi-proxy (issue 41 item 3): Microsoft's pages of the initiator functions behind its
+//! calls (iscsidsc.h: `AddIScsiSendTargetPortal` "adds a static target portal to the list of target portals to which
+//! the iSCSI initiator service transmits SendTargets requests", `RemoveIScsiSendTargetPortal` "removes a portal from
+//! the list", `RefreshIScsiSendTargetPortal` "transmit[s] a SendTargets request to refresh the list of discovered
+//! targets") say neither what adding a portal already on the list does nor what removing one does to the sessions
+//! made through it, and csi-proxy exposes no refresh. So re-adding an added portal is not relied on to refresh it
+//! (the simulated host's `portal_readd_refreshes` stays unverified: real-node check 25), and a portal is never removed
+//! while a session may use it.
 
 use tracing::{info, warn};
 

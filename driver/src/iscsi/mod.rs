@@ -192,11 +192,13 @@ use crate::state::{Details, Phase, VolumeRecord};
 
 mod access;
 mod adopt;
+mod capacity;
 mod chap;
 mod discovery;
 pub mod disk;
 mod judge;
 mod listings;
+mod multipath;
 mod params;
 // Test-only, named tests.rs so the architecture test treats it as test code.
 mod pending;
@@ -210,6 +212,7 @@ mod tests;
 mod volume;
 
 pub use crate::lifecycle::Secrets;
+pub use capacity::ISCSI_SESSION_LIMIT;
 pub use judge::{DEFAULT_SETTLE, IscsiSettings};
 pub use params::{
     CHAP_SECRET_LEN, IscsiVolume, MAX_LUN, check_fs_type, check_iqn, is_iscsi, parse_volume,
@@ -228,6 +231,9 @@ pub struct IscsiRecord {
     /// The portal the session was made through.
     #[serde(default)]
     pub session_portal: Option<Portal>,
+    /// A multipath volume's portals, one session through each (`multipath.rs`); empty for one session.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub session_portals: Vec<Portal>,
     /// Target name, as given.
     pub iqn: String,
     /// The target name as the portal reports it (`DiscoverTargetPortal`), recorded before the first call that names
@@ -285,6 +291,7 @@ impl IscsiRecord {
         Self {
             portals: vol.portals.clone(),
             session_portal: None,
+            session_portals: Vec::new(),
             iqn: vol.iqn.clone(),
             target_iqn: None,
             lun: vol.lun,
@@ -347,6 +354,7 @@ impl IscsiRecord {
     /// created and never issues a second destructive call while the first may run; no longer a user of the session.
     fn release(&mut self) {
         self.session_portal = None;
+        self.session_portals.clear();
         self.mutual_chap = None;
         self.released = true;
     }
@@ -419,6 +427,8 @@ pub(crate) struct Session {
     portals: Vec<Portal>,
     /// Whether the login was persistent.
     persistent: bool,
+    /// Whether it logged in through every portal with Multipath I/O.
+    multipath: bool,
 }
 
 impl Sessions {
@@ -438,7 +448,9 @@ impl Sessions {
         self.map()
             .get(key)
             .filter(|s| {
-                s.persistent == vol.persistent && vol.portals.iter().all(|p| s.portals.contains(p))
+                s.persistent == vol.persistent
+                    && (s.multipath || !vol.multipath)
+                    && vol.portals.iter().all(|p| s.portals.contains(p))
             })
             .cloned()
     }
@@ -452,6 +464,7 @@ impl Sessions {
                 portal: portal.clone(),
                 portals: vol.portals.clone(),
                 persistent: vol.persistent,
+                multipath: vol.multipath,
             },
         );
     }
@@ -472,6 +485,16 @@ impl<H: Host> Protocol<H> for Iscsi {
 
     fn owns(&self, record: &VolumeRecord) -> bool {
         record.is::<IscsiRecord>()
+    }
+
+    /// A released record (a first stage that never succeeded) holds no volume on the node.
+    fn holds(&self, record: &VolumeRecord) -> bool {
+        !matches!(record.details::<IscsiRecord>(), Ok(Some(r)) if r.released)
+    }
+
+    /// The initiator's free sessions (`capacity.rs`).
+    async fn free_slots(&self, cx: Context<'_, H>, d: Deadline) -> Result<Option<u64>, Error> {
+        capacity::free_slots(cx, d).await
     }
 
     fn parse(&self, req: &StageRequest) -> Result<IscsiVolume, Error> {

@@ -63,6 +63,9 @@ pub struct IscsiVolume {
     pub persistent: bool,
     /// The volume is staged for reading only (a reader-only access mode): the disk's read-only flag is kept.
     pub read_only: bool,
+    /// Log in through every portal with Multipath I/O: several portals on a backend with
+    /// `HostCapabilities::multipath` (native; `multipath.rs`). csi-proxy logs in once.
+    pub multipath: bool,
 }
 
 /// Whether `context` describes an iSCSI volume: democratic-csi's `node_attach_driver: iscsi`, or (without a
@@ -299,6 +302,7 @@ pub fn parse_volume_for(
         }
         let (auth, mutual_secret) =
             democratic_auth(&democratic::normalized_secrets(secrets, context))?;
+        let multipath = portals.len() > 1 && caps.multipath;
         return Ok(IscsiVolume {
             portals,
             iqn: iqn.to_owned(),
@@ -308,6 +312,7 @@ pub fn parse_volume_for(
             page83: None,
             serial: None,
             discovery: IscsiAuth::None,
+            multipath,
             persistent,
             read_only: false,
         });
@@ -372,6 +377,7 @@ pub fn parse_volume_for(
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
     };
+    let multipath = portals.len() > 1 && caps.multipath;
     Ok(IscsiVolume {
         portals,
         iqn: iqn.to_owned(),
@@ -381,6 +387,7 @@ pub fn parse_volume_for(
         page83: hint("page83"),
         serial: hint("serial"),
         discovery,
+        multipath,
         persistent,
         read_only: false,
     })

@@ -7,6 +7,7 @@ use super::discovery::{discover, lock_portals};
 use super::disk::find_disk;
 use super::judge::{Judge, Polls, volume_of};
 use super::listings::Listings;
+use super::multipath;
 use super::pending::{Destructive, Pending};
 use super::removal;
 use super::volume::present;
@@ -245,6 +246,14 @@ async fn session_steps<H: Host>(
     rec: &mut IscsiRecord,
 ) -> Result<crate::host::Portal, Error> {
     let d = h.deadline();
+    // Several portals: natively a multipath volume, refused before any host change when MPIO does not claim iSCSI
+    // disks; through csi-proxy one session (`multipath.rs`).
+    if vol.multipath {
+        multipath::require_claim(h, vol).await?;
+    } else if vol.portals.len() > 1 && !h.host().capabilities().multipath {
+        info!(iqn = %vol.iqn, "csi-proxy cannot log in with Multipath I/O (its ConnectTarget has no multipath flag): \
+              one session, through the first portal that answers; the other portals are added for later stages");
+    }
     // The portals are shared with other stages until the login; a refresh of one takes it alone (`discovery.rs`).
     let mut portal_locks = lock_portals(cx, &vol.portals).await;
     // 1. Portals (every one, so a later stage can use any of them).
@@ -306,7 +315,11 @@ async fn session_steps<H: Host>(
         .await?;
     }
     // 4. Login. A target that already has a session (another LUN of it, or an earlier attempt) is logged in: csi-proxy
-    //    v1.3.0+ answer OK, the PowerShell era "already logged in".
+    //    v1.3.0+ answer OK, the PowerShell era "already logged in". A multipath volume logs in through every portal.
+    if vol.multipath {
+        let up = multipath::logins(cx, h, volume_id, staging, vol, rec, &added).await?;
+        return Ok(up[0].clone());
+    }
     let joined_before = h.host().made_by_wincsi(SharedObject::IscsiSession(&iqn)) == Some(false);
     let mut session = None;
     for p in &added {
@@ -400,6 +413,9 @@ async fn disk_steps<H: Host>(
         judge.forget_lun(&rec.lun_key());
     }
     rec.disk_number = Some(number);
+    if vol.multipath {
+        multipath::count_paths(h, &iqn, number).await?;
+    }
     if let Some(ids) = &ids {
         rec.page83 = Some(ids.page83.trim().to_owned()).filter(|s| !s.is_empty());
         rec.serial = Some(ids.serial.trim().to_owned()).filter(|s| !s.is_empty());

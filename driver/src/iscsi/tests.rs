@@ -708,6 +708,8 @@ async fn one_way_and_mutual_chap_and_wrong_secrets() {
     let env = Env::with(|sc| {
         sc["iscsi"]["portals"][0]["targets"][0]["chap"] = json!({"mode": "mutual",
             "username": CHAP_USER, "secret": CHAP_SECRET, "target_secret": MUTUAL_SECRET});
+        // Several portals log in through each natively, which needs MPIO (`multipath.rs`).
+        sc["host"] = json!({"mpio": {"installed": true, "claim_iscsi": true}});
     });
     let good = [
         ("node.session.auth.username", CHAP_USER),
@@ -2556,7 +2558,10 @@ async fn a_joining_stage_reads_its_disk_while_its_claim_is_written_and_creates_n
     }
 }
 
+mod capacity;
+mod expand;
 mod kubelet_paths;
+mod multipath;
 mod stats_cache;
 
 mod access;

@@ -333,6 +333,18 @@ pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
         HostErrorKind::MayHoldData => {
             Error::FailedPrecondition(format!("{op} on {subject} refused: {message}"))
         }
+        HostErrorKind::SupportedSizeFailed => Error::Unavailable(format!(
+            "{op} on {subject}: Windows could not tell how far the partition may grow ({message}). \
+             MSFT_Partition.GetSupportedSize (Get-PartitionSupportedSize) fails while the Optimize Drives service \
+             (defragsvc) is disabled or busy (kubernetes-sigs/aws-ebs-csi-driver#2877): on the node, set it to start \
+             on demand and start it (Set-Service defragsvc -StartupType Manual; Start-Service defragsvc), or run the \
+             driver in mode: hostProcess, whose expansion computes the size from the disk's layout without it. \
+             Nothing was resized; kubelet retries"
+        )),
+        HostErrorKind::TooManySessions => Error::ResourceExhausted(format!(
+            "{op} on {subject}: the node's iSCSI initiator refuses another session ({message}); unstage volumes \
+             of other targets on this node, or schedule the pod elsewhere"
+        )),
         HostErrorKind::NotFound
         | HostErrorKind::NoPartition
         | HostErrorKind::AlreadyExists

@@ -69,6 +69,12 @@ pub trait Lifecycle: Send + Sync + std::fmt::Debug {
     fn quarantined_count(&self) -> usize {
         0
     }
+    /// NodeGetInfo's `max_volumes_per_node`: what the node can take, given `configured` (`--max-volumes-per-node`, 0
+    /// for none); `capacity.rs`. Default: `configured`.
+    fn volume_limit(&self, configured: i64, d: Deadline) -> LifecycleFuture<'_, i64> {
+        let _ = d;
+        Box::pin(async move { Ok(configured) })
+    }
     /// Stop the lifecycle's background work (shutdown).
     fn stop_background(&self) {}
 }
@@ -254,6 +260,10 @@ impl<H: Host, P: Protocol<H>> Lifecycle for VolumeManager<H, P> {
                 .map(|q| format!("{}: {}", q.file.display(), q.reason))
                 .collect())
         })
+    }
+
+    fn volume_limit(&self, configured: i64, d: Deadline) -> LifecycleFuture<'_, i64> {
+        Box::pin(async move { self.node_volume_limit(configured, d).await })
     }
 
     fn quarantined_count(&self) -> usize {

@@ -78,6 +78,7 @@ use crate::host::{Host, HostPath, KubeletRoot};
 use crate::locks::{Deadline, KeyedLocks, VolumeLocks};
 use crate::state::{AccessRecord, PublishRecord, StateStore, VolumeRecord};
 
+mod capacity;
 mod context;
 mod csi;
 pub mod democratic;
@@ -93,6 +94,7 @@ mod tests;
 mod unreferenced;
 mod watch;
 
+pub use capacity::VOLUME_LIMIT_BUDGET;
 pub use context::{Calls, Context, host_error};
 pub use csi::{Lifecycle, LifecycleFuture, node_capabilities};
 pub use protocol::{Either, Found, Health, Protocol, StageAt};
@@ -138,6 +140,8 @@ pub struct VolumeManager<H, P> {
     objects: KeyedLocks,
     secrets: Option<Arc<dyn SecretSource>>,
     stats_cache: StatsCache,
+    /// `--max-volumes-per-node` (`capacity.rs`).
+    volume_limit: Option<u64>,
     background: Background,
 }
 
@@ -171,8 +175,16 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             objects: KeyedLocks::with_observer(Arc::new(observe_lock_wait)),
             secrets: None,
             stats_cache: StatsCache::default(),
+            volume_limit: None,
             background: Background::default(),
         })
+    }
+
+    /// Refuse a first stage past `limit` volumes on the node (`--max-volumes-per-node`; `None` or 0: no limit). See
+    /// `capacity.rs`.
+    pub fn with_volume_limit(mut self, limit: Option<u64>) -> Self {
+        self.volume_limit = limit.filter(|&n| n > 0);
+        self
     }
 
     /// Cache NodeGetVolumeStats answers for `expiry` (`--vol-stats-cache-expire-in-minutes`; `None` or zero: no
@@ -289,6 +301,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         }
         self.refuse_foreign_path(&req.volume_id, &staging, Owner::Staging)?;
         let vol = self.protocol.parse(req)?;
+        self.check_room(&req.volume_id)?;
         let at = StageAt {
             volume_id: &req.volume_id,
             staging: &staging,

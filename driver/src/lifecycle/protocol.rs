@@ -167,6 +167,25 @@ pub trait Protocol<H: Host>: Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// Whether `record` (this protocol's) holds a volume on the node, so it counts against the node's volume limit
+    /// (`capacity.rs`). Default: yes (iSCSI: not a released record, whose first stage never succeeded).
+    fn holds(&self, record: &VolumeRecord) -> bool {
+        let _ = record;
+        true
+    }
+
+    /// How many more volumes of this protocol the node can take beyond those it holds: a limit of the host's that the
+    /// backend can read (iSCSI: the initiator's free session slots), `None` when there is none. NodeGetInfo's
+    /// `max_volumes_per_node` is the volumes held plus the smallest of these (`capacity.rs`).
+    fn free_slots(
+        &self,
+        cx: Context<'_, H>,
+        d: Deadline,
+    ) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
+        let _ = (cx, d);
+        async { Ok(None) }
+    }
+
     /// NodeExpandVolume at `path`: grow the volume and return its capacity in bytes (0 = nothing to grow on the
     /// node, e.g. a share whose size is the server's business).
     fn expand(
@@ -335,6 +354,23 @@ where
             return Ok(Some(rec));
         }
         self.1.adopt(cx, found, d).await
+    }
+
+    fn holds(&self, record: &VolumeRecord) -> bool {
+        if self.0.owns(record) {
+            self.0.holds(record)
+        } else {
+            self.1.holds(record)
+        }
+    }
+
+    async fn free_slots(&self, cx: Context<'_, H>, d: Deadline) -> Result<Option<u64>, Error> {
+        let a = self.0.free_slots(cx, d).await?;
+        let b = self.1.free_slots(cx, d).await?;
+        Ok(match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     async fn expand(

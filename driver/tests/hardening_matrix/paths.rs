@@ -89,6 +89,8 @@ const fn op_index(op: Op) -> usize {
         Op::Publish => 1,
         Op::Unpublish => 2,
         Op::Unstage => 3,
+        // Only the multipath workflow expands; the kubelet paths run the four-operation workflows.
+        Op::Expand => panic!("no kubelet path runs the multipath workflow"),
     }
 }
 
@@ -494,7 +496,7 @@ fn outage(env: &Env, down: bool) {
                 let _ = s.set_mapping_status(r"\\fs1\data", sim::state::MappingStatus::Ok, None);
             }
         }
-        Workflow::Iscsi => s
+        Workflow::Iscsi | Workflow::Multipath => s
             .set_portal_reachable("10.0.0.5", !down)
             .expect("the portal"),
     });

@@ -11,7 +11,7 @@ use super::{AdminAddr, CsiProxyStatus, Request, Response};
 use crate::error::{Error, Result};
 use crate::host::{AuditEntry, Fault, InvariantReport};
 use crate::profile::{CsiProxyVersion, HostBehaviour};
-use crate::scenario::{DiskSpec, Scenario, TargetChap, TargetSpec};
+use crate::scenario::{DiskSpec, Scenario, ServiceStatus, StartType, TargetChap, TargetSpec};
 use crate::secret::Secret;
 use crate::state::{DataLossEvent, SessionRecovery, Spawned};
 
@@ -369,6 +369,39 @@ impl AdminClient {
         self.unit(&Request::SetTargetChap {
             iqn: iqn.into(),
             chap,
+        })
+        .await
+    }
+
+    /// A path's loss: the sessions of `iqn` through portal `address` end; how many did.
+    pub async fn drop_iscsi_path(&self, iqn: &str, address: &str) -> Result<usize> {
+        self.typed(&Request::DropIscsiPath {
+            iqn: iqn.into(),
+            address: address.into(),
+        })
+        .await
+    }
+
+    /// An operator's `Update-IscsiTargetPortal` on portal `address:port`.
+    pub async fn refresh_discovery(&self, address: &str, port: u32) -> Result<()> {
+        self.unit(&Request::RefreshDiscovery {
+            address: address.into(),
+            port,
+        })
+        .await
+    }
+
+    /// An administrator sets service `name`'s start type and status (`Set-Service`).
+    pub async fn set_service(
+        &self,
+        name: &str,
+        start_type: StartType,
+        status: ServiceStatus,
+    ) -> Result<()> {
+        self.unit(&Request::SetService {
+            name: name.into(),
+            start_type,
+            status,
         })
         .await
     }

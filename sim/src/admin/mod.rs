@@ -27,7 +27,7 @@ pub use server::{AdminServer, serve_admin};
 use crate::error::Error;
 use crate::host::Fault;
 use crate::profile::{CsiProxyVersion, HostBehaviour};
-use crate::scenario::{DiskSpec, Scenario, TargetChap, TargetSpec};
+use crate::scenario::{DiskSpec, Scenario, ServiceStatus, StartType, TargetChap, TargetSpec};
 use crate::secret::Secret;
 
 /// Where the admin interface listens.
@@ -307,6 +307,32 @@ pub enum Request {
         /// Only this target's sessions.
         #[serde(default)]
         iqn: Option<String>,
+    },
+    /// A path's loss: the sessions of target `iqn` through portal `address` end (an MPIO disk stays while another
+    /// path lives). Result: how many ended.
+    DropIscsiPath {
+        /// Target IQN.
+        iqn: String,
+        /// Portal address.
+        address: String,
+    },
+    /// An operator's `Update-IscsiTargetPortal`: SendTargets through the added portal, so targets the array created
+    /// since appear in its discovery cache.
+    RefreshDiscovery {
+        /// Portal address.
+        address: String,
+        /// Portal port.
+        #[serde(default = "iscsi_port")]
+        port: u32,
+    },
+    /// An administrator's `Set-Service`: a service's start type and status (declared when the scenario did not).
+    SetService {
+        /// Service name (e.g. `defragsvc`).
+        name: String,
+        /// Start type.
+        start_type: StartType,
+        /// Status.
+        status: ServiceStatus,
     },
 }
 

@@ -282,5 +282,20 @@ pub(crate) async fn handle(host: &SimHost, req: Request) -> Result<serde_json::V
         Request::RecoverIscsiSessions { iqn } => {
             to_json(host.with_state_mut(|s| s.recover_iscsi_sessions(iqn.as_deref()))?)?
         }
+        Request::DropIscsiPath { iqn, address } => {
+            to_json(host.with_state_mut(|s| s.drop_iscsi_path(&iqn, &address))?)?
+        }
+        Request::RefreshDiscovery { address, port } => {
+            host.with_state_mut(|s| s.refresh_discovery(&address, port))?;
+            Null
+        }
+        Request::SetService {
+            name,
+            start_type,
+            status,
+        } => {
+            host.with_state_mut(|s| s.set_service(&name, start_type, status));
+            Null
+        }
     })
 }

@@ -394,6 +394,11 @@ pub struct HostBehaviour {
     /// `FlushFileBuffers` through a `GENERIC_WRITE` handle): error 19 "The media is write protected.". Default true;
     /// **unverified** (real-node check 29), so the driver must survive both answers.
     pub read_only_flush_fails: bool,
+    /// How many iSCSI sessions the initiator takes; a login past it answers `ISDSC_TOO_MANY_SESSIONS` (0xEFFF001E,
+    /// "Exceeded max sessions for this initiator.", iscsierr.h). Default 256: the software initiator gives each
+    /// session a SCSI target id on its adapter, one byte in `SCSI_ADDRESS.TargetId` (ntddscsi.h). The number Windows
+    /// really allows is **unverified** (real-node check N39).
+    pub iscsi_session_limit: u32,
 }
 
 impl Default for HostBehaviour {
@@ -408,6 +413,7 @@ impl Default for HostBehaviour {
             created_partition_returned: true,
             arrival: Arrival::default(),
             read_only_flush_fails: true,
+            iscsi_session_limit: 256,
         }
     }
 }

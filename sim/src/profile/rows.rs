@@ -118,6 +118,17 @@ pub const ROWS: &[ProfileRow] = &[
         source: "v1.1.3 `pkg/os/volume/api.go:201`; v1.2.1 `:201`; v1.3.0 `:222-231`; master `:225-241`; text: csi-proxy#195, PR #364",
     },
     ProfileRow {
+        id: "resize_without_defragsvc",
+        behaviour: "ResizeVolume(0) while the Optimize Drives service (`defragsvc`) is disabled: `Get-PartitionSupportedSize` / `MSFT_Partition.GetSupportedSize` answers StorageWMI 4 `Failed`; an explicit size skips it",
+        releases: [
+            "fails `error getting sizemin,sizemax from mount … Get-PartitionSupportedSize : Failed … StorageWMI 4 … {\"SizeMax\": null}`; an explicit size resizes",
+            "same",
+            "fails `error getting sizeMin, sizeMax from volume (V). result: 4, status: , error: strconv.ParseInt: parsing \"\": invalid syntax`; an explicit size resizes",
+            "fails `error getting sizeMin, sizeMax from volume (V). status: , error: WMI MSFT_Partition.GetSupportedSize failed (…): code=4`; an explicit size resizes",
+        ],
+        source: "kubernetes-sigs/aws-ebs-csi-driver#2877 (StorageWMI 4 while defragsvc is disabled or busy, reproduced on Windows Server 2025; the explicit-size path \"works\") and PR #2471 (the PowerShell output); v1.1.3 `pkg/os/volume/api.go:172-179`; v1.3.0 `pkg/os/volume/api.go:204-210`, `pkg/cim/volume.go:345-363` (the text derived from the code: unverified); master `pkg/os/volume/api.go:218-223`, `pkg/wmi/volume.go:311-322`; defragsvc busy (the issue's other cause) not modelled",
+    },
+    ProfileRow {
         id: "partition_slack",
         behaviour: "A new max-size partition ends a few KiB below `SizeMax` (host, all releases)",
         releases: ["48640 bytes (configurable)", "same", "same", "same"],

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::profile::CsiProxyVersion::{Master, V1_1_3, V1_2_1, V1_3_0};
-use crate::scenario::{Scenario, TargetChap};
+use crate::scenario::{Scenario, ServiceStatus, StartType, TargetChap};
 use crate::secret::Secret;
 use crate::state::{AuthType, HostOptions, MappingStatus, State};
 
@@ -160,6 +160,7 @@ const TESTED: &[&str] = &[
     "iqn_matching",
     "mount_volume_again",
     "resize_skip",
+    "resize_without_defragsvc",
     "partition_slack",
     "smb_credentials",
     "smb_require_privacy",
@@ -540,6 +541,37 @@ fn row_resize_skip() {
         } else {
             neg.unwrap();
         }
+    }
+}
+
+#[test]
+fn row_resize_without_defragsvc() {
+    const MIB: u64 = 1 << 20;
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        let n = attach(&mut f, EMPTY)[0];
+        f.partition_disk(n).unwrap();
+        let vol = f.list_volumes_on_disk(n, 2).unwrap()[0].clone();
+        let (size, _) = f.partition_sizes(&vol).unwrap();
+        f.set_disk_size("empty", 2 << 30).unwrap();
+        // A stopped service with start type Manual is started on demand: not off.
+        f.set_service("defragsvc", StartType::Manual, ServiceStatus::Stopped);
+        assert!(f.defrag_available(), "{v}");
+        f.set_service("defragsvc", StartType::Disabled, ServiceStatus::Stopped);
+        let e = host_err(f.resize_volume(&vol, 0));
+        let want = match v {
+            V1_1_3 | V1_2_1 => {
+                "error getting sizemin,sizemax from mount. cmd: Get-Volume -UniqueId \"$Env:volumeID\" | Get-partition | Get-PartitionSupportedSize | Select SizeMax | ConvertTo-Json, output: Get-PartitionSupportedSize : Failed".to_owned()
+            }
+            V1_3_0 => format!("error getting sizeMin, sizeMax from volume ({vol}). result: 4, status: , error: strconv.ParseInt"),
+            _ => format!("error getting sizeMin, sizeMax from volume ({vol}). status: , error: WMI MSFT_Partition.GetSupportedSize failed"),
+        };
+        assert!(e.starts_with(&want), "{v}: {e}");
+        assert_eq!(f.partition_sizes(&vol).unwrap().0, size, "{v}: unchanged");
+        // An explicit size does not ask GetSupportedSize.
+        let explicit = (size + 200 * MIB) as i64;
+        f.resize_volume(&vol, explicit).unwrap();
+        assert_eq!(f.partition_sizes(&vol).unwrap().0, explicit as u64, "{v}");
     }
 }
 

@@ -381,6 +381,40 @@ pub(crate) fn volume_id_failed(
     Error::host(text)
 }
 
+/// ResizeVolume(0) while `Get-PartitionSupportedSize` / `MSFT_Partition.GetSupportedSize` fails (StorageWMI 4, the
+/// Optimize Drives service disabled: aws-ebs-csi-driver#2877). PowerShell: v1.1.3 `pkg/os/volume/api.go:172-179`,
+/// the output as kubernetes-sigs/aws-ebs-csi-driver PR #2471's CI log shows it (the pipeline goes on to print
+/// `{"SizeMax": null}`); v1.3.0 `pkg/os/volume/api.go:204-210` with `pkg/cim/volume.go:345-363` (`InvokeMethodWithReturn`
+/// reports 4 without an error, then the empty out-parameter fails to parse: derived from the code, **unverified**);
+/// master `pkg/os/volume/api.go:218-223` with `pkg/wmi/volume.go:311-322`.
+pub(crate) fn supported_size_failed(p: &Profile, id: &str) -> Error {
+    let text = match p.backend {
+        Backend::PowerShell => {
+            let cmd = format!(
+                "{PS_VOL_FILTER} | Get-partition | Get-PartitionSupportedSize | Select SizeMax | ConvertTo-Json"
+            );
+            let out = ps_cim_error(
+                "Get-PartitionSupportedSize",
+                "Failed\r\nActivity ID: {0cc5c101-44f7-4d4c-8e9b-a154a36c42fe}",
+                &cmd,
+                "StorageWMI",
+                "StorageWMI 4",
+            );
+            format!(
+                "error getting sizemin,sizemax from mount. cmd: {cmd}, output: {out}\r\n{{\r\n    \"SizeMax\":  null\r\n}}, error: exit status 1"
+            )
+        }
+        Backend::MicrosoftWmi => format!(
+            "error getting sizeMin, sizeMax from volume ({id}). result: 4, status: , error: strconv.ParseInt: parsing \"\": invalid syntax"
+        ),
+        Backend::GoOleWmi => format!(
+            "error getting sizeMin, sizeMax from volume ({id}). status: , error: {}",
+            wmi_error("MSFT_Partition", "GetSupportedSize", DISPATCH, 4)
+        ),
+    };
+    Error::host(text)
+}
+
 /// `Resize-Partition` / `MSFT_Partition.Resize` refusing the size (StorageWMI 4097 "Size Not Supported").
 /// v1.1.3 `pkg/os/volume/api.go:206-212` (text: csi-proxy PR #364); v1.3.0 `:233-236`; master `:243-247` +
 /// `pkg/wmi/volume.go:343-354`.
@@ -724,6 +758,8 @@ pub(crate) enum LoginFailure {
     BadChapSecret,
     /// The target is not discovered through the portal.
     TargetNotFound,
+    /// ISDSC_TOO_MANY_SESSIONS: the initiator's session limit (`behaviour.iscsi_session_limit`).
+    TooManySessions,
     /// ISDSC_CONNECTION_FAILED: the portal does not answer (the text New-IscsiTargetPortal gives a portal not on the
     /// network, `State::add_target_portal`).
     ConnectionFailed,
@@ -742,6 +778,7 @@ impl LoginFailure {
             LoginFailure::TargetNotFound => {
                 "The target name is not found or is marked as hidden from login."
             }
+            LoginFailure::TooManySessions => "Exceeded max sessions for this initiator.",
             LoginFailure::ConnectionFailed => "Connection Failed.",
         }
     }
@@ -752,6 +789,7 @@ impl LoginFailure {
             LoginFailure::Authentication => 0xEFFF_0009,
             LoginFailure::BadChapSecret => 0xEFFF_0067,
             LoginFailure::TargetNotFound => 0xEFFF_0063,
+            LoginFailure::TooManySessions => 0xEFFF_001E,
             LoginFailure::ConnectionFailed => 0xEFFF_0003,
         }
     }

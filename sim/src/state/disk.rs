@@ -127,6 +127,13 @@ pub struct Disk {
     /// When the disk arrives (`None` = it has; see `arrival.rs`).
     #[serde(skip)]
     pub arrives_at: Option<Instant>,
+    /// The session (`SessionIdentifier`) this disk shows through when MPIO does not claim it; `None`: every session of
+    /// its target shows it (one session, or an MPIO disk with a path per session). `mpio.rs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_session: Option<String>,
+    /// For the LUN's disk as a further session shows it without MPIO: the id of the LUN's own disk. `mpio.rs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_of: Option<String>,
 }
 
 impl Disk {
@@ -203,6 +210,8 @@ pub(crate) fn build_disk(
         arrival_delay_ms: None,
         volume_arrival_delay_ms: None,
         arrives_at: None,
+        via_session: None,
+        path_of: None,
     };
     if spec.partition_style == PartitionStyle::Raw && !spec.partitions.is_empty() {
         return Err(Error::Scenario(format!(
@@ -741,6 +750,10 @@ impl State {
             return Err(Error::host(format!(
                 "invalid negative size {size} for volume ({id})"
             )));
+        }
+        if size == 0 && !self.defrag_available() {
+            // `Get-PartitionSupportedSize` / `MSFT_Partition.GetSupportedSize` fails while defragsvc is disabled.
+            return Err(texts::supported_size_failed(&self.profile, id));
         }
         let d = &self.disks[di];
         let part = &d.partitions[pi];

@@ -113,6 +113,23 @@ pub(crate) fn load(st: &mut State, spec: &IscsiSpec) -> Result<()> {
     for p in &spec.portals {
         let mut targets = Vec::new();
         for t in &p.targets {
+            // The same target through another portal (multipath): the LUNs the first portal listed.
+            let known = st
+                .portals
+                .iter()
+                .flat_map(|p| p.targets.iter())
+                .find(|k| k.iqn.eq_ignore_ascii_case(&t.iqn))
+                .cloned();
+            if let Some(k) = known {
+                if !t.luns.is_empty() {
+                    return Err(Error::Scenario(format!(
+                        "target {} is listed by an earlier portal: list its LUNs there only",
+                        t.iqn
+                    )));
+                }
+                targets.push(k);
+                continue;
+            }
             let mut luns = Vec::new();
             for l in &t.luns {
                 let id = l
@@ -194,16 +211,10 @@ fn lun_disk(
     Ok(disk)
 }
 
-/// Removes a session's disks from the host (numbers freed, volumes invisible).
+/// Removes what a session (taken out of the session list) showed from the host: numbers freed, volumes invisible;
+/// an MPIO disk only with its last path (`mpio.rs`).
 pub(crate) fn detach_session_disks(st: &mut State, s: &Session) {
-    for d in st.disks.iter_mut() {
-        if let DiskSource::Iscsi { iqn, .. } = &d.source
-            && iqn.eq_ignore_ascii_case(&s.iqn)
-        {
-            d.number = None;
-            d.clear_arrivals();
-        }
-    }
+    st.detach_session(s);
 }
 
 pub(crate) fn port_or_default(port: u32) -> u32 {
@@ -492,6 +503,10 @@ impl State {
             }
             ref l => return Err(self.wmi_lookup_failed(l, address, port, iqn)),
         };
+        if self.session_index(iqn).is_none() && self.sessions_exhausted() {
+            return Err(login_err(self, LoginFailure::TooManySessions)
+                .unwrap_or_else(|| Error::host("unreachable")));
+        }
         if self.session_index(iqn).is_some() {
             return match self.profile.connect_target_when_connected {
                 OnRepeat::NoOp => Ok(()),
@@ -562,7 +577,7 @@ impl State {
         }
         let now = Instant::now();
         for (lun, disk_id) in &target.luns {
-            self.attach_lun_disk(disk_id, target_number, *lun, now);
+            self.attach_session_lun(disk_id, &session, *lun, now);
         }
         session
     }
@@ -759,13 +774,20 @@ impl State {
     /// Changes what a target requires for login (e.g. the array's CHAP secret was rotated). Existing sessions
     /// stay until they recover ([`State::recover_iscsi_sessions`]).
     pub fn set_target_chap(&mut self, iqn: &str, chap: TargetChap) -> Result<()> {
-        let t = self
+        let mut found = false;
+        // Every portal the target is reached through.
+        for t in self
             .portals
             .iter_mut()
             .flat_map(|p| p.targets.iter_mut())
-            .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
-            .ok_or_else(|| Error::Scenario(format!("no target {iqn}")))?;
-        t.chap = chap;
+            .filter(|t| t.iqn.eq_ignore_ascii_case(iqn))
+        {
+            t.chap = chap.clone();
+            found = true;
+        }
+        if !found {
+            return Err(Error::Scenario(format!("no target {iqn}")));
+        }
         Ok(())
     }
 
@@ -980,7 +1002,17 @@ impl State {
         disk.arrival_delay_ms = delay;
         disk.volume_arrival_delay_ms = vdelay;
         self.disks.push(disk);
-        self.portals[pi].targets[ti].luns[li].1 = id.clone();
+        // The target through every portal it is reached through.
+        for t in self
+            .portals
+            .iter_mut()
+            .flat_map(|p| p.targets.iter_mut())
+            .filter(|t| t.iqn.eq_ignore_ascii_case(&target_iqn))
+        {
+            if let Some(l) = t.luns.iter_mut().find(|(n, _)| *n == lun) {
+                l.1 = id.clone();
+            }
+        }
         if let Some(si) = self.session_index(&target_iqn) {
             let tn = self.sessions[si].target_number;
             self.attach_lun_disk(&id, tn, lun, Instant::now());

@@ -31,6 +31,7 @@ pub(crate) mod disk;
 pub(crate) mod fs;
 pub(crate) mod iscsi;
 mod links;
+mod mpio;
 pub(crate) mod paths;
 pub(crate) mod processes;
 pub(crate) mod smb;
@@ -192,6 +193,7 @@ pub(crate) struct HostConfig {
     pub(crate) iscsi_adapter: u32,
     pub(crate) disconnected_mapping_blocks_create: bool,
     pub(crate) san_policy: SanPolicy,
+    pub(crate) mpio: crate::scenario::MpioSpec,
 }
 
 /// The whole simulated host.
@@ -268,6 +270,7 @@ impl State {
             iscsi_adapter: h.iscsi_adapter,
             disconnected_mapping_blocks_create: h.disconnected_mapping_blocks_create,
             san_policy: h.san_policy,
+            mpio: h.mpio,
         };
         claim_sandbox(root)?;
         let root = &platform::absolute_root(root).map_err(io_err(root))?;

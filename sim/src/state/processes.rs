@@ -256,6 +256,10 @@ impl State {
             // The first query (`Get-PartitionSupportedSize` or the current size) fails.
             return ProcessPlan::of(vec![READ]);
         };
+        if size == 0 && !self.defrag_available() {
+            // `Get-PartitionSupportedSize` fails without the Optimize Drives service: the call ends there.
+            return ProcessPlan::of(vec![READ]);
+        }
         let mut steps = vec![READ];
         if size == 0 {
             steps.push(READ);

@@ -107,6 +107,34 @@ impl State {
         Ok(())
     }
 
+    /// Whether the Optimize Drives service (`defragsvc`) can serve `MSFT_Partition.GetSupportedSize`, which needs it
+    /// (kubernetes-sigs/aws-ebs-csi-driver#2877: StorageWMI 4 "Failed" while it is disabled, reproduced on Windows
+    /// Server 2025; fixed at once by enabling it). Windows installs it with start type Manual and starts it on demand,
+    /// so a stopped service still serves; only one a scenario (or [`State::set_service`]) declares `disabled` does not.
+    /// Its being busy with a volume (the other cause) is not modelled.
+    pub fn defrag_available(&self) -> bool {
+        self.services
+            .get("defragsvc")
+            .is_none_or(|s| s.start_type != StartType::Disabled)
+    }
+
+    /// An administrator sets service `name`'s start type and status (`Set-Service`), declaring it when the scenario did
+    /// not.
+    pub fn set_service(&mut self, name: &str, start_type: StartType, status: ServiceStatus) {
+        let s = self
+            .services
+            .entry(name.to_lowercase())
+            .or_insert_with(|| Service {
+                name: name.to_owned(),
+                display_name: name.to_owned(),
+                start_type,
+                status,
+                depends_on: Vec::new(),
+            });
+        s.start_type = start_type;
+        s.status = status;
+    }
+
     /// `StopService`: stopped is fine; running dependents block the stop unless `force` (then they stop too).
     pub fn stop_service(&mut self, name: &str, force: bool) -> Result<()> {
         let key = name.to_lowercase();

@@ -25,7 +25,7 @@ use crate::profile::WmiFailureReport;
 use crate::profile::texts::LoginFailure;
 use crate::secret::Secret;
 use crate::state::iscsi::{chap_secret_len_ok, port_or_default};
-use crate::state::{AuthType, DiskSource, State};
+use crate::state::{AuthType, State};
 
 /// How a failed SMB or iSCSI provider method reports itself to the Windows view: `host.behaviour.wmi_failures` when
 /// set, else raised with its error object (what PowerShell's `CimException`s for these providers show: a
@@ -116,15 +116,12 @@ fn discovered(st: &State) -> Vec<String> {
     out
 }
 
-/// Present disks of the target `iqn`'s LUNs.
-fn target_disks(st: &State, iqn: &str) -> Vec<MsftDisk> {
-    st.disks
-        .iter()
-        .filter(|d| {
-            d.present()
-                && matches!(&d.source, DiskSource::Iscsi { iqn: of, .. } if of.eq_ignore_ascii_case(iqn))
-        })
-        .map(msft_disk)
+/// Present disks session `s` shows: its target's LUNs, an MPIO disk through each of its paths, a LUN's own disk per
+/// session without MPIO (`state/mpio.rs`).
+fn session_disks(st: &State, s: &crate::state::iscsi::Session) -> Vec<MsftDisk> {
+    (0..st.disks.len())
+        .filter(|&di| st.disks[di].present() && st.shows_through(di, s))
+        .map(|di| msft_disk(&st.disks[di]))
         .collect()
 }
 
@@ -318,6 +315,7 @@ impl IscsiWmi for WindowsView {
             "authentication_type": params.authentication_type.as_wmi(),
             "chap_username": params.chap.map(|c| c.username),
             "is_persistent": params.is_persistent,
+            "is_multipath_enabled": params.is_multipath_enabled,
         });
         self.method(ctx, CALL, args, |st| {
             let port = params
@@ -343,8 +341,14 @@ impl IscsiWmi for WindowsView {
                 return failed(st, CALL, IscsiStatus::TargetNotFound);
             };
             let iqn = st.portals[pi].targets[ti].iqn.clone();
-            if st.sessions.iter().any(|s| s.iqn.eq_ignore_ascii_case(&iqn)) {
+            // A further session only with multipath (VDS_ILF_MULTIPATH_ENABLED; `state/mpio.rs`).
+            if st.sessions.iter().any(|s| s.iqn.eq_ignore_ascii_case(&iqn))
+                && params.is_multipath_enabled != Some(true)
+            {
                 return failed(st, CALL, IscsiStatus::TargetAlreadyLoggedIn);
+            }
+            if st.sessions_exhausted() {
+                return failed(st, CALL, IscsiStatus::TooManySessions);
             }
             let auth = auth_type(params.authentication_type);
             let (user, secret) = match params.chap {
@@ -425,7 +429,7 @@ impl IscsiWmi for WindowsView {
             let si = session_of(st, session)
                 .ok_or_else(|| bad_path(CALL))?
                 .ok_or_else(|| not_found(CALL))?;
-            Ok(target_disks(st, &st.sessions[si].iqn))
+            Ok(session_disks(st, &st.sessions[si]))
         })
     }
 
@@ -460,7 +464,7 @@ impl IscsiWmi for WindowsView {
                 let si = connection_of(st, connection)
                     .ok_or_else(|| bad_path(CALL))?
                     .ok_or_else(|| not_found(CALL))?;
-                Ok(target_disks(st, &st.sessions[si].iqn))
+                Ok(session_disks(st, &st.sessions[si]))
             },
         )
     }

@@ -71,6 +71,7 @@ pub const CALLS: &[&str] = &[
     "MSFT_Volume.Flush",
     "MSFT_StorageSetting.Get",
     "MSFT_StorageSetting.UpdateHostStorageCache",
+    "SELECT MSFT_MSDSMSupportedHW",
     // ROOT\Microsoft\Windows\Storage: the iSCSI initiator
     "SELECT MSFT_iSCSITargetPortal",
     "MSFT_iSCSITargetPortal.New",

@@ -166,6 +166,8 @@ pub(crate) fn msft_disk(d: &Disk) -> MsftDisk {
         unique_id_format: Some(UniqueIdFormat::FcphName),
         serial_number: Some(d.serial.clone()),
         size: d.size,
+        // The sim's disks have 512-byte logical sectors (its partition arithmetic is in bytes).
+        logical_sector_size: Some(512),
         number_of_partitions: Some(if d.layout_visible() {
             d.partitions.len() as u32
         } else {

@@ -15,8 +15,8 @@ use serde_json::json;
 use winhost::codes::{NewDiskPolicy, PartitionStyle as WmiStyle, StorageReturn};
 use winhost::facade::StorageOutcome;
 use winhost::model::{
-    CreatePartition, DiskAttributes, FormatVolume, GptType, MsftDisk, MsftPartition,
-    MsftStorageSetting, MsftVolume, SupportedSize,
+    CreatePartition, DiskAttributes, FormatVolume, GptType, MsftDisk, MsftMsdsmSupportedHw,
+    MsftPartition, MsftStorageSetting, MsftVolume, SupportedSize,
 };
 use winhost::{CallContext, CallResult, ExtendedStatus, MethodOutcome, ObjectPath, StorageWmi};
 
@@ -398,7 +398,8 @@ impl StorageWmi for WindowsView {
     }
 
     /// `GetSupportedSize()`: `SizeMin` the bytes in use, `SizeMax` the partition plus the free space after the
-    /// other partitions (the csi-proxy view's `SizeMax`).
+    /// other partitions (the csi-proxy view's `SizeMax`); 4 "Failed" with no sizes while the Optimize Drives service
+    /// is disabled ([`State::defrag_available`], aws-ebs-csi-driver#2877: `{"SizeMax": null}`, StorageWMI 4).
     fn partition_supported_size(
         &self,
         ctx: &CallContext,
@@ -413,6 +414,9 @@ impl StorageWmi for WindowsView {
                 let (di, pi) = partition_of(st, partition)
                     .ok_or_else(|| bad_path(CALL))?
                     .ok_or_else(|| not_found(CALL))?;
+                if !st.defrag_available() {
+                    return Ok(fail(CALL, StorageReturn::Failed));
+                }
                 let (min, max) = sizes(st, di, pi);
                 Ok(ok(CALL, Some(SupportedSize { min, max })))
             },
@@ -420,7 +424,10 @@ impl StorageWmi for WindowsView {
     }
 
     /// `Resize(Size)`: 4097 outside `[SizeMin, SizeMax]` or for a change under one extent (csi-proxy#195), 4 on a
-    /// read-only disk; 42009 for a partition without a recognised file system is not modelled.
+    /// read-only disk; 42009 for a partition without a recognised file system is not modelled. It works while the
+    /// Optimize Drives service is disabled: aws-ebs-csi-driver#2877 reports the explicit-size path (csi-proxy's
+    /// `ResizeVolume` with a size, which skips `GetSupportedSize`) working there (**unverified** beyond that report:
+    /// real-node check N38).
     fn partition_resize(
         &self,
         ctx: &CallContext,
@@ -551,6 +558,24 @@ impl StorageWmi for WindowsView {
             st.rescan()
                 .map_err(|e| super::win32(CALL, "", io_code(&e)))?;
             Ok(ok(CALL, ()))
+        })
+    }
+
+    /// Without the Multipath-IO feature the class does not exist: `None`; with it, the MSDSM's list
+    /// (`state/mpio.rs`).
+    fn msdsm_supported_hw(
+        &self,
+        ctx: &CallContext,
+    ) -> CallResult<Option<Vec<MsftMsdsmSupportedHw>>> {
+        self.call(ctx, "SELECT MSFT_MSDSMSupportedHW", json!({}), |st| {
+            Ok(st.msdsm_supported_hw().map(|rows| {
+                rows.into_iter()
+                    .map(|(vendor_id, product_id)| MsftMsdsmSupportedHw {
+                        vendor_id,
+                        product_id,
+                    })
+                    .collect()
+            }))
         })
     }
 }

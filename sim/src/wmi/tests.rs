@@ -66,13 +66,18 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_of(&scenario())
+}
+
+/// A fixture over `scenario`.
+fn fixture_of(scenario: &Scenario) -> Fixture {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("tmp");
-    let host = SimHost::new(&scenario(), dir.path(), HostOptions::default()).expect("host");
+    let host = SimHost::new(scenario, dir.path(), HostOptions::default()).expect("host");
     let view = WindowsView::with_handle(host.clone(), rt.handle().clone());
     Fixture {
         rt,
@@ -242,6 +247,33 @@ fn a_lun_is_initialised_partitioned_and_formatted_through_wmi_with_documented_co
         StorageReturn::SizeNotSupported,
         "under one extent"
     );
+    // With the Optimize Drives service disabled, GetSupportedSize answers 4 "Failed" with no sizes
+    // (aws-ebs-csi-driver#2877); Resize with a size inside the bounds still works.
+    f.host
+        .with_state_mut(|s| {
+            s.set_service(
+                "defragsvc",
+                crate::scenario::StartType::Disabled,
+                crate::scenario::ServiceStatus::Stopped,
+            );
+            s.set_disk_size("lun0", 2 << 30)
+        })
+        .unwrap();
+    let failed = f.view.partition_supported_size(&c, &parts[1].path).unwrap();
+    assert_eq!(failed.code, StorageReturn::Failed);
+    assert_eq!(failed.output, None);
+    let grown = f
+        .view
+        .partition_resize(&c, &parts[1].path, parts[1].size + (200 << 20))
+        .unwrap();
+    assert!(grown.is_success(), "{grown:?}");
+    f.host.with_state_mut(|s| {
+        s.set_service(
+            "defragsvc",
+            crate::scenario::StartType::Manual,
+            crate::scenario::ServiceStatus::Stopped,
+        );
+    });
     let formatted = f
         .view
         .volume_format(&c, &vol.path, &FormatVolume::csi_proxy_quick_ntfs())
@@ -1307,6 +1339,8 @@ fn update_with_the_portals_parameters_rediscovers_a_target_created_later() {
     assert_eq!(update.args["target_portal_port_number"], 3260);
     assert!(f.view.target_connect(&c, &connect).unwrap().is_success());
 }
+
+mod mpio;
 
 /// Per-directory access below a share (`acl`): an account the share lets map it but whose root it may not read gets
 /// 5 for the root and reaches its own directory, in the Windows view and through a csi-proxy link alike.

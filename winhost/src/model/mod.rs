@@ -22,8 +22,8 @@ pub use iscsi::{
 };
 pub use smb::{SmbGlobalMapping, SmbGlobalMappingCreate};
 pub use storage::{
-    CreatePartition, DiskAttributes, FormatVolume, GptType, MsftDisk, MsftPartition,
-    MsftStorageSetting, MsftVolume, SupportedSize,
+    CreatePartition, DiskAttributes, FormatVolume, GptType, MsftDisk, MsftMsdsmSupportedHw,
+    MsftPartition, MsftStorageSetting, MsftVolume, SupportedSize,
 };
 
 /// A WMI object path (`__PATH`), as the host gave it. Opaque: pass it back to instance methods and association

@@ -27,6 +27,9 @@ pub struct MsftDisk {
     pub serial_number: Option<String>,
     /// `Size` in bytes (stale after a LUN grows until a rescan or `Refresh`).
     pub size: u64,
+    /// `LogicalSectorSize` in bytes (512 or 4096): the unit of the partition table, so of the GPT backup area at the
+    /// end of the disk (the native backend's expansion computes the partition's maximum from it).
+    pub logical_sector_size: Option<u32>,
     /// `NumberOfPartitions`.
     pub number_of_partitions: Option<u32>,
     /// `PartitionStyle`; `None` when the provider left it NULL. Only `Some(Raw)` means "no MBR and no GPT": a NULL or
@@ -117,6 +120,32 @@ pub struct MsftVolume {
 pub struct MsftStorageSetting {
     /// `NewDiskPolicy`: the SAN policy.
     pub new_disk_policy: Option<NewDiskPolicy>,
+}
+
+/// `MSFT_MSDSMSupportedHW`: one hardware id in the Microsoft DSM's supported hardware list (`Get-MSDSMSupportedHW`,
+/// whose output class is `root/microsoft/windows/storage/MSFT_MSDSMSupportedHW`: Microsoft's
+/// `Enable-StorageSpacesMpioSupport` page, OUTPUTS). `Enable-MSDSMAutomaticClaim -BusType iSCSI` adds `MSFT2005` /
+/// `iSCSIBusType_0x9` (Microsoft's "MPIO on Nano Server": the iSCSI hardware id `MSFT2005iSCSIBusType_0x9`, claimed
+/// when it is in both the MPIO and the MSDSM lists).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
+pub struct MsftMsdsmSupportedHw {
+    /// `VendorId` (without `mpclaim`'s padding).
+    pub vendor_id: String,
+    /// `ProductId`.
+    pub product_id: String,
+}
+
+impl MsftMsdsmSupportedHw {
+    /// The hardware id under which the MSDSM claims every iSCSI disk (`Enable-MSDSMAutomaticClaim -BusType iSCSI`).
+    pub const ISCSI_BUS_TYPE: (&'static str, &'static str) = ("MSFT2005", "iSCSIBusType_0x9");
+
+    /// Whether this entry claims iSCSI disks (ids compared ignoring case and `mpclaim`'s space padding).
+    pub fn claims_iscsi(&self) -> bool {
+        let (v, p) = Self::ISCSI_BUS_TYPE;
+        self.vendor_id.trim().eq_ignore_ascii_case(v)
+            && self.product_id.trim().eq_ignore_ascii_case(p)
+    }
 }
 
 /// `MSFT_Partition.GetSupportedSize` out-parameters.

@@ -21,9 +21,10 @@ use crate::facade::{
 use crate::model::{
     AttributeTag, ConnectTarget, CreatePartition, DeviceBytes, DiskAttributes, FileAttributes,
     FormatVolume, FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession,
-    MsftIscsiTarget, MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume,
-    NewTargetPortal, ObjectPath, RegisterSession, SmbGlobalMapping, SmbGlobalMappingCreate,
-    StorageDeviceNumber, SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
+    MsftIscsiTarget, MsftIscsiTargetPortal, MsftMsdsmSupportedHw, MsftPartition,
+    MsftStorageSetting, MsftVolume, NewTargetPortal, ObjectPath, RegisterSession, SmbGlobalMapping,
+    SmbGlobalMappingCreate, StorageDeviceNumber, SupportedSize, SymlinkFlags, VolumeInformation,
+    VolumeNameKind,
 };
 use crate::page83::StorageIdentifier;
 use crate::paths::VolumeGuidPath;
@@ -337,6 +338,12 @@ impl StorageWmi for RemoteHost {
     }
     fn update_host_storage_cache(&self, ctx: &CallContext) -> CallResult<StorageOutcome> {
         self.call(ctx, Request::UpdateHostStorageCache)
+    }
+    fn msdsm_supported_hw(
+        &self,
+        ctx: &CallContext,
+    ) -> CallResult<Option<Vec<MsftMsdsmSupportedHw>>> {
+        self.call(ctx, Request::MsdsmSupportedHw)
     }
 }
 

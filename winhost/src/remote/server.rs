@@ -57,6 +57,7 @@ fn dispatch(host: &dyn WindowsHost, ctx: &CallContext, request: Request) -> Resp
         R::VolumeFlush { volume } => answer(host.volume_flush(c, &volume)),
         R::StorageSetting => answer(host.storage_setting(c)),
         R::UpdateHostStorageCache => answer(host.update_host_storage_cache(c)),
+        R::MsdsmSupportedHw => answer(host.msdsm_supported_hw(c)),
         R::TargetPortals { portal } => {
             answer(host.target_portals(c, portal.as_ref().map(|(a, p)| (a.as_str(), *p))))
         }

@@ -271,6 +271,7 @@ pub(crate) enum Request {
     },
     StorageSetting,
     UpdateHostStorageCache,
+    MsdsmSupportedHw,
     // IscsiWmi
     TargetPortals {
         portal: Option<(String, u16)>,

@@ -52,9 +52,10 @@ use crate::method::{MethodOutcome, ReturnCode, SmbReturn};
 use crate::model::{
     AttributeTag, ConnectTarget, CreatePartition, DeviceBytes, DiskAttributes, FileAttributes,
     FormatVolume, FreeSpace, MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession,
-    MsftIscsiTarget, MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume,
-    NewTargetPortal, ObjectPath, RegisterSession, SmbGlobalMapping, SmbGlobalMappingCreate,
-    StorageDeviceNumber, SupportedSize, SymlinkFlags, VolumeInformation, VolumeNameKind,
+    MsftIscsiTarget, MsftIscsiTargetPortal, MsftMsdsmSupportedHw, MsftPartition,
+    MsftStorageSetting, MsftVolume, NewTargetPortal, ObjectPath, RegisterSession, SmbGlobalMapping,
+    SmbGlobalMappingCreate, StorageDeviceNumber, SupportedSize, SymlinkFlags, VolumeInformation,
+    VolumeNameKind,
 };
 use crate::page83::StorageIdentifier;
 use crate::paths::VolumeGuidPath;
@@ -633,6 +634,28 @@ impl StorageWmi for WinHost {
             Params::default(),
             nothing,
         )
+    }
+
+    /// Not in the start-up probe (the Multipath-IO feature is optional): queried directly, and a class Windows
+    /// says does not exist (`WBEM_E_INVALID_CLASS`, `WBEM_E_NOT_FOUND`: `probe::is_absence`) is `None`. Under Wine
+    /// a query of an unknown class answers no rows (reference §4): no claim, which refuses multipath as safely.
+    fn msdsm_supported_hw(
+        &self,
+        ctx: &CallContext,
+    ) -> CallResult<Option<Vec<MsftMsdsmSupportedHw>>> {
+        const CLASS: &str = "MSFT_MSDSMSupportedHW";
+        let rows = self.wmi.run(ctx, CLASS, move |t| {
+            t.select(
+                Namespace::Storage,
+                Select::new(CLASS, &["VendorId", "ProductId"]),
+                wmi::msdsm_supported_hw,
+            )
+        });
+        match rows {
+            Ok(rows) => Ok(Some(rows)),
+            Err(CallError::Wmi { hresult, .. }) if crate::probe::is_absence(hresult) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 }
 

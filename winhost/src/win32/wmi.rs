@@ -15,8 +15,8 @@ use crate::error_object::ErrorObject;
 use crate::method::ExtendedStatus;
 use crate::model::{
     MsftDisk, MsftInitiatorPort, MsftIscsiConnection, MsftIscsiSession, MsftIscsiTarget,
-    MsftIscsiTargetPortal, MsftPartition, MsftStorageSetting, MsftVolume, ObjectPath,
-    SmbGlobalMapping, SupportedSize,
+    MsftIscsiTargetPortal, MsftMsdsmSupportedHw, MsftPartition, MsftStorageSetting, MsftVolume,
+    ObjectPath, SmbGlobalMapping, SupportedSize,
 };
 use crate::probe::{Namespace, ProbeReport};
 use crate::wql::{self, Select};
@@ -389,6 +389,7 @@ pub(crate) fn disk(o: &IWbemClassWrapper) -> CallResult<MsftDisk> {
         unique_id_format: opt_u16(o, "UniqueIdFormat")?.map(UniqueIdFormat::from_code),
         serial_number: opt_string(o, "SerialNumber")?,
         size: u64_of(o, "Size")?,
+        logical_sector_size: opt_u32(o, "LogicalSectorSize")?,
         number_of_partitions: opt_u32(o, "NumberOfPartitions")?,
         partition_style: opt_u16(o, "PartitionStyle")?.map(PartitionStyle::from_code),
         bus_type: opt_u16(o, "BusType")?.map(BusType::from_code),
@@ -434,6 +435,13 @@ pub(crate) fn volume(o: &IWbemClassWrapper) -> CallResult<MsftVolume> {
         size: u64_of(o, "Size")?,
         size_remaining: u64_of(o, "SizeRemaining")?,
         health_status: opt_u16(o, "HealthStatus")?,
+    })
+}
+
+pub(crate) fn msdsm_supported_hw(o: &IWbemClassWrapper) -> CallResult<MsftMsdsmSupportedHw> {
+    Ok(MsftMsdsmSupportedHw {
+        vendor_id: string_of(o, "VendorId")?,
+        product_id: string_of(o, "ProductId")?,
     })
 }
 

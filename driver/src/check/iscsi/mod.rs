@@ -10,9 +10,11 @@ use std::time::Instant;
 use serde_json::json;
 
 mod late;
+mod node;
 mod reboot;
 mod wait;
 
+pub(super) use node::{plan as node_plan, run as node_run};
 pub(super) use reboot::after_reboot;
 use wait::{measured, wait_for_disk, wait_for_volume};
 

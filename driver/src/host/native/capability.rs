@@ -32,6 +32,9 @@ pub(super) fn capabilities_of(report: &ProbeReport) -> HostCapabilities {
         refresh_discovery: has(Capability::Iscsi),
         disk_layout: has(Capability::Disks),
         list_refreshes_disk: has(Capability::Disks),
+        list_iscsi_sessions: has(Capability::Iscsi),
+        // Whether MPIO is installed and claims iSCSI disks is read when a volume asks for it (`mpio_claim`).
+        multipath: has(Capability::Iscsi),
     }
 }
 

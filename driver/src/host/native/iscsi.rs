@@ -22,11 +22,11 @@
 
 use winhost::codes::IscsiStatus;
 use winhost::model::{
-    AuthenticationType, ChapCredentials, ConnectTarget, MsftIscsiTarget, MsftIscsiTargetPortal,
-    NewTargetPortal, RegisterSession,
+    AuthenticationType, ChapCredentials, ConnectTarget, MsftIscsiConnection, MsftIscsiTarget,
+    MsftIscsiTargetPortal, NewTargetPortal, RegisterSession,
 };
 
-use super::{HostErrorKind, HostResult, IscsiAuth, Ops, Portal};
+use super::{HostErrorKind, HostResult, IscsiAuth, MpioClaim, Ops, Portal, TargetPath};
 
 /// The ledger of the targets whose sessions the native backend made, in the state directory (module docs).
 pub const SESSION_LEDGER_FILE: &str = "native-iscsi-sessions.json";
@@ -172,15 +172,20 @@ fn find(targets: Vec<MsftIscsiTarget>, iqn: &str) -> Option<MsftIscsiTarget> {
 }
 
 /// `ConnectTarget`: find the target through the portal (rediscover once with `Update` when it is not there); when it
-/// already has a session (through any portal) nothing more — except that a persistent login asked for is made so:
-/// a session that is not persistent yet is `Register`ed (with the login's CHAP credentials, which the initiator
-/// replays at boot); else `Connect` ("already logged in", returned or raised, counts as logged in).
+/// already has a session (through any portal; with `multipath`, through this portal: `MSFT_iSCSIConnection`'s
+/// `TargetAddress`) nothing more — except that a persistent login asked for is made so: a session that is not
+/// persistent yet is `Register`ed (with the login's CHAP credentials, which the initiator replays at boot); else
+/// `Connect` ("already logged in", returned or raised, counts as logged in), with `IsMultipathEnabled` for a
+/// multipath login, which Windows needs to make a further session of a target (VDS `VDS_ILF_MULTIPATH_ENABLED`).
+/// The session ledgers follow the target's first session: a further path of a target this driver logged in to is
+/// its own; one added to someone else's sessions leaves the target joined (its sessions stay at logout).
 pub(super) fn connect(
     o: &Ops<'_>,
     portal: &Portal,
     iqn: &str,
     auth: &IscsiAuth,
     persistent: bool,
+    multipath: bool,
 ) -> HostResult<()> {
     let p = added(o, portal)?;
     let mut target = find(o.w.portal_targets(o.c, &p.path).map_err(|e| o.err(e))?, iqn);
@@ -196,7 +201,12 @@ pub(super) fn connect(
     })?;
     let (auth_type, chap) = credentials(auth);
     let key = session_key(&target.node_address);
-    if target.is_connected {
+    let logged_in_here = if multipath && target.is_connected {
+        has_path(o, &target, portal)?
+    } else {
+        target.is_connected
+    };
+    if logged_in_here {
         if !o.sessions.contains(&key) && !o.joined.contains(&key) {
             tracing::info!(
                 iqn = %target.node_address,
@@ -209,10 +219,19 @@ pub(super) fn connect(
         }
         return Ok(());
     }
-    // Recorded before the login, so a crash after it over-counts (wincsi logs out a session it may have made), never
-    // under-counts.
-    o.sessions.set(&key, true).map_err(|e| ledger_error(o, e))?;
-    o.joined.set(&key, false).map_err(|e| ledger_error(o, e))?;
+    // The target's first session: recorded before the login, so a crash after it over-counts (wincsi logs out a
+    // session it may have made), never under-counts. A further path keeps what the first one recorded.
+    let first = !target.is_connected;
+    if first {
+        o.sessions.set(&key, true).map_err(|e| ledger_error(o, e))?;
+        o.joined.set(&key, false).map_err(|e| ledger_error(o, e))?;
+    } else if !o.sessions.contains(&key) && !o.joined.contains(&key) {
+        tracing::info!(
+            iqn = %target.node_address,
+            "adding a path to sessions of the target that wincsi did not make: they are left in place at unstage"
+        );
+        o.joined.set(&key, true).map_err(|e| ledger_error(o, e))?;
+    }
     let params = ConnectTarget {
         node_address: &target.node_address,
         target_portal_address: Some(&portal.address),
@@ -221,25 +240,33 @@ pub(super) fn connect(
         authentication_type: auth_type,
         chap,
         is_persistent: persistent.then_some(true),
-        is_multipath_enabled: None,
+        is_multipath_enabled: multipath.then_some(true),
     };
     let connected = o.w.target_connect(o.c, &params);
-    let raced = match &connected {
-        Ok(out) => out.code == IscsiStatus::TargetAlreadyLoggedIn,
-        Err(e) => e.iscsi_status() == Some(IscsiStatus::TargetAlreadyLoggedIn),
+    let status = match &connected {
+        Ok(out) => Some(out.code),
+        Err(e) => e.iscsi_status(),
     };
-    let result = o.method(connected, &[IscsiStatus::TargetAlreadyLoggedIn]);
+    let raced = status == Some(IscsiStatus::TargetAlreadyLoggedIn);
+    let result = o
+        .method(connected, &[IscsiStatus::TargetAlreadyLoggedIn])
+        .map_err(|mut e| {
+            if status == Some(IscsiStatus::TooManySessions) {
+                e.kind = HostErrorKind::TooManySessions;
+            }
+            e
+        });
     let definite = match &result {
         Ok(_) => raced,
         Err(e) => !e.kind.is_uncertain(),
     };
-    if definite {
+    if definite && first {
         // No session of this call's: someone logged in between the look and `Connect`, or it failed.
         o.sessions
             .set(&key, false)
             .map_err(|e| ledger_error(o, e))?;
     }
-    if raced && result.is_ok() {
+    if raced && result.is_ok() && first {
         // The session is someone else's (this driver's logins of one target are serialised under the target's
         // lock, `iscsi/stage.rs`): joined, as when the look had found it, so the unstage leaves it in place.
         tracing::info!(
@@ -356,6 +383,70 @@ pub(super) fn target_disks(o: &Ops<'_>, iqn: &str) -> HostResult<Vec<u32>> {
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+/// Whether target `t` has a session through `portal`: a connection to its address and port (the Microsoft initiator
+/// makes one connection per session).
+fn has_path(o: &Ops<'_>, t: &MsftIscsiTarget, portal: &Portal) -> HostResult<bool> {
+    Ok(o.w
+        .target_connections(o.c, &t.path)
+        .map_err(|e| o.err(e))?
+        .iter()
+        .any(|c| connection_portal(c).is_some_and(|p| same_portal(&p, portal))))
+}
+
+fn connection_portal(c: &MsftIscsiConnection) -> Option<Portal> {
+    Some(Portal {
+        address: c.target_address.clone()?,
+        port: c.target_port_number.unwrap_or(crate::host::DEFAULT_PORT),
+    })
+}
+
+fn same_portal(a: &Portal, b: &Portal) -> bool {
+    a.port == b.port && a.address.eq_ignore_ascii_case(&b.address)
+}
+
+/// `TargetPaths`: per connection of the target (a session's), its portal and the disks it shows
+/// (`MSFT_iSCSIConnectionToDisk`); empty when the target has no session.
+pub(super) fn paths(o: &Ops<'_>, iqn: &str) -> HostResult<Vec<TargetPath>> {
+    let Some(t) = target(o, iqn)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for c in o.w.target_connections(o.c, &t.path).map_err(|e| o.err(e))? {
+        let mut disks: Vec<u32> =
+            o.w.connection_disks(o.c, &c.path)
+                .map_err(|e| o.err(e))?
+                .into_iter()
+                .map(|d| d.number)
+                .collect();
+        disks.sort_unstable();
+        out.push(TargetPath {
+            portal: connection_portal(&c),
+            disks,
+        });
+    }
+    Ok(out)
+}
+
+/// `ListIscsiSessions`: the target of every session on the node, whoever made it (`SELECT MSFT_iSCSISession`).
+pub(super) fn sessions(o: &Ops<'_>) -> HostResult<Vec<String>> {
+    Ok(o.w
+        .sessions(o.c)
+        .map_err(|e| o.err(e))?
+        .into_iter()
+        .map(|s| s.target_node_address.unwrap_or_default())
+        .collect())
+}
+
+/// `MultipathClaim`: whether the Microsoft DSM claims iSCSI disks (`SELECT MSFT_MSDSMSupportedHW`: the class missing
+/// means the Multipath-IO feature is not installed).
+pub(super) fn mpio_claim(o: &Ops<'_>) -> HostResult<MpioClaim> {
+    Ok(match o.w.msdsm_supported_hw(o.c).map_err(|e| o.err(e))? {
+        None => MpioClaim::NotInstalled,
+        Some(rows) if rows.iter().any(|r| r.claims_iscsi()) => MpioClaim::ClaimsIscsi,
+        Some(_) => MpioClaim::NotClaimingIscsi,
+    })
 }
 
 /// `ListTargetPortals`: every portal added on the node.

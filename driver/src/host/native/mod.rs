@@ -45,7 +45,7 @@
 //! | `UnmountVolume` | `FlushFileBuffers` (volume gone: skipped; refused on a read-only disk: `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `SELECT MSFT_Disk`, and skipped when `IsReadOnly`) → `DeleteVolumeMountPointW` |
 //! | `IsVolumeFormatted` | `SELECT MSFT_Volume` |
 //! | `FormatVolume` | (in flight: as `PartitionDisk`) → `SELECT MSFT_Volume` → ledger → `Format(NTFS, quick, Force)` |
-//! | `ResizeVolume` | (in flight: as `PartitionDisk`) → `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `GetSupportedSize` → (growth ≥ 100 MiB: ledger → `Resize`) |
+//! | `ResizeVolume` | (in flight: as `PartitionDisk`) → `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → size 0: `SELECT MSFT_Disk` → `SELECT MSFT_Partition` (the maximum from the layout, `grow.rs`; a partition without `Offset`: `GetSupportedSize` instead) → (growth ≥ 100 MiB: ledger → `Resize`) |
 //! | `GetVolumeStats` | `GetDiskFreeSpaceExW` |
 //! | `GetVolumeIDFromTargetPath` | `FSCTL_GET_REPARSE_POINT` per hop (≤ 8) → `GetVolumeNameForVolumeMountPointW` → `GetVolumeInformationW` |
 //! | `WriteVolumeCache` | `FlushFileBuffers` |
@@ -95,6 +95,7 @@ mod blank;
 mod capability;
 mod disk;
 mod files;
+mod grow;
 mod inflight;
 mod iscsi;
 mod ledger;
@@ -126,8 +127,8 @@ use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
-    HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, Portal, Secret,
-    SharedObject, SmbCredential, UncPath,
+    HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, MpioClaim, Portal,
+    Secret, SharedObject, SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -663,7 +664,7 @@ impl Host for NativeHost {
     ) -> HostResult<()> {
         let (p, i, a) = (portal.clone(), iqn.to_owned(), auth.clone());
         self.run(HostOp::ConnectTarget, d, move |o| {
-            iscsi::connect(o, &p, &i, &a, false)
+            iscsi::connect(o, &p, &i, &a, false, false)
         })
         .await
     }
@@ -677,7 +678,7 @@ impl Host for NativeHost {
     ) -> HostResult<()> {
         let (p, i, a) = (portal.clone(), iqn.to_owned(), auth.clone());
         self.run(HostOp::ConnectTarget, d, move |o| {
-            iscsi::connect(o, &p, &i, &a, true)
+            iscsi::connect(o, &p, &i, &a, true, false)
         })
         .await
     }
@@ -740,6 +741,36 @@ impl Host for NativeHost {
 
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         self.run(HostOp::DiskLayout, d, move |o| disk::layout(o, n))
+            .await
+    }
+
+    async fn iscsi_sessions(&self, d: Deadline) -> HostResult<Vec<String>> {
+        self.run(HostOp::ListIscsiSessions, d, iscsi::sessions)
+            .await
+    }
+
+    async fn mpio_claim(&self, d: Deadline) -> HostResult<MpioClaim> {
+        self.run(HostOp::MultipathClaim, d, iscsi::mpio_claim).await
+    }
+
+    async fn connect_target_multipath(
+        &self,
+        portal: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        persistent: bool,
+        d: Deadline,
+    ) -> HostResult<()> {
+        let (p, i, a) = (portal.clone(), iqn.to_owned(), auth.clone());
+        self.run(HostOp::ConnectTarget, d, move |o| {
+            iscsi::connect(o, &p, &i, &a, persistent, true)
+        })
+        .await
+    }
+
+    async fn target_paths(&self, iqn: &str, d: Deadline) -> HostResult<Vec<TargetPath>> {
+        let i = iqn.to_owned();
+        self.run(HostOp::TargetPaths, d, move |o| iscsi::paths(o, &i))
             .await
     }
 

@@ -22,8 +22,8 @@ use super::NativeHost;
 use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
-    HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, Portal, Secret, SharedObject,
-    SmbCredential, UncPath,
+    HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, Portal, Secret,
+    SharedObject, SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -534,6 +534,42 @@ impl Host for Tapped {
         self.tap.around(c, self.host.disk_layout(disk, d)).await
     }
 
+    async fn iscsi_sessions(&self, d: Deadline) -> HostResult<Vec<String>> {
+        let c = Self::call(HostOp::ListIscsiSessions, json!({}));
+        self.tap.around(c, self.host.iscsi_sessions(d)).await
+    }
+
+    async fn mpio_claim(&self, d: Deadline) -> HostResult<MpioClaim> {
+        let c = Self::call(HostOp::MultipathClaim, json!({}));
+        self.tap.around(c, self.host.mpio_claim(d)).await
+    }
+
+    async fn connect_target_multipath(
+        &self,
+        p: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        persistent: bool,
+        d: Deadline,
+    ) -> HostResult<()> {
+        let c = Self::call(
+            HostOp::ConnectTarget,
+            json!({ "target_portal": portal_json(p), "iqn": iqn, "multipath": true, "persistent": persistent }),
+        );
+        self.tap
+            .around(
+                c,
+                self.host
+                    .connect_target_multipath(p, iqn, auth, persistent, d),
+            )
+            .await
+    }
+
+    async fn target_paths(&self, iqn: &str, d: Deadline) -> HostResult<Vec<TargetPath>> {
+        let c = Self::call(HostOp::TargetPaths, json!({ "iqn": iqn }));
+        self.tap.around(c, self.host.target_paths(iqn, d)).await
+    }
+
     fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
         self.host.made_by_wincsi(object)
     }
@@ -739,6 +775,25 @@ impl Host for TestHost {
     }
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         each!(self, h => h.disk_layout(n, d))
+    }
+    async fn iscsi_sessions(&self, d: Deadline) -> HostResult<Vec<String>> {
+        each!(self, h => h.iscsi_sessions(d))
+    }
+    async fn mpio_claim(&self, d: Deadline) -> HostResult<MpioClaim> {
+        each!(self, h => h.mpio_claim(d))
+    }
+    async fn connect_target_multipath(
+        &self,
+        p: &Portal,
+        iqn: &str,
+        auth: &IscsiAuth,
+        persistent: bool,
+        d: Deadline,
+    ) -> HostResult<()> {
+        each!(self, h => h.connect_target_multipath(p, iqn, auth, persistent, d))
+    }
+    async fn target_paths(&self, iqn: &str, d: Deadline) -> HostResult<Vec<TargetPath>> {
+        each!(self, h => h.target_paths(iqn, d))
     }
     fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
         match self {

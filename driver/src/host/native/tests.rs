@@ -589,7 +589,8 @@ async fn a_lun_is_logged_in_cleared_partitioned_formatted_and_mounted_in_wmi_ter
     let (total, used) = h.volume_stats(v, d()).await.expect("stats");
     assert!(total > 9 * GIB && used >= 4096);
     assert_eq!(fx.calls(), ["GetDiskFreeSpaceExW"]);
-    // Grow the LUN by 1 GiB: resize to the maximum (after csi-proxy's 100 MiB rule).
+    // Grow the LUN by 1 GiB: resize to the maximum the layout allows (after csi-proxy's 100 MiB rule), computed
+    // from the disk and its partitions, never asked of GetSupportedSize (which needs defragsvc).
     fx.sim
         .with_state_mut(|s| s.set_disk_size("lun0", 11 * GIB))
         .expect("grow");
@@ -599,9 +600,18 @@ async fn a_lun_is_logged_in_cleared_partitioned_formatted_and_mounted_in_wmi_ter
         [
             "SELECT MSFT_Volume",
             "ASSOCIATORS MSFT_PartitionToVolume->MSFT_Partition",
-            "MSFT_Partition.GetSupportedSize",
+            "SELECT MSFT_Disk",
+            "SELECT MSFT_Partition",
             "MSFT_Partition.Resize"
         ]
+    );
+    let (size, size_max) = fx
+        .sim
+        .with_state(|s| s.partition_sizes(v))
+        .expect("the partition");
+    assert_eq!(
+        size, size_max,
+        "grown to Windows' SizeMax (a MiB multiple here)"
     );
     // Teardown in the driver's order: unmount (flush first), unlink, logout.
     h.rmdir(&publish, false, d()).await.expect("unpublish");

@@ -1,10 +1,12 @@
 //! Volumes over `MSFT_Volume`, `MSFT_Partition` and the Win32 mount-point and volume functions (reference §2.4).
 
+use winhost::codes::StorageReturn;
 use winhost::codes::Win32Error;
-use winhost::model::{FormatVolume, MsftVolume};
+use winhost::model::{FormatVolume, MsftPartition, MsftVolume};
 use winhost::paths::{LinkTarget, VolumeGuidPath, with_trailing_backslash};
 use winhost::reparse::ReparsePoint;
 
+use super::grow::max_partition_size;
 use super::{HostErrorKind, HostObject, HostResult, Ops, inflight};
 
 /// csi-proxy v1.2.0+ skips a resize that grows the partition by less than this (`pkg/os/volume/api.go:17`).
@@ -141,8 +143,10 @@ pub(super) fn format(o: &Ops<'_>, volume_id: &str) -> HostResult<()> {
     o.accept(out, &[]).map(|_| ())
 }
 
-/// `ResizeVolume`: the partition behind the volume to `size` (0: `SizeMax`), skipped when it would grow by less than
-/// 100 MiB or not at all (csi-proxy v1.3.0's rule); never shrinks.
+/// `ResizeVolume`: the partition behind the volume to `size` (0: as far as the disk's layout lets it grow, `grow.rs`;
+/// `GetSupportedSize`'s `SizeMax` only when the layout cannot tell), skipped when it would grow by less than 100 MiB or
+/// not at all (csi-proxy v1.3.0's rule); never shrinks. With the layout read, expansion does not depend on the
+/// Optimize Drives service (`defragsvc`), which `GetSupportedSize` needs (aws-ebs-csi-driver#2877).
 /// `Resize` is in the in-flight ledger while it runs, as `Format` is.
 pub(super) fn resize(o: &Ops<'_>, volume_id: &str, size: u64) -> HostResult<()> {
     let object = HostObject::Volume(volume_id.to_owned());
@@ -159,11 +163,7 @@ pub(super) fn resize(o: &Ops<'_>, volume_id: &str, size: u64) -> HostResult<()> 
                     format!("no partition behind {volume_id}"),
                 )
             })?;
-    let supported =
-        o.w.partition_supported_size(o.c, &part.path)
-            .map_err(|e| o.err(e))?;
-    let max = o.accept(supported, &[])?.map_or(part.size, |s| s.max);
-    let target = if size == 0 { max } else { size };
+    let target = if size == 0 { max_size(o, &part)? } else { size };
     if part.size >= target || target - part.size < MIN_RESIZE_GROWTH {
         return Ok(());
     }
@@ -175,6 +175,36 @@ pub(super) fn resize(o: &Ops<'_>, volume_id: &str, size: u64) -> HostResult<()> 
             .map_err(|e| o.err(e))?;
     drop(called);
     o.accept(out, &[])
+}
+
+/// How far `part` may grow: from its disk's layout (`SELECT MSFT_Disk` for the size, style and sector size, `SELECT
+/// MSFT_Partition` for the partitions after it), else `GetSupportedSize`'s `SizeMax` — whose "Failed" (4) while
+/// `defragsvc` is off is [`HostErrorKind::SupportedSizeFailed`].
+fn max_size(o: &Ops<'_>, part: &MsftPartition) -> HostResult<u64> {
+    if part.offset.is_some() {
+        let disk = super::disk::one(o, part.disk_number)?;
+        let partitions =
+            o.w.partitions(o.c, Some(part.disk_number))
+                .map_err(|e| o.err(e))?;
+        if let Some(max) = max_partition_size(&disk, part, &partitions) {
+            return Ok(max);
+        }
+    }
+    tracing::debug!(partition = %part.path, "the layout does not tell the partition's maximum: asking GetSupportedSize");
+    let supported =
+        o.w.partition_supported_size(o.c, &part.path)
+            .map_err(|e| o.err(e))?;
+    if supported.code == StorageReturn::Failed {
+        return Err(o.fail(
+            HostErrorKind::SupportedSizeFailed,
+            format!(
+                "MSFT_Partition.GetSupportedSize of the partition behind the volume answered {} (the Optimize \
+                 Drives service, defragsvc, disabled or busy?)",
+                supported.code
+            ),
+        ));
+    }
+    Ok(o.accept(supported, &[])?.map_or(part.size, |s| s.max))
 }
 
 /// `GetVolumeStats`: `GetDiskFreeSpaceExW` on the volume (reference §3: no WMI); `(total, used)`.

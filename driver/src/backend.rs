@@ -157,11 +157,8 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
                 Metered::new(host, HostBackend::CsiProxy.name(), metrics),
                 volume_config(config)?,
                 &config.state_dir(),
-                config.vol_stats_cache_expiry(),
+                config,
                 |_| {},
-                iscsi_settings(config),
-                config.volume_limit(),
-                background_settings(config),
             )
             .await
         }
@@ -200,11 +197,8 @@ pub async fn native_lifecycle(
         Metered::new(host, HostBackend::Native.name(), metrics),
         cfg,
         &state_dir,
-        config.vol_stats_cache_expiry(),
+        config,
         move |store| adopt_recorded_mappings(&seeding, store),
-        iscsi_settings(config),
-        config.volume_limit(),
-        background_settings(config),
     )
     .await
 }
@@ -266,22 +260,19 @@ pub fn native_probe_within(
 
 /// A lifecycle over `host` (one monomorphised instance per backend), reconciled with the host. A reconciliation
 /// failure (e.g. csi-proxy not up yet) is logged, not fatal: stage repairs a broken staging object by itself.
-/// `before_reconcile` sees the record store first.
+/// `before_reconcile` sees the record store first. The other settings come from `config`'s flags.
 async fn start<H: Host>(
     host: H,
     cfg: VolumeConfig,
     state_dir: &Path,
-    stats_cache: Option<Duration>,
+    config: &Config,
     before_reconcile: impl FnOnce(&StateStore),
-    iscsi: IscsiSettings,
-    volume_limit: Option<u64>,
-    background: BackgroundSettings,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
     let mgr = Arc::new(
-        manager_with(host, cfg, state_dir, iscsi)?
-            .with_stats_cache(stats_cache)
-            .with_volume_limit(volume_limit)
-            .with_background(background)
+        manager_with(host, cfg, state_dir, iscsi_settings(config))?
+            .with_stats_cache(config.vol_stats_cache_expiry())
+            .with_volume_limit(config.volume_limit())
+            .with_background(background_settings(config))
             .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
     );
     before_reconcile(mgr.store());
@@ -298,7 +289,7 @@ async fn start<H: Host>(
     }
     info!(
         state_dir = %state_dir.display(),
-        vol_stats_cache_s = stats_cache.map_or(0, |d| d.as_secs()),
+        vol_stats_cache_s = config.vol_stats_cache_expiry().map_or(0, |d| d.as_secs()),
         "volume lifecycle ready; reconciling with the host"
     );
     if let Err(e) = mgr.reconcile(Deadline::after(RECONCILE_BUDGET)).await {

@@ -93,6 +93,7 @@ fn op_of(rpc: &str) -> HostOp {
         RemoveTargetPortal,
         RefreshTargetPortal,
         DiskLayout,
+        PathSpace,
     ];
     ALL.iter()
         .copied()

@@ -320,6 +320,12 @@ async fn the_native_backend_runs_every_check_and_leaves_nothing() {
         assert_eq!(c["status"], "ran", "{} did not run:\n{text}", c["id"]);
     }
     assert_volume_came_back(&report);
+    // The share's space through the link (issue 40 item 4), recorded for native item N45.
+    let space = &check(&report, "smb_link_form")["observations"]["path_space"]["value"];
+    assert!(
+        space["total"].as_u64().is_some_and(|t| t > 0),
+        "{space}\n{text}"
+    );
     let contradicting: Vec<String> = findings(&report)
         .iter()
         .filter(|f| f["verdict"] == "contradicts")

@@ -64,6 +64,14 @@ async fn a_pod_with_an_smb_and_an_iscsi_volume_on_the_binarys_native_backend() {
             "{stats:?}"
         );
     }
+    // The share's real usage (issue 40 item 4): its file system (the scenario's default 1 TiB) with what is on it.
+    let stats = k.stats(&pod, &smb).await.expect("stats");
+    let bytes = &stats.usage[0];
+    assert_eq!(bytes.total, 1 << 40, "{stats:?}");
+    assert!(
+        bytes.used >= "hello over SMB".len() as i64 && bytes.used + bytes.available == bytes.total,
+        "{stats:?}"
+    );
     let audit = host.audit(0).await.expect("audit");
     for call in [
         "MSFT_SmbGlobalMapping.Create",

@@ -346,6 +346,16 @@ pub struct SmbShareSpec {
     /// Initial files: relative path → text content.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// Size in bytes of the file system that holds the share on the server (default 1 TiB): what
+    /// `GetDiskFreeSpaceExW` answers as its total outside a directory quota.
+    #[serde(default)]
+    pub capacity: Option<u64>,
+    /// Directory quotas on the server (FSRM hard quotas): relative directory (any case, `/` or `\`) → limit in
+    /// bytes. `GetDiskFreeSpaceExW` at or below such a directory answers the quota's limit and what is left of it
+    /// (a Microsoft blog, "Getting the free space available under a certain directory", for a local path; through
+    /// SMB **unverified**: `docs/real-node-checks.md`).
+    #[serde(default)]
+    pub quotas: BTreeMap<String, u64>,
 }
 
 /// iSCSI portals.

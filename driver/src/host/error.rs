@@ -77,6 +77,9 @@ pub enum HostOp {
     RefreshTargetPortal,
     /// Reading a disk's partition table (no csi-proxy RPC: a native backend's `MSFT_Disk` and `MSFT_Partition`).
     DiskLayout,
+    /// The space of the file system a directory is on, as its user sees it (no csi-proxy RPC: a native backend's
+    /// `GetDiskFreeSpaceExW`): an SMB volume's usage.
+    PathSpace,
 }
 
 impl HostOp {
@@ -118,6 +121,7 @@ impl HostOp {
             Self::RemoveTargetPortal => "RemoveTargetPortal",
             Self::RefreshTargetPortal => "RefreshTargetPortal",
             Self::DiskLayout => "DiskLayout",
+            Self::PathSpace => "PathSpace",
         }
     }
 }

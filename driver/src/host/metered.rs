@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath,
-    HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    HostResult, IscsiAuth, PathSpace, Portal, Secret, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -175,6 +175,7 @@ impl<H: Host> Host for Metered<H> {
         remove_target_portal(portal: &Portal) -> () => RemoveTargetPortal;
         refresh_target_portal(portal: &Portal) -> () => RefreshTargetPortal;
         disk_layout(disk: u32) -> DiskLayout => DiskLayout;
+        path_space(path: &HostPath) -> PathSpace => PathSpace;
     }
 }
 

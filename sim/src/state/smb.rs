@@ -67,6 +67,43 @@ pub struct SmbShare {
     pub users: Vec<String>,
     /// Guest access allowed.
     pub guest: bool,
+    /// Size of the file system holding the share (bytes).
+    pub capacity: u64,
+    /// Directory quotas (lower-cased relative directory, `\`-separated → limit in bytes): see
+    /// [`crate::scenario::SmbShareSpec::quotas`].
+    pub quotas: BTreeMap<String, u64>,
+}
+
+/// The size of a share's file system when the scenario names none.
+pub(crate) const DEFAULT_SHARE_CAPACITY: u64 = 1 << 40;
+
+impl SmbShare {
+    /// `GetDiskFreeSpaceExW` at `rel` (components below the share root, as stored) on the share whose files are in
+    /// `store`: `(total, used)`. Outside a quota, the share's file system (every directory of it answers the same,
+    /// learn.microsoft.com `GetDiskFreeSpaceExW`: "The function accepts any directory on a disk"; the sim's share is
+    /// the whole file system, a real one's may hold more). At or below quota directories, the one with the least
+    /// room (**unverified** for nested quotas and through SMB: `docs/real-node-checks.md`).
+    pub(crate) fn space_at(&self, store: &std::path::Path, rel: &[String]) -> (u64, u64) {
+        let mut best = (
+            self.capacity,
+            super::dir_usage(store).bytes.min(self.capacity),
+        );
+        let mut dir = store.to_path_buf();
+        let mut key = Vec::new();
+        for depth in 0..=rel.len() {
+            if depth > 0 {
+                dir.push(&rel[depth - 1]);
+                key.push(rel[depth - 1].to_lowercase());
+            }
+            if let Some(&limit) = self.quotas.get(&key.join("\\")) {
+                let used = super::dir_usage(&dir).bytes.min(limit);
+                if limit - used < best.0 - best.1 {
+                    best = (limit, used);
+                }
+            }
+        }
+        best
+    }
 }
 
 /// A file server.
@@ -123,6 +160,12 @@ pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
                     name: sh.name.clone(),
                     users: sh.users.clone(),
                     guest: sh.guest,
+                    capacity: sh.capacity.unwrap_or(DEFAULT_SHARE_CAPACITY),
+                    quotas: sh
+                        .quotas
+                        .iter()
+                        .map(|(dir, limit)| (quota_key(dir), *limit))
+                        .collect(),
                 },
             );
         }
@@ -229,6 +272,16 @@ pub(crate) fn sync_unc_links(st: &mut State) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A quota's directory key: lower case, `\` separators, no leading or trailing separator.
+fn quota_key(dir: &str) -> String {
+    dir.replace('/', "\\")
+        .split('\\')
+        .filter(|c| !c.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join("\\")
 }
 
 /// Splits `DOMAIN\user` / `user@domain` / `user`.

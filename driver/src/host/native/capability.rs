@@ -31,6 +31,7 @@ pub(super) fn capabilities_of(report: &ProbeReport) -> HostCapabilities {
         read_links: true,
         refresh_discovery: has(Capability::Iscsi),
         disk_layout: has(Capability::Disks),
+        path_space: true,
     }
 }
 

@@ -22,7 +22,7 @@ use super::NativeHost;
 use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
-    HostPath, HostResult, IscsiAuth, Portal, Secret, SmbCredential, UncPath,
+    HostPath, HostResult, IscsiAuth, PathSpace, Portal, Secret, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -514,6 +514,11 @@ impl Host for Tapped {
         let c = Self::call(HostOp::DiskLayout, json!({ "disk_number": disk }));
         self.tap.around(c, self.host.disk_layout(disk, d)).await
     }
+
+    async fn path_space(&self, path: &HostPath, d: Deadline) -> HostResult<PathSpace> {
+        let c = Self::call(HostOp::PathSpace, json!({ "path": path.as_str() }));
+        self.tap.around(c, self.host.path_space(path, d)).await
+    }
 }
 
 /// Either backend, as one `Host` type (module docs).
@@ -699,5 +704,8 @@ impl Host for TestHost {
     }
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         each!(self, h => h.disk_layout(n, d))
+    }
+    async fn path_space(&self, p: &HostPath, d: Deadline) -> HostResult<PathSpace> {
+        each!(self, h => h.path_space(p, d))
     }
 }

@@ -292,6 +292,11 @@ pub struct VolumeSpec {
 pub struct SmbSpec {
     /// The servers.
     pub servers: Vec<SmbServerSpec>,
+    /// The computer account a domain-joined node presents when it maps a share without a credential
+    /// (`DOMAIN\NAME$`; Microsoft, "LocalSystem Account": a SYSTEM process "presents the computer's credentials to
+    /// remote servers"). Absent: a workgroup node, which presents none (only guest shares map; **unverified**,
+    /// `docs/real-node-checks.md` N46).
+    pub node_account: Option<String>,
 }
 
 /// An SMB server.
@@ -312,6 +317,10 @@ pub struct SmbServerSpec {
     /// Shares.
     #[serde(default)]
     pub shares: Vec<SmbShareSpec>,
+    /// Computer accounts (`DOMAIN\NAME$`) of the server's domain (and trusted ones): a node whose `node_account` is
+    /// listed authenticates as it (Kerberos), and a share's `users` may name it (`NAME$`).
+    #[serde(default)]
+    pub computers: Vec<String>,
 }
 
 fn yes() -> bool {

@@ -1548,4 +1548,5 @@ async fn first_users_queued_behind_the_maker_go_on_once_the_share_is_mapped() {
     env.assert_clean();
 }
 
+mod machine;
 mod usage;

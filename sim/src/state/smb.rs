@@ -119,6 +119,9 @@ pub struct SmbServer {
     pub accounts: Vec<SmbAccount>,
     /// Shares by lower-cased name.
     pub shares: BTreeMap<String, SmbShare>,
+    /// The node's computer account when this server accepts it ([`crate::scenario::SmbSpec::node_account`] listed
+    /// in the server's `computers`): what a mapping without a credential authenticates as.
+    pub machine: Option<String>,
 }
 
 /// A global mapping on the host.
@@ -186,6 +189,16 @@ pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
                 encryption: s.encryption,
                 accounts,
                 shares,
+                machine: spec.node_account.clone().filter(|n| {
+                    s.computers.iter().any(|c| {
+                        let (cd, cu) = split_principal(c);
+                        let (nd, nu) = split_principal(n);
+                        cu.eq_ignore_ascii_case(&nu)
+                            && cd
+                                .unwrap_or_default()
+                                .eq_ignore_ascii_case(&nd.unwrap_or_default())
+                    })
+                }),
             },
         );
     }
@@ -325,7 +338,17 @@ impl State {
         let srv = &self.servers[server];
         let sh = &srv.shares[share];
         if username.is_empty() {
-            return if sh.guest { Ok(()) } else { Err(5) };
+            // No credential: the node's computer account where the server accepts it, allowed when the share lets
+            // it in; otherwise nothing but guest access.
+            let machine = srv.machine.as_deref().map(split_principal);
+            let allowed = |name: &str| {
+                sh.users.is_empty() || sh.users.iter().any(|u| u.eq_ignore_ascii_case(name))
+            };
+            return if sh.guest || machine.is_some_and(|(_, name)| allowed(&name)) {
+                Ok(())
+            } else {
+                Err(5)
+            };
         }
         let (domain, user) = split_principal(username);
         let account = srv.accounts.iter().find(|a| {

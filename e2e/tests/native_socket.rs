@@ -94,6 +94,38 @@ async fn a_pod_with_an_smb_and_an_iscsi_volume_on_the_binarys_native_backend() {
     finish(node).await;
 }
 
+/// `authentication: machine` (issue 40 item 1) through the binary: the share only the node's computer account may
+/// use is mapped without a credential and the pod's data lands on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_account_volume_needs_no_secret_on_the_binarys_native_backend() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("team-b", "app-0");
+    let vol = fixtures::smb_machine_volume("pv-machine", "team-b", "data-machine");
+    let t = k.mount(host, &pod, &vol).await.expect("mount");
+    host.write_file(&format!(r"{t}\by-machine.txt"), "no password stored")
+        .await
+        .expect("write");
+    assert_eq!(
+        host.read_share_file(
+            fixtures::SMB_MACHINE_SERVER,
+            "machine",
+            "pv-machine/by-machine.txt"
+        )
+        .await
+        .expect("on the share"),
+        "no password stored"
+    );
+    let audit = host.audit(0).await.expect("audit");
+    let create = audit
+        .iter()
+        .find(|e| e.rpc == "MSFT_SmbGlobalMapping.Create")
+        .expect("mapped");
+    assert!(create.args["user_name"].is_null(), "{:?}", create.args);
+    k.unmount(host, &pod, &vol).await.expect("unmount");
+    finish(node).await;
+}
+
 /// A node reboot with the driver restarted (it reconciles over the socket): the Disconnected mapping is reported
 /// stale and repaired by the restage under the share's exclusive lock; the pod's path works again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -240,7 +240,13 @@ impl Env {
         };
         let mut seed = None;
         let host = match backend {
-            TestBackend::CsiProxy => TestHost::CsiProxy(CsiProxyHost::new(inproc.client())),
+            TestBackend::CsiProxy => {
+                let sim = inproc.host().clone();
+                TestHost::CsiProxy(
+                    CsiProxyHost::new(inproc.client())
+                        .with_uptime(Arc::new(move || Some(sim.uptime()))),
+                )
+            }
             TestBackend::Native => {
                 let view = Arc::new(WindowsView::new(inproc.host().clone()));
                 let native = NativeHost::new(view, Some(dir));

@@ -144,7 +144,9 @@ async fn iscsi() {
     .attr(
         "lun",
         &var("WINCSI_E2E_ISCSI_LUN").unwrap_or_else(|| "0".to_owned()),
-    );
+    )
+    // An NTFS LUN serves one node's writers: the multi-node writer modes are refused for iSCSI.
+    .mode(csi::v1::volume_capability::access_mode::Mode::SingleNodeWriter);
     if let (Some(user), Some(secret)) = (
         var("WINCSI_E2E_ISCSI_CHAP_USERNAME"),
         var("WINCSI_E2E_ISCSI_CHAP_PASSWORD"),

@@ -161,7 +161,9 @@ async fn no_secret_value_in_any_log_status_message_or_audit_entry() {
             .attr("lun", "1")
             .attr("sessionCHAPAuth", "true")
             .stage_secret("node.session.auth.username", CHAP_USER)
-            .stage_secret("node.session.auth.password", WRONG_CHAP_SECRET);
+            .stage_secret("node.session.auth.password", WRONG_CHAP_SECRET)
+            // A mode iSCSI serves, so the stage reaches the login the wrong secret fails.
+            .mode(csi::v1::volume_capability::access_mode::Mode::SingleNodeWriter);
         k.stage_once(host, &bad_chap)
             .await
             .expect_err("wrong CHAP secret");

@@ -665,6 +665,20 @@ impl SimHost {
         lock(&self.inner.state).reboot()
     }
 
+    /// How long the node has been up ([`State::uptime`], `GetTickCount64`).
+    pub fn uptime(&self) -> std::time::Duration {
+        self.with_state(State::uptime)
+    }
+
+    /// Lets every hung call go on with a failure, as a process that died in the middle of its calls sees them: the
+    /// caller's sequence ends there (what the call itself would have done on the host is not done).
+    pub fn fail_hangs(&self) {
+        self.inner.release.send_modify(|(g, fail)| {
+            *g += 1;
+            *fail = true;
+        });
+    }
+
     /// Data-loss events so far.
     pub fn data_loss_events(&self) -> Vec<DataLossEvent> {
         self.with_state(|s| s.data_loss_events().to_vec())

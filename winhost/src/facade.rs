@@ -418,6 +418,13 @@ pub trait Capabilities: Send + Sync {
     fn lanes(&self) -> Vec<PoolStatus> {
         Vec::new()
     }
+
+    /// How long the node has been up ([`crate::uptime`]: `GetTickCount64` on Windows), `None` when it cannot tell. A
+    /// read of the kernel's tick count, not a WMI call: it neither fails nor hangs, so it takes no `CallContext`.
+    /// The simulated host answers its own boots' uptime.
+    fn uptime(&self) -> Option<std::time::Duration> {
+        crate::uptime::node_uptime()
+    }
 }
 
 /// Everything the native backend needs, as one object-safe trait (`Arc<dyn WindowsHost>`).

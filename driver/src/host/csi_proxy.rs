@@ -22,16 +22,38 @@ use super::{
 };
 use crate::locks::Deadline;
 
+/// Where a csi-proxy backend reads the node's uptime ([`Host::uptime`]).
+pub type UptimeSource = std::sync::Arc<dyn Fn() -> Option<std::time::Duration> + Send + Sync>;
+
 /// The host port over csi-proxy.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CsiProxyHost {
     client: ProxyClient,
+    uptime: UptimeSource,
+}
+
+impl std::fmt::Debug for CsiProxyHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsiProxyHost")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CsiProxyHost {
-    /// An adapter over `client`.
+    /// An adapter over `client`. The node's uptime is read by this process (`winhost::uptime`: csi-proxy has no
+    /// call for it, and the container shares the node's kernel).
     pub fn new(client: ProxyClient) -> Self {
-        Self { client }
+        Self {
+            client,
+            uptime: std::sync::Arc::new(winhost::uptime::node_uptime),
+        }
+    }
+
+    /// The same adapter reading the node's uptime from `source` (tests: the simulated host's, which reboots).
+    pub fn with_uptime(mut self, source: UptimeSource) -> Self {
+        self.uptime = source;
+        self
     }
 
     /// The underlying client.
@@ -102,6 +124,10 @@ pub fn classify(op: HostOp, err: &proxy_client::Error) -> HostError {
 }
 
 impl Host for CsiProxyHost {
+    fn uptime(&self) -> Option<std::time::Duration> {
+        (self.uptime)()
+    }
+
     async fn path_exists(&self, path: &HostPath, deadline: Deadline) -> HostResult<bool> {
         self.at(deadline)
             .filesystem()

@@ -77,6 +77,9 @@ pub enum HostOp {
     RefreshTargetPortal,
     /// Reading a disk's partition table (no csi-proxy RPC: a native backend's `MSFT_Disk` and `MSFT_Partition`).
     DiskLayout,
+    /// What a backend knows of its own calls that may still be running on an object (no csi-proxy RPC: a native
+    /// backend's ledger of WMI methods in flight, and what the host shows of their outcome).
+    InFlight,
     /// The space of the file system a directory is on, as its user sees it (no csi-proxy RPC: a native backend's
     /// `GetDiskFreeSpaceExW`): an SMB volume's usage.
     PathSpace,
@@ -121,6 +124,7 @@ impl HostOp {
             Self::RemoveTargetPortal => "RemoveTargetPortal",
             Self::RefreshTargetPortal => "RefreshTargetPortal",
             Self::DiskLayout => "DiskLayout",
+            Self::InFlight => "InFlight",
             Self::PathSpace => "PathSpace",
         }
     }
@@ -167,6 +171,10 @@ pub enum HostErrorKind {
     /// whose first or last sectors are not blank or cannot be read, or whose partition style is neither RAW, MBR nor
     /// GPT). Nothing was written.
     MayHoldData,
+    /// The backend did not start the call: an earlier call that may still be running changes the same object (the
+    /// native backend's own operation whose caller stopped waiting, or a WMI method an earlier driver process left in
+    /// flight: `host/native/inflight.rs`). Nothing was started.
+    InFlight,
     /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
     Unavailable,
     /// The call did not finish before the deadline.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostOp, HostPath,
-    HostResult, IscsiAuth, PathSpace, Portal, Secret, SmbCredential, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostObject, HostOp,
+    HostPath, HostResult, InFlight, IscsiAuth, PathSpace, Portal, Secret, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -103,6 +103,7 @@ fn kind_label(kind: HostErrorKind) -> &'static str {
         HostErrorKind::AlreadyLoggedIn => "already_logged_in",
         HostErrorKind::AccessPathInUse => "access_path_in_use",
         HostErrorKind::MayHoldData => "may_hold_data",
+        HostErrorKind::InFlight => "in_flight",
         HostErrorKind::InvalidPath => "invalid_path",
         HostErrorKind::Unavailable => "unavailable",
         HostErrorKind::DeadlineExceeded => "deadline_exceeded",
@@ -130,6 +131,10 @@ macro_rules! metered {
 impl<H: Host> Host for Metered<H> {
     fn capabilities(&self) -> HostCapabilities {
         self.inner.capabilities()
+    }
+
+    fn uptime(&self) -> Option<std::time::Duration> {
+        self.inner.uptime()
     }
 
     metered! {
@@ -167,6 +172,8 @@ impl<H: Host> Host for Metered<H> {
         get_target_disks(portal: &Portal, iqn: &str) -> Vec<u32> => GetTargetDisks;
         set_mutual_chap_secret(secret: &Secret) -> () => SetMutualChapSecret;
         set_disk_online_writable(disk: u32) -> () => SetDiskState;
+        set_disk_online_read_only(disk: u32) -> () => SetDiskState;
+        in_flight(object: &HostObject) -> InFlight => InFlight;
         add_target_portal_with_chap(portal: &Portal, discovery: &IscsiAuth) -> () => AddTargetPortal;
         connect_target_persistent(portal: &Portal, iqn: &str, auth: &IscsiAuth) -> () => ConnectTarget;
         list_target_portals() -> Vec<Portal> => ListTargetPortals;

@@ -34,6 +34,7 @@ use std::future::Future;
 use crate::locks::Deadline;
 
 mod block;
+mod boot;
 pub mod csi_proxy;
 mod error;
 mod metered;
@@ -47,6 +48,7 @@ pub use block::{
     DEFAULT_PORT, DiskIds, DiskLayout, DiskLocation, IscsiAuth, PartitionInfo, PartitionKind,
     PartitionStyle, Portal,
 };
+pub use boot::{BootStamp, HostObject, InFlight, OUTLIVE_BOUND, Since};
 pub use error::{HostError, HostErrorKind, HostOp, HostResult};
 pub use metered::Metered;
 pub use name::{name_key, names_equal};
@@ -65,7 +67,7 @@ pub use unc::{SmbCredential, UncPath};
 pub struct HostCapabilities {
     /// It can list the node's SMB global mappings and their status.
     pub list_smb_mappings: bool,
-    /// It can clear a disk's read-only flag.
+    /// It can clear a disk's read-only flag, and set it ([`Host::set_disk_online_read_only`]).
     pub clear_disk_read_only: bool,
     /// It can add a target portal with discovery CHAP credentials.
     pub discovery_chap: bool,
@@ -353,6 +355,36 @@ pub trait Host: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send {
         self.set_disk_online(disk, true, deadline)
+    }
+
+    /// `SetDiskState(online)` of a disk a reader-only volume is staged from: a backend with
+    /// [`HostCapabilities::clear_disk_read_only`] also sets the disk's read-only flag, so nothing on the node writes to
+    /// it. Default: [`Host::set_disk_online`] (the flag is left as it is).
+    fn set_disk_online_read_only(
+        &self,
+        disk: u32,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        self.set_disk_online(disk, true, deadline)
+    }
+
+    /// How long the node has been up (`GetTickCount64`: counts from the boot, never goes back within one, not moved
+    /// by the wall clock; [`BootStamp`]), or `None` when the backend cannot tell. Not a host call: the kernel's tick
+    /// count, which the driver's process shares with the node.
+    fn uptime(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// What this backend knows of its own calls on `object` that may outlive their callers (`PartitionDisk`,
+    /// `FormatVolume`, `ResizeVolume`, `DisconnectTarget`) and may still be running, in this process or one before
+    /// it (no csi-proxy RPC). Default: [`InFlight::Unknown`] (csi-proxy runs them in its own process).
+    fn in_flight(
+        &self,
+        object: &HostObject,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<InFlight>> + Send {
+        let _ = (object, deadline);
+        async { Ok(InFlight::Unknown) }
     }
 
     /// `AddTargetPortal` with discovery CHAP ([`HostCapabilities::discovery_chap`]). Default: not supported.

@@ -131,6 +131,7 @@ pub(super) async fn adopt<H: Host>(
         mutual_chap: None,
         released: false,
         pending: None,
+        removal: None,
     };
     info!(staging = %staging, iqn = %iqn, lun, disk, volume = %vid, "iSCSI volume without a record proven from the \
           host: adopting it");

@@ -231,6 +231,7 @@ pub(super) async fn volume_of<H: Host>(
     rec: &mut IscsiRecord,
     number: u32,
     disk: &str,
+    read_only: bool,
 ) -> Result<String, Error> {
     let key = format!("{}#disk{number}#", rec.lun_key());
     judge.arrival(&rec.lun_key(), &key);
@@ -242,12 +243,25 @@ pub(super) async fn volume_of<H: Host>(
     let found = async {
         loop {
             let look = look(h, number, disk, layouts).await?;
+            // What the boot and the backend say of an announced PartitionDisk (`pending.rs`), for `decide`.
+            if let Some(p) = rec.pending.as_ref() {
+                judge.clock.learn(h, p).await?;
+            }
             match decide(judge, &key, rec, disk, &look)? {
                 Next::Volume(v) => {
                     judge.forget(&key);
                     return Ok(v);
                 }
+                // A reader-only stage writes nothing (`access.rs`).
+                Next::Partition if read_only => {
+                    return Err(super::access::refuse_write(
+                        disk,
+                        "has no volume (a RAW LUN, or a partition table without a data partition)",
+                    ));
+                }
                 Next::Partition => {
+                    // Nothing destructive while another volume's call on this LUN may still run (`pending.rs`).
+                    super::pending::wait_for_others(cx, h, &judge.clock, volume_id, rec).await?;
                     partition(
                         cx,
                         h,
@@ -538,8 +552,10 @@ async fn partition<H: Host>(
     number: u32,
     disk: &str,
 ) -> Result<(), Error> {
-    let announced = Pending::now(Destructive::PartitionDisk).on_disk(number);
-    judge.clock.start(&announced);
+    let announced = judge.clock.announce(
+        h.host(),
+        Pending::now(Destructive::PartitionDisk).on_disk(number),
+    );
     rec.pending = Some(announced);
     rec.partitioning = true;
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;

@@ -53,10 +53,11 @@
 //! # Limits of csi-proxy's iSCSI API (v1alpha2)
 //!
 //! No discovery CHAP, no persistent logins, no MPIO (multipath sessions, load-balance policy, initiator portal
-//! selection), no way to clear a disk's read-only flag, no partition-style query, NTFS only. The native backend lifts
-//! discovery CHAP, persistent logins and the read-only flag (cleared for writable volumes, `set_disk_online_writable`;
-//! a reader-only access mode keeps it); the protocol asks `Host::capabilities` (parse) and the host-call sequence below
-//! is the same on both backends. One session per target:
+//! selection), no way to set or clear a disk's read-only flag, no partition-style query, NTFS only. The native backend
+//! lifts discovery CHAP, persistent logins and the read-only flag (cleared for writable volumes,
+//! `set_disk_online_writable`; set for reader-only ones, `set_disk_online_read_only`: `access.rs`); the protocol asks
+//! `Host::capabilities` (parse) and the host-call sequence below is the same on both backends. Access modes
+//! (`access.rs`): the multi-node writer modes are refused, a reader-only stage writes nothing. One session per target:
 //! further portals are added (a later stage may log in through any of them). A second `ConnectTarget` to a connected
 //! target is a no-op from csi-proxy v1.3.0 and an error ("already logged in") before: both are a login. The IQN is
 //! sent as `DiscoverTargetPortal` reports it: v1.3.0 looks targets up exact-case and a miss dereferences nil (the
@@ -80,7 +81,7 @@
 //! | first stage, LUN with an NTFS volume | `AddTargetPortal` → `DiscoverTargetPortal` → `ConnectTarget` → `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs` → `SetDiskState` → `ListVolumesOnDisk` → `IsVolumeFormatted` → `Mkdir` → `MountVolume` |
 //! | disk not visible yet | `GetTargetDisks` (empty or no LUN match) → `Rescan` once → `GetTargetDisks` … then bounded backoff (500 ms doubling, at most 4 more rounds, never past the RPC deadline) → Unavailable |
 //! | repeated stage | `GetVolumeIDFromTargetPath(staging)` (the recorded volume) → `GetVolumeStats` (it is there: done) |
-//! | unstage | `GetVolumeIDFromTargetPath` → `UnmountVolume` (which flushes the volume first on every release) → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target); a first stage that never succeeded and partitioned the disk keeps a released record |
+//! | unstage | `GetVolumeIDFromTargetPath` → `UnmountVolume` (which flushes the volume first on every release) → `Rmdir(staging)` → `DisconnectTarget` (only when no other record names the target; announced in the record first, `removal.rs`); a first stage that never succeeded and partitioned the disk keeps a released record |
 //! | unstage, volume gone (reboot) | `GetVolumeIDFromTargetPath` (PowerShell era: the old id) → `UnmountVolume` (not found: its flush fails) → `Rmdir(staging)` → `DisconnectTarget` (no session: done); v1.3.0+: `GetVolumeIDFromTargetPath` (fails) → `Rmdir` → `DisconnectTarget` |
 //! | unstage without a record (adoption, `adopt.rs`) | `GetVolumeIDFromTargetPath` → `GetVolumeStats` → `GetDiskNumberFromVolumeID` → `ListTargetPortals` → per portal `DiscoverTargetPortal` → per target `GetTargetDisks` → `ListDiskLocations` → `ListDiskIDs`, then the unstage above with `GetTargetDisks` before `DisconnectTarget` (logout only when it is exactly this disk) |
 //! | stats | `GetVolumeIDFromTargetPath` → `GetVolumeStats`; when the volume is not there: `GetTargetDisks` (→ `GetDiskState`) to say why |
@@ -188,6 +189,7 @@ use crate::lifecycle::{
 use crate::locks::Deadline;
 use crate::state::{Details, Phase, VolumeRecord};
 
+mod access;
 mod adopt;
 mod chap;
 mod discovery;
@@ -200,6 +202,7 @@ mod pending;
 #[cfg(test)]
 #[path = "raw/tests.rs"]
 mod raw_tests;
+mod removal;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -266,6 +269,10 @@ pub struct IscsiRecord {
     /// stage or expansion learns it from the host before it issues anything destructive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Pending>,
+    /// The logout of the target's session announced before it was issued (`removal.rs`), whose outcome is not known
+    /// yet: stages of the target wait for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal: Option<Pending>,
 }
 
 impl Details for IscsiRecord {
@@ -289,6 +296,7 @@ impl IscsiRecord {
             mutual_chap: None,
             released: false,
             pending: None,
+            removal: None,
         }
     }
 
@@ -473,13 +481,23 @@ impl<H: Host> Protocol<H> for Iscsi {
         {
             check_fs_type(fs_type)?;
         }
+        let mode = req.capability.as_ref().map_or(0, |c| c.access_mode);
+        // The multi-node writer modes NTFS cannot serve (`access.rs`).
+        access::check_mode(mode)?;
         let mut vol = parse_volume_for(&req.volume_context, &req.secrets, self.caps)?;
-        // SINGLE_NODE_READER_ONLY (2) and MULTI_NODE_READER_ONLY (3): keep the disk's read-only flag.
-        vol.read_only = req
-            .capability
-            .as_ref()
-            .is_some_and(|c| matches!(c.access_mode, 2 | 3));
+        // SINGLE_NODE_READER_ONLY (2) and MULTI_NODE_READER_ONLY (3): nothing is written to the disk, which is kept
+        // (natively: made) read-only.
+        vol.read_only = access::reader_only(mode);
         Ok(vol)
+    }
+
+    fn check_publish(
+        &self,
+        record: &VolumeRecord,
+        access: &crate::state::AccessRecord,
+        readonly: bool,
+    ) -> Result<(), Error> {
+        access::check_publish(record, access, readonly)
     }
 
     async fn stage(

@@ -6,42 +6,43 @@
 //! would otherwise, once restarted, format again, let the pod write, and then see the first format wipe it. So every
 //! destructive call — `PartitionDisk` (which initialises a RAW disk and creates the partition), `FormatVolume`,
 //! `ResizeVolume` — is announced ([`Pending`], written and durable) before it is issued, and its outcome recorded
-//! after it answers. A stage or an expansion that finds an announcement without its outcome learns the outcome from
-//! the host, polling within the RPC's deadline and answering UNAVAILABLE meanwhile; it never issues a second
-//! destructive call while the first may still be running.
+//! after it answers; so is the logout of a target's last volume (`DisconnectTarget`, `removal.rs`), whose late end
+//! would take a later stage's session away. A stage or an expansion that finds an announcement without its outcome
+//! learns the outcome from the host, polling within the RPC's deadline and answering UNAVAILABLE meanwhile; it never
+//! issues a second destructive call while the first may still be running.
 //!
 //! | Call | Its outcome shows as |
 //! | --- | --- |
 //! | `PartitionDisk` | a volume on the disk, or (a backend that reads partition tables) a partition other than Microsoft Reserved |
 //! | `FormatVolume` | `IsVolumeFormatted` true |
 //! | `ResizeVolume` | the volume within 100 MiB of the disk's size (what csi-proxy's skip rule leaves) |
+//! | `DisconnectTarget` | `GetTargetDisks` shows no disk of the target (`removal.rs`) |
 //!
 //! A definite failure ends the call (the announcement is cleared, with a record write on that path only); an
 //! uncertain one (deadline, csi-proxy unreachable) keeps it.
 //!
-//! # When the outcome never shows
+//! # When the outcome does not show
 //!
-//! After [`OUTLIVE_BOUND`] (one hour) from the announcement the call is taken to be over and may be issued again. No
-//! source bounds these calls: csi-proxy passes no timeout to the PowerShell child or the WMI method, and Windows
-//! documents none for `MSFT_Disk.CreatePartition`, `MSFT_Volume.Format` or `MSFT_Partition.Resize`. The bound rests
-//! on what the calls do — a GPT table and one partition, a *quick* NTFS format (metadata only, csi-proxy's `Full =
-//! false`), an NTFS extension — which take seconds to minutes even on large LUNs (real-node check 28 measures
-//! them), and on the call being tied to the disk's device: a node reboot or a lost session ends it. A call still
-//! stuck in a provider after an hour that then completes is the residual risk (README, "Data safety"). The age is the
-//! longer of the wall-clock time since the announcement and this process's own monotonic time since it first saw it,
-//! so a clock set back never shortens the wait.
+//! The call cannot still be running once the node rebooted since its announcement (the boot stamp: the node's uptime
+//! is lower now), once the backend shows none of its calls on the object still running (native: its own operations
+//! and the WMI methods an earlier process left in flight), or, as the last resort, [`OUTLIVE_BOUND`] (one hour) after
+//! it was announced, by an age no wall clock moves (`crate::lifecycle::outlive`). Through csi-proxy only the reboot
+//! and the bound apply: it runs the calls out of the driver's sight. A call still stuck in a provider after an hour
+//! that then completes is the residual risk (README, "Data safety").
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
 
-/// How long after its announcement a destructive call whose outcome never showed is taken to be over (module docs).
-pub(crate) const OUTLIVE_BOUND: Duration = Duration::from_secs(3600);
+use super::{IscsiRecord, same_id};
+use crate::error::Error;
+use crate::host::{BootStamp, Host, HostObject};
+use crate::lifecycle::outlive::{Outlive, stamp_now};
+use crate::lifecycle::{Calls, Context};
 
-/// Which destructive call.
+pub(crate) use crate::lifecycle::outlive::OUTLIVE_BOUND;
+
+/// Which call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Destructive {
@@ -51,6 +52,8 @@ pub enum Destructive {
     FormatVolume,
     /// `ResizeVolume`.
     ResizeVolume,
+    /// `DisconnectTarget` of the target's last staged volume (`removal.rs`).
+    DisconnectTarget,
 }
 
 impl Destructive {
@@ -59,11 +62,12 @@ impl Destructive {
             Self::PartitionDisk => "PartitionDisk",
             Self::FormatVolume => "FormatVolume",
             Self::ResizeVolume => "ResizeVolume",
+            Self::DisconnectTarget => "DisconnectTarget",
         }
     }
 }
 
-/// A destructive call announced in the record before it was issued, its outcome not yet known (module docs).
+/// A call announced in the record before it was issued, its outcome not yet known (module docs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     /// The call.
@@ -77,19 +81,29 @@ pub struct Pending {
     /// `ResizeVolume`: the disk's size when it was issued (the volume reaching it within 100 MiB is its outcome).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_size: Option<u64>,
-    /// When it was announced: milliseconds since the Unix epoch (wall clock, so a restarted driver can tell).
+    /// The target it was issued on, as the call named it (`DisconnectTarget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// When it was announced: milliseconds since the Unix epoch (wall clock: for people and as part of its key, never
+    /// for a decision).
     pub announced_unix_ms: u64,
+    /// The node's uptime when it was announced (absent in records of earlier versions, or when the backend cannot
+    /// tell): a lower uptime now proves a reboot since, and the uptime since it is the call's age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootStamp>,
 }
 
 impl Pending {
-    /// `call`, announced now.
+    /// `call`, announced now (stamped by [`Clock::announce`]).
     pub(crate) fn now(call: Destructive) -> Self {
         Self {
             call,
             disk: None,
             volume: None,
             disk_size: None,
+            target: None,
             announced_unix_ms: unix_ms(),
+            boot: None,
         }
     }
 
@@ -111,26 +125,63 @@ impl Pending {
         self
     }
 
-    /// How long ago it was announced, by the longer of the wall clock and `clock`'s own time since it first saw it.
-    pub(crate) fn age(&self, clock: &Clock) -> Duration {
-        let wall = Duration::from_millis(unix_ms().saturating_sub(self.announced_unix_ms));
-        wall.max(clock.since(self.announced_unix_ms).elapsed())
+    /// On target `iqn`.
+    pub(crate) fn on_target(mut self, iqn: &str) -> Self {
+        self.target = Some(iqn.to_owned());
+        self
     }
 
-    /// Whether the call may still be running on the host (younger than [`OUTLIVE_BOUND`]).
+    /// This announcement's key in the process's [`Outlive`].
+    fn key(&self) -> String {
+        format!(
+            "{}@{}:{:?}:{:?}:{:?}",
+            self.call.name(),
+            self.announced_unix_ms,
+            self.disk,
+            self.volume,
+            self.target
+        )
+    }
+
+    /// The host object the call changes.
+    fn object(&self) -> Option<HostObject> {
+        match self.call {
+            Destructive::PartitionDisk => self.disk.map(HostObject::Disk),
+            Destructive::FormatVolume | Destructive::ResizeVolume => {
+                self.volume.clone().map(HostObject::Volume)
+            }
+            Destructive::DisconnectTarget => self.target.clone().map(HostObject::Target),
+        }
+    }
+
+    /// Whether the call may still be running on the host (`Outlive::may_run`: not once proven over; then by the
+    /// bound). [`Clock::learn`] first, to know what the boot and the backend say.
     pub(crate) fn may_run(&self, clock: &Clock) -> bool {
-        self.age(clock) < OUTLIVE_BOUND
+        clock.0.may_run(&self.key())
     }
 
     /// What the stage waits for, for its UNAVAILABLE answer.
     pub(crate) fn waiting(&self, clock: &Clock, on: &str, outcome: &str) -> String {
+        let key = self.key();
+        let still = clock.0.running(&key).map_or_else(
+            || {
+                format!(
+                    "it may still be running on the node (a call runs to its end even after the driver that issued \
+                     it went away), and a second one could destroy what the first leaves behind: waiting for it (at \
+                     most {} min from its start)",
+                    OUTLIVE_BOUND.as_secs() / 60
+                )
+            },
+            |what| {
+                format!(
+                    "{what}: it may still be running, and a second one could destroy what the first leaves behind:                      waiting for it"
+                )
+            },
+        );
         format!(
-            "{} of {on} was issued {}s ago and has not finished ({outcome} does not show yet); it may still be running \
-             on the node (a call runs to its end even after the driver that issued it went away), and a second one \
-             could destroy what the first leaves behind: waiting for it (at most {} min from its start)",
+            "{} of {on} was issued {}s ago and has not finished ({outcome} does not show yet); {still}",
             self.call.name(),
-            self.age(clock).as_secs(),
-            OUTLIVE_BOUND.as_secs() / 60
+            clock.0.age(&key).as_secs(),
         )
     }
 }
@@ -141,27 +192,101 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// This process's monotonic clock for announcements: when it first saw each (by its announcement time). Shared by
-/// the protocol's clones; a restarted driver starts it again, so the wall clock then counts alone.
+/// Whether two records name one LUN: the same target and LUN, or the same page83 identity (one LUN exported through
+/// two targets shows as two disks with one identity on a node without MPIO).
+pub(crate) fn same_lun(a: &IscsiRecord, b: &IscsiRecord) -> bool {
+    if a.lun_key() == b.lun_key() {
+        return true;
+    }
+    let id = |r: &IscsiRecord| r.page83.clone().filter(|p| !p.trim().is_empty());
+    matches!((id(a), id(b)), (Some(x), Some(y)) if same_id(&x, &y))
+}
+
+/// The lock key of a LUN's identity (its page83), when known: one for every target the LUN is reached through.
+pub(crate) fn identity_key(rec: &IscsiRecord) -> Option<String> {
+    let p = rec
+        .page83
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())?;
+    Some(format!("iscsi-page83:{}", p.to_ascii_lowercase()))
+}
+
+/// Before this volume issues a destructive call on its LUN: a call another volume's record announced on the same
+/// LUN ([`same_lun`]) that may still be running makes the stage answer UNAVAILABLE, naming it.
+pub(crate) async fn wait_for_others<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    clock: &Clock,
+    volume_id: &str,
+    rec: &IscsiRecord,
+) -> Result<(), Error> {
+    let others: Vec<_> = cx
+        .records::<IscsiRecord>()?
+        .into_iter()
+        .filter(|(r, i)| {
+            r.volume_id != volume_id
+                && i.pending
+                    .as_ref()
+                    .is_some_and(|p| p.call != Destructive::DisconnectTarget)
+                && same_lun(rec, i)
+        })
+        .collect();
+    for (other, i) in others {
+        let Some(p) = i.pending.as_ref() else {
+            continue;
+        };
+        clock.learn(h, p).await?;
+        if p.may_run(clock) {
+            let on = p
+                .disk
+                .map(|n| format!("disk {n}"))
+                .or_else(|| p.volume.clone())
+                .unwrap_or_else(|| "its LUN".to_owned());
+            return Err(Error::Unavailable(format!(
+                "{}. It was announced by volume {:?}, which names the same LUN ({} LUN {}); nothing destructive is                  done to the LUN until it ends; kubelet will retry",
+                p.waiting(clock, &on, "its outcome"),
+                other.volume_id,
+                i.iqn,
+                i.lun
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// This process's knowledge of announcements (`crate::lifecycle::outlive::Outlive`), shared by the protocol's clones.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Clock(Arc<Mutex<HashMap<u64, Instant>>>);
+pub(crate) struct Clock(Outlive);
 
 impl Clock {
-    /// Start counting for an announcement this process just made.
-    pub(crate) fn start(&self, p: &Pending) {
-        let _ = self.since(p.announced_unix_ms);
+    /// `p`, stamped with the node's uptime now and counted from now: the announcement to record before the call.
+    pub(crate) fn announce<H: Host>(&self, host: &H, mut p: Pending) -> Pending {
+        p.boot = stamp_now(host);
+        self.0.start(&p.key());
+        p
     }
 
-    fn since(&self, announced: u64) -> Instant {
-        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *m.entry(announced).or_insert_with(Instant::now)
+    /// Learn what the boot and the backend say of `p` (before judging [`Pending::may_run`]).
+    pub(crate) async fn learn<H: Host>(&self, h: &Calls<'_, H>, p: &Pending) -> Result<(), Error> {
+        match p.object() {
+            Some(object) => self.0.learn(h, &p.key(), p.boot, &object).await,
+            None => Ok(()),
+        }
     }
 
-    /// Forget an announcement whose outcome is known.
+    /// `p` cannot still be running: `why` (its outcome shows on the host).
+    pub(crate) fn end(&self, p: &Pending, why: &str) {
+        self.0.end(&p.key(), why);
+    }
+
+    /// What the backend said still runs of `p`, if it did.
+    pub(crate) fn running(&self, p: &Pending) -> Option<String> {
+        self.0.running(&p.key())
+    }
+
+    /// Forget an announcement whose outcome is known (and recorded).
     pub(crate) fn done(&self, p: &Pending) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&p.announced_unix_ms);
+        self.0.done(&p.key());
     }
 }

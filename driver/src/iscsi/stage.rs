@@ -8,7 +8,8 @@ use super::disk::find_disk;
 use super::judge::{Judge, Polls, volume_of};
 use super::listings::Listings;
 use super::pending::{Destructive, Pending};
-use super::volume::{logout, present};
+use super::removal;
+use super::volume::present;
 use super::{
     IscsiRecord, IscsiVolume, Sessions, block_error, chap, iscsi_record, put_iscsi, run, same_id,
     target_users,
@@ -102,6 +103,9 @@ pub(super) async fn stage<H: Host>(
     rec.released = false;
     let key = rec.target_key();
     let result = async {
+        // A logout of the target that may still be running would end the session this stage logs in to or joins
+        // (`removal.rs`): waited for first, outside the target's lock.
+        removal::wait_for_logouts(cx, h, judge, &key, &mut rec, false).await?;
         // A first stage may join a session this process made to the target (another LUN's): see `Sessions`.
         let mut may_join = first;
         loop {
@@ -111,6 +115,7 @@ pub(super) async fn stage<H: Host>(
             // another LUN never logs out a session this stage needs.
             let (portal, claim) = {
                 let _target = cx.object_locks().lock(&key).await;
+                removal::wait_for_logouts(cx, h, judge, &key, &mut rec, true).await?;
                 match sessions.joinable(&key, vol).filter(|_| may_join) {
                     Some(s) => {
                         debug!(iqn = %s.iqn, portal = %s.portal, "joining the target's session");
@@ -213,11 +218,14 @@ async fn roll_back<H: Host>(
     if target_users(cx, volume_id, &rec.iqn)? == 0 {
         sessions.forget(&rec.target_key());
         judge.forget_target(&rec.iqn);
-        if let Err(e) = logout(h, rec).await {
+        // Announced in the record first (`removal.rs`): kubelet's retry of this stage must not log in while it runs.
+        let write = |r: &IscsiRecord| iscsi_record(cx, volume_id, staging, Phase::Staging, r);
+        if let Err(e) = removal::logout_announced(cx, h, &judge.clock, rec, &write).await {
             warn!(error = %e, "rollback: logout failed; the session stays until another volume of the target is unstaged");
         }
     }
-    if rec.volume_is_ours() {
+    // A logout whose outcome is uncertain keeps a (released) record for the stages of the target to wait for.
+    if rec.volume_is_ours() || rec.removal.is_some() {
         rec.release();
         put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     } else {
@@ -390,15 +398,34 @@ async fn disk_steps<H: Host>(
     // The identity is recorded with the next write: before `PartitionDisk` (the only step that creates something on
     // the disk a retry must judge), else with the `Staged` record. Bringing the disk online creates nothing.
     let disk = format!("disk {number} ({target})");
+    // One LUN reached through two targets (no MPIO: two disks with one page83) is one LUN: its identity's lock, taken
+    // under the LUN's own, keeps two volumes naming it from judging, partitioning or formatting it at once.
+    let _identity = match super::pending::identity_key(rec) {
+        Some(key) => Some(cx.object_locks().lock(&key).await),
+        None => None,
+    };
     // LUNs arrive offline under Windows Server's default SAN policy (OfflineShared).
     if vol.read_only {
-        run(
-            h,
-            HostOp::SetDiskState,
-            &disk,
-            h.host().set_disk_online(number, true, d),
-        )
-        .await?;
+        // A reader-only volume: a backend that can (native) also sets the disk read-only — unless another volume
+        // staged here writes this LUN, whose disk must stay writable (`access.rs`).
+        if shares_lun_with_writer(cx, volume_id, rec)? {
+            info!(disk = %disk, "another volume staged on this node writes this LUN: its disk is not made read-only");
+            run(
+                h,
+                HostOp::SetDiskState,
+                &disk,
+                h.host().set_disk_online(number, true, d),
+            )
+            .await?;
+        } else {
+            run(
+                h,
+                HostOp::SetDiskState,
+                &disk,
+                h.host().set_disk_online_read_only(number, d),
+            )
+            .await?;
+        }
     } else {
         // A backend with `clear_disk_read_only` also clears a read-only flag left by the SAN policy.
         run(
@@ -415,10 +442,32 @@ async fn disk_steps<H: Host>(
         claim.await?;
     }
     // 6. The volume: created only on a disk proven empty; a foreign layout is never touched (`judge.rs`).
-    let vid = volume_of(cx, h, judge, volume_id, staging, rec, number, &disk).await?;
+    let vid = volume_of(
+        cx,
+        h,
+        judge,
+        volume_id,
+        staging,
+        rec,
+        number,
+        &disk,
+        vol.read_only,
+    )
+    .await?;
     // 7. File system: only a volume this driver created may be formatted, and never while an earlier format may
-    //    still be running (`pending.rs`).
-    file_system(cx, h, judge, volume_id, staging, rec, &vid, &disk).await?;
+    //    still be running (`pending.rs`); a reader-only stage formats nothing.
+    file_system(
+        cx,
+        h,
+        judge,
+        volume_id,
+        staging,
+        rec,
+        &vid,
+        &disk,
+        vol.read_only,
+    )
+    .await?;
     // Recorded with the `Staged` record: the mount point is at this volume's own staging path, which a retry or an
     // unstage reads (`GetVolumeIDFromTargetPath`) before it judges the mount.
     rec.volume = Some(vid.clone());
@@ -495,6 +544,7 @@ async fn file_system<H: Host>(
     rec: &mut IscsiRecord,
     vid: &str,
     disk: &str,
+    read_only: bool,
 ) -> Result<(), Error> {
     let d = h.deadline();
     let mut polls = Polls::outcome(judge);
@@ -510,6 +560,9 @@ async fn file_system<H: Host>(
             .pending
             .clone()
             .filter(|p| p.call == Destructive::FormatVolume);
+        if let (Ok(false), Some(p)) = (&answer, &announced) {
+            judge.clock.learn(h, p).await?;
+        }
         match (answer, announced) {
             (Ok(true), announced) => {
                 if let Some(p) = announced {
@@ -531,12 +584,22 @@ async fn file_system<H: Host>(
     if formatted {
         return Ok(());
     }
+    if read_only {
+        return Err(super::access::refuse_write(
+            disk,
+            &format!("holds volume {vid} without a file system Windows recognises"),
+        ));
+    }
     if !rec.volume_is_ours() {
         return Err(unrecognised(rec, vid, disk));
     }
+    // Nothing destructive while another volume's call on this LUN may still run (`pending.rs`).
+    super::pending::wait_for_others(cx, h, &judge.clock, volume_id, rec).await?;
     // The announcement (and what the volume step learned: the "ours" evidence) is durable before the call.
-    let announced = Pending::now(Destructive::FormatVolume).on_volume(vid);
-    judge.clock.start(&announced);
+    let announced = judge.clock.announce(
+        h.host(),
+        Pending::now(Destructive::FormatVolume).on_volume(vid),
+    );
     rec.pending = Some(announced.clone());
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");
@@ -559,6 +622,25 @@ async fn file_system<H: Host>(
             Err(write_error(e, disk, vid))
         }
     }
+}
+
+/// Whether another volume staged (or being staged) on this node names `rec`'s LUN — the same target and LUN, or the
+/// same page83 identity through another target — with a writer access mode.
+fn shares_lun_with_writer<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    rec: &IscsiRecord,
+) -> Result<bool, Error> {
+    let n = cx.count_records::<IscsiRecord>(|r, i| {
+        r.volume_id != volume_id
+            && !i.released
+            && super::pending::same_lun(rec, i)
+            && !r
+                .access
+                .as_ref()
+                .is_some_and(|a| super::access::reader_only(a.access_mode))
+    })?;
+    Ok(n > 0)
 }
 
 /// Why volume `vid`, which has no file system Windows recognises, is not formatted, and the way back. Never a
@@ -612,7 +694,8 @@ pub(super) async fn rescanned<H: Host>(
 /// A failed `PartitionDisk` / `FormatVolume`. Besides the uncertain kinds, the one cause the driver can name is a
 /// write-protected disk, which csi-proxy cannot clear (it has no call for the read-only flag).
 pub(super) fn write_error(e: HostError, disk: &str, subject: &str) -> Error {
-    if e.kind.is_uncertain() {
+    // Not started (an earlier call on the object may still run: native) is as retryable as an uncertain answer.
+    if e.kind.is_uncertain() || e.kind == HostErrorKind::InFlight {
         return block_error(e, &subject);
     }
     if e.kind == HostErrorKind::MayHoldData {

@@ -2393,6 +2393,9 @@ async fn a_joining_stage_reads_its_disk_while_its_claim_is_written_and_creates_n
 mod kubelet_paths;
 mod stats_cache;
 
+mod access;
+mod outlive;
+
 /// Review L3 (issue 30): a target that already had a session someone else made (an administrator's login here) when
 /// the driver came to it. The native backend joins it and, when the driver's last volume of the target is unstaged,
 /// leaves it in place: logging it out would cut the other user's I/O. csi-proxy's `DisconnectTarget` logs out

@@ -62,11 +62,8 @@ pub(super) async fn unstage<H: Host>(
 ) -> Result<(), Error> {
     let volume_id = &record.volume_id;
     let h = &cx.calls(d);
-    // SINGLE_NODE_READER_ONLY (2), MULTI_NODE_READER_ONLY (3): the disk was left read-only.
-    let reader = record
-        .access
-        .as_ref()
-        .is_some_and(|a| matches!(a.access_mode, 2 | 3));
+    // SINGLE_NODE_READER_ONLY (2), MULTI_NODE_READER_ONLY (3): the disk was left (natively: made) read-only.
+    let reader = super::access::staged_reader_only(record);
     remove_mount(h, staging, rec, reader).await?;
     let target = cx.object_locks().lock(&rec.target_key()).await;
     judge.forget_lun(&rec.lun_key());
@@ -77,7 +74,10 @@ pub(super) async fn unstage<H: Host>(
     {
         sessions.forget(&rec.target_key());
         judge.forget_target(&rec.iqn);
-        logout(h, rec).await?;
+        // Announced in the record first: a logout that outlives this call is waited for by the target's stages.
+        let mut r = rec.clone();
+        super::removal::logout_announced(cx, h, &judge.clock, &mut r, &|r| record.with_details(r))
+            .await?;
     } else {
         debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
     }
@@ -444,6 +444,13 @@ pub(super) async fn expand<H: Host>(
 ) -> Result<i64, Error> {
     let mut r = details(rec)?;
     let staging = cx.staging_behind(rec, path)?;
+    if super::access::staged_reader_only(rec) {
+        // A reader-only volume's disk is never written (`access.rs`).
+        return Err(Error::FailedPrecondition(format!(
+            "volume {:?} is staged reader-only: its disk is kept read-only and never resized; unstage it and stage it              with a writer access mode to expand it",
+            rec.volume_id
+        )));
+    }
     let h = &cx.calls(d);
     let v = run(
         h,
@@ -482,7 +489,10 @@ pub(super) async fn expand<H: Host>(
         .filter(|p| p.call == Destructive::ResizeVolume)
     {
         let mut polls = Polls::outcome(judge);
-        while !reached(before, p.disk_size.unwrap_or(disk_size)) && p.may_run(&judge.clock) {
+        while !reached(before, p.disk_size.unwrap_or(disk_size)) && {
+            judge.clock.learn(h, &p).await?;
+            p.may_run(&judge.clock)
+        } {
             polls
                 .next(h, &p.waiting(&judge.clock, &v, "the new size"))
                 .await?;
@@ -504,10 +514,12 @@ pub(super) async fn expand<H: Host>(
         );
         return Ok(before as i64);
     }
-    let announced = Pending::now(Destructive::ResizeVolume)
-        .on_volume(&v)
-        .with_disk_size(disk_size);
-    judge.clock.start(&announced);
+    let announced = judge.clock.announce(
+        h.host(),
+        Pending::now(Destructive::ResizeVolume)
+            .on_volume(&v)
+            .with_disk_size(disk_size),
+    );
     r.pending = Some(announced.clone());
     cx.store().put_volume(&rec.with_details(&r)?).await?;
     let resized = h

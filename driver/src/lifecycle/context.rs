@@ -327,6 +327,9 @@ pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
         HostErrorKind::NotEmpty => Error::FailedPrecondition(format!(
             "{subject} is a non-empty directory; refusing to replace it (remove its contents or fix the path)"
         )),
+        HostErrorKind::InFlight => Error::Unavailable(format!(
+            "{op} on {subject} was not started: {message}; kubelet will retry"
+        )),
         HostErrorKind::MayHoldData => {
             Error::FailedPrecondition(format!("{op} on {subject} refused: {message}"))
         }

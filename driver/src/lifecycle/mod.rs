@@ -82,6 +82,7 @@ mod context;
 mod csi;
 pub mod democratic;
 pub mod inline;
+pub mod outlive;
 mod protocol;
 mod publish;
 mod reconcile;
@@ -93,12 +94,12 @@ mod tests;
 pub use context::{Calls, Context, host_error};
 pub use csi::{Lifecycle, LifecycleFuture, node_capabilities};
 pub use protocol::{Either, Found, Health, Protocol, StageAt};
-pub(crate) use request::is_credential_key;
 pub use request::{
     AccessType, Capability, EPHEMERAL_KEY, ExpandRequest, PublishRequest, ReconcileReport, Secrets,
     StageRequest, StatsRequest, UnpublishRequest, UnstageRequest, Usage, VolumeStats,
     check_mount_flags, check_mount_flags_for, context_get,
 };
+pub(crate) use request::{access_mode_name, is_credential_key};
 use request::{mount_capability, required};
 use stats_cache::Invalidate;
 pub use stats_cache::StatsCache;

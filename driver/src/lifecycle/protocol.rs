@@ -19,7 +19,7 @@ use super::{Context, ExpandRequest, StageRequest, VolumeStats};
 use crate::error::Error;
 use crate::host::{Host, HostPath};
 use crate::locks::Deadline;
-use crate::state::VolumeRecord;
+use crate::state::{AccessRecord, VolumeRecord};
 
 /// Where and how a volume is staged.
 #[derive(Clone, Copy, Debug)]
@@ -115,6 +115,19 @@ pub trait Protocol<H: Host>: Send + Sync + 'static {
         staging: &HostPath,
         d: Deadline,
     ) -> impl Future<Output = Result<Health, Error>> + Send;
+
+    /// NodePublishVolume's check of the capability it asks for (`access`, `readonly`) against the staged volume
+    /// `record`: FailedPrecondition (the spec's "exceeds capabilities") when the protocol cannot serve it there.
+    /// Default: any capability.
+    fn check_publish(
+        &self,
+        record: &VolumeRecord,
+        access: &AccessRecord,
+        readonly: bool,
+    ) -> Result<(), Error> {
+        let _ = (record, access, readonly);
+        Ok(())
+    }
 
     /// NodePublishVolume's check before it links a new target to `staging`: the staging object still resolves
     /// (FailedPrecondition otherwise). On Windows a link to a source that does not resolve is made as a *file* link,
@@ -271,6 +284,21 @@ where
             self.0.check(cx, record, staging, d).await
         } else if self.1.owns(record) {
             self.1.check(cx, record, staging, d).await
+        } else {
+            Err(unowned(record))
+        }
+    }
+
+    fn check_publish(
+        &self,
+        record: &VolumeRecord,
+        access: &AccessRecord,
+        readonly: bool,
+    ) -> Result<(), Error> {
+        if self.0.owns(record) {
+            self.0.check_publish(record, access, readonly)
+        } else if self.1.owns(record) {
+            self.1.check_publish(record, access, readonly)
         } else {
             Err(unowned(record))
         }

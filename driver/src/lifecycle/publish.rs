@@ -90,6 +90,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             }
         };
         if existing.is_none() {
+            self.protocol.check_publish(&rec, &access, req.readonly)?;
             self.check_second_target(&rec, &target, &access)?;
         }
         let link = Link {

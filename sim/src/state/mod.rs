@@ -213,6 +213,9 @@ pub struct State {
     pub(crate) data_loss: Vec<DataLossEvent>,
     pub(crate) next_guid: u64,
     pub(crate) boots: u64,
+    /// When the current boot's uptime was last set (at the start and at each reboot) and what it was then: the
+    /// node's `GetTickCount64` ([`State::uptime`]).
+    pub(crate) uptime_base: (tokio::time::Instant, std::time::Duration),
     /// The csi-proxy release being played.
     pub(crate) profile: Profile,
     /// Configurable host behaviours no source settles.
@@ -313,6 +316,7 @@ impl State {
             data_loss: Vec::new(),
             next_guid: 1,
             boots: 1,
+            uptime_base: (tokio::time::Instant::now(), UPTIME_AT_BOOT),
             profile,
             behaviour: h.behaviour,
             file_links: BTreeSet::new(),
@@ -475,6 +479,7 @@ impl State {
     /// mount points stay on disk (a mount point whose volume vanished dangles).
     pub fn reboot(&mut self) -> Result<()> {
         self.boots += 1;
+        self.uptime_base = (tokio::time::Instant::now(), UPTIME_AT_BOOT);
         for m in self.mappings.values_mut() {
             m.status = MappingStatus::Disconnected;
             m.settles = None;
@@ -592,7 +597,26 @@ impl State {
     pub fn boots(&self) -> u64 {
         self.boots
     }
+
+    /// How long the node has been up: Windows' `GetTickCount64` (milliseconds since the system was started; the wall
+    /// clock does not move it), which the Windows view and the driver's csi-proxy backend read. It starts again at
+    /// [`UPTIME_AT_BOOT`] with every reboot and runs on tokio's clock (paused in tests).
+    pub fn uptime(&self) -> std::time::Duration {
+        let (since, base) = self.uptime_base;
+        base + tokio::time::Instant::now().saturating_duration_since(since)
+    }
+
+    /// Make the current boot `uptime` old from now on (a node that has been up that long).
+    pub fn set_uptime(&mut self, uptime: std::time::Duration) {
+        self.uptime_base = (tokio::time::Instant::now(), uptime);
+    }
 }
+
+/// The uptime at which the simulated node's boot reaches the driver's first call: Windows starts, then kubelet, then
+/// the driver's pod (a minute is a guess, unverified). A reboot shows to the driver only while the uptime it reads is
+/// below the one recorded before the reboot; tests play a new boot that has been up longer with
+/// [`State::set_uptime`].
+pub const UPTIME_AT_BOOT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Marks `root` as a simulator sandbox. A non-empty directory without the marker is refused, so a wrong
 /// `--root` can never wipe unrelated files.

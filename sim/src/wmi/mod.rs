@@ -379,6 +379,12 @@ impl Capabilities for WindowsView {
         self.report()
     }
 
+    /// The simulated node's `GetTickCount64` (restarts with every reboot; not audited: a read of the kernel's tick
+    /// count, no WMI or Win32 call that could fail or hang).
+    fn uptime(&self) -> Option<std::time::Duration> {
+        Some(self.host().uptime())
+    }
+
     /// The probe again, through the host's call path (audited; a fault on `ConnectServer …` or `GetObject …` is a
     /// probe that could not tell): what the host lacks for good stays missing, the rest is found.
     fn reprobe(&self, ctx: &CallContext) -> CallResult<ProbeReport> {

@@ -28,10 +28,13 @@
 //! [`Capabilities::reprobe`] runs it again (the backend does, with backoff, while a probe failed for a reason other
 //! than "no such namespace or class": WMI restarting at boot, a timeout) and serves what it then finds.
 
+mod clock;
 mod com;
 mod files;
 mod services;
 mod wmi;
+
+pub(crate) use clock::tick_count;
 
 use std::sync::{Arc, PoisonError, RwLock};
 

@@ -9,7 +9,7 @@ use winhost::location::DiskLocation as Location;
 use winhost::model::{CreatePartition, DiskAttributes, MsftDisk};
 use winhost::page83::csi_proxy_page83;
 
-use super::{DiskIds, DiskLocation, HostErrorKind, HostResult, Ops};
+use super::{DiskIds, DiskLocation, HostErrorKind, HostObject, HostResult, Ops, inflight};
 use crate::host::{DiskLayout, PartitionInfo, PartitionKind, PartitionStyle as Style};
 
 /// The disk numbered `n` (NotFound when absent, like csi-proxy's "not found").
@@ -82,9 +82,16 @@ pub(super) fn rescan(o: &Ops<'_>) -> HostResult<()> {
 /// partition when the disk has no partition other than Microsoft Reserved (csi-proxy's calls and parameters, reference
 /// §2.3). Unlike csi-proxy, a disk that already has another partition is refused (AlreadyExists, nothing created)
 /// instead of a silent no-op: its volume, arriving later, must never be taken for the one this call would have made.
+///
+/// `Initialize` and `CreatePartition` are each in the in-flight ledger while they run (`inflight.rs`), and nothing is
+/// started while a method an earlier driver process called on the disk may still run; the reads carry no entry.
 pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
+    let object = HostObject::Disk(n);
+    o.calls.refuse_while_in_flight(o, &object)?;
     let disk = one(o, n)?;
+    let id = disk.unique_id.as_deref();
     if super::blank::may_initialize(o, &disk)? {
+        let _called = o.calls.method(o, inflight::INITIALIZE, &object, id, None)?;
         let out =
             o.w.disk_initialize(o.c, &disk.path, PartitionStyle::Gpt)
                 .map_err(|e| o.err(e))?;
@@ -110,9 +117,13 @@ pub(super) fn partition(o: &Ops<'_>, n: u32) -> HostResult<()> {
         params.gpt_type = None;
         params.mbr_type = Some(MBR_IFS);
     }
+    let called = o
+        .calls
+        .method(o, inflight::CREATE_PARTITION, &object, id, None)?;
     let out =
         o.w.disk_create_partition(o.c, &disk.path, &params)
             .map_err(|e| o.err(e))?;
+    drop(called);
     // 42002: created, but no access path could be assigned (csi-proxy accepts it, `pkg/os/disk/api.go:196`).
     o.accept(out, &[StorageReturn::AccessPathInUse])?;
     refresh(o, &disk)?;
@@ -195,9 +206,17 @@ fn refresh(o: &Ops<'_>, disk: &MsftDisk) -> HostResult<()> {
 }
 
 /// `SetDiskState`: `Online()`/`Offline()` when the disk is not already so (csi-proxy's check first), then, online,
-/// `Refresh` so its volumes arrive. `writable`: a read-only flag still set after `Online` (SAN policy, re-attach:
-/// csi-proxy #437) is cleared with `SetAttributes(IsReadOnly = false)` (reference §3).
-pub(super) fn set_online(o: &Ops<'_>, n: u32, online: bool, writable: bool) -> HostResult<()> {
+/// `Refresh` so its volumes arrive. `read_only`: `Some(false)` (a writable volume) clears a read-only flag still set
+/// after `Online` (SAN policy, re-attach: csi-proxy #437) with `SetAttributes(IsReadOnly = false)` (reference §3);
+/// `Some(true)` (a reader-only volume) sets it with `SetAttributes(IsReadOnly = true)` right after `Online`, before
+/// anything on the node reads the volume ("the disk must be online for most attributes to be set", *SetAttributes
+/// method of the MSFT_Disk class*; whether an iSCSI LUN keeps it is real-node check 40).
+pub(super) fn set_online(
+    o: &Ops<'_>,
+    n: u32,
+    online: bool,
+    read_only: Option<bool>,
+) -> HostResult<()> {
     let disk = one(o, n)?;
     if !online {
         if !disk.is_offline {
@@ -211,29 +230,46 @@ pub(super) fn set_online(o: &Ops<'_>, n: u32, online: bool, writable: bool) -> H
         let out = o.w.disk_online(o.c, &disk.path).map_err(|e| o.err(e))?;
         o.accept(out, &[])?;
     }
-    refresh(o, &disk)?;
-    if writable {
-        let read_only = if onlined {
+    if let Some(want) = read_only {
+        let is = if onlined {
             one(o, n)?.is_read_only
         } else {
             disk.is_read_only
         };
-        if read_only {
-            tracing::info!(
-                disk = n,
-                "clearing the disk's read-only flag for a writable volume"
-            );
+        if is != want {
+            if want {
+                tracing::info!(
+                    disk = n,
+                    "setting the disk read-only for a reader-only volume"
+                );
+            } else {
+                tracing::info!(
+                    disk = n,
+                    "clearing the disk's read-only flag for a writable volume"
+                );
+            }
             let attrs = DiskAttributes {
-                is_read_only: Some(false),
+                is_read_only: Some(want),
                 ..DiskAttributes::default()
             };
-            let out =
+            let set =
                 o.w.disk_set_attributes(o.c, &disk.path, &attrs)
-                    .map_err(|e| o.err(e))?;
-            o.accept(out, &[])?;
+                    .map_err(|e| o.err(e))
+                    .and_then(|out| o.accept(out, &[]));
+            match set {
+                Ok(()) => {}
+                // Where Windows refuses the flag (41009 "not supported on a critical disk", a provider without it),
+                // the reader-only stage goes on without it: the driver itself writes nothing there.
+                Err(e) if want && !e.kind.is_uncertain() => tracing::warn!(
+                    disk = n,
+                    error = %e.message,
+                    "Windows did not set the disk read-only: the reader-only volume is mounted without the flag"
+                ),
+                Err(e) => return Err(e),
+            }
         }
     }
-    Ok(())
+    refresh(o, &disk)
 }
 
 /// `ListVolumesOnDisk`: the volumes of every partition (`MSFT_PartitionToVolume`). A basic partition of an online

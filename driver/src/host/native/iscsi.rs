@@ -306,6 +306,14 @@ pub(super) fn disconnect(o: &Ops<'_>, iqn: &str) -> HostResult<()> {
                 &[IscsiStatus::NotFound],
             )?;
         }
+        // In the in-flight ledger while it runs (`inflight.rs`): a logout that outlives a killed driver.
+        let _called = o.calls.method(
+            o,
+            super::inflight::DISCONNECT,
+            &crate::host::HostObject::Target(iqn.to_owned()),
+            None,
+            None,
+        )?;
         o.method(
             o.w.target_disconnect(o.c, &t.path, &s.session_identifier),
             &[IscsiStatus::NotFound],

@@ -42,6 +42,11 @@ impl Ledger {
         self.lock().contains(key)
     }
 
+    /// Every key held (the in-flight ledger lists its entries: `inflight.rs`).
+    pub(crate) fn keys(&self) -> Vec<String> {
+        self.lock().iter().cloned().collect()
+    }
+
     /// Add or remove `key`, durably (write, fsync, rename) before returning.
     pub(crate) fn set(&self, key: &str, present: bool) -> std::io::Result<()> {
         let mut keys = self.lock();

@@ -20,6 +20,8 @@
 //! checks before acting). The destructive operations (`PartitionDisk`, `FormatVolume`, `ResizeVolume`) are the
 //! exception: once started they run to their end, as csi-proxy's handlers do, so their outcome shows on the host for
 //! the next stage to learn (the iSCSI protocol announces them in the volume's record first). `winhost::win32::WinHost` adds its own bounded COM threads underneath.
+//! Those and `DisconnectTarget` are registered on their object while they run, and each WMI method among them that
+//! changes the host ("ledger" below) is in a durable ledger while it runs: [`Host::in_flight`] (`inflight.rs`).
 //!
 //! # Host-call sequences (asserted in `tests.rs`, in WMI and Win32 terms)
 //!
@@ -35,15 +37,15 @@
 //! | `ListDiskLocations` | `SELECT MSFT_Disk` |
 //! | `ListDiskIDs` | `SELECT MSFT_Disk` → per disk `IOCTL_STORAGE_GET_DEVICE_NUMBER`, `IOCTL_STORAGE_QUERY_PROPERTY` |
 //! | `Rescan` | `MSFT_StorageSetting.UpdateHostStorageCache` |
-//! | `PartitionDisk` | `SELECT MSFT_Disk` → (RAW: `ReadFile` of its first 4 MiB + 4 KiB and last 2 MiB, refused unless blank → `Initialize(GPT)`; NULL/undocumented style: refused) → `Refresh` → `SELECT MSFT_Partition` → (no partition but Microsoft Reserved: `CreatePartition` (MBR disk: `MbrType` 7) → `Refresh` → `SELECT MSFT_Partition` → `MSFT_Partition.Online`; any other partition: AlreadyExists, nothing created) |
+//! | `PartitionDisk` | (a method an earlier process left in flight on the disk: its outcome read, InFlight while it may run) → `SELECT MSFT_Disk` → (RAW: `ReadFile` of its first 4 MiB + 4 KiB and last 2 MiB, refused unless blank → ledger → `Initialize(GPT)`; NULL/undocumented style: refused) → `Refresh` → `SELECT MSFT_Partition` → (no partition but Microsoft Reserved: ledger → `CreatePartition` (MBR disk: `MbrType` 7) → `Refresh` → `SELECT MSFT_Partition` → `MSFT_Partition.Online`; any other partition: AlreadyExists, nothing created) |
 //! | `GetDiskStats` / `GetDiskState` | `SELECT MSFT_Disk` |
-//! | `SetDiskState(online)` | `SELECT MSFT_Disk` → (offline: `Online`) → `Refresh`; writable: (onlined: `SELECT MSFT_Disk`) → (read-only: `SetAttributes(IsReadOnly=false)`) |
+//! | `SetDiskState(online)` | `SELECT MSFT_Disk` → (offline: `Online`) → writable or reader-only: (onlined: `SELECT MSFT_Disk`) → (flag not as wanted: `SetAttributes(IsReadOnly=false/true)`) → `Refresh` |
 //! | `ListVolumesOnDisk` | `SELECT MSFT_Partition` → per partition `ASSOCIATORS …->MSFT_Volume` (a basic partition without its volume yet: `SELECT MSFT_Disk` → `Refresh` → list again) |
 //! | `MountVolume` | `SetVolumeMountPointW` (145 → `GetVolumeNameForVolumeMountPointW`: the same volume is success) |
 //! | `UnmountVolume` | `FlushFileBuffers` (volume gone: skipped; refused on a read-only disk: `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `SELECT MSFT_Disk`, and skipped when `IsReadOnly`) → `DeleteVolumeMountPointW` |
 //! | `IsVolumeFormatted` | `SELECT MSFT_Volume` |
-//! | `FormatVolume` | `SELECT MSFT_Volume` → `Format(NTFS, quick, Force)` |
-//! | `ResizeVolume` | `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `GetSupportedSize` → (growth ≥ 100 MiB: `Resize`) |
+//! | `FormatVolume` | (in flight: as `PartitionDisk`) → `SELECT MSFT_Volume` → ledger → `Format(NTFS, quick, Force)` |
+//! | `ResizeVolume` | (in flight: as `PartitionDisk`) → `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` → `GetSupportedSize` → (growth ≥ 100 MiB: ledger → `Resize`) |
 //! | `GetVolumeStats` | `GetDiskFreeSpaceExW` |
 //! | `GetVolumeIDFromTargetPath` | `FSCTL_GET_REPARSE_POINT` per hop (≤ 8) → `GetVolumeNameForVolumeMountPointW` → `GetVolumeInformationW` |
 //! | `WriteVolumeCache` | `FlushFileBuffers` |
@@ -51,7 +53,8 @@
 //! | `DiscoverTargetPortal` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (the cache only) |
 //! | `RefreshTargetPortal` (no csi-proxy RPC) | `SELECT MSFT_iSCSITargetPortal` → `Update(TargetPortalAddress, TargetPortalPortNumber[, InitiatorInstanceName, InitiatorPortalAddress])` |
 //! | `ConnectTarget` | `SELECT MSFT_iSCSITargetPortal` → `ASSOCIATORS …->MSFT_iSCSITarget` (IQN ignoring case; absent: `Update` → again) → (not connected: session ledger → `Connect`, `IsPersistent` when asked; connected by someone else: joined ledger) |
-//! | `DisconnectTarget` | a joined target: nothing (its sessions are someone else's: `iscsi.rs`); else `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → `Disconnect` |
+//! | `DisconnectTarget` | a joined target: nothing (its sessions are someone else's: `iscsi.rs`); else `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session (persistent: `Unregister`) → ledger → `Disconnect` |
+//! | `InFlight` (no csi-proxy RPC) | this process's operation still running on the object: none; else per ledger entry of an earlier process on it: its outcome (`SELECT MSFT_Disk` / `SELECT MSFT_Partition` / `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` / `GetTargetDisks`'s calls) |
 //! | `GetTargetDisks` | `SELECT MSFT_iSCSITarget` → `ASSOCIATORS …->MSFT_iSCSISession` → per session `ASSOCIATORS …->MSFT_Disk` |
 //! | `SetMutualChapSecret` | `MSFT_iSCSISession.SetCHAPSecret` |
 //! | `ListTargetPortals` | `SELECT MSFT_iSCSITargetPortal` |
@@ -95,6 +98,7 @@ mod blank;
 mod capability;
 mod disk;
 mod files;
+mod inflight;
 mod iscsi;
 mod ledger;
 mod ops;
@@ -104,6 +108,7 @@ mod platform;
 #[cfg(windows)]
 #[path = "platform_windows.rs"]
 mod platform;
+mod probe;
 #[cfg(feature = "test-windows-socket")]
 mod remote;
 mod smb;
@@ -118,14 +123,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tracing::info;
 use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
-    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
-    HostPath, HostProbe, HostResult, IscsiAuth, PathSpace, Portal, Secret, SmbCredential, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
+    HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, PathSpace, Portal,
+    Secret, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -133,10 +138,12 @@ use capability::capabilities_of;
 pub use capability::{
     CAPABILITY_CHECK_TIMEOUT, CAPABILITY_RECHECK_FIRST, CAPABILITY_RECHECK_MAX, degraded,
 };
+pub use inflight::LEDGER_FILE as IN_FLIGHT_LEDGER_FILE;
 pub use iscsi::{JOINED_LEDGER_FILE, SESSION_LEDGER_FILE};
 use ledger::Ledger;
 pub(crate) use ops::Ops;
 pub use platform::windows_host;
+pub use probe::{FailedProbe, NativeProbe};
 #[cfg(feature = "test-windows-socket")]
 pub use remote::remote_windows_host;
 pub use smb::LEDGER_FILE;
@@ -172,9 +179,9 @@ impl Default for NativeOptions {
     }
 }
 
-/// The facade calls of a destructive operation that runs to its end ([`NativeHost::run_to_end`]) are bounded by
-/// this, not by the RPC's deadline: the hour after which the driver takes such a call to be over.
-const RUN_TO_END_BUDGET: std::time::Duration = std::time::Duration::from_secs(3600);
+// The facade calls of a destructive operation that runs to its end (`NativeHost::run_to_end`) are bounded by this,
+// not by the RPC's deadline: the hour after which the driver takes such a call to be over.
+use inflight::RUN_TO_END_BUDGET;
 
 /// The host port over the Windows facade (see the module docs).
 #[derive(Clone)]
@@ -189,6 +196,8 @@ struct Inner {
     /// The targets whose sessions this driver made, and those it joined (`iscsi.rs`).
     sessions: Ledger,
     joined: Ledger,
+    /// Its calls that may outlive their callers (`inflight.rs`).
+    calls: Arc<inflight::InFlightCalls>,
     options: NativeOptions,
 }
 
@@ -237,6 +246,7 @@ impl NativeHost {
                 ledger: Ledger::open(state_dir, LEDGER_FILE, "SMB mapping"),
                 sessions: Ledger::open(state_dir, SESSION_LEDGER_FILE, "iSCSI session"),
                 joined: Ledger::open(state_dir, JOINED_LEDGER_FILE, "joined iSCSI session"),
+                calls: Arc::new(inflight::InFlightCalls::open(state_dir)),
                 options,
             }),
         }
@@ -272,7 +282,19 @@ impl NativeHost {
         d: Deadline,
         f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
     ) -> HostResult<T> {
-        self.run_as(op, d, false, f).await
+        self.run_as(op, d, false, None, f).await
+    }
+
+    /// [`NativeHost::run`] for an operation that may outlive its caller on `object` (`DisconnectTarget`), registered
+    /// as running there until its facade calls end ([`Host::in_flight`]).
+    async fn run_outliving<T: Send + 'static>(
+        &self,
+        op: HostOp,
+        d: Deadline,
+        object: HostObject,
+        f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
+    ) -> HostResult<T> {
+        self.run_as(op, d, false, Some(object), f).await
     }
 
     /// [`NativeHost::run`] for a destructive operation (`PartitionDisk`, `FormatVolume`, `ResizeVolume`): once
@@ -280,13 +302,15 @@ impl NativeHost {
     /// was cancelled), as csi-proxy's handlers do, so its outcome shows on the host for the next stage to learn
     /// (`crate::iscsi`'s `pending.rs`) instead of a half-done operation (a disk initialised but not partitioned) that
     /// only the one-hour bound would end. Only a process death cuts it short.
+    /// While it runs it is registered on `object` (`inflight.rs`).
     async fn run_to_end<T: Send + 'static>(
         &self,
         op: HostOp,
         d: Deadline,
+        object: HostObject,
         f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
     ) -> HostResult<T> {
-        self.run_as(op, d, true, f).await
+        self.run_as(op, d, true, Some(object), f).await
     }
 
     async fn run_as<T: Send + 'static>(
@@ -294,6 +318,7 @@ impl NativeHost {
         op: HostOp,
         d: Deadline,
         to_end: bool,
+        object: Option<HostObject>,
         f: impl FnOnce(&Ops<'_>) -> HostResult<T> + Send + 'static,
     ) -> HostResult<T> {
         let late = |started: bool| {
@@ -326,10 +351,17 @@ impl NativeHost {
             CallContext::after(d.remaining()).with_cancel(token)
         };
         let inner = Arc::clone(&self.inner);
+        // Registered before the task is spawned, so a caller that gives up while it waits for a thread leaves it
+        // registered until it ran (or was dropped unstarted).
+        let running = match &object {
+            Some(o) => Some(inner.calls.start(op, o)?),
+            None => None,
+        };
         // A task of tokio's blocking pool: the permit bounds how many run for this backend. (While it runs, tokio's
         // paused test clock does not auto-advance, exactly as while csi-proxy's in-runtime calls run.)
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            let _running = running;
             f(&Ops {
                 w: &*inner.host,
                 c: &ctx,
@@ -338,6 +370,7 @@ impl NativeHost {
                 sessions: &inner.sessions,
                 joined: &inner.joined,
                 smb_privacy: inner.options.smb_require_privacy,
+                calls: &inner.calls,
             })
         });
         match tokio::time::timeout_at(d.instant(), task).await {
@@ -470,8 +503,10 @@ impl Host for NativeHost {
     }
 
     async fn partition_disk(&self, n: u32, d: Deadline) -> HostResult<()> {
-        self.run_to_end(HostOp::PartitionDisk, d, move |o| disk::partition(o, n))
-            .await
+        self.run_to_end(HostOp::PartitionDisk, d, HostObject::Disk(n), move |o| {
+            disk::partition(o, n)
+        })
+        .await
     }
 
     async fn disk_size(&self, n: u32, d: Deadline) -> HostResult<u64> {
@@ -481,16 +516,33 @@ impl Host for NativeHost {
 
     async fn set_disk_online(&self, n: u32, online: bool, d: Deadline) -> HostResult<()> {
         self.run(HostOp::SetDiskState, d, move |o| {
-            disk::set_online(o, n, online, false)
+            disk::set_online(o, n, online, None)
         })
         .await
     }
 
     async fn set_disk_online_writable(&self, n: u32, d: Deadline) -> HostResult<()> {
         self.run(HostOp::SetDiskState, d, move |o| {
-            disk::set_online(o, n, true, true)
+            disk::set_online(o, n, true, Some(false))
         })
         .await
+    }
+
+    async fn set_disk_online_read_only(&self, n: u32, d: Deadline) -> HostResult<()> {
+        self.run(HostOp::SetDiskState, d, move |o| {
+            disk::set_online(o, n, true, Some(true))
+        })
+        .await
+    }
+
+    fn uptime(&self) -> Option<Duration> {
+        self.inner.host.uptime()
+    }
+
+    async fn in_flight(&self, object: &HostObject, d: Deadline) -> HostResult<InFlight> {
+        let object = object.clone();
+        self.run(HostOp::InFlight, d, move |o| o.calls.query(o, &object))
+            .await
     }
 
     async fn is_disk_online(&self, n: u32, d: Deadline) -> HostResult<bool> {
@@ -534,13 +586,17 @@ impl Host for NativeHost {
 
     async fn format_volume(&self, volume_id: &str, d: Deadline) -> HostResult<()> {
         let v = volume_id.to_owned();
-        self.run_to_end(HostOp::FormatVolume, d, move |o| volume::format(o, &v))
-            .await
+        let object = HostObject::Volume(v.clone());
+        self.run_to_end(HostOp::FormatVolume, d, object, move |o| {
+            volume::format(o, &v)
+        })
+        .await
     }
 
     async fn resize_volume(&self, volume_id: &str, size: u64, d: Deadline) -> HostResult<()> {
         let v = volume_id.to_owned();
-        self.run_to_end(HostOp::ResizeVolume, d, move |o| {
+        let object = HostObject::Volume(v.clone());
+        self.run_to_end(HostOp::ResizeVolume, d, object, move |o| {
             volume::resize(o, &v, size)
         })
         .await
@@ -631,7 +687,8 @@ impl Host for NativeHost {
 
     async fn disconnect_target(&self, _portal: &Portal, iqn: &str, d: Deadline) -> HostResult<()> {
         let i = iqn.to_owned();
-        self.run(HostOp::DisconnectTarget, d, move |o| {
+        let object = HostObject::Target(i.clone());
+        self.run_outliving(HostOp::DisconnectTarget, d, object, move |o| {
             iscsi::disconnect(o, &i)
         })
         .await
@@ -693,60 +750,5 @@ impl Host for NativeHost {
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         self.run(HostOp::DiskLayout, d, move |o| disk::layout(o, n))
             .await
-    }
-}
-
-/// The native backend's liveness check for the Identity service's `Probe` and `/readyz`: `GetFileAttributesW` of
-/// the driver's plugin directory, on the backend's blocking pool within the check's deadline. A Win32 call in this
-/// process, nothing else: no WMI query (which a WMI provider host process serves, `WmiPrvSE.exe`, started on demand
-/// by the WMI service), no child process. What it proves is what readiness needs: the backend's pool runs calls
-/// (a pool whose 16 slots are all stuck fails it) and the kubelet root's volume answers. The WMI providers are
-/// checked once at start-up (`winhost::probe`); an operation that needs a provider that failed later reports it.
-pub struct NativeProbe {
-    host: NativeHost,
-    path: String,
-    timeout: std::time::Duration,
-}
-
-impl NativeProbe {
-    /// Probes `host` at `path` (the plugin directory), each check within [`super::PROBE_TIMEOUT`].
-    pub fn new(host: NativeHost, path: &str) -> Self {
-        Self::within(host, path, super::PROBE_TIMEOUT)
-    }
-
-    /// Probes `host` at `path`, each check within `timeout` (readiness uses a longer one).
-    pub fn within(host: NativeHost, path: &str, timeout: std::time::Duration) -> Self {
-        Self {
-            host,
-            path: path.to_owned(),
-            timeout,
-        }
-    }
-}
-
-impl HostProbe for NativeProbe {
-    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            if let Some(why) = degraded(&**self.host.windows()) {
-                return Err(why);
-            }
-            let d = Deadline::after(self.timeout);
-            let path = self.path.clone();
-            // Missing is an answer too: the backend and the volume work.
-            self.host
-                .run(HostOp::PathExists, d, move |o| files::path_exists(o, &path))
-                .await
-                .map(drop)
-                .map_err(|e| e.message)
-        })
-    }
-}
-
-/// A probe for a backend that could not start: always reports why.
-pub struct FailedProbe(pub String);
-
-impl HostProbe for FailedProbe {
-    fn check(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move { Err(self.0.clone()) })
     }
 }

@@ -20,6 +20,8 @@ pub(crate) struct Ops<'a> {
     pub(crate) joined: &'a Ledger,
     /// `RequirePrivacy` for the SMB mappings this operation creates.
     pub(crate) smb_privacy: bool,
+    /// The backend's calls that may outlive their callers: the ledger of WMI methods in flight (`inflight.rs`).
+    pub(crate) calls: &'a super::inflight::InFlightCalls,
 }
 
 /// The code a method's raised failure carries, as its return-code table reads it: iSCSI methods raise an iscsierr.h

@@ -21,8 +21,9 @@ use tokio::sync::watch;
 use super::NativeHost;
 use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
-    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind, HostOp,
-    HostPath, HostResult, IscsiAuth, PathSpace, Portal, Secret, SmbCredential, UncPath,
+    DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
+    HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, PathSpace, Portal, Secret,
+    SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -321,6 +322,24 @@ impl Host for Tapped {
             .await
     }
 
+    async fn set_disk_online_read_only(&self, n: u32, d: Deadline) -> HostResult<()> {
+        let args = json!({ "disk_number": n, "is_online": true, "read_only": true });
+        let c = Self::call(HostOp::SetDiskState, args);
+        self.tap
+            .around(c, self.host.set_disk_online_read_only(n, d))
+            .await
+    }
+
+    fn uptime(&self) -> Option<std::time::Duration> {
+        self.host.uptime()
+    }
+
+    /// Not recorded: what the backend knows of its own calls is no host operation of csi-proxy's (the suites' call
+    /// sequences are csi-proxy's), and its facade reads, if any, are in the sim's audit.
+    async fn in_flight(&self, object: &HostObject, d: Deadline) -> HostResult<InFlight> {
+        self.host.in_flight(object, d).await
+    }
+
     async fn is_disk_online(&self, n: u32, d: Deadline) -> HostResult<bool> {
         let c = Self::call(HostOp::GetDiskState, json!({ "disk_number": n }));
         self.tap.around(c, self.host.is_disk_online(n, d)).await
@@ -613,6 +632,19 @@ impl Host for TestHost {
     }
     async fn set_disk_online_writable(&self, n: u32, d: Deadline) -> HostResult<()> {
         each!(self, h => h.set_disk_online_writable(n, d))
+    }
+    async fn set_disk_online_read_only(&self, n: u32, d: Deadline) -> HostResult<()> {
+        each!(self, h => h.set_disk_online_read_only(n, d))
+    }
+    fn uptime(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::CsiProxy(h) => h.uptime(),
+            Self::Native(h) => h.uptime(),
+            Self::NativeBare(h) => h.uptime(),
+        }
+    }
+    async fn in_flight(&self, o: &HostObject, d: Deadline) -> HostResult<InFlight> {
+        each!(self, h => h.in_flight(o, d))
     }
     async fn is_disk_online(&self, n: u32, d: Deadline) -> HostResult<bool> {
         each!(self, h => h.is_disk_online(n, d))

@@ -470,9 +470,9 @@ async fn a_lun_is_logged_in_cleared_partitioned_formatted_and_mounted_in_wmi_ter
         [
             "SELECT MSFT_Disk",
             "MSFT_Disk.Online",
-            "MSFT_Disk.Refresh",
             "SELECT MSFT_Disk",
-            "MSFT_Disk.SetAttributes"
+            "MSFT_Disk.SetAttributes",
+            "MSFT_Disk.Refresh"
         ]
     );
     assert!(
@@ -1383,6 +1383,7 @@ fn a_reused_mapping_without_encryption_is_warned_about() {
             sessions: &sessions,
             joined: &joined,
             smb_privacy: privacy,
+            calls: &super::inflight::InFlightCalls::open(None),
         };
         let pass = super::smb::new_mapping(
             &ops,

@@ -5,7 +5,7 @@ use winhost::model::{FormatVolume, MsftVolume};
 use winhost::paths::{LinkTarget, VolumeGuidPath, with_trailing_backslash};
 use winhost::reparse::ReparsePoint;
 
-use super::{HostErrorKind, HostResult, Ops};
+use super::{HostErrorKind, HostObject, HostResult, Ops, inflight};
 
 /// csi-proxy v1.2.0+ skips a resize that grows the partition by less than this (`pkg/os/volume/api.go:17`).
 const MIN_RESIZE_GROWTH: u64 = 100 * 1024 * 1024;
@@ -126,17 +126,27 @@ pub(super) fn flush(o: &Ops<'_>, volume_id: &str, tolerate_gone: bool) -> HostRe
 }
 
 /// `FormatVolume`: quick NTFS, forced, no label (csi-proxy's parameters). Destructive: the driver decides.
+///
+/// `Format` is in the in-flight ledger while it runs (`inflight.rs`); nothing is started while a method an earlier
+/// driver process called on the volume may still run.
 pub(super) fn format(o: &Ops<'_>, volume_id: &str) -> HostResult<()> {
+    let object = HostObject::Volume(volume_id.to_owned());
+    o.calls.refuse_while_in_flight(o, &object)?;
     let v = one(o, volume_id)?;
+    let called = o.calls.method(o, inflight::FORMAT, &object, None, None)?;
     let out =
         o.w.volume_format(o.c, &v.path, &FormatVolume::csi_proxy_quick_ntfs())
             .map_err(|e| o.err(e))?;
+    drop(called);
     o.accept(out, &[]).map(|_| ())
 }
 
 /// `ResizeVolume`: the partition behind the volume to `size` (0: `SizeMax`), skipped when it would grow by less than
 /// 100 MiB or not at all (csi-proxy v1.3.0's rule); never shrinks.
+/// `Resize` is in the in-flight ledger while it runs, as `Format` is.
 pub(super) fn resize(o: &Ops<'_>, volume_id: &str, size: u64) -> HostResult<()> {
+    let object = HostObject::Volume(volume_id.to_owned());
+    o.calls.refuse_while_in_flight(o, &object)?;
     let v = one(o, volume_id)?;
     let part =
         o.w.volume_partitions(o.c, &v.path)
@@ -157,9 +167,13 @@ pub(super) fn resize(o: &Ops<'_>, volume_id: &str, size: u64) -> HostResult<()> 
     if part.size >= target || target - part.size < MIN_RESIZE_GROWTH {
         return Ok(());
     }
+    let called = o
+        .calls
+        .method(o, inflight::RESIZE, &object, None, Some(target))?;
     let out =
         o.w.partition_resize(o.c, &part.path, target)
             .map_err(|e| o.err(e))?;
+    drop(called);
     o.accept(out, &[])
 }
 

@@ -1,0 +1,214 @@
+//! Host calls that may outlive their callers, for any protocol: when such a call, announced in a volume's record
+//! before it was issued, can no longer be running.
+//!
+//! csi-proxy runs a call to its end even when its client has gone (no request context reaches `pkg/os` in any
+//! release), a WMI provider finishes a method whose caller died, and the native backend runs its destructive
+//! operations to their end. So a call that destroys or removes something — `PartitionDisk`, `FormatVolume`,
+//! `ResizeVolume` (`crate::iscsi`'s `pending.rs`), `DisconnectTarget` (`iscsi/removal.rs`), and what an SMB unstage
+//! removes — is *announced* (written, durable) by its caller before it is issued, and a later operation that finds
+//! the announcement without an outcome must learn whether the call can still be running before it does anything the
+//! late call would undo or destroy. [`Outlive`] is what this process knows of each announcement it met, keyed by a
+//! string the protocol derives from it; the protocol keeps the announcement itself (its record) and judges the
+//! call's outcome on the host (a partition, a file system, a session gone).
+//!
+//! A call cannot still be running, in this order of proof:
+//!
+//! 1. **A reboot since**: the announcement carries a [`BootStamp`] (the node's uptime, `Host::uptime`) and the
+//!    uptime now is lower. Nothing issued before a reboot survives it.
+//! 2. **The backend says so** ([`Host::in_flight`]): the native backend knows its own operations still running in
+//!    this process and the WMI methods an earlier process left in flight (`host/native/inflight.rs`); it answers
+//!    [`InFlight::Ended`] when none can still change the object, [`InFlight::Running`] while one may. csi-proxy runs
+//!    the calls out of sight ([`InFlight::Unknown`]).
+//! 3. **The bound**: [`OUTLIVE_BOUND`] (one hour) after the announcement, as a last resort (`host::boot` says why an
+//!    hour). The age is never the wall clock's: it is the larger of two lower bounds of the true age — the node's
+//!    uptime since the announcement's stamp (exact within one boot, shorter after a reboot the uptime could not
+//!    show) and this process's own monotonic time since it first saw the announcement. A clock set forward (or back)
+//!    shortens no wait.
+//!
+//! What each costs: one `Host::in_flight` per look at an unsettled announcement (through csi-proxy not a host call
+//! at all; natively an in-memory look, and WMI reads only for a method an earlier process left in flight).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::Calls;
+use crate::error::Error;
+use crate::host::{BootStamp, Host, HostObject, InFlight, Since};
+
+pub use crate::host::OUTLIVE_BOUND;
+
+/// The stamp an announcement made now carries: the node's uptime, when the backend can tell.
+pub fn stamp_now<H: Host>(host: &H) -> Option<BootStamp> {
+    host.uptime().map(BootStamp::at)
+}
+
+/// What this process knows of the announcements it met (module docs), keyed by the protocol's key of each. Shared by
+/// a protocol's clones; a restarted driver starts again (and learns again from the boot stamps and the host).
+#[derive(Clone, Debug, Default)]
+pub struct Outlive(Arc<Mutex<HashMap<String, Seen>>>);
+
+#[derive(Debug)]
+struct Seen {
+    /// When this process first saw the announcement (made it, or read it).
+    first: Instant,
+    /// The age the boot stamps gave, and when.
+    aged: Option<(Instant, Duration)>,
+    verdict: Verdict,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing proven: the bound decides.
+    Open,
+    /// It cannot still be running: why.
+    Ended(String),
+    /// The backend knows it may still run: what.
+    Running(String),
+}
+
+impl Outlive {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Seen>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn with<T>(&self, key: &str, f: impl FnOnce(&mut Seen) -> T) -> T {
+        let mut map = self.map();
+        let seen = map.entry(key.to_owned()).or_insert_with(|| Seen {
+            first: Instant::now(),
+            aged: None,
+            verdict: Verdict::Open,
+        });
+        f(seen)
+    }
+
+    /// Start counting for an announcement this process just made.
+    pub fn start(&self, key: &str) {
+        self.with(key, |_| ());
+    }
+
+    /// Forget an announcement whose outcome is known.
+    pub fn done(&self, key: &str) {
+        self.map().remove(key);
+    }
+
+    /// Learn what the boot and the backend say of the call announced as `key` with `stamp` on `object` (module docs,
+    /// steps 1 and 2). Errors only when the backend could not answer for an uncertain reason (deadline, unreachable).
+    pub async fn learn<H: Host>(
+        &self,
+        h: &Calls<'_, H>,
+        key: &str,
+        stamp: Option<BootStamp>,
+        object: &HostObject,
+    ) -> Result<(), Error> {
+        if matches!(self.verdict(key), Verdict::Ended(_)) {
+            return Ok(());
+        }
+        let since = stamp.zip(h.host().uptime()).map(|(s, now)| s.since(now));
+        if since == Some(Since::EarlierBoot) {
+            info!(object = %object, "an announced call is from an earlier boot of the node: it cannot still run");
+            self.end(key, "the node rebooted since it was issued");
+            return Ok(());
+        }
+        let answer = match h
+            .raw(
+                crate::host::HostOp::InFlight,
+                object,
+                h.host().in_flight(object, h.deadline()),
+            )
+            .await
+        {
+            Ok(a) => a,
+            Err(e) if e.kind.is_uncertain() => return Err(super::host_error(e, object)),
+            Err(e) => {
+                warn!(object = %object, error = %e.message, "the backend could not say whether its calls still run");
+                InFlight::Unknown
+            }
+        };
+        self.with(key, |seen| {
+            if let Some(Since::Ago(age)) = since {
+                seen.aged = Some((Instant::now(), age));
+            }
+            seen.verdict = match answer {
+                InFlight::Ended => Verdict::Ended(format!(
+                    "the backend shows none of its calls on {object} still running"
+                )),
+                InFlight::Running(what) => Verdict::Running(what),
+                InFlight::Unknown => Verdict::Open,
+            };
+        });
+        Ok(())
+    }
+
+    /// Record that the call announced as `key` cannot still be running (its outcome shows, or it was proven over).
+    pub fn end(&self, key: &str, why: &str) {
+        debug!(key, why, "an announced call is over");
+        self.with(key, |seen| seen.verdict = Verdict::Ended(why.to_owned()));
+    }
+
+    fn verdict(&self, key: &str) -> Verdict {
+        self.map()
+            .get(key)
+            .map_or(Verdict::Open, |s| s.verdict.clone())
+    }
+
+    /// The call's age as far as it is known without the wall clock (module docs, step 3).
+    pub fn age(&self, key: &str) -> Duration {
+        self.with(key, |seen| {
+            let process = seen.first.elapsed();
+            seen.aged
+                .map_or(process, |(at, age)| process.max(age + at.elapsed()))
+        })
+    }
+
+    /// Whether the call announced as `key` may still be running: not when proven over, yes while the backend says
+    /// so, else while younger than [`OUTLIVE_BOUND`].
+    pub fn may_run(&self, key: &str) -> bool {
+        match self.verdict(key) {
+            Verdict::Ended(_) => false,
+            Verdict::Running(_) => true,
+            Verdict::Open => self.age(key) < OUTLIVE_BOUND,
+        }
+    }
+
+    /// What the backend said still runs, if it did.
+    pub fn running(&self, key: &str) -> Option<String> {
+        match self.verdict(key) {
+            Verdict::Running(what) => Some(what),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_age_is_the_larger_lower_bound_and_never_the_wall_clock() {
+        let o = Outlive::default();
+        o.start("a");
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(o.age("a"), Duration::from_secs(30));
+        // The boot stamps say it is older than this process has seen: that counts.
+        o.with("a", |s| {
+            s.aged = Some((Instant::now(), Duration::from_secs(3000)))
+        });
+        tokio::time::advance(Duration::from_secs(600)).await;
+        assert_eq!(o.age("a"), Duration::from_secs(3600));
+        assert!(!o.may_run("a"));
+        o.with("b", |s| s.verdict = Verdict::Running("Format".into()));
+        tokio::time::advance(OUTLIVE_BOUND).await;
+        assert!(
+            o.may_run("b"),
+            "a call the backend sees running is waited for"
+        );
+        o.end("b", "its outcome shows");
+        assert!(!o.may_run("b"));
+        o.done("b");
+        assert!(o.may_run("b"), "forgotten: open again, counted from now");
+    }
+}

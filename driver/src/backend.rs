@@ -23,7 +23,7 @@ use crate::host::csi_proxy::{CsiProxyHost, CsiProxyProbe};
 use crate::host::native::{FailedProbe, NativeHost, NativeOptions, NativeProbe, windows_host};
 use crate::host::{Host, HostPath, HostProbe, KubeletRoot, Metered, PROBE_TIMEOUT};
 use crate::iscsi::{Iscsi, IscsiSettings};
-use crate::lifecycle::{Lifecycle, VolumeConfig, VolumeManager};
+use crate::lifecycle::{BackgroundSettings, Lifecycle, VolumeConfig, VolumeManager};
 use crate::locks::Deadline;
 use crate::metrics::StateSnapshot;
 use crate::smb::Smb;
@@ -116,6 +116,15 @@ pub fn manager_with<H: Host>(
     VolumeManager::new(host, protocols, cfg, state_dir)
 }
 
+/// The lifecycle's background work from the flags (`--unreferenced-volume-minutes`, `--release-unreferenced-volumes`).
+pub fn background_settings(config: &Config) -> BackgroundSettings {
+    BackgroundSettings {
+        unreferenced_after: config.unreferenced_volume_age(),
+        release_unreferenced: config.release_unreferenced_volumes,
+        ..BackgroundSettings::default()
+    }
+}
+
 /// The iSCSI protocol's settings from the flags.
 pub fn iscsi_settings(config: &Config) -> IscsiSettings {
     IscsiSettings {
@@ -151,6 +160,7 @@ pub async fn lifecycle(config: &Config) -> Result<Arc<dyn Lifecycle>, Error> {
                 config.vol_stats_cache_expiry(),
                 |_| {},
                 iscsi_settings(config),
+                background_settings(config),
             )
             .await
         }
@@ -192,6 +202,7 @@ pub async fn native_lifecycle(
         config.vol_stats_cache_expiry(),
         move |store| adopt_recorded_mappings(&seeding, store),
         iscsi_settings(config),
+        background_settings(config),
     )
     .await
 }
@@ -261,16 +272,25 @@ async fn start<H: Host>(
     stats_cache: Option<Duration>,
     before_reconcile: impl FnOnce(&StateStore),
     iscsi: IscsiSettings,
+    background: BackgroundSettings,
 ) -> Result<Arc<dyn Lifecycle>, Error> {
     let mgr = Arc::new(
         manager_with(host, cfg, state_dir, iscsi)?
             .with_stats_cache(stats_cache)
+            .with_background(background)
             .with_secret_source(Arc::new(crate::ephemeral::KubeSecrets::in_cluster())),
     );
     before_reconcile(mgr.store());
     if let Some(metrics) = crate::metrics::installed() {
         let m = Arc::clone(&mgr);
-        metrics.set_state_source(Arc::new(move || state_snapshot(m.store())));
+        metrics.set_state_source(Arc::new(move || {
+            let mut snap = state_snapshot(m.store());
+            snap.problems
+                .insert("unreachable".into(), m.unreachable_volumes().len() as u64);
+            snap.problems
+                .insert("unreferenced".into(), m.unreferenced_volumes().len() as u64);
+            snap
+        }));
     }
     info!(
         state_dir = %state_dir.display(),
@@ -280,6 +300,9 @@ async fn start<H: Host>(
     if let Err(e) = mgr.reconcile(Deadline::after(RECONCILE_BUDGET)).await {
         warn!(error = %e, "startup reconciliation failed; the next stage of each volume repairs it instead");
     }
+    // Staging objects left in place during an outage are checked again until they work, and volumes kubelet will
+    // never unstage are looked for (`lifecycle/watch.rs`, `lifecycle/unreferenced.rs`).
+    tokio::spawn(Arc::clone(&mgr).run_background());
     Ok(mgr)
 }
 

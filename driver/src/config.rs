@@ -187,7 +187,42 @@ pub struct Config {
     /// partition tables instead. `<N>ms`, `<N>s` or `<N>m`.
     #[arg(long, value_name = "DURATION", default_value = DEFAULT_DISK_SETTLE, value_parser = parse_duration)]
     pub disk_settle_time: std::time::Duration,
+
+    /// Report a staged volume that no pod references and no kubelet call has named for this many minutes: kubelet
+    /// will never unstage it (it skipped NodeUnstageVolume, or its pod directory went with a reboot), so its SMB
+    /// mapping or iSCSI session stays. Checked every 5 minutes with one PathExists per publish record (no host
+    /// process); 0 turns the scan off; otherwise at least 10.
+    #[arg(
+        long,
+        env = "UNREFERENCED_VOLUME_MINUTES",
+        value_name = "MINUTES",
+        default_value_t = DEFAULT_UNREFERENCED_VOLUME_MINUTES,
+        value_parser = parse_unreferenced_minutes
+    )]
+    pub unreferenced_volume_minutes: u64,
+
+    /// Unstage such a volume as kubelet would have (off: only reported), when none of its publish targets nor their
+    /// pod directories exist and no state record is quarantined.
+    #[arg(
+        long,
+        env = "RELEASE_UNREFERENCED_VOLUMES",
+        value_name = "BOOL",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub release_unreferenced_volumes: bool,
 }
+
+/// The default `--unreferenced-volume-minutes`.
+pub const DEFAULT_UNREFERENCED_VOLUME_MINUTES: u64 = 60;
+
+/// The shortest non-zero `--unreferenced-volume-minutes`: kubelet names a volume a pod wants at least every 2 min 2 s
+/// (its longest retry backoff) or 1-2 min (stats of a mounted volume), so a shorter bound could report a pod that is
+/// still being set up.
+pub const MIN_UNREFERENCED_VOLUME_MINUTES: u64 = 10;
+
+/// The longest `--unreferenced-volume-minutes`: a week.
+pub const MAX_UNREFERENCED_VOLUME_MINUTES: u64 = 7 * 24 * 60;
 
 /// The default `--disk-settle-time`.
 pub const DEFAULT_DISK_SETTLE: &str = "15s";
@@ -236,6 +271,12 @@ impl Config {
             "{root}{sep}plugins{sep}{}{sep}state",
             self.driver_name
         ))
+    }
+
+    /// `--unreferenced-volume-minutes` as a duration (`None`: no scan).
+    pub fn unreferenced_volume_age(&self) -> Option<std::time::Duration> {
+        (self.unreferenced_volume_minutes > 0)
+            .then(|| std::time::Duration::from_secs(60 * self.unreferenced_volume_minutes))
     }
 
     /// How long NodeGetVolumeStats answers are cached (`None`: off).
@@ -409,6 +450,21 @@ fn parse_cache_minutes(s: &str) -> Result<u64, String> {
     }
 }
 
+fn parse_unreferenced_minutes(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Ok(0),
+        Ok(n)
+            if (MIN_UNREFERENCED_VOLUME_MINUTES..=MAX_UNREFERENCED_VOLUME_MINUTES).contains(&n) =>
+        {
+            Ok(n)
+        }
+        _ => Err(format!(
+            "must be 0 (no scan) or a whole number of minutes from {MIN_UNREFERENCED_VOLUME_MINUTES} to \
+             {MAX_UNREFERENCED_VOLUME_MINUTES}"
+        )),
+    }
+}
+
 /// A duration `<N>ms`, `<N>s` or `<N>m`, more than zero and at most an hour.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     const RULE: &str = "must be a duration like 1500ms, 15s or 2m (more than zero, at most 60m)";
@@ -576,6 +632,33 @@ mod tests {
             c.state_dir(),
             PathBuf::from(r"C:\var\lib\kubelet\plugins\wincsi.csi.io\state")
         );
+    }
+
+    #[test]
+    fn unreferenced_volume_flags() {
+        let c = parse(&[]).expect("parse");
+        assert_eq!(
+            c.unreferenced_volume_age(),
+            Some(std::time::Duration::from_secs(3600))
+        );
+        assert!(!c.release_unreferenced_volumes);
+        let c = parse(&[
+            "--unreferenced-volume-minutes",
+            "0",
+            "--release-unreferenced-volumes",
+            "true",
+        ])
+        .expect("parse");
+        assert_eq!(c.unreferenced_volume_age(), None);
+        assert!(c.release_unreferenced_volumes);
+        for bad in ["9", "10081", "-1", "x"] {
+            let arg = format!("--unreferenced-volume-minutes={bad}");
+            let err = parse(&[arg.as_str()]).expect_err(bad);
+            assert!(
+                one_line_error(&err).contains("--unreferenced-volume-minutes"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

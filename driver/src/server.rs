@@ -110,6 +110,7 @@ async fn serve_volumes(
     let listener = Listener::bind(&config.endpoint)?;
     let mut services = Services::from_config(&config, probe);
     services.identity = services.identity.with_volumes(Arc::clone(&volumes));
+    let background = Arc::clone(&volumes);
     services.node =
         NodeService::new(NodeCore::new(NodeInfo::from_config(&config)).with_volumes(volumes));
     // Ready before the line that says so (tests and operators read the log line as "serving"); the listener is
@@ -122,7 +123,11 @@ async fn serve_volumes(
         version = crate::config::build_info::VERSION,
         "serving CSI"
     );
-    let shutdown = telemetry.draining_on(shutdown);
+    // The lifecycle's background work stops with the first shutdown signal, before in-flight RPCs drain.
+    let shutdown = telemetry.draining_on(async move {
+        shutdown.await;
+        background.stop_background();
+    });
     serve(listener, services, shutdown).await?;
     telemetry.stop().await;
     tracing::info!("stopped");

@@ -190,6 +190,8 @@ pub(crate) struct Env {
     secrets: Option<Arc<dyn SecretSource>>,
     /// `--vol-stats-cache-expire-in-minutes` of the driver (off unless a test turns it on).
     stats_cache: Option<std::time::Duration>,
+    /// The lifecycle's background work (the driver's defaults unless a test changes them).
+    background: crate::lifecycle::BackgroundSettings,
     _sandbox: tempfile::TempDir,
 }
 
@@ -212,7 +214,8 @@ impl Env {
             unreachable: Box::new(move |rpc| gate.unreachable_now(rpc)),
             after: Box::new(move |rpc| after.run_after(rpc)),
         });
-        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None, None);
+        let background = crate::lifecycle::BackgroundSettings::default();
+        let mgr = Self::manager(backend, &inproc, &tap, dir.path(), None, None, &background);
         Self {
             sim,
             inproc,
@@ -222,6 +225,7 @@ impl Env {
             tap,
             secrets: None,
             stats_cache: None,
+            background,
             _sandbox: sandbox,
         }
     }
@@ -233,6 +237,7 @@ impl Env {
         dir: &Path,
         secrets: Option<&Arc<dyn SecretSource>>,
         stats_cache: Option<std::time::Duration>,
+        background: &crate::lifecycle::BackgroundSettings,
     ) -> Arc<Manager<TestHost>> {
         let cfg = VolumeConfig {
             kubelet_root: KubeletRoot::new(KUBELET).expect("root"),
@@ -256,7 +261,8 @@ impl Env {
         };
         let mgr = manager_with(host, cfg, dir, ISCSI)
             .expect("manager")
-            .with_stats_cache(stats_cache);
+            .with_stats_cache(stats_cache)
+            .with_background(background.clone());
         // As `backend::native_lifecycle` does: the shares the records say this driver mapped are its own.
         if let Some(native) = seed {
             crate::backend::adopt_recorded_mappings(&native, mgr.store());
@@ -277,6 +283,7 @@ impl Env {
             self.dir.path(),
             None,
             self.stats_cache,
+            &self.background,
         );
         Arc::into_inner(mgr)
             .expect("a new manager")
@@ -305,7 +312,14 @@ impl Env {
             self.dir.path(),
             self.secrets.as_ref(),
             self.stats_cache,
+            &self.background,
         );
+    }
+
+    /// Restart the driver with these background settings (`--unreferenced-volume-minutes`, …).
+    pub(crate) fn set_background(&mut self, settings: crate::lifecycle::BackgroundSettings) {
+        self.background = settings;
+        self.restart();
     }
 
     /// Restart the driver with its NodeGetVolumeStats cache on (`--vol-stats-cache-expire-in-minutes`).

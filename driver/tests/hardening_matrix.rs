@@ -34,6 +34,8 @@
 #![cfg(unix)]
 
 mod common;
+#[path = "hardening_matrix/paths.rs"]
+mod paths;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -44,10 +46,13 @@ use std::time::Duration;
 use common::squeeze;
 use proxy_client::{ApiGroup, ProxyClient, Transport};
 use serde_json::json;
+use sim::wmi::{TestBackend, WindowsView};
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
 use wincsi::Error;
 use wincsi::backend::Manager;
 use wincsi::host::KubeletRoot;
+use wincsi::host::csi_proxy::CsiProxyHost;
+use wincsi::host::native::NativeHost;
 use wincsi::host::native::testing::TestHost;
 use wincsi::lifecycle::{
     AccessType, Capability, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
@@ -117,14 +122,22 @@ const DESTRUCTIVE: [&str; 7] = [
     "MSFT_Partition.Resize",
 ];
 
-/// The calls a wait repeats (module docs): faulted only at their first occurrence within a step.
-const LOOKS: [&str; 6] = [
+/// The calls a wait repeats (module docs): faulted only at their first occurrence within a step. How often a wait
+/// looks depends on timing (a loaded machine looks fewer times), so a later occurrence has no stable place: the
+/// native backend's waits for a disk (the target's sessions and their disks) and for a volume (`Refresh`, the
+/// partitions' volumes) are looks too.
+const LOOKS: [&str; 11] = [
     "GetTargetDisks",
     "Rescan",
     "ListVolumesOnDisk",
     "MSFT_StorageSetting.UpdateHostStorageCache",
     "SELECT MSFT_Disk",
     "SELECT MSFT_Partition",
+    "SELECT MSFT_iSCSITarget",
+    "ASSOCIATORS MSFT_iSCSITargetToiSCSISession->MSFT_iSCSISession",
+    "ASSOCIATORS MSFT_iSCSISessionToDisk->MSFT_Disk",
+    "MSFT_Disk.Refresh",
+    "ASSOCIATORS MSFT_PartitionToVolume->MSFT_Volume",
 ];
 
 struct Cell {
@@ -222,19 +235,43 @@ fn publish_req(w: Workflow) -> PublishRequest {
     }
 }
 
-/// The driver over the backend under test (`WINCSI_TEST_HOST_BACKEND`): csi-proxy through `proxy`, or native through
-/// the simulated host's Windows view, whose WMI and Win32 calls are then the recorded calls the cells fault.
-fn manager(sim: &SimHost, proxy: &ProxyClient, state: &Path) -> Arc<Manager<TestHost>> {
+/// The driver over `backend` — the backend under test (`WINCSI_TEST_HOST_BACKEND`) except after a cell changed the
+/// node's mode: csi-proxy through `proxy`, or native through the simulated host's Windows view, whose WMI and Win32
+/// calls are then the recorded calls the cells fault.
+fn manager(
+    sim: &SimHost,
+    proxy: &ProxyClient,
+    state: &Path,
+    backend: TestBackend,
+) -> Arc<Manager<TestHost>> {
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    let host = common::backend::host_for(sim, proxy.clone(), state);
-    Arc::new(wincsi::backend::manager_with(host, cfg, state, common::ISCSI).expect("manager"))
+    let mut seed = None;
+    let host = match backend {
+        TestBackend::CsiProxy => TestHost::CsiProxy(CsiProxyHost::new(proxy.clone())),
+        TestBackend::Native => {
+            let native = NativeHost::new(Arc::new(WindowsView::new(sim.clone())), Some(state));
+            seed = Some(native.clone());
+            TestHost::NativeBare(native)
+        }
+    };
+    let mgr = wincsi::backend::manager_with(host, cfg, state, common::ISCSI).expect("manager");
+    // As `wincsi::backend::native_lifecycle` does before reconciliation: the shares the records say this driver
+    // mapped are its own, whichever backend mapped them (a node moved from csiProxy to hostProcess mode).
+    if let Some(native) = seed {
+        native
+            .adopt_mappings(wincsi::backend::recorded_shares(mgr.store()))
+            .expect("seed the mapping ledger");
+    }
+    Arc::new(mgr)
 }
 
 struct Env {
     workflow: Workflow,
+    /// The backend the driver runs on now.
+    backend: TestBackend,
     sim: SimHost,
     serve: Option<ServeHandle>,
     socks: tempfile::TempDir,
@@ -254,9 +291,11 @@ impl Env {
         let proxy = ProxyClient::new(Transport::UnixSockets {
             dir: socks.path().to_path_buf(),
         });
-        let mgr = manager(&sim, &proxy, state.path());
+        let backend = common::backend::backend();
+        let mgr = manager(&sim, &proxy, state.path(), backend);
         let env = Self {
             workflow,
+            backend,
             sim,
             serve: Some(serve),
             socks,
@@ -284,11 +323,18 @@ impl Env {
         self.proxy = ProxyClient::new(Transport::UnixSockets {
             dir: self.socks.path().to_path_buf(),
         });
-        self.mgr = manager(&self.sim, &self.proxy, self.state.path());
+        self.mgr = manager(&self.sim, &self.proxy, self.state.path(), self.backend);
         self.mgr
             .reconcile(long())
             .await
             .expect("startup reconciliation");
+    }
+
+    /// [`Env::restart`] on `backend`: the node's `mode` changed (csiProxy ↔ hostProcess) over the same state
+    /// directory and host.
+    async fn restart_as(&mut self, backend: TestBackend) {
+        self.backend = backend;
+        self.restart().await;
     }
 
     async fn run(&self, op: Op, d: Deadline) -> Result<(), Error> {
@@ -428,6 +474,17 @@ async fn record(w: Workflow) -> Vec<(Op, Vec<String>)> {
     }
     env.check_converged(&format!("clean {w:?}")).await;
     out
+}
+
+/// The clean run of `w`, recorded once per test binary (every matrix of this file crosses the same recording).
+fn recorded(w: Workflow) -> &'static [(Op, Vec<String>)] {
+    static SMB: std::sync::OnceLock<Vec<(Op, Vec<String>)>> = std::sync::OnceLock::new();
+    static ISCSI: std::sync::OnceLock<Vec<(Op, Vec<String>)>> = std::sync::OnceLock::new();
+    let once = match w {
+        Workflow::Smb => &SMB,
+        Workflow::Iscsi => &ISCSI,
+    };
+    once.get_or_init(|| runtime().block_on(record(w)))
 }
 
 /// 1-based occurrence of `rpcs[i]` within its operation.
@@ -663,12 +720,12 @@ fn every_host_call_crossed_with_fail_hang_and_kill_converges() {
 fn matrix() {
     let mut all = Vec::new();
     for w in [Workflow::Smb, Workflow::Iscsi] {
-        let recorded = runtime().block_on(record(w));
-        for (op, rpcs) in &recorded {
+        let recorded = recorded(w);
+        for (op, rpcs) in recorded {
             assert!(!rpcs.is_empty(), "{w:?} {op:?} made no host call");
             println!("hardening matrix: {w:?} {op:?}: {}", rpcs.join(" → "));
         }
-        all.extend(cells(w, &recorded));
+        all.extend(cells(w, recorded));
     }
     let total = all.len();
     in_shards(&all, |i, cell| {
@@ -774,9 +831,9 @@ fn every_host_call_whose_connection_goes_silent_converges() {
         // Every faultable call (as the matrix: a repeated look's count depends on timing, so only its first is one).
         let mut all = Vec::new();
         for w in [Workflow::Smb, Workflow::Iscsi] {
-            for (op, rpcs) in runtime().block_on(record(w)) {
-                for i in faultable(&rpcs) {
-                    all.push((w, op, rpcs[i].clone(), occurrence(&rpcs, i)));
+            for (op, rpcs) in recorded(w) {
+                for i in faultable(rpcs) {
+                    all.push((w, *op, rpcs[i].clone(), occurrence(rpcs, i)));
                 }
             }
         }

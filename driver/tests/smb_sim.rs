@@ -315,7 +315,8 @@ async fn disconnected_mapping_after_reboot_is_repaired_by_reconcile_and_restage(
     // The driver restarts with the node.
     env.restart();
     let report = env.mgr.reconcile(d()).await.expect("reconcile");
-    assert_eq!(report.restage, vec!["v1".to_owned()]);
+    // Left in place (issue 37 item 5): kubelet's re-stage after the reboot repairs it.
+    assert_eq!(report.unreachable, vec!["v1".to_owned()]);
     // kubelet re-stages: the Disconnected mapping blocks a plain create; the driver replaces it.
     env.mgr
         .stage(&stage_req("v1", r"\\fs1\data", "bob", BOB_PW), d())
@@ -393,11 +394,27 @@ async fn sub_dir_templates_are_created_on_the_share() {
 
 /// One volume's whole life, as kubelet drives it.
 async fn cycle(env: &Env) -> Result<(), Error> {
-    let mut req = stage_req("v1", r"\\fs1\data", "bob", BOB_PW);
-    req.volume_context.insert("subDir".into(), "pvc-x".into());
-    env.mgr.stage(&req, d()).await?;
-    env.mgr.publish(&publish_req("v1", "pod1"), d()).await?;
-    env.mgr.unpublish(&unpublish_req("v1", "pod1"), d()).await?;
+    cycle_from(env, 0).await
+}
+
+/// The host calls of [`cycle`]'s steps (stage with subDir, publish, unpublish, unstage), in order.
+const CYCLE_CALLS: [usize; 4] = [6, 2, 1, 2];
+
+/// [`cycle`] from its `step` on (0 stage, 1 publish, 2 unpublish, 3 unstage): kubelet retries the step that failed
+/// and goes on from there (after an unstage that failed it retries the unstage; a pod that wants the volume again
+/// meanwhile is published without a new stage).
+async fn cycle_from(env: &Env, step: usize) -> Result<(), Error> {
+    if step == 0 {
+        let mut req = stage_req("v1", r"\\fs1\data", "bob", BOB_PW);
+        req.volume_context.insert("subDir".into(), "pvc-x".into());
+        env.mgr.stage(&req, d()).await?;
+    }
+    if step <= 1 {
+        env.mgr.publish(&publish_req("v1", "pod1"), d()).await?;
+    }
+    if step <= 2 {
+        env.mgr.unpublish(&unpublish_req("v1", "pod1"), d()).await?;
+    }
     env.mgr.unstage(&unstage_req("v1"), d()).await
 }
 
@@ -415,7 +432,7 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
         rpcs
     };
     // Stage with subDir 6, publish 2 (no `PathExists` first), unpublish 1, unstage 2.
-    assert_eq!(rpcs.len(), 6 + 2 + 1 + 2, "{rpcs:?}");
+    assert_eq!(rpcs.len(), CYCLE_CALLS.iter().sum::<usize>(), "{rpcs:?}");
     for (i, rpc) in rpcs.iter().enumerate() {
         let nth = rpcs[..=i].iter().filter(|r| *r == rpc).count() as u64;
         let mut env = Env::new().await;
@@ -436,10 +453,18 @@ async fn killed_between_host_calls_then_kubelet_retries_and_converges() {
         .await
         .expect("hung call ends");
         env.restart();
-        // kubelet retries every step from where it was.
-        cycle(&env)
+        // kubelet retries the step that was cut and goes on from there (an unstage cut during its removals is
+        // retried as an unstage: the record's announced removals end with it, `smb/removal.rs`) ...
+        let step = (1..=CYCLE_CALLS.len())
+            .position(|n| i < CYCLE_CALLS[..n].iter().sum())
+            .expect("step");
+        cycle_from(&env, step)
             .await
             .unwrap_or_else(|e| panic!("call {i} ({rpc}): retry failed: {e:?}"));
+        // ... and the volume stages again with the same inputs (nothing stranded).
+        cycle(&env)
+            .await
+            .unwrap_or_else(|e| panic!("call {i} ({rpc}): the next cycle failed: {e:?}"));
         env.finish().await;
     }
 }

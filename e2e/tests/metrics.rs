@@ -109,10 +109,15 @@ async fn metrics_count_kubelets_rpcs_and_every_host_call() {
     );
     assert_eq!(value("wincsi_volumes_staged{protocol=\"smb\"}"), 1.0);
     assert_eq!(value("wincsi_volumes_published{protocol=\"smb\"}"), 1.0);
-    assert_eq!(
-        value("wincsi_state_record_problems{problem=\"needs_restage\"}"),
-        0.0
-    );
+    for problem in ["needs_restage", "unreachable", "unreferenced"] {
+        assert_eq!(
+            value(&format!(
+                "wincsi_state_record_problems{{problem=\"{problem}\"}}"
+            )),
+            0.0,
+            "{problem}"
+        );
+    }
     assert_eq!(value("wincsi_host_backend_up{backend=\"csi-proxy\"}"), 1.0);
     // A stage (its claim, its Staged record) and a publish (its record) each waited for a durable change.
     let changes = value("wincsi_state_commit_changes_total");

@@ -19,7 +19,8 @@
 //! [`ErrorKind`] recognises the Windows failures the driver reacts to in every release's form, from
 //! either the Windows error number (`Windows System Error 1219`, `error 53`, `0x800704C3`, master's
 //! `code=1219` for SMB mappings) or the message text, and keeps the original message in the
-//! [`Error`].
+//! [`Error`]. "Not found" is recognised only in each release's exact shapes for it (`is_not_found`):
+//! a failure whose text merely contains the words stays a failure.
 
 use std::time::Duration;
 
@@ -38,10 +39,11 @@ pub enum ErrorKind {
     /// Windows error 67: "The network name cannot be found" (the share does not exist).
     NetworkNameNotFound,
     /// The object the call names does not exist (or, for unmount / volume lookups, nothing is
-    /// mounted there), in any release's wording: PowerShell's `No MSFT_<Class> objects found …`,
-    /// `ObjectNotFound`, `Cannot find path …`; v1.3.0's `Not Found`; master's `not found`;
-    /// Windows errors 2 and 3 ("The system cannot find the file/path specified."); `not a mounted
-    /// folder`; "The access path is not valid."; "The file or directory is not a reparse point.".
+    /// mounted there), said in one of the shapes each release uses for exactly that (see
+    /// `is_not_found`): PowerShell's `No MSFT_<Class> objects found …` / `ObjectNotFound` /
+    /// `Cannot find path …`; v1.3.0's `Not Found` and master's `not found` as the last error of the
+    /// message; Windows errors 2, 3 and 4390 as Go prints them, last; `not a mounted folder`. The
+    /// words "not found" anywhere else are not enough: a failure that mentions them is a failure.
     NotFound,
     /// Windows error 5: "Access is denied."
     AccessDenied,
@@ -139,28 +141,95 @@ impl ErrorKind {
             // v1.3.0+ MountVolume on a non-empty directory that is no mount point: SetVolumeMountPoint
             // failed with ERROR_DIR_NOT_EMPTY and the read-back says "not a mounted folder".
             ("error get target volume", ErrorKind::DirectoryNotEmpty),
-            // PowerShell cmdletization: "No MSFT_Volume objects found with property …",
-            // "No matching MSFT_iSCSIConnection objects found by CIM query …", category ObjectNotFound.
-            ("objects found with property", ErrorKind::NotFound),
-            ("no matching msft_", ErrorKind::NotFound),
-            ("objectnotfound", ErrorKind::NotFound),
-            ("cannot find path", ErrorKind::NotFound),
-            ("cannot find the file specified", ErrorKind::NotFound),
-            ("cannot find the path specified", ErrorKind::NotFound),
-            ("not a mounted folder", ErrorKind::NotFound),
-            // PowerShell-era GetVolumeIDFromTargetPath of a plain directory: `(Get-Item).Target` printed
-            // nothing and succeeded (v1.1.3 `pkg/os/volume/api.go:284-285`).
-            (".target, output: , error: <nil>", ErrorKind::NotFound),
-            ("the access path is not valid", ErrorKind::NotFound),
-            ("not a reparse point", ErrorKind::NotFound),
-            // v1.3.0 `Not Found` (microsoft/wmi) and master `not found` (pkg/wmi), last: the Windows
-            // texts above that contain "not found" are more specific.
-            ("not found", ErrorKind::NotFound),
         ];
-        TEXTS
+        if let Some((_, kind)) = TEXTS.iter().find(|(needle, _)| text.contains(needle)) {
+            return *kind;
+        }
+        if is_not_found(message, &text) {
+            return ErrorKind::NotFound;
+        }
+        ErrorKind::Other
+    }
+}
+
+/// Whether a message has one of the shapes in which a csi-proxy release says "the object is not there" — and
+/// nothing else does. The words "not found" alone prove nothing: a WMI call that *failed* can carry them in its
+/// text (under Wine, go-ole's text of an HRESULT without a message reads `error 2147749902 (FormatMessage failed
+/// with: Message 0x%1 not found in file %2.)`; a provider's exception may say `Provider not found`; master's
+/// `method %s not found: %w`), and such a failure taken for "not there" turns "could not tell" into "nothing there",
+/// which every destructive decision rests on. So a not-found is recognised only where the release puts it:
+///
+/// - **v1.1.3 / v1.2.1 (PowerShell)**: the cmdlet's own record of an object it did not find —
+///   `No MSFT_<Class> objects found with property '<P>' equal to '<V>'` and `No matching MSFT_<Class> objects found
+///   by CIM query` (cmdletization's `CmdletizationQuery_NotFound_*`), the error category `CategoryInfo :
+///   ObjectNotFound` (`Disconnect-IscsiTarget`'s "The session does not exist."), `Get-Item`'s `Cannot find path '<p>'
+///   because it does not exist.`, `Remove-PartitionAccessPath : The access path is not valid.` (UnmountVolume of a
+///   path nothing is mounted at), and GetVolumeIDFromTargetPath's empty `.Target` of a plain directory (v1.1.3
+///   `pkg/os/volume/api.go:119-123, 147-162, 270-293`, `pkg/os/smb/api.go:79-86`, `pkg/os/iscsi/api.go:121-155`;
+///   v1.2.1 the same files).
+/// - **v1.3.0 (`microsoft/wmi`)**: its sentinel `errors.NotFound`, whose text is exactly `Not Found`
+///   (`vendor/github.com/microsoft/wmi/pkg/errors/errors.go:18`; returned by `pkg/cim/*.go` when a query finds
+///   nothing), as the **last** error of the message: the whole message, or after `: `, `=`, `(`, `, ` (the
+///   callers' `%v` / `%w` come last: `pkg/os/volume/api.go:134` `… is formatted. error: Not Found`, `:218` `… with
+///   error (Not Found)`, `:347` `…, err=Not Found`; `pkg/os/smb/api.go:83`; `pkg/os/iscsi/api.go:109-112`).
+/// - **master (`pkg/wmi`)**: its sentinel `ErrNotFound`, exactly `not found` (`pkg/wmi/wmi.go:58`, returned by
+///   `QueryFirstObjectWithBuilder` when a query finds nothing, `:689-713`), last in the same way (`pkg/wmi/volume.go:
+///   53-63` `failed to query volume <id>: not found`, `pkg/os/volume/api.go:111` `error querying volume (<id>).
+///   error: …`, `pkg/wmi/smb.go:83-101`).
+/// - **every release (Go)**: Windows errors 2, 3 and 4390 as Go prints them (`The system cannot find the file
+///   specified.`, `… the path specified.`, `The file or directory is not a reparse point.`), last in the message
+///   (`os.Remove`, `os.Lstat`, `os.MkdirAll` of the filesystem group; v1.3.0 and master's volume calls:
+///   `DeleteVolumeMountPoint`, `GetVolumeNameForVolumeMountPoint`), and v1.3.0 / master's own `not a mounted folder`
+///   (`pkg/os/volume/api.go:62`).
+///
+/// Anything else — a go-ole `Exception occurred. (…)`, a WMI method's failure, a text in which those words appear
+/// elsewhere — is a failure ([`ErrorKind::Other`] unless another kind matches).
+fn is_not_found(message: &str, text: &str) -> bool {
+    // PowerShell era, in the normalised (lower-case, one-space) text: the cmdlet's records inside the output.
+    const POWERSHELL: &[&[&str]] = &[
+        &["no msft_", "objects found with property"],
+        &["no matching msft_", "objects found by cim query"],
+        &["categoryinfo : objectnotfound:"],
+        &["cannot find path '", "because it does not exist."],
+        &["remove-partitionaccesspath : the access path is not valid."],
+        // GetVolumeIDFromTargetPath of a plain directory: `(Get-Item).Target` printed nothing and succeeded
+        // (v1.1.3 `pkg/os/volume/api.go:284-285`).
+        &[".target, output: , error: <nil>"],
+    ];
+    if POWERSHELL
+        .iter()
+        .any(|needles| needles.iter().all(|n| text.contains(n)))
+    {
+        return true;
+    }
+    // WMI era and Go: the sentinel is the last error of the chain, in its exact case.
+    const LAST: &[&str] = &[
+        "Not Found",
+        "not found",
+        "The system cannot find the file specified.",
+        "The system cannot find the path specified.",
+        "The file or directory is not a reparse point.",
+        "not a mounted folder",
+    ];
+    LAST.iter()
+        .any(|sentinel| ends_with_error(message, sentinel))
+}
+
+/// Whether `sentinel` is the last error in `message`: all of it, or after a separator Go's wrappers put before a
+/// `%v` / `%w` (`: `, `=`, `, `, or inside v1.3.0 / master's `… with error (%v)`).
+fn ends_with_error(message: &str, sentinel: &str) -> bool {
+    let mut last = message.trim();
+    if last.contains("with error (")
+        && let Some(inner) = last.strip_suffix(')')
+    {
+        last = inner;
+    }
+    match last.strip_suffix(sentinel) {
+        Some("") => true,
+        Some(before) => [": ", "=", ", ", "with error ("]
             .iter()
-            .find(|(needle, _)| text.contains(needle))
-            .map_or(ErrorKind::Other, |(_, kind)| *kind)
+            .any(|separator| before.ends_with(separator)),
+        None => false,
     }
 }
 
@@ -442,5 +511,57 @@ mod tests {
             ErrorKind::from_message("Windows System Error 86"),
             ErrorKind::LogonFailure
         );
+    }
+
+    #[test]
+    fn a_sentinel_counts_only_as_the_last_error_in_its_exact_case() {
+        for (message, sentinel, last) in [
+            ("Not Found", "Not Found", true),
+            ("x. error: Not Found", "Not Found", true),
+            ("x. err: not found", "not found", true),
+            ("path=C:\\x, err=Not Found", "Not Found", true),
+            ("failed to query disk 1, Not Found", "Not Found", true),
+            (
+                "size of volume (v) with error (Not Found)",
+                "Not Found",
+                true,
+            ),
+            ("size (v) with error (q: not found)", "not found", true),
+            ("  x: not found \n", "not found", true),
+            // Not last, not after a separator, or another case: another error's text.
+            ("method Format not found: boom", "not found", false),
+            ("Element not found.", "not found", false),
+            ("x: Element not found", "not found", false),
+            ("Exception occurred. (Not found )", "Not Found", false),
+            ("Exception occurred. (Not found)", "not found", false),
+            ("x: (Not Found)", "Not Found", false),
+            ("x: Not Found", "not found", false),
+        ] {
+            assert_eq!(
+                ends_with_error(message, sentinel),
+                last,
+                "{message:?} / {sentinel:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn powershell_records_need_all_their_parts() {
+        let not_found = |m: &str| is_not_found(m, &normalise(m));
+        assert!(not_found(
+            "Get-Volume : No MSFT_Volume objects found with property 'UniqueId' equal to 'x'."
+        ));
+        assert!(not_found(
+            "Get-Item : Cannot find path 'C:\\x' because it does not exist."
+        ));
+        assert!(not_found(
+            "x\\r\\n    + CategoryInfo          : ObjectNotFound: (x:String) [Get-Item]"
+        ));
+        // The words without the cmdlet's record.
+        assert!(!not_found("No MSFT_ provider: objects not found"));
+        assert!(!not_found(
+            "Add-PartitionAccessPath : The access path is not valid."
+        ));
+        assert!(!not_found("ObjectNotFound"));
     }
 }

@@ -352,6 +352,15 @@ pub struct SmbShareSpec {
     /// Whether guest (no credentials) access is allowed.
     #[serde(default)]
     pub guest: bool,
+    /// Per-directory access below the share's own permission (NTFS permissions on the server): relative directory
+    /// (`""` for the share root, `team-a\logs` below it; any case) → the accounts (user names) allowed at and below
+    /// it; the longest listed directory containing a path decides, a path under none is open to every account the
+    /// share allows. The share's permission (`users`) decides whether a mapping can be made at all (the tree
+    /// connect); these decide what it may open afterwards, so an account can map a share whose root it may not read
+    /// (`GetFileAttributesW` of the root: 5) and still reach its own directory below it (Windows grants every user the
+    /// traverse privilege by default: learn.microsoft.com, "Checking for Traverse Privilege on IRP_MJ_CREATE").
+    #[serde(default)]
+    pub acl: BTreeMap<String, Vec<String>>,
     /// Initial files: relative path → text content.
     #[serde(default)]
     pub files: BTreeMap<String, String>,

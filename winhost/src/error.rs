@@ -201,8 +201,9 @@ pub enum ErrorKind {
     NetworkNameNotFound,
     /// A local name is in use by a stale mapping: Win32 85.
     StaleMapping,
-    /// Bad user name or password: Win32 1326/86, a user name without a domain (1312), iSCSI
-    /// authentication/authorization failures.
+    /// A refused logon: bad user name or password (Win32 1326/86), a user name without a domain (1312), an account
+    /// disabled, expired, locked out or restricted (`Win32Error::is_logon_refused`); iSCSI authentication/authorization
+    /// failures.
     LogonFailure,
     /// Access denied: Win32 5, storage 40001, `WBEM_E_ACCESS_DENIED`.
     AccessDenied,
@@ -235,7 +236,7 @@ impl ErrorKind {
             // 1312 ("a specified logon session does not exist") is what New-SmbGlobalMapping answers for a user name
             // without a domain (csi-driver-smb known issues; MicrosoftDocs/windows-powershell-docs#2655): the
             // credentials are the problem, as with 1326.
-            W::LogonFailure | W::InvalidPassword | W::NoSuchLogonSession => Self::LogonFailure,
+            w if w.is_logon_refused() => Self::LogonFailure,
             W::AccessDenied => Self::AccessDenied,
             W::InvalidName | W::BadPathname => Self::InvalidPath,
             _ => Self::Other,
@@ -324,6 +325,11 @@ mod tests {
             (1326, ErrorKind::LogonFailure),
             (86, ErrorKind::LogonFailure),
             (1312, ErrorKind::LogonFailure),
+            (1327, ErrorKind::LogonFailure),
+            (1331, ErrorKind::LogonFailure),
+            (1793, ErrorKind::LogonFailure),
+            (1907, ErrorKind::LogonFailure),
+            (1909, ErrorKind::LogonFailure),
             (5, ErrorKind::AccessDenied),
             (123, ErrorKind::InvalidPath),
             (161, ErrorKind::InvalidPath),

@@ -106,6 +106,17 @@ impl Expect {
         }
     }
 
+    /// A failure that says "not there" in its release's own shape: every needle in the message *and* classified
+    /// `NotFound` (proxy-client recognises a not-found only in each release's exact shapes, so a failure whose text
+    /// merely contains the words — a WMI query that failed — does not confirm a not-found prediction; issue 37
+    /// item 12).
+    pub fn not_found(needles: &[&'static str]) -> Expect {
+        Expect::Err {
+            contains: needles.to_vec(),
+            kind: Some("NotFound"),
+        }
+    }
+
     /// A failure classified as `kind` (whatever the text).
     pub fn err_kind(kind: &'static str) -> Expect {
         Expect::Err {
@@ -319,6 +330,29 @@ mod tests {
             "case-sensitive"
         );
         assert_eq!(Expect::Record.matches(&ok(serde_json::json!(1))), None);
+    }
+
+    #[test]
+    fn a_not_found_prediction_needs_the_text_and_the_classification() {
+        let master = Expect::not_found(&["failed to query volume", ": not found"]);
+        let v = r"\\?\Volume{1}\";
+        assert_eq!(
+            master.matches(&err(
+                "NotFound",
+                &format!(
+                    "error querying volume ({v}). error: failed to query volume {v}: not found"
+                )
+            )),
+            Some(true)
+        );
+        // The master text measured under Wine: a WMI query that failed, with "not found" in go-ole's text. It used
+        // to confirm the prefix-only prediction.
+        let failed = format!(
+            "error querying volume ({v}). error: failed to query volume {v}: error 2147749902 (FormatMessage failed \
+             with: Message 0x%1 not found in file %2.)"
+        );
+        assert_eq!(master.matches(&err("Other", &failed)), Some(false));
+        assert_eq!(master.matches(&err("NotFound", &failed)), Some(false));
     }
 
     #[test]

@@ -42,11 +42,15 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) {
         o,
         vec![Claim::each(
             Ref::Row("not_found_texts"),
+            // Each release's not-found shape, classified NotFound (a failed query whose text merely mentions "not
+            // found" confirms nothing): v1.1.3/v1.2.1 `pkg/os/volume/api.go:119-123` (the cmdlet's record); v1.3.0
+            // `pkg/os/volume/api.go:132-134` (`errors.NotFound`, "Not Found"); master `pkg/os/volume/api.go:146` and
+            // `pkg/wmi/volume.go:53-63` (`ErrNotFound`, "not found", last).
             [
-                Expect::err("No MSFT_Volume objects found"),
-                Expect::err("No MSFT_Volume objects found"),
-                Expect::err("error: Not Found"),
-                Expect::err("failed to query volume"),
+                Expect::not_found(&["No MSFT_Volume objects found"]),
+                Expect::not_found(&["No MSFT_Volume objects found"]),
+                Expect::not_found(&["error: Not Found"]),
+                Expect::not_found(&["failed to query volume", ": not found"]),
             ],
             true,
         )],

@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostObject, HostOp,
-    HostPath, HostResult, InFlight, IscsiAuth, PathSpace, Portal, Secret, SmbCredential, UncPath,
+    HostPath, HostResult, InFlight, IscsiAuth, PathSpace, Portal, Secret, SharedObject,
+    SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -131,6 +132,19 @@ macro_rules! metered {
 impl<H: Host> Host for Metered<H> {
     fn capabilities(&self) -> HostCapabilities {
         self.inner.capabilities()
+    }
+
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        self.inner.made_by_wincsi(object)
+    }
+
+    /// A ledger write, not a host call: not counted.
+    fn claim(
+        &self,
+        object: SharedObject<'_>,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        self.inner.claim(object, deadline)
     }
 
     fn uptime(&self) -> Option<std::time::Duration> {
@@ -296,7 +310,7 @@ mod tests {
     fn every_host_method_is_forwarded() {
         let port = fn_names(
             include_str!("mod.rs"),
-            "pub trait Host: Send + Sync + 'static {",
+            "pub trait Host: Clone + Send + Sync + 'static {",
             "\n}\n",
         );
         assert!(port.len() > 20, "{port:?}");

@@ -87,8 +87,9 @@ pub struct HostCapabilities {
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
 /// remote paths are validated [`UncPath`]s. Every call carries the RPC's [`Deadline`], which implementations pass on
-/// (csi-proxy: the gRPC deadline); the driver also bounds every call by it.
-pub trait Host: Send + Sync + 'static {
+/// (csi-proxy: the gRPC deadline); the driver also bounds every call by it. Cheap to clone (a handle): a removal that
+/// may outlive its caller runs to its end on a clone (`smb/removal.rs`).
+pub trait Host: Clone + Send + Sync + 'static {
     /// What this backend can do beyond csi-proxy v1's primitives (nothing, unless it says so).
     fn capabilities(&self) -> HostCapabilities {
         HostCapabilities::default()
@@ -459,6 +460,27 @@ pub trait Host: Send + Sync + 'static {
         }
     }
 
+    /// Whether wincsi made `object`, as far as this backend records it (not a host call): `Some(false)` when the
+    /// backend knows it is someone else's and will leave it in place when asked to remove it or log out of it (the
+    /// native ledgers), `Some(true)` when it will remove it. Default `None`: the backend keeps no such record and
+    /// removes whatever it is asked to (csi-proxy). Asked so that a log line says what really happened.
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        let _ = object;
+        None
+    }
+
+    /// Count `object` as made by wincsi from now on: a volume the host proves this driver staged uses it (an adopted
+    /// staging object, `Protocol::adopt`), exactly as the volume records of staged volumes count at start. Durable
+    /// before it returns. Default: nothing to record (a backend that keeps no ledger).
+    fn claim(
+        &self,
+        object: SharedObject<'_>,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let _ = (object, deadline);
+        async { Ok(()) }
+    }
+
     /// The space of the file system the directory `path` is on, links followed to their end (an SMB volume's pod
     /// path: the share's) ([`HostCapabilities::path_space`]). Default: not supported (csi-proxy v1's `GetVolumeStats`
     /// takes a local volume's id, never a path, and its filesystem API has no space call).
@@ -475,6 +497,20 @@ pub trait Host: Send + Sync + 'static {
             ))
         }
     }
+}
+
+/// A shared host object that has no owner field on Windows: whether wincsi made it is what a backend may record
+/// ([`Host::made_by_wincsi`], [`Host::claim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedObject<'a> {
+    /// The SMB global mapping of a share root (`\\server\share`, any case).
+    SmbMapping(&'a str),
+    /// The sessions of an iSCSI target (its name, any case). A claim leaves a target the backend knows as someone
+    /// else's (joined) so.
+    IscsiSession(&'a str),
+    /// The sessions of an iSCSI target the caller's own login just joined as someone else's, proven the driver's own
+    /// since (its staging path mounts the LUN): a claim counts them as made by wincsi.
+    IscsiSessionJoined(&'a str),
 }
 
 /// The space of the file system a directory is on, as the backend's account sees it (`GetDiskFreeSpaceExW`), in

@@ -25,7 +25,7 @@ use super::discovery::PORTAL_SET_KEY;
 use super::volume::present;
 use super::{IscsiRecord, block_error, same_name};
 use crate::error::Error;
-use crate::host::{Host, HostOp, Portal};
+use crate::host::{Host, HostOp, Portal, SharedObject};
 use crate::lifecycle::{Calls, Context, Found};
 use crate::locks::Deadline;
 use crate::state::{Phase, VolumeRecord};
@@ -143,6 +143,37 @@ pub(super) async fn adopt<H: Host>(
         &rec,
     )
     .map(Some)
+}
+
+/// After a login that joined a session no ledger knew (the backend counts it as someone else's): when the staging path
+/// already mounts this volume's own LUN of the target — this driver staged it before its record was lost with the state
+/// directory —, the session is the driver's own and is claimed so, and its unstage logs it out (issue 37 item 15).
+/// Otherwise (nothing mounted there, another LUN) it stays someone else's.
+pub(super) async fn own_session_if_proven<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    volume_id: &str,
+    staging: &crate::host::HostPath,
+    vol: &super::IscsiVolume,
+    iqn: &str,
+) -> Result<(), Error> {
+    let found = Found { volume_id, staging };
+    let Some(rec) = adopt(cx, found, h.deadline()).await? else {
+        return Ok(());
+    };
+    if !rec
+        .details::<IscsiRecord>()?
+        .is_some_and(|r| r.same_lun(vol))
+    {
+        return Ok(());
+    }
+    h.host()
+        .claim(SharedObject::IscsiSessionJoined(iqn), h.deadline())
+        .await
+        .map_err(|e| block_error(e, &iqn))?;
+    info!(iqn, staging = %staging, "the session this stage joined serves the LUN this driver's staging path already \
+          mounts (its record was lost): it is the driver's own and is logged out at unstage");
+    Ok(())
 }
 
 /// The one target (portal, name as the target spells it) whose session serves `disk`; `None` when none does or

@@ -15,7 +15,7 @@ use super::{
     target_users,
 };
 use crate::error::Error;
-use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, IscsiAuth};
+use crate::host::{Host, HostError, HostErrorKind, HostOp, HostPath, IscsiAuth, SharedObject};
 use crate::lifecycle::{Calls, Context};
 use crate::locks::Deadline;
 use crate::state::Phase;
@@ -307,6 +307,7 @@ async fn session_steps<H: Host>(
     }
     // 4. Login. A target that already has a session (another LUN of it, or an earlier attempt) is logged in: csi-proxy
     //    v1.3.0+ answer OK, the PowerShell era "already logged in".
+    let joined_before = h.host().made_by_wincsi(SharedObject::IscsiSession(&iqn)) == Some(false);
     let mut session = None;
     for p in &added {
         // The portal this login goes through is on record before it (the store writes nothing when the record already
@@ -347,7 +348,15 @@ async fn session_steps<H: Host>(
             }
         }
     }
-    session.ok_or_else(|| last.unwrap_or_else(|| Error::Internal("no login attempted".to_owned())))
+    let session = session
+        .ok_or_else(|| last.unwrap_or_else(|| Error::Internal("no login attempted".to_owned())))?;
+    if !joined_before && h.host().made_by_wincsi(SharedObject::IscsiSession(&iqn)) == Some(false) {
+        // This login joined a session no ledger knew: the driver's own, if its staging path already mounts the LUN
+        // (a record lost with the state directory, issue 37 item 15). Adoption walks the portals: theirs are let go.
+        drop(portal_locks);
+        super::adopt::own_session_if_proven(cx, h, volume_id, staging, vol, &iqn).await?;
+    }
+    Ok(session)
 }
 
 /// How the disk steps ended.

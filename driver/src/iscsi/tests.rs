@@ -1307,6 +1307,40 @@ async fn powershell_csi_proxy_not_found_on_a_raw_disk_means_no_volume() {
     env.assert_clean();
 }
 
+/// Issue 37 item 12: a look at the disk's volumes that *failed* is "could not tell", never "no volume", even when its
+/// text mentions "not found" (master's WMI query failing under Wine; `proxy-client/tests/release_texts.rs`). The
+/// stage fails before anything is written to the disk; the retry, whose look works, goes on.
+#[tokio::test(start_paused = true)]
+async fn a_failed_look_at_the_volumes_is_no_empty_disk_whatever_its_text() {
+    let env = env_on(CsiProxyVersion::Master, |_| {});
+    env.fail_nth(
+        ListVolumesOnDisk,
+        1,
+        "failed to list partition on disk 1: error 2147749902 (FormatMessage failed with: Message 0x%1 not found in \
+         file %2.)",
+    );
+    let err = env
+        .mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect_err("a failed look is no empty disk");
+    assert!(matches!(err, Error::Internal(_)), "{err:?}");
+    let ops = env.ops();
+    assert!(
+        !ops.contains(&PartitionDisk) && !ops.contains(&FormatVolume),
+        "{ops:?}"
+    );
+    env.mgr
+        .stage(&stage_req("v1", 0, &[], &[]), d())
+        .await
+        .expect("the retry stages");
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .expect("unstage");
+    env.assert_clean();
+}
+
 #[tokio::test(start_paused = true)]
 async fn concurrent_stage_and_unstage_of_one_target_keep_the_session_for_the_survivor() {
     let env = Env::new();

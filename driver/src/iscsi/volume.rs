@@ -17,7 +17,7 @@ use super::{
     target_users,
 };
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostOp, HostPath};
+use crate::host::{Host, HostErrorKind, HostOp, HostPath, SharedObject};
 use crate::lifecycle::{Calls, Context, ExpandRequest, Health, Usage, VolumeStats};
 use crate::locks::Deadline;
 use crate::state::{Phase, VolumeRecord};
@@ -196,6 +196,8 @@ pub(super) async fn logout<H: Host>(h: &Calls<'_, H>, rec: &IscsiRecord) -> Resu
         debug!(iqn = %rec.iqn, "never logged in: nothing to log out");
         return Ok(());
     };
+    // What the backend will do with it, so the log says what happened (issue 37 item 15).
+    let joined = h.host().made_by_wincsi(SharedObject::IscsiSession(iqn)) == Some(false);
     match h
         .raw(
             HostOp::DisconnectTarget,
@@ -204,6 +206,11 @@ pub(super) async fn logout<H: Host>(h: &Calls<'_, H>, rec: &IscsiRecord) -> Resu
         )
         .await
     {
+        Ok(()) if joined => {
+            info!(iqn = %iqn, "last staged LUN of the target: its session is left in place (someone else made it; \
+                  wincsi joined it)");
+            Ok(())
+        }
         Ok(()) => {
             info!(iqn = %iqn, "last staged LUN of the target: logged out");
             Ok(())

@@ -69,6 +69,8 @@ pub trait Lifecycle: Send + Sync + std::fmt::Debug {
     fn quarantined_count(&self) -> usize {
         0
     }
+    /// Stop the lifecycle's background work (shutdown).
+    fn stop_background(&self) {}
 }
 
 /// Convert a CSI capability; a capability without an access type is invalid.
@@ -264,6 +266,10 @@ impl<H: Host, P: Protocol<H>> Lifecycle for VolumeManager<H, P> {
             tracing::warn!(error = %e, "cannot list the state records");
         }
         self.store().quarantined_count()
+    }
+
+    fn stop_background(&self) {
+        VolumeManager::stop_background(self);
     }
 }
 

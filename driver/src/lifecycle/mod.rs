@@ -90,6 +90,8 @@ mod request;
 mod stats_cache;
 #[cfg(test)]
 mod tests;
+mod unreferenced;
+mod watch;
 
 pub use context::{Calls, Context, host_error};
 pub use csi::{Lifecycle, LifecycleFuture, node_capabilities};
@@ -103,6 +105,9 @@ pub(crate) use request::{access_mode_name, is_credential_key};
 use request::{mount_capability, required};
 use stats_cache::Invalidate;
 pub use stats_cache::StatsCache;
+pub use unreferenced::UnreferencedReport;
+use watch::Background;
+pub use watch::BackgroundSettings;
 
 /// Where credentials of inline ephemeral volumes come from (the Kubernetes API in production).
 pub trait SecretSource: Send + Sync + 'static {
@@ -133,6 +138,7 @@ pub struct VolumeManager<H, P> {
     objects: KeyedLocks,
     secrets: Option<Arc<dyn SecretSource>>,
     stats_cache: StatsCache,
+    background: Background,
 }
 
 impl<H, P> std::fmt::Debug for VolumeManager<H, P> {
@@ -165,6 +171,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             objects: KeyedLocks::with_observer(Arc::new(observe_lock_wait)),
             secrets: None,
             stats_cache: StatsCache::default(),
+            background: Background::default(),
         })
     }
 
@@ -257,6 +264,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .cfg
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeStageVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let access = cap.access();
@@ -313,6 +321,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             .cfg
             .kubelet_root
             .check(&req.staging_target_path, "staging_target_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeUnstageVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         match self.store.volume(&req.volume_id)? {
@@ -442,6 +451,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     pub async fn stats(&self, req: &StatsRequest, d: Deadline) -> Result<VolumeStats, Error> {
         required(&req.volume_id, "volume_id")?;
         required(&req.volume_path, "volume_path")?;
+        self.background.touched(&req.volume_id);
         let rec = self.staged_record(&req.volume_id)?;
         let path = self.locate(&rec, &req.volume_path)?;
         // After the record checks (an unstaged volume or an unpublished path is NOT_FOUND, never a cached answer).
@@ -461,6 +471,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     pub async fn expand(&self, req: &ExpandRequest, d: Deadline) -> Result<i64, Error> {
         required(&req.volume_id, "volume_id")?;
         required(&req.volume_path, "volume_path")?;
+        self.background.touched(&req.volume_id);
         let _guard = self.volumes.try_lock(&req.volume_id, "NodeExpandVolume")?;
         let _stats = Invalidate::around(&self.stats_cache, &req.volume_id);
         let rec = self.staged_record(&req.volume_id)?;

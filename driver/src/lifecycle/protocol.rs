@@ -50,6 +50,11 @@ pub enum Health {
     /// It no longer works (e.g. an SMB mapping Disconnected or an iSCSI session gone after a reboot): the protocol
     /// removed what must not survive and marked the record for re-stage; the next stage repairs it.
     NeedsRestage,
+    /// It does not work now (its server does not answer, its mapping is reconnecting), and a running pod may use
+    /// it: the protocol left everything in place (kubelet never re-stages a volume it believes mounted, so a removed
+    /// staging object would stay broken after the server returns); the lifecycle checks it again in the background
+    /// until it works, and reports it meanwhile (`watch.rs`).
+    Unreachable,
 }
 
 /// A storage protocol the lifecycle stages volumes of. `H` is the host port it works through.

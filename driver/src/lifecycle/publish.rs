@@ -39,6 +39,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     #[tracing::instrument(level = "debug", name = "publish", skip_all, fields(volume_id = %req.volume_id))]
     pub async fn publish(&self, req: &PublishRequest, d: Deadline) -> Result<(), Error> {
         required(&req.volume_id, "volume_id")?;
+        self.background.touched(&req.volume_id);
         required(&req.target_path, "target_path")?;
         let Some(cap) = req.capability.as_ref() else {
             return Err(Error::InvalidArgument(
@@ -338,6 +339,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
     #[tracing::instrument(level = "debug", name = "unpublish", skip_all, fields(volume_id = %req.volume_id))]
     pub async fn unpublish(&self, req: &UnpublishRequest, d: Deadline) -> Result<(), Error> {
         required(&req.volume_id, "volume_id")?;
+        self.background.touched(&req.volume_id);
         required(&req.target_path, "target_path")?;
         let target = self
             .cfg

@@ -1,7 +1,10 @@
 //! Startup reconciliation: compare the records with the host once, when the driver starts.
 //!
-//! * Each staged volume's protocol checks its staging object ([`Protocol::check`]); a broken one is cleaned up and the
-//!   volume marked for re-stage (after a reboot it would make kubelet's re-stage fail).
+//! * Each staged volume's protocol checks its staging object ([`Protocol::check`]). One that does not work but may be
+//!   what a running pod's path goes through (a file server that does not answer) is never removed: it is left in
+//!   place and checked again in the background until it works (`watch.rs`), since kubelet never re-stages a volume
+//!   it believes mounted. (A protocol may still clean up and mark a volume for re-stage when nothing a pod uses is
+//!   lost that way.)
 //! * Publish records whose target no longer exists are dropped.
 //! * A publish record whose volume has no record (its record was lost) names a staging path: the protocols may adopt
 //!   what the host shows there ([`Protocol::adopt`]), so a later unstage cleans it up.
@@ -44,6 +47,13 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
                 Phase::Staged => match self.protocol.check(self.context(), &rec, &staging, d).await
                 {
                     Ok(Health::NeedsRestage) => report.restage.push(rec.volume_id.clone()),
+                    Ok(Health::Unreachable) => {
+                        warn!(volume_id = %rec.volume_id, staging = %staging, "the staging object does not work now \
+                              (its server does not answer): left in place, since running pods may use it, and checked \
+                              again in the background until it works");
+                        self.background.watch_unreachable(&rec.volume_id);
+                        report.unreachable.push(rec.volume_id.clone());
+                    }
                     Ok(Health::Healthy) => {}
                     Err(e) => {
                         warn!(volume_id = %rec.volume_id, error = %e, "cannot check the volume's staging object; \
@@ -94,6 +104,7 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
         info!(
             checked = report.checked,
             restage = ?report.restage,
+            unreachable = ?report.unreachable,
             incomplete = ?report.incomplete,
             stale_publications = report.stale_publications.len(),
             adopted = ?report.adopted,

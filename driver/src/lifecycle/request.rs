@@ -207,6 +207,9 @@ pub struct ReconcileReport {
     pub checked: usize,
     /// Volumes whose staging link no longer resolved: link removed, marked for re-stage.
     pub restage: Vec<String>,
+    /// Volumes whose staging object does not work now but may be in use (a file server that does not answer): left
+    /// in place and checked again in the background until it works (`lifecycle/watch.rs`).
+    pub unreachable: Vec<String>,
     /// Volumes whose stage never completed (left for kubelet's retry or unstage).
     pub incomplete: Vec<String>,
     /// Publish records whose target no longer exists (deleted).

@@ -777,6 +777,7 @@ impl Protocol<CsiProxyHost> for Adopter {
             remote_path: self.root.clone(),
             principal: None,
             mapped: false,
+            removing: None,
         };
         VolumeRecord::new(
             found.volume_id,

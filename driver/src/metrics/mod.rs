@@ -13,13 +13,14 @@
 //! | `wincsi_host_call_duration_seconds` | histogram | `backend`, `operation` | `host::Metered` |
 //! | `wincsi_volumes_staged` | gauge | `protocol` | the record store, at each scrape ([`StateSource`]; 0 for a protocol without volumes) |
 //! | `wincsi_volumes_published` | gauge | `protocol` | the record store, at each scrape (0 likewise) |
-//! | `wincsi_state_record_problems` | gauge | `problem` | the record store / lifecycle, at each scrape |
+//! | `wincsi_state_record_problems` | gauge | `problem` | the record store / lifecycle, at each scrape (`unreachable`: staging objects left in place while their server does not answer, re-checked in the background: `lifecycle/watch.rs`; `unreferenced`: staged volumes no pod references and kubelet no longer asks about, past `--unreferenced-volume-minutes`: `lifecycle/unreferenced.rs`) |
 //! | `wincsi_host_backend_up` | gauge | `backend` | the readiness check, at each scrape |
 //! | `wincsi_host_capability_up` | gauge | `backend`, `capability` | the native backend's check of the Windows providers (`disks`, `iscsi`, `smb`): 1 present, 0 absent or not yet checked successfully |
 //! | `wincsi_state_commit_duration_seconds` | histogram | — | the record store: a change queued → durable on disk |
 //! | `wincsi_state_commit_wait_seconds` | histogram | — | the record store: how long a caller waited for its change to be durable (less than the above when it awaited it later) |
 //! | `wincsi_state_commit_groups_total` | counter | — | the record store: groups committed (one directory `fsync` each) |
 //! | `wincsi_state_commit_changes_total` | counter | — | the record store: changes committed in those groups |
+//! | `wincsi_state_dir_flush_refused_total` | counter | — | the record store: directory flushes the file system refused as unavailable there (records rest on their write-through renames; `state/commit.rs`) |
 //! | `wincsi_lock_wait_seconds` | histogram | `lock` | the lifecycle: waiting for a shared host object's lock; iSCSI: for a shared disk listing (`disk-listing`) |
 //! | `wincsi_csi_proxy_connections_abandoned_total` | counter | `group` | proxy-client: a csi-proxy connection left for a fresh one because nothing came back on it before a call's deadline |
 //! | `wincsi_smb_unencrypted_mapping_reuses_total` | counter | — | the native backend: a stage reused an SMB global mapping someone else made without `RequirePrivacy` although `--smb-require-privacy` is on (the share's traffic is not encrypted; alert on it) |
@@ -161,6 +162,7 @@ pub struct Metrics {
     commit_wait: Histogram,
     commit_groups: Counter,
     commit_changes: Counter,
+    dir_flush_refused: Counter,
     lock_wait: HistogramFamily<LockLabels>,
     abandoned_connections: Family<GroupLabels, Counter>,
     unencrypted_mapping_reuses: Counter,
@@ -198,6 +200,7 @@ impl Metrics {
         let commit_wait = wait_histogram();
         let commit_groups = Counter::default();
         let commit_changes = Counter::default();
+        let dir_flush_refused = Counter::default();
         let lock_wait = HistogramFamily::<LockLabels>::new_with_constructor(wait_histogram);
         let abandoned_connections = Family::<GroupLabels, Counter>::default();
         let unencrypted_mapping_reuses = Counter::default();
@@ -234,7 +237,9 @@ impl Metrics {
         );
         registry.register(
             "wincsi_state_record_problems",
-            "State records with a problem (needs_restage, unreadable, quarantined), by problem",
+            "State records with a problem (needs_restage, unreadable, quarantined; unreachable: a staging object left in \
+             place while its server does not answer; unreferenced: a staged volume kubelet will never unstage), by \
+             problem",
             problems.clone(),
         );
         registry.register(
@@ -267,6 +272,12 @@ impl Metrics {
             "wincsi_state_commit_changes",
             "State record changes committed (changes / groups = the mean group size)",
             commit_changes.clone(),
+        );
+        registry.register(
+            "wincsi_state_dir_flush_refused",
+            "Flushes of the state directory the file system refused as unavailable there (a filter or file system \
+             without directory flushes): the records rest on their write-through renames",
+            dir_flush_refused.clone(),
         );
         registry.register(
             "wincsi_lock_wait_seconds",
@@ -312,6 +323,7 @@ impl Metrics {
             commit_wait,
             commit_groups,
             commit_changes,
+            dir_flush_refused,
             lock_wait,
             abandoned_connections,
             unencrypted_mapping_reuses,
@@ -356,6 +368,16 @@ impl Metrics {
     /// One state record change became durable `seconds` after it was queued.
     pub fn observe_state_commit(&self, seconds: f64) {
         self.commit_duration.observe(seconds);
+    }
+
+    /// The file system refused a flush of the state directory as unavailable there.
+    pub fn observe_state_dir_flush_refused(&self) {
+        self.dir_flush_refused.inc();
+    }
+
+    /// Flushes of the state directory refused so far.
+    pub fn state_dir_flush_refused(&self) -> u64 {
+        self.dir_flush_refused.get()
     }
 
     /// A caller waited `seconds` for its state record change to be durable.

@@ -12,7 +12,10 @@
 //! volume has no record, read with `ReadLink`) and [`Context::may_remove_shared`] agrees. Limit: volumes whose
 //! records *and* publish records were lost are invisible (no backend lists the links under kubelet's tree), so their
 //! pods lose the share when the last visible user goes; the README's "State directory" section says so. On the native
-//! backend the mapping is removed only if its ledger (in the same state directory) says wincsi created it.
+//! backend the mapping is removed only if its ledger (in the same state directory) says wincsi created it, so when the
+//! whole directory is lost the unstage of an adopted link leaves the mapping (the volumes whose records and publish
+//! records went with it may still use it). A *stage* that adopts its own link claims the mapping instead
+//! (`stage.rs`, `adopt_own`): kubelet re-stages every volume a pod uses, so the records come back for all of them.
 
 use tracing::{debug, info};
 
@@ -58,6 +61,7 @@ pub(super) async fn adopt<H: Host>(
         remote_path: remote.to_string(),
         principal: None,
         mapped: false,
+        removing: None,
     };
     info!(staging = %staging, remote = %remote, "staging link into a share without a record: adopting it (principal \
           unknown)");

@@ -2,9 +2,10 @@
 //! per-share lock that lets stages on an already-mapped share overlap, and the one-principal-per-server rule (Windows
 //! error 1219).
 
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::adopt::principal_unknown;
+use super::removal::Removals;
 use super::{Mappings, SmbRecord, SmbVolume};
 use crate::error::Error;
 use crate::host::name::starts_with_name;
@@ -93,50 +94,123 @@ fn same_principal(a: &str, b: &str) -> bool {
     names_equal(a, b)
 }
 
-/// `NewSmbGlobalMapping`, repaired once as [`MapRepair`] allows (the caller holds the share's lock exclusively).
-async fn map_repairing<H: Host>(
+/// Why a stage's `NewSmbGlobalMapping` failed.
+#[derive(Debug)]
+pub(super) enum MapFailure {
+    /// The host's answer.
+    Host(HostError),
+    /// The driver's own answer (the mapping needs repair, but another staged volume still reaches its share through
+    /// it: refused, nothing removed; FAILED_PRECONDITION naming the volume), returned as it is.
+    Refused(Error),
+}
+
+impl From<HostError> for MapFailure {
+    fn from(e: HostError) -> Self {
+        Self::Host(e)
+    }
+}
+
+/// The first other volume on share `root` whose staging link still reaches the share (one `IsSymlink` per other
+/// record of the share, only on the repair path): its pods use the mapping, so it must not be force-removed. An
+/// uncertain answer is an error (nothing is removed on it).
+async fn reaching_user<H: Host>(
+    cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    volume_id: &str,
+    root: &str,
+) -> Result<Option<String>, MapFailure> {
+    let others = cx.records::<SmbRecord>().map_err(MapFailure::Refused)?;
+    for (rec, facts) in others {
+        if rec.volume_id == volume_id || !names_equal(&facts.root, root) {
+            continue;
+        }
+        let Ok(staging) = cx.kubelet_root().host_path(&rec.staging_path) else {
+            continue;
+        };
+        match h.is_symlink(&staging).await {
+            Ok(true) => return Ok(Some(rec.volume_id.clone())),
+            Ok(false) => {}
+            Err(e) if e.kind.is_uncertain() => return Err(e.into()),
+            Err(_) => {}
+        }
+    }
+    Ok(None)
+}
+
+/// `NewSmbGlobalMapping`, repaired once as [`MapRepair`] allows (the caller holds the share's lock exclusively). A
+/// mapping another staged volume still reaches its share through is never removed (`Remove(Force)` would cut its
+/// pods' open files): the repair is refused instead.
+#[allow(clippy::too_many_arguments)]
+async fn map_repairing<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    removals: &Removals,
+    volume_id: &str,
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
     repair: MapRepair,
-) -> HostResult<()> {
+) -> Result<(), MapFailure> {
     match new_mapping(h, remote, link, cred).await {
         Err(e) if repair.repairs(&e) => {
-            info!(root = %remote.root(), kind = ?e.kind, "the share's old mapping blocks a new one: removing it and \
-                  retrying once");
-            match remove_mapping(h, &remote.root()).await {
+            let root = remote.root_key();
+            if let Some(user) = reaching_user(cx, h, volume_id, &root).await? {
+                warn!(root = %root, other_volume = %user, why = %e.message, "the share's mapping needs repair, but \
+                      another staged volume still reaches the share through it: left in place");
+                return Err(MapFailure::Refused(Error::FailedPrecondition(format!(
+                    "the SMB global mapping of {} cannot serve this volume ({}), and volume {user:?} still reaches the \
+                     share through it, so wincsi does not remove it (a forced removal would cut that volume's open \
+                     files). Check the volume's credentials and the share's permissions; once the other volumes of \
+                     the share are unstaged from this node (or their pods moved), the next stage re-creates the \
+                     mapping",
+                    remote.root(),
+                    e.message
+                ))));
+            }
+            info!(root = %remote.root(), kind = ?e.kind, "the share's old mapping blocks a new one and no other staged \
+                  volume reaches the share through it: removing it and retrying once");
+            // Announced in this stage's record and run to its end (`removal.rs`): should it outlive this stage,
+            // the next stage of the share waits for it rather than map the share beneath it.
+            match removals
+                .remove_mapping(cx, h, volume_id, &remote.root())
+                .await
+                .map_err(MapFailure::Refused)?
+            {
                 Ok(()) => {}
                 Err(e) if e.kind == HostErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
-            new_mapping(h, remote, link, cred).await
+            Ok(new_mapping(h, remote, link, cred).await?)
         }
-        other => other,
+        other => Ok(other?),
     }
 }
 
 /// `NewSmbGlobalMapping` under a share's mapping lock. Under the shared side only the plain call runs (it adds a link
 /// to the existing mapping); a repair (remove + re-create) changes the mapping under other users, so it first upgrades
 /// to the exclusive side and then runs the full repairing sequence afresh (another caller may have repaired it).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn map_locked<H: Host>(
+    cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    removals: &Removals,
     guard: &mut KeyedGuard,
+    volume_id: &str,
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
     repair: MapRepair,
-) -> HostResult<()> {
+) -> Result<(), MapFailure> {
     if guard.is_shared() {
         match new_mapping(h, remote, link, cred).await {
             Err(e) if repair.repairs(&e) => {
                 info!(root = %remote.root(), "the mapping needs repair: taking the exclusive mapping lock");
                 guard.upgrade().await;
             }
-            other => return other,
+            other => return Ok(other?),
         }
     }
-    map_repairing(h, remote, link, cred, repair).await
+    map_repairing(cx, h, removals, volume_id, remote, link, cred, repair).await
 }
 
 /// Lock a share's mapping for a stage of `volume_id`: the shared side when the mapping exists (this process made it,

@@ -17,7 +17,7 @@
 //! | unstage | `Rmdir(staging)` ("not found": already gone) → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
 //! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` (native, reachable and staged: → `PathSpace(path)`) |
-//! | startup reconcile (staged record) | `IsSymlink(staging)` (→ `Rmdir(staging)` when it does not reach the share; "not found": nothing was there) |
+//! | startup reconcile (staged record), and its background re-checks | `IsSymlink(staging)` (a link that does not reach the share is left in place: `lifecycle/watch.rs`) |
 //! | publish readiness | `IsSymlink(staging)` |
 //!
 //! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`);
@@ -94,7 +94,9 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostOp, HostPath, UncPath, name_key, names_equal};
+use crate::host::{
+    Host, HostErrorKind, HostOp, HostPath, SharedObject, UncPath, name_key, names_equal,
+};
 use crate::lifecycle::{
     Calls, Context, Found, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
 };
@@ -104,14 +106,15 @@ use crate::state::{Details, Phase, VolumeRecord};
 mod adopt;
 mod mapping;
 pub mod params;
+mod removal;
 mod stage;
 #[cfg(test)]
 mod tests;
 
 pub use crate::lifecycle::Secrets;
 pub use params::{SmbVolume, parse_stage, parse_volume};
-
-use mapping::remove_mapping;
+use removal::Removals;
+pub use removal::SmbRemoval;
 
 /// The SMB facts of a staged volume, kept in its state record (never a secret).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +132,10 @@ pub struct SmbRecord {
     /// `SmbRecord::proves_mapping`. Absent (false) in records of earlier versions.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mapped: bool,
+    /// Removals announced before they were issued whose outcome is not known yet (`removal.rs`): stages of the share
+    /// (and of this volume) wait for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removing: Option<SmbRemoval>,
 }
 
 impl Details for SmbRecord {
@@ -142,6 +149,7 @@ impl SmbRecord {
             remote_path: vol.full_path().to_string(),
             principal: vol.principal().map(str::to_owned),
             mapped: false,
+            removing: None,
         }
     }
 
@@ -173,6 +181,7 @@ impl SmbRecord {
 #[derive(Clone, Debug, Default)]
 pub struct Smb {
     mappings: Mappings,
+    removals: Removals,
 }
 
 /// The share roots (lock keys) this process mapped and has not removed since. A stage that finds its root here takes
@@ -257,7 +266,7 @@ impl<H: Host> Protocol<H> for Smb {
         vol: &SmbVolume,
         d: Deadline,
     ) -> Result<(), Error> {
-        stage::stage(cx, &self.mappings, at, vol, d).await
+        stage::stage(cx, &self.mappings, &self.removals, at, vol, d).await
     }
 
     async fn unstage(
@@ -267,7 +276,7 @@ impl<H: Host> Protocol<H> for Smb {
         record: &VolumeRecord,
         d: Deadline,
     ) -> Result<(), Error> {
-        unstage(cx, &self.mappings, staging, record, d).await
+        unstage(cx, &self.mappings, &self.removals, staging, record, d).await
     }
 
     async fn stats(
@@ -330,22 +339,31 @@ fn other_share_users<H: Host>(
 }
 
 /// NodeUnstageVolume of a share: the link, then the mapping when no other record (for an adopted record: nor a link the
-/// host shows, see `adopt.rs`) names its root, then the record.
+/// host shows, see `adopt.rs`) names its root, then the record. Both removals are announced in the record first and run
+/// to their end (`removal.rs`): a stage arriving after this unstage gave up waits for them.
 async fn unstage<H: Host>(
     cx: Context<'_, H>,
     mappings: &Mappings,
+    removals: &Removals,
     staging: &HostPath,
     record: &VolumeRecord,
     d: Deadline,
 ) -> Result<(), Error> {
     let volume_id = &record.volume_id;
-    cx.remove_staging_link(staging, d).await?;
-    let SmbRecord {
-        root, remote_path, ..
-    } = details(record)?;
+    let facts = details(record)?;
     // The lock key of the share as stage computes it (a record of an earlier version keys non-ASCII names otherwise).
-    let root = name_key(&root);
+    let root = name_key(&facts.root);
     let h = cx.calls(d);
+    // The link's removal is announced before it is issued; the mapping's below, under the share's lock, only when
+    // this is its last user (each announced removal is one that was issued, so a restarted driver never waits for a
+    // removal that never ran).
+    let facts = removals.announce(cx, record, &facts, true, false).await?;
+    let mut announced = facts
+        .removing
+        .clone()
+        .unwrap_or_else(|| unreachable!("just announced"));
+    removal::remove_link(removals, &h, volume_id, &announced, staging).await?;
+    let remote_path = facts.remote_path.clone();
     let _mapping = cx.object_locks().lock(&root).await;
     let others = other_share_users(cx, volume_id, &root)?;
     // An adopted volume's siblings may have lost their records too: links the host shows count as users.
@@ -356,10 +374,22 @@ async fn unstage<H: Host>(
             0
         };
     if cx.may_remove_shared(others, &root) {
+        // The last user: one more write, under the share's lock (no stage of the share runs meanwhile).
+        let next = removals.announce(cx, record, &facts, false, true).await?;
+        removals.forget(volume_id, &announced);
+        announced = next
+            .removing
+            .unwrap_or_else(|| unreachable!("just announced"));
         let remote = UncPath::parse(&remote_path, "recorded remote path")?.root();
         mappings.forget(&root);
-        match remove_mapping(&h, &remote).await {
-            Ok(()) => info!(root = %root, "last user gone: SMB mapping removed"),
+        // What the backend will do with it, so the log says what happened (issue 37 item 15).
+        let ours = h.host().made_by_wincsi(SharedObject::SmbMapping(&root)) != Some(false);
+        match removal::remove_mapping_to_end(removals, &h, volume_id, &announced, &remote).await {
+            Ok(()) if ours => info!(root = %root, "last user gone: SMB mapping removed"),
+            Ok(()) => {
+                info!(root = %root, "last user gone: SMB mapping left in place (someone else made it: wincsi \
+                            removes only mappings it made)")
+            }
             Err(e) if e.kind == HostErrorKind::NotFound => {
                 debug!(root = %root, "mapping already gone")
             }
@@ -369,6 +399,7 @@ async fn unstage<H: Host>(
         debug!(root = %root, others, "SMB mapping kept: other staged volumes use it");
     }
     cx.store().remove_volume(volume_id).await?;
+    removals.forget(volume_id, &announced);
     info!(staging = %staging, "volume unstaged");
     Ok(())
 }
@@ -479,31 +510,25 @@ async fn usage<H: Host>(
     }
 }
 
-/// Startup reconciliation of a staged share: a staging link that no longer reaches the share (after a reboot the
-/// mapping is Disconnected; `IsSymlink` may answer false or an error) is removed, so kubelet's re-stage can rebuild
-/// it, and the volume is marked for re-stage.
+/// Startup reconciliation of a staged share (and the background re-checks of one left in place): `IsSymlink` of the
+/// staging link. One that does not reach the share is **left in place** ([`Health::Unreachable`]): it is what the
+/// pods' links point at, and kubelet never re-stages a volume it believes mounted, so removing it would break their
+/// paths for good even once the server answers again — while left, they work again as soon as the mapping does. After
+/// a reboot (the mapping Disconnected, no pod running) kubelet's NodeStageVolume repairs it as any re-stage does.
 async fn check<H: Host>(
     cx: Context<'_, H>,
     rec: &VolumeRecord,
     staging: &HostPath,
     d: Deadline,
 ) -> Result<Health, Error> {
-    let h = cx.calls(d);
-    // `IsSymlink` alone first (true: a link whose target exists, as for a repeated stage); anything else is removed
-    // with a non-forced `Rmdir`, for which "not found" means nothing was there.
-    match reaches_share(&h, staging).await? {
-        Ok(()) => return Ok(Health::Healthy),
-        Err(why) => debug!(staging = %staging, why = %why, "staging link does not reach the share"),
+    match reaches_share(&cx.calls(d), staging).await? {
+        Ok(()) => Ok(Health::Healthy),
+        Err(why) => {
+            debug!(volume_id = %rec.volume_id, staging = %staging, why = %why,
+                   "the staging link does not reach the share now: left in place (running pods may use it)");
+            Ok(Health::Unreachable)
+        }
     }
-    match h.rmdir(staging).await {
-        Ok(()) => {}
-        Err(e) if e.kind == HostErrorKind::NotFound => {}
-        Err(e) => return Err(host_error(e, staging)),
-    }
-    cx.mark_needs_restage(rec).await?;
-    info!(volume_id = %rec.volume_id, staging = %staging, "staging link broken: removed, volume \
-          marked for re-stage");
-    Ok(Health::NeedsRestage)
 }
 
 /// NodePublishVolume's check: the staging link reaches the share (a link to one that does not would be a *file*

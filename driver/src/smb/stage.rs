@@ -4,13 +4,14 @@
 
 use tracing::{debug, info, warn};
 
-use super::mapping::{MapRepair, check_principal, lock_mapping, map_locked, remove_mapping};
+use super::mapping::{MapFailure, MapRepair, check_principal, lock_mapping, map_locked};
+use super::removal::Removals;
 use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
 use crate::host::{
-    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SmbCredential, UncPath,
+    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential, UncPath,
 };
-use crate::lifecycle::{Calls, Context, StageAt, host_error};
+use crate::lifecycle::{Calls, Context, Found, StageAt, host_error};
 use crate::locks::{Deadline, KeyedGuard};
 use crate::state::{Phase, VolumeRecord};
 
@@ -26,6 +27,7 @@ fn server_lock_key(vol: &SmbVolume) -> String {
 pub(super) async fn stage<H: Host>(
     cx: Context<'_, H>,
     mappings: &Mappings,
+    removals: &Removals,
     at: StageAt<'_>,
     vol: &SmbVolume,
     d: Deadline,
@@ -55,6 +57,17 @@ pub(super) async fn stage<H: Host>(
     // The subDir is created through the staging link (csi-proxy's `Mkdir` takes local paths only): that path obeys
     // every host-path rule, 260 bytes included, so a subDir too long for it is refused before any host call or record.
     let sub = sub_dir_path(cx, staging, vol)?;
+    let existing = match existing {
+        Some(rec) => Some(rec),
+        // An inline volume's private stage is left out (kubelet publishes it again with its Secret; its path is the
+        // driver's own), as are the stages on csi-proxy (it cannot read links, and removes any mapping it is asked to).
+        None if ephemeral => None,
+        None => {
+            // Refused up front without a host call (checked again, and claimed, under the server's lock below).
+            check_principal(cx, volume_id, vol)?;
+            adopt_own(cx, at, vol, d).await?
+        }
+    };
     let fresh = existing.is_none();
     // Shared with the store's index (held to the end of the stage: with many stages at once, copies add up).
     let record = std::sync::Arc::new(VolumeRecord::new(
@@ -64,6 +77,12 @@ pub(super) async fn stage<H: Host>(
         ephemeral,
         &wanted,
     )?);
+    // A removal of the share's mapping (or of this volume's staging link) that may still run would take away what this
+    // stage makes: UNAVAILABLE until it is over (`removal.rs`), before anything is written or done.
+    let root = vol.source.root_key();
+    if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
+        return Err(Error::Unavailable(why));
+    }
     // The one-principal-per-server rule, checked and claimed atomically under the server's lock: the record naming
     // this principal is in the store (visible to every other stage) before the lock is released, so of two stages on
     // one server with different accounts exactly one passes (the other sees its record). It becomes durable after
@@ -122,17 +141,34 @@ pub(super) async fn stage<H: Host>(
     if !fresh {
         cx.store().put_shared_volume(&record).await?;
     }
-    let root = vol.source.root_key();
     // A re-stage (a record exists) may find the mapping broken and repair it: it does not go by what this process
     // remembers making.
     let mut mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
+    // Once more under the share's lock: an unstage of the share may have announced its removal since the look above
+    // and given up waiting for it (its lock is released at its deadline, the removal going on).
+    if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
+        drop(mapping);
+        if fresh {
+            cx.store().remove_volume(volume_id).await?;
+        }
+        return Err(Error::Unavailable(why));
+    }
     // What this call may have made, for the rollback of a definite failure.
     let mut made = Made::default();
     let cred = vol.credential.as_ref();
     let result = async {
         if let Some(sub) = &sub {
             debug!(sub_dir = %vol.full_path(), "ensuring subDir exists on the share through a temporary link");
-            map(&h, &mut mapping, &mut made, &vol.source, staging, cred, repair)
+            let on = Mapping {
+                cx,
+                h: &h,
+                removals,
+                volume_id,
+                staging,
+                cred,
+                repair,
+            };
+            on.map(&mut mapping, &mut made, &vol.source)
                 .await
                 .map_err(|e| map_error(e, vol, &vol.source))?;
             mappings.mapped(&root);
@@ -143,7 +179,16 @@ pub(super) async fn stage<H: Host>(
             made.link = false;
         }
         let full = vol.full_path();
-        map(&h, &mut mapping, &mut made, &full, staging, cred, repair)
+        let on = Mapping {
+            cx,
+            h: &h,
+            removals,
+            volume_id,
+            staging,
+            cred,
+            repair,
+        };
+        on.map(&mut mapping, &mut made, &full)
             .await
             .map_err(|e| map_error(e, vol, &full))?;
         mappings.mapped(&root);
@@ -183,6 +228,7 @@ pub(super) async fn stage<H: Host>(
                 cx,
                 h: &h,
                 mappings,
+                removals,
                 volume_id,
                 staging,
                 vol,
@@ -191,6 +237,52 @@ pub(super) async fn stage<H: Host>(
         }
         Err(err) => Err(err),
     }
+}
+
+/// Before a first stage (no record), on a backend that can read links (native) and does not count the share's mapping
+/// as the driver's: this volume's own staging link into the same share path, left by a stage whose record was lost
+/// with the state directory (ledgers included), is adopted (`adopt.rs`: the record, marked `adopted`, and the
+/// mapping claimed as the driver's), so the stage goes on as a re-stage of the driver's own objects and their
+/// unstage removes the mapping instead of taking it for someone else's (issue 37 item 15). Costs one `ReadLink` of
+/// the staging path on those first stages only.
+async fn adopt_own<H: Host>(
+    cx: Context<'_, H>,
+    at: StageAt<'_>,
+    vol: &SmbVolume,
+    d: Deadline,
+) -> Result<Option<std::sync::Arc<VolumeRecord>>, Error> {
+    let h = cx.calls(d);
+    let root = vol.source.root_key();
+    if !h.host().capabilities().read_links
+        || h.host().made_by_wincsi(SharedObject::SmbMapping(&root)) != Some(false)
+    {
+        return Ok(None);
+    }
+    let found = Found {
+        volume_id: at.volume_id,
+        staging: at.staging,
+    };
+    let Some(mut rec) = super::adopt::adopt(cx, found, d).await? else {
+        return Ok(None);
+    };
+    if !rec
+        .details::<SmbRecord>()?
+        .is_some_and(|r| r.same_volume(&SmbRecord::of(vol)))
+    {
+        debug!(staging = %at.staging, "the link at the staging path is another share path's: not adopted");
+        return Ok(None);
+    }
+    rec.adopted = true;
+    rec.ephemeral = at.ephemeral;
+    // The link proves this driver staged the volume on the share, the proof the volume records give at start (they
+    // seed the ledger): the mapping is counted as the driver's (native ledger), as the record is written.
+    h.host()
+        .claim(SharedObject::SmbMapping(&root), d)
+        .await
+        .map_err(|e| host_error(e, &vol.source.root()))?;
+    cx.store().put_volume(&rec).await?;
+    info!(staging = %at.staging, "this volume's own staging link (its record lost) adopted: re-staging it");
+    Ok(Some(std::sync::Arc::new(rec)))
 }
 
 /// What a stage may have made on the host, so that the rollback of a definite failure removes it. A call whose
@@ -219,31 +311,54 @@ fn refused_before_mapping(kind: HostErrorKind) -> bool {
     )
 }
 
-/// `NewSmbGlobalMapping` of `remote` with the staging link, noting in `made` what it may have made. Once the share is
-/// mapped, the other stages queued on it go on under the shared side while this one finishes.
-async fn map<H: Host>(
-    h: &Calls<'_, H>,
-    mapping: &mut KeyedGuard,
-    made: &mut Made,
-    remote: &UncPath,
-    staging: &HostPath,
-    cred: Option<&SmbCredential>,
+/// What a stage maps with: the staging link at `staging`, the volume's credential and the repair it may make.
+struct Mapping<'a, H> {
+    cx: Context<'a, H>,
+    h: &'a Calls<'a, H>,
+    removals: &'a Removals,
+    volume_id: &'a str,
+    staging: &'a HostPath,
+    cred: Option<&'a SmbCredential>,
     repair: MapRepair,
-) -> Result<(), HostError> {
-    let result = map_locked(h, mapping, remote, staging, cred, repair).await;
-    let possibly_made = match &result {
-        Ok(()) => true,
-        Err(e) => !refused_before_mapping(e.kind),
-    };
-    if possibly_made {
-        made.link = true;
-        // Under the shared side the mapping was there before this call (other volumes use it): never this call's.
-        made.mapping |= !mapping.is_shared();
+}
+
+impl<H: Host> Mapping<'_, H> {
+    /// `NewSmbGlobalMapping` of `remote` with the staging link, noting in `made` what it may have made. Once the share
+    /// is mapped, the other stages queued on it go on under the shared side while this one finishes.
+    async fn map(
+        &self,
+        mapping: &mut KeyedGuard,
+        made: &mut Made,
+        remote: &UncPath,
+    ) -> Result<(), MapFailure> {
+        let result = map_locked(
+            self.cx,
+            self.h,
+            self.removals,
+            mapping,
+            self.volume_id,
+            remote,
+            self.staging,
+            self.cred,
+            self.repair,
+        )
+        .await;
+        let possibly_made = match &result {
+            Ok(()) => true,
+            Err(MapFailure::Host(e)) => !refused_before_mapping(e.kind),
+            // Refused before any removal, after a call that answered the mapping needs repair.
+            Err(MapFailure::Refused(_)) => false,
+        };
+        if possibly_made {
+            made.link = true;
+            // Under the shared side the mapping was there before this call (other volumes use it): never this call's.
+            made.mapping |= !mapping.is_shared();
+        }
+        if result.is_ok() {
+            mapping.downgrade();
+        }
+        result
     }
-    if result.is_ok() {
-        mapping.downgrade();
-    }
-    result
 }
 
 /// The rollback of a fresh stage's definite failure: kubelet treats the error as final and will not call NodeUnstage,
@@ -253,6 +368,7 @@ struct Rollback<'a, H> {
     cx: Context<'a, H>,
     h: &'a Calls<'a, H>,
     mappings: &'a Mappings,
+    removals: &'a Removals,
     volume_id: &'a str,
     staging: &'a HostPath,
     vol: &'a SmbVolume,
@@ -264,6 +380,7 @@ impl<H: Host> Rollback<'_, H> {
             cx,
             h,
             mappings,
+            removals,
             volume_id,
             staging,
             vol,
@@ -285,7 +402,12 @@ impl<H: Host> Rollback<'_, H> {
             mapping.upgrade().await;
             if other_share_users(cx, volume_id, &root)? == 0 && cx.may_remove_shared(0, &root) {
                 mappings.forget(&root);
-                match remove_mapping(h, &vol.source.root()).await {
+                // Announced in the record first and run to its end (`removal.rs`): a stage of the share arriving
+                // after this one gave up waits for it.
+                match removals
+                    .remove_mapping(cx, h, volume_id, &vol.source.root())
+                    .await?
+                {
                     Ok(()) => {}
                     Err(e) if e.kind == HostErrorKind::NotFound => {}
                     Err(e) => left.push(format!("the SMB mapping of {root} ({})", e.message)),
@@ -386,7 +508,11 @@ fn sub_dir_path<H: Host>(
 
 /// A failed `NewSmbGlobalMapping`. Without credentials, a failure Windows gives no known reason for is csi-proxy's own
 /// limit: v1.1.x and v1.2.x (PowerShell) always build a `PSCredential` and cannot map with the node's identity.
-fn map_error(e: HostError, vol: &SmbVolume, subject: &dyn std::fmt::Display) -> Error {
+fn map_error(e: MapFailure, vol: &SmbVolume, subject: &dyn std::fmt::Display) -> Error {
+    let e = match e {
+        MapFailure::Host(e) => e,
+        MapFailure::Refused(err) => return err,
+    };
     if e.kind == HostErrorKind::NotFound {
         // The mapping is made first, then the link to the full remote path: PowerShell-era csi-proxy (`New-Item
         // -ItemType SymbolicLink`, Windows PowerShell 5.1) refuses a link to a path that does not exist.

@@ -2,21 +2,28 @@
 //!
 //! A group is every change queued while the previous group was being written (at most [`MAX_GROUP`]). Its steps:
 //! create and write a temporary file per record written; `fsync` them (concurrently when there are several, so the
-//! file system commits them in one journal transaction); rename each over its record and delete the removed records;
-//! `fsync` each directory that changed once; then wake every waiter with its record's outcome. A record changed
-//! several times in one group is written once, with its last value.
+//! file system commits them in one journal transaction); rename each over its record (on Windows with write-through)
+//! and delete the removed records; `fsync` each directory that changed once (on Windows `FlushFileBuffers` on a
+//! directory handle: the platform calls are the twins `durable_unix.rs` / `durable_windows.rs`); then wake every
+//! waiter with its record's outcome. A directory whose flush fails fails the group: no waiter is told its change is
+//! durable when it may not be. A directory that cannot be flushed where it lives — the file system or a filter does
+//! not take a directory flush, or refuses the handle it needs (`durable::flush_refused`: on Windows
+//! `ERROR_INVALID_FUNCTION`, `ERROR_NOT_SUPPORTED`, `ERROR_ACCESS_DENIED`) — would fail every write for good; there
+//! the store relies on what the platform still gives (on Windows each record's rename is write-through), warns once
+//! and counts each such flush ([`CommitStats::dir_syncs_refused`], `wincsi_state_dir_flush_refused_total`). A record
+//! changed several times in one group is written once, with its last value.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{FileSlot, Kind, Shared, io_err, read_file};
+use super::{FileSlot, Kind, Shared, durable, io_err, read_file};
 use crate::error::Error;
 
 /// The most changes one group takes (a bound on the temporary files open at once).
@@ -94,8 +101,11 @@ pub struct CommitStats {
     pub files_written: u64,
     /// Record files deleted.
     pub files_removed: u64,
-    /// Directory `fsync`s.
+    /// Directory `fsync`s (tried).
     pub dir_syncs: u64,
+    /// Directory `fsync`s the platform refused as unavailable where the directory lives (see the module docs): the
+    /// changes rest on the write-through rename alone.
+    pub dir_syncs_refused: u64,
 }
 
 #[derive(Debug, Default)]
@@ -106,6 +116,9 @@ struct Counters {
     files_written: AtomicU64,
     files_removed: AtomicU64,
     dir_syncs: AtomicU64,
+    dir_syncs_refused: AtomicU64,
+    /// Whether a refused directory flush was logged at `warn` already (once per store).
+    warned_refused: AtomicBool,
 }
 
 /// The store's committer: a queue, drained by one task at a time on the runtime's blocking pool (or a thread of its
@@ -199,6 +212,7 @@ impl Committer {
             files_written: c.files_written.load(Ordering::Relaxed),
             files_removed: c.files_removed.load(Ordering::Relaxed),
             dir_syncs: c.dir_syncs.load(Ordering::Relaxed),
+            dir_syncs_refused: c.dir_syncs_refused.load(Ordering::Relaxed),
         }
     }
 }
@@ -263,6 +277,43 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Flush `dir` (step 4 of a group). A flush the platform cannot do there is let through (module docs): warned
+    /// once, counted, and the changes rest on their write-through renames; any other failure is the group's.
+    fn sync_dir(&self, dir: &Path) -> Result<(), String> {
+        let counters = &self.counters;
+        counters.dir_syncs.fetch_add(1, Ordering::Relaxed);
+        let synced = self
+            .hooks
+            .before_sync_dir
+            .as_ref()
+            .map_or(Ok(()), |hook| hook(dir))
+            .and_then(|()| durable::sync_dir(dir));
+        match synced {
+            Ok(()) => Ok(()),
+            Err(e) if durable::flush_refused(&e) => {
+                counters.dir_syncs_refused.fetch_add(1, Ordering::Relaxed);
+                if let Some(m) = crate::metrics::installed() {
+                    m.observe_state_dir_flush_refused();
+                }
+                if counters.warned_refused.swap(true, Ordering::Relaxed) {
+                    tracing::debug!(dir = %dir.display(), error = %e, "state store: directory flush refused again");
+                } else {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        error = %e,
+                        "state store: the file system refuses to flush the state directory; records rest on their \
+                         write-through renames (a removed record may come back after a power cut). Counted in \
+                         wincsi_state_dir_flush_refused_total; warned once"
+                    );
+                }
+                Ok(())
+            }
+            Err(e) => Err(io_err("flush the directory", dir, e).to_string()),
+        }
+    }
+}
+
 /// A record file being written in a group.
 struct Write {
     kind: Kind,
@@ -276,7 +327,7 @@ struct Write {
 impl Worker {
     /// Commit one group (see the module docs).
     fn commit(&self, group: Vec<Change>, tmp_counter: &mut u64) {
-        let (shared, hooks, counters) = (&*self.shared, &self.hooks, &self.counters);
+        let (shared, counters) = (&*self.shared, &self.counters);
         if group.is_empty() {
             return;
         }
@@ -337,7 +388,7 @@ impl Worker {
             drop(w.file.take());
             if w.result.is_ok() {
                 let path = shared.file(w.kind, &w.key);
-                match fs::rename(&w.tmp, &path) {
+                match durable::replace(&w.tmp, &path) {
                     Ok(()) => {
                         changed_dirs.insert(w.kind);
                         counters.files_written.fetch_add(1, Ordering::Relaxed);
@@ -372,14 +423,7 @@ impl Worker {
                 dirs.push(parent.to_path_buf());
             }
             for dir in dirs {
-                counters.dir_syncs.fetch_add(1, Ordering::Relaxed);
-                let synced = hooks
-                    .before_sync_dir
-                    .as_ref()
-                    .map_or(Ok(()), |hook| hook(&dir))
-                    .and_then(|()| sync_dir(&dir));
-                if let Err(e) = synced {
-                    let e = io_err("flush the directory", &dir, e).to_string();
+                if let Err(e) = self.sync_dir(&dir) {
                     for ((k, _), r) in outcome.iter_mut() {
                         if *k == kind && r.is_ok() {
                             *r = Err(e.clone());
@@ -490,15 +534,6 @@ fn sync_files(writes: &mut [Write]) {
     });
     // A part whose thread could not start is flushed here.
     writes.iter_mut().for_each(sync);
-}
-
-/// Flush a directory entry change where the platform allows opening a directory (not on Windows, where `rename`
-/// with `MOVEFILE_WRITE_THROUGH` semantics is the best available and the open simply fails).
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    match File::open(dir) {
-        Ok(d) => d.sync_all(),
-        Err(_) => Ok(()),
-    }
 }
 
 /// Delete temporary files a crash left in `dir` (store open only: while the store runs, the committer owns them).

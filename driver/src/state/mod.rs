@@ -4,7 +4,8 @@
 //! Layout: `<state-dir>/volumes/<sha256(volume_id)>.json` and `<state-dir>/publish/<sha256(lower(target))>.json`.
 //! Volume ids may contain any character, so file names are the hex SHA-256 of the id and the id itself is inside the
 //! record. Every write is atomic: write a temporary file in the same directory, `fsync` it, rename it over the record,
-//! then `fsync` the directory where the platform allows it. A reader sees the old or the new record, never a torn one.
+//! then `fsync` the directory (on Windows: the rename with `MOVEFILE_WRITE_THROUGH` and `FlushFileBuffers` on the
+//! directory's handle, `durable_windows.rs`). A reader sees the old or the new record, never a torn one.
 //!
 //! The store knows no protocol: a [`VolumeRecord`] holds the lifecycle's fields (id, phase, staging path) plus a
 //! protocol tag and the protocol's own facts ([`Details`]: an SMB share root, an iSCSI target and pinned disk
@@ -76,6 +77,13 @@ use tokio::sync::oneshot;
 use crate::error::Error;
 
 mod commit;
+// The platform's durable rename and directory flush (cfg'd twins; the only platform code of the store).
+#[cfg(unix)]
+#[path = "durable_unix.rs"]
+mod durable;
+#[cfg(windows)]
+#[path = "durable_windows.rs"]
+mod durable;
 mod index;
 #[cfg(test)]
 mod tests;
@@ -392,10 +400,11 @@ impl StateStore {
         Self::open_with(dir, commit::Hooks::default())
     }
 
-    /// A store whose every directory `fsync` first calls `hook` (which may stop it, or fail it like a crash or a
-    /// full disk would): for tests of the write-before-host-object rule.
-    #[cfg(test)]
-    pub(crate) fn open_with_dir_sync_hook(
+    /// A store whose every directory `fsync` first calls `hook` (which may stop it, or fail it like a crash, a full
+    /// disk or a file system without directory flushes would): for tests of the write-before-host-object rule and of
+    /// a refused directory flush (also under Wine, hence `test-util`).
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn open_with_dir_sync_hook(
         dir: &Path,
         hook: impl Fn(&Path) -> io::Result<()> + Send + Sync + 'static,
     ) -> Result<Self, Error> {

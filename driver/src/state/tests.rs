@@ -375,6 +375,122 @@ fn a_write_is_not_done_before_its_directory_is_flushed_and_a_crash_there_fails_t
     assert_eq!(store.commit_stats().files_written, 2);
 }
 
+/// What a file system or filter without directory flushes answers a directory flush (`durable::flush_refused`):
+/// `EINVAL` on Unix, `ERROR_INVALID_FUNCTION` on Windows (dgraph-io/badger#699, an SMB redirector drive).
+#[cfg(unix)]
+const FLUSH_REFUSED: i32 = 22;
+#[cfg(windows)]
+const FLUSH_REFUSED: i32 = 1;
+
+/// Log lines, shared with the committer's thread.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Logs {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+}
+
+/// Review of issue 37 item 10: a directory the platform cannot flush where it lives (a filter that does not take the
+/// flush, ReFS, an SMB drive) must not fail every write for good: the records rest on their (write-through) renames,
+/// the refusal is warned once and counted (stats and `wincsi_state_dir_flush_refused_total`). Any other failure of
+/// the flush still fails the write. (Before: every write failed with "flush the directory".)
+#[test]
+fn a_directory_the_platform_cannot_flush_does_not_fail_every_write() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metrics = crate::metrics::install();
+    let refused_before = metrics.state_dir_flush_refused();
+    let logs = Logs::default();
+    let (sink, fail_next) = (logs.clone(), Arc::new(Mutex::new(None::<io::Error>)));
+    let fail = Arc::clone(&fail_next);
+    let store = StateStore::open_with_dir_sync_hook(dir.path(), move |_: &Path| {
+        // The hook runs on the committer's thread: route that thread's logs into the test's buffer.
+        thread_local!(static LOGS: std::cell::RefCell<Option<tracing::subscriber::DefaultGuard>> = const { std::cell::RefCell::new(None) });
+        LOGS.with(|g| {
+            let writer = sink.clone();
+            g.borrow_mut().get_or_insert_with(|| {
+                tracing::subscriber::set_default(
+                    tracing_subscriber::fmt()
+                        .with_writer(move || writer.clone())
+                        .with_ansi(false)
+                        .with_max_level(tracing::Level::DEBUG)
+                        .finish(),
+                )
+            });
+        });
+        match fail.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Some(e) => Err(e),
+            None => Err(io::Error::from_raw_os_error(FLUSH_REFUSED)),
+        }
+    })
+    .expect("open");
+    // A new directory (its own and its parent's flush refused), then a replacement, a second record and a removal.
+    done(
+        store.put_volume(&record("v1", r"\\srv\share")),
+        "first write",
+    );
+    let mut staged = record("v1", r"\\srv\share");
+    staged.phase = Phase::Staged;
+    done(store.put_volume(&staged), "replacement");
+    done(
+        store.put_volume(&record("v2", r"\\srv\share")),
+        "second record",
+    );
+    done(store.remove_volume("v2"), "removal");
+    let stats = store.commit_stats();
+    assert_eq!(
+        (stats.dir_syncs, stats.dir_syncs_refused),
+        (5, 5),
+        "{stats:?}"
+    );
+    assert!(
+        metrics.state_dir_flush_refused() >= refused_before + 5,
+        "counted in the metric"
+    );
+    let reopened = StateStore::open(dir.path()).expect("reopen");
+    assert_eq!(
+        reopened.volume("v1").expect("read").map(|r| r.phase),
+        Some(Phase::Staged),
+        "the records are in place"
+    );
+    assert!(reopened.volume("v2").expect("read").is_none());
+    drop(reopened);
+    let text = logs.text();
+    assert_eq!(
+        text.lines().filter(|l| l.contains("WARN")).count(),
+        1,
+        "warned once:\n{text}"
+    );
+    assert!(
+        text.contains("wincsi_state_dir_flush_refused_total") && text.contains("DEBUG"),
+        "the warning names the metric; later refusals are at debug:\n{text}"
+    );
+    // A flush that fails for another reason (a failing disk) still fails the write, and is not counted as refused.
+    *fail_next.lock().unwrap_or_else(PoisonError::into_inner) =
+        Some(io::Error::other("device I/O error"));
+    let err = block_on(store.put_volume(&record("v3", r"\\srv\share")))
+        .expect_err("a failed flush fails the write");
+    assert!(
+        matches!(&err, Error::Internal(m) if m.contains("flush the directory") && m.contains("device I/O error")),
+        "{err:?}"
+    );
+    assert_eq!(store.commit_stats().dir_syncs_refused, 5);
+}
+
 #[test]
 fn writes_queued_during_a_group_share_the_next_groups_directory_fsync() {
     let dir = tempfile::tempdir().expect("tmp");

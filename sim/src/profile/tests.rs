@@ -1481,6 +1481,49 @@ fn session_recovery_reauthenticates_with_current_secrets() {
     }
 }
 
+/// A portal that stops answering (`State::set_portal_reachable`): the session stays, its disk vanishes and the mount
+/// point on it dangles; a new login or portal through it fails with the initiator's "Connection Failed." in each
+/// release's wrapping (a failure, never a not-found); once it answers again the disk comes back with its volume,
+/// and the mount point resolves to the same data.
+#[test]
+fn a_portal_that_stops_answering_keeps_its_session_and_its_disk_comes_back() {
+    for v in CsiProxyVersion::ALL {
+        let mut f = host(v);
+        let vol = data_volume(&mut f);
+        let t = p("m");
+        f.mkdir(&t).unwrap();
+        f.mount_volume(&vol, &t).unwrap();
+        f.write_file(&format!(r"{t}\hello.txt"), b"kept").unwrap();
+        f.set_portal_reachable(PORTAL, false).unwrap();
+        assert_eq!(f.sessions().len(), 1, "{v}: the session stays");
+        assert!(
+            f.get_target_disks(PORTAL, 3260, DATA).unwrap().is_empty(),
+            "{v}: its disk is gone"
+        );
+        assert!(f.read_file(&format!(r"{t}\hello.txt")).is_err(), "{v}");
+        let e = host_err(f.connect_target(PORTAL, 3260, EMPTY, AuthType::None, "", &secret("")));
+        // master reports the method's ReturnValue: 4026466307 = 0xEFFF0003.
+        assert!(
+            e.contains("Connection Failed.") || e.contains("code=4026466307"),
+            "{v}: {e}"
+        );
+        let kind = proxy_client::ErrorKind::from_message(&e);
+        assert_eq!(kind, proxy_client::ErrorKind::Other, "{v}: {e}");
+        f.set_portal_reachable(PORTAL, true).unwrap();
+        assert_eq!(
+            f.get_target_disks(PORTAL, 3260, DATA).unwrap().len(),
+            1,
+            "{v}: the disk is back"
+        );
+        assert_eq!(
+            f.read_file(&format!(r"{t}\hello.txt")).unwrap(),
+            b"kept",
+            "{v}: the mount point resolves to the same data"
+        );
+        assert!(f.set_portal_reachable("198.51.100.99", false).is_err());
+    }
+}
+
 #[test]
 fn a_lun_can_be_replaced_behind_a_connected_target() {
     for v in CsiProxyVersion::ALL {
@@ -1602,8 +1645,10 @@ fn every_release_text_is_classified_by_proxy_client() {
         }
         f.mkdir(&p(r"full\x")).unwrap();
         let full = kind(f.mount_volume(&vol, &p("full")));
+        // PowerShell era: `Add-PartitionAccessPath : The access path is not valid.` is a failure, not a not-found
+        // (proxy-client recognises only `Remove-PartitionAccessPath`'s, UnmountVolume of nothing mounted).
         assert!(
-            matches!(full, K::DirectoryNotEmpty | K::NotFound),
+            matches!(full, K::DirectoryNotEmpty | K::Other),
             "{v}: {full:?}"
         );
         assert_eq!(

@@ -683,6 +683,9 @@ pub(crate) enum LoginFailure {
     BadChapSecret,
     /// The target is not discovered through the portal.
     TargetNotFound,
+    /// ISDSC_CONNECTION_FAILED: the portal does not answer (the text New-IscsiTargetPortal gives a portal not on the
+    /// network, `State::add_target_portal`).
+    ConnectionFailed,
 }
 
 impl LoginFailure {
@@ -698,6 +701,7 @@ impl LoginFailure {
             LoginFailure::TargetNotFound => {
                 "The target name is not found or is marked as hidden from login."
             }
+            LoginFailure::ConnectionFailed => "Connection Failed.",
         }
     }
 
@@ -707,6 +711,7 @@ impl LoginFailure {
             LoginFailure::Authentication => 0xEFFF_0009,
             LoginFailure::BadChapSecret => 0xEFFF_0067,
             LoginFailure::TargetNotFound => 0xEFFF_0063,
+            LoginFailure::ConnectionFailed => 0xEFFF_0003,
         }
     }
 }

@@ -303,7 +303,7 @@ impl State {
             }
             s
         };
-        match self.unc_access(server, share) {
+        match self.unc_access_at(server, share, &parts[2..]) {
             Ok(()) => {
                 let mut p = self.layout.share_store(server, share);
                 for c in &parts[2..] {

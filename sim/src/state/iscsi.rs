@@ -67,6 +67,8 @@ pub struct Portal {
     pub discovered: BTreeSet<String>,
     /// Targets.
     pub targets: Vec<Target>,
+    /// Whether the portal answers on the storage network ([`State::set_portal_reachable`]).
+    pub reachable: bool,
 }
 
 /// A connected session. It keeps the credentials it logged in with: session recovery re-authenticates with
@@ -157,6 +159,7 @@ pub(crate) fn load(st: &mut State, spec: &IscsiSpec) -> Result<()> {
                 .map(|c| (c.username.clone(), c.secret.clone())),
             discovered,
             targets,
+            reachable: true,
         });
     }
     Ok(())
@@ -287,10 +290,16 @@ impl State {
             return Err(fail("Connection Failed."));
         };
         if self.portals[pi].added {
-            if backend == Backend::PowerShell && self.behaviour.portal_readd_refreshes {
+            if backend == Backend::PowerShell
+                && self.behaviour.portal_readd_refreshes
+                && self.portals[pi].reachable
+            {
                 self.send_targets(pi);
             }
             return Ok(());
+        }
+        if !self.portals[pi].reachable {
+            return Err(fail("Connection Failed."));
         }
         if self.portals[pi].discovery_chap {
             return Err(fail("Authentication Failure."));
@@ -491,6 +500,10 @@ impl State {
                     None => Ok(()),
                 },
             };
+        }
+        if !self.portals[pi].reachable {
+            return Err(login_err(self, LoginFailure::ConnectionFailed)
+                .unwrap_or_else(|| Error::host("unreachable")));
         }
         let target = self.portals[pi].targets[ti].clone();
         if let Err(why) = self.check_login(&target, auth, chap_username, chap_secret) {
@@ -793,6 +806,70 @@ impl State {
         }
         self.sync_links()?;
         Ok(out)
+    }
+
+    /// Makes the portal at `address` (every port) stop or start answering on the storage network: a switch, a
+    /// cable, the array's controller. While it does not answer, the Microsoft initiator keeps each session through
+    /// it and retries the connection every `DelayBetweenReconnect` (5 s) without limit (`MaxConnectionRetries`),
+    /// holds I/O for `MaxRequestHoldTime` (60 s) and then reports the session's disks removed (NetApp KB "What are
+    /// the parameters that control how MS iSCSI survives lost TCP connections", which quotes the initiator's
+    /// defaults); this model is that end state at once (the unkind side): the sessions stay, their disks vanish and
+    /// mount points on them dangle, and a new login, a portal `New`/`Update` through it fail with
+    /// ISDSC_CONNECTION_FAILED ("Connection Failed.", 0xEFFF0003: the text a portal not on the network gives). When
+    /// it answers again every session through it reconnects and its disks arrive again (after their arrival delay;
+    /// lowest free disk numbers, which may differ; online if they were: the SAN policy is for newly discovered
+    /// disks), their volumes and mount points as they were. **Unverified**:
+    /// how Windows shows a reconnecting session's disks and mount points meanwhile (`docs/real-node-checks.md`).
+    pub fn set_portal_reachable(&mut self, address: &str, reachable: bool) -> Result<()> {
+        let mut found = false;
+        for p in self
+            .portals
+            .iter_mut()
+            .filter(|p| p.address.eq_ignore_ascii_case(address))
+        {
+            p.reachable = reachable;
+            found = true;
+        }
+        if !found {
+            return Err(Error::Scenario(format!("no iSCSI portal {address}")));
+        }
+        let through: Vec<Session> = self
+            .sessions
+            .iter()
+            .filter(|s| s.portal_address.eq_ignore_ascii_case(address))
+            .cloned()
+            .collect();
+        let now = Instant::now();
+        for s in &through {
+            if reachable {
+                let luns = self
+                    .portals
+                    .iter()
+                    .flat_map(|p| p.targets.iter())
+                    .find(|t| t.iqn.eq_ignore_ascii_case(&s.iqn))
+                    .map(|t| t.luns.clone())
+                    .unwrap_or_default();
+                for (lun, disk_id) in luns {
+                    let Some(was_online) = self
+                        .disks
+                        .iter()
+                        .find(|d| d.id == disk_id && d.number.is_none())
+                        .map(|d| d.online)
+                    else {
+                        continue;
+                    };
+                    self.attach_lun_disk(&disk_id, s.target_number, lun, now);
+                    // A disk Windows saw before keeps its state: the SAN policy applies to newly discovered disks
+                    // (`diskpart` `san`: "Determines the SAN policy … for newly discovered disks").
+                    if let Some(d) = self.disks.iter_mut().find(|d| d.id == disk_id) {
+                        d.online = was_online;
+                    }
+                }
+            } else {
+                detach_session_disks(self, s);
+            }
+        }
+        self.sync_links()
     }
 
     /// An operator's `Update-IscsiTargetPortal` on the node: SendTargets through the added portal `address:port`.

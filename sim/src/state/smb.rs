@@ -67,6 +67,9 @@ pub struct SmbShare {
     pub users: Vec<String>,
     /// Guest access allowed.
     pub guest: bool,
+    /// Per-directory access (lower-cased relative directory, `\`-separated, `""` for the root → allowed user names):
+    /// see [`crate::scenario::SmbShareSpec::acl`].
+    pub acl: BTreeMap<String, Vec<String>>,
     /// Size of the file system holding the share (bytes).
     pub capacity: u64,
     /// Directory quotas (lower-cased relative directory, `\`-separated → limit in bytes): see
@@ -78,6 +81,25 @@ pub struct SmbShare {
 pub(crate) const DEFAULT_SHARE_CAPACITY: u64 = 1 << 40;
 
 impl SmbShare {
+    /// Whether `user` (a principal as given, `DOMAIN\user` or `user@domain`; empty for guest access) may open the path
+    /// `rel` (components below the share root) by the per-directory access: the longest listed directory containing
+    /// it decides; none listed: yes.
+    pub(crate) fn allows(&self, user: &str, rel: &[String]) -> bool {
+        let (_, name) = split_principal(user);
+        let mut best: Option<&Vec<String>> = None;
+        for depth in 0..=rel.len() {
+            let dir = rel[..depth]
+                .iter()
+                .map(|c| c.to_lowercase())
+                .collect::<Vec<_>>()
+                .join("\\");
+            if let Some(users) = self.acl.get(&dir) {
+                best = Some(users);
+            }
+        }
+        best.is_none_or(|users| users.iter().any(|u| u.eq_ignore_ascii_case(&name)))
+    }
+
     /// `GetDiskFreeSpaceExW` at `rel` (components below the share root, as stored) on the share whose files are in
     /// `store`: `(total, used)`. Outside a quota, the share's file system (every directory of it answers the same,
     /// learn.microsoft.com `GetDiskFreeSpaceExW`: "The function accepts any directory on a disk"; the sim's share is
@@ -167,7 +189,12 @@ pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
                     quotas: sh
                         .quotas
                         .iter()
-                        .map(|(dir, limit)| (quota_key(dir), *limit))
+                        .map(|(dir, limit)| (acl_key(dir), *limit))
+                        .collect(),
+                    acl: sh
+                        .acl
+                        .iter()
+                        .map(|(dir, users)| (acl_key(dir), users.clone()))
                         .collect(),
                 },
             );
@@ -287,8 +314,8 @@ pub(crate) fn sync_unc_links(st: &mut State) -> Result<()> {
     Ok(())
 }
 
-/// A quota's directory key: lower case, `\` separators, no leading or trailing separator.
-fn quota_key(dir: &str) -> String {
+/// A per-directory key (access lists, quotas): lower case, `\` separators, no leading or trailing separator.
+fn acl_key(dir: &str) -> String {
     dir.replace('/', "\\")
         .split('\\')
         .filter(|c| !c.is_empty())
@@ -379,9 +406,21 @@ impl State {
         self.unc_access(&m.server, &m.share).is_ok()
     }
 
-    /// Whether the host can reach `\\server\share` right now, else the Windows error a file access gets (by
-    /// cause, [`crate::profile::UncErrors`]).
+    /// Whether the host can open the root of `\\server\share` right now, else the Windows error a file access gets
+    /// (by cause, [`crate::profile::UncErrors`]).
     pub(crate) fn unc_access(&self, server: &str, share: &str) -> std::result::Result<(), WinCode> {
+        self.unc_access_at(server, share, &[])
+    }
+
+    /// Whether the host can open `rel` (components below the root) on `\\server\share` right now: the share answers
+    /// ([`Self::unc_access`]'s causes) and the per-directory access lets the mapping's account open it (5 otherwise,
+    /// as the server's NTFS permissions answer).
+    pub(crate) fn unc_access_at(
+        &self,
+        server: &str,
+        share: &str,
+        rel: &[String],
+    ) -> std::result::Result<(), WinCode> {
         let errs = &self.behaviour.unc_errors;
         let Some(srv) = self.servers.get(server).filter(|s| s.reachable) else {
             return Err(errs.unreachable);
@@ -389,7 +428,11 @@ impl State {
         let root = format!(r"\\{server}\{share}");
         match self.mappings.get(&root) {
             None => {
-                if srv.shares.get(share).is_some_and(|s| s.guest) {
+                if srv
+                    .shares
+                    .get(share)
+                    .is_some_and(|s| s.guest && s.allows("", rel))
+                {
                     Ok(())
                 } else {
                     Err(errs.unmapped)
@@ -397,11 +440,16 @@ impl State {
             }
             Some(m) if m.status != MappingStatus::Ok => Err(errs.disconnected),
             Some(m) => {
-                if !srv.shares.contains_key(share) {
+                let Some(sh) = srv.shares.get(share) else {
                     return Err(errs.share_missing);
-                }
+                };
                 self.authenticate(server, share, &m.principal, m.password.expose())
-                    .map_err(|_| errs.bad_credentials)
+                    .map_err(|_| errs.bad_credentials)?;
+                if sh.allows(&m.principal, rel) {
+                    Ok(())
+                } else {
+                    Err(5)
+                }
             }
         }
     }

@@ -96,6 +96,7 @@ fn login_status(why: LoginFailure) -> IscsiStatus {
         LoginFailure::BadChapSecret => IscsiStatus::InvalidChapSecret,
         LoginFailure::TargetNotFound => IscsiStatus::TargetNotFound,
         LoginFailure::AlreadyLoggedIn => IscsiStatus::TargetAlreadyLoggedIn,
+        LoginFailure::ConnectionFailed => IscsiStatus::ConnectionFailed,
         _ => IscsiStatus::AuthenticationFailure,
     }
 }
@@ -173,7 +174,9 @@ impl IscsiWmi for WindowsView {
         self.method(ctx, CALL, args, |st| {
             let port = port_or_default(u32::from(params.target_portal_port_number));
             let Some(pi) = st.portals.iter().position(|p| {
-                p.address.eq_ignore_ascii_case(params.target_portal_address) && p.port == port
+                p.address.eq_ignore_ascii_case(params.target_portal_address)
+                    && p.port == port
+                    && (p.reachable || p.added)
             }) else {
                 return failed(st, CALL, IscsiStatus::ConnectionFailed);
             };
@@ -199,7 +202,7 @@ impl IscsiWmi for WindowsView {
                     .filter(|_| params.authentication_type != Some(AuthenticationType::None))
                     .map(|c| (c.username.to_owned(), Secret::new(c.secret)));
                 st.send_targets(pi);
-            } else if st.behaviour.portal_readd_refreshes {
+            } else if st.behaviour.portal_readd_refreshes && st.portals[pi].reachable {
                 st.send_targets(pi);
             }
             let p = &st.portals[pi];
@@ -230,6 +233,9 @@ impl IscsiWmi for WindowsView {
             let Some(pi) = own_portal(st, CALL, portal)? else {
                 return failed(st, CALL, IscsiStatus::PortalNotFound);
             };
+            if !st.portals[pi].reachable {
+                return failed(st, CALL, IscsiStatus::ConnectionFailed);
+            }
             let p = &st.portals[pi];
             // SendTargets presents the discovery CHAP the portal was added with; an array that now wants other
             // credentials refuses it as a login would be (**unverified**: real-node check N31).
@@ -345,6 +351,9 @@ impl IscsiWmi for WindowsView {
                 Some(c) => (c.username.to_owned(), Secret::new(c.secret)),
                 None => (String::new(), Secret::new("")),
             };
+            if !st.portals[pi].reachable {
+                return failed(st, CALL, IscsiStatus::ConnectionFailed);
+            }
             let target = st.portals[pi].targets[ti].clone();
             if let Err(why) = st.check_login(&target, auth, &user, &secret) {
                 return failed(st, CALL, login_status(why));

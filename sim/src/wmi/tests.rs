@@ -1307,3 +1307,59 @@ fn update_with_the_portals_parameters_rediscovers_a_target_created_later() {
     assert_eq!(update.args["target_portal_port_number"], 3260);
     assert!(f.view.target_connect(&c, &connect).unwrap().is_success());
 }
+
+/// Per-directory access below a share (`acl`): an account the share lets map it but whose root it may not read gets
+/// 5 for the root and reaches its own directory, in the Windows view and through a csi-proxy link alike.
+#[test]
+fn per_directory_access_refuses_the_root_and_allows_below_it() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tmp");
+    let scenario = Scenario::from_json(
+        &json!({
+            "host": {"directories": [r"C:\var\lib\kubelet\plugins"]},
+            "smb": {"servers": [{"name": "fs1",
+                "accounts": [{"user": "alice", "password": PW, "domain": "CORP"}],
+                "shares": [{"name": "data", "acl": {"": ["bob"], "Team-A": ["alice"]},
+                            "files": {"team-a/f.txt": "a", "other/g.txt": "b"}}]}]}
+        })
+        .to_string(),
+    )
+    .expect("scenario");
+    let host = SimHost::new(&scenario, dir.path(), HostOptions::default()).expect("host");
+    let view = WindowsView::with_handle(host.clone(), rt.handle().clone());
+    let c = ctx();
+    let created = view
+        .global_mapping_create(
+            &c,
+            &SmbGlobalMappingCreate {
+                remote_path: r"\\fs1\data",
+                local_path: None,
+                user_name: Some(r"CORP\alice"),
+                password: PW,
+                persistent: None,
+                require_privacy: Some(true),
+                require_integrity: None,
+                use_write_through: None,
+            },
+        )
+        .unwrap();
+    assert!(
+        created.is_success(),
+        "the share's own permission lets alice map it"
+    );
+    assert_eq!(win32_code(view.file_attributes(&c, r"\\fs1\data\")), 5);
+    assert_eq!(
+        win32_code(view.file_attributes(&c, r"\\fs1\data\other\g.txt")),
+        5
+    );
+    assert!(view.file_attributes(&c, r"\\fs1\data\team-a\f.txt").is_ok());
+    // Through a link, csi-proxy's `IsSymlink` (Lstat of the link's target) reaches the directory alice may use.
+    let link = format!(r"{K}\plugins\l");
+    view.create_symbolic_link(&c, &link, r"\\fs1\data\team-a", SymlinkFlags::DIRECTORY)
+        .unwrap();
+    assert!(host.with_state(|s| s.is_symlink(&link)).unwrap());
+}

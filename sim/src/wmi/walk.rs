@@ -195,10 +195,9 @@ fn root_dir(st: &State, root: &Root) -> Result<PathBuf, u32> {
                 Err(PATH_NOT_FOUND)
             }
         }
-        Root::Share(server, share) => {
-            st.unc_access(server, share)?;
-            Ok(st.layout.share_store(server, share))
-        }
+        // Whether the share answers, and what the account may open on it, is judged with the whole path
+        // (`locate_hops`).
+        Root::Share(server, share) => Ok(st.layout.share_store(server, share)),
         Root::Store(p) => Ok(p.clone()),
     }
 }
@@ -267,6 +266,11 @@ pub(crate) fn locate(st: &State, path: &WinPath, follow: bool) -> Result<Located
 }
 
 fn locate_hops(st: &State, path: &WinPath, follow: bool, hops: &mut usize) -> Result<Located, u32> {
+    if let Root::Share(server, share) = &path.root {
+        // The share answers, and the server's per-directory access lets the account open the whole path (traversing
+        // a directory it may not read is allowed: the traverse privilege every user holds by default).
+        st.unc_access_at(server, share, &path.components)?;
+    }
     let mut cur = root_dir(st, &path.root)?;
     let n = path.components.len();
     if n == 0 {

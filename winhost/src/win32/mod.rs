@@ -30,6 +30,7 @@
 
 mod clock;
 mod com;
+pub mod durable;
 mod files;
 mod services;
 mod wmi;

@@ -98,19 +98,39 @@ pub(super) fn create_symlink(o: &Ops<'_>, link: &str, target: &str) -> HostResul
         .map_err(|e| o.err(e))
 }
 
+/// The share path of csi-proxy v1.3.0's and master's SMB links: their `NewSmbLink` appends `\` to the remote path
+/// and then `\\?\` (`utils.EnsureLongPath`), so `CreateSymbolicLinkW` gets `\\?\\\server\share\dir\` and stores
+/// the substitute name `\??\\\server\share\dir\` (`kubernetes-csi/csi-proxy@v1.3.0 pkg/os/smb/api.go:52-67`, the same at
+/// master `eeba470`; reference D10), never the documented long UNC form `\??\UNC\…`. As `\\server\share\dir`, when
+/// `target` is that form.
+fn glued_unc(target: &LinkTarget) -> Option<String> {
+    let LinkTarget::Other(name) = target else {
+        return None;
+    };
+    let rest = name.strip_prefix(r"\??\\\")?;
+    let unc = format!(r"\\{}", rest.trim_end_matches('\\'));
+    UncParts::parse(&unc).map(|_| unc)
+}
+
+/// A link's target as a share path (`\??\UNC\…`, or csi-proxy's glued form: [`glued_unc`]) or a local path.
+fn share_or_local(target: &LinkTarget) -> Option<String> {
+    match target {
+        LinkTarget::Unc(t) | LinkTarget::Local(t) => Some(t.clone()),
+        other => glued_unc(other),
+    }
+}
+
 /// `ReadLink`: the stored target of a symbolic link or junction at `path` (one hop, never resolved, so a link into a
-/// share whose mapping is gone is read all the same); `None` for a volume mount point, a relative or foreign-namespace
-/// target, another reparse tag or no reparse point at all.
+/// share whose mapping is gone is read all the same) — a link csi-proxy v1.3.0 or master made into a share as the
+/// share path it names ([`glued_unc`]); `None` for a volume mount point, a relative or foreign-namespace target,
+/// another reparse tag or no reparse point at all.
 pub(super) fn read_link(o: &Ops<'_>, path: &str) -> HostResult<Option<String>> {
     let point = match o.w.read_reparse_point(o.c, path) {
         Ok(p) => p,
         Err(e) if is(&e, Win32Error::NotAReparsePoint) => return Ok(None),
         Err(e) => return Err(o.err(e)),
     };
-    Ok(match point.target() {
-        Some(LinkTarget::Unc(t) | LinkTarget::Local(t)) => Some(t),
-        _ => None,
-    })
+    Ok(point.target().as_ref().and_then(share_or_local))
 }
 
 /// `PathSpace`: `GetDiskFreeSpaceExW` on the directory `path`, with the trailing backslash a UNC name must have
@@ -172,11 +192,41 @@ pub(super) fn is_symlink(o: &Ops<'_>, path: &str) -> HostResult<bool> {
                 Err(e) => return Err(o.err(e)),
             },
             Some(LinkTarget::Unc(target)) => return share_resolves(o, &target),
-            // A relative link, another namespace (csi-proxy v1.3.0's `\\?\\\server` form) or another tag.
-            _ => return Ok(false),
+            Some(other) => {
+                // csi-proxy v1.3.0's and master's link into a share (a node moved from csiProxy to hostProcess mode
+                // with pods running): the share must answer, and Windows must follow the link itself (whether it
+                // follows that form is unverified, reference D10; if it does not, the pods' paths do not resolve
+                // either).
+                return match glued_unc(&other) {
+                    Some(target) => Ok(share_resolves(o, &target)? && link_resolves(o, path)?),
+                    // A relative link, another namespace or another tag.
+                    None => Ok(false),
+                };
+            }
+            None => return Ok(false),
         }
     }
     Ok(false)
+}
+
+/// Whether Windows follows every link of `path` to something (`GetFinalPathNameByHandleW`, which opens the path
+/// following its links): a failure that is not an uncertain one is "no".
+fn link_resolves(o: &Ops<'_>, path: &str) -> HostResult<bool> {
+    match o
+        .w
+        .final_path_name(o.c, path, winhost::model::VolumeNameKind::Dos)
+    {
+        Ok(_) => Ok(true),
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DeadlineExceeded | ErrorKind::Unavailable | ErrorKind::Cancelled
+            ) =>
+        {
+            Err(o.err(e))
+        }
+        Err(_) => Ok(false),
+    }
 }
 
 /// Whether `target`, a path on a share, resolves: the share's mapping is OK (or re-establishing itself:

@@ -280,6 +280,26 @@ fn make_persistent(
     o.method(o.w.session_register(o.c, &session.path, &params), &[])
 }
 
+/// Whether `DisconnectTarget` of `iqn` logs its sessions out ([`crate::host::Host::made_by_wincsi`]): not when the
+/// driver joined a session someone else made.
+pub(super) fn made_by_wincsi(sessions: &super::Ledger, joined: &super::Ledger, iqn: &str) -> bool {
+    let key = session_key(iqn);
+    !joined.contains(&key) || sessions.contains(&key)
+}
+
+/// Count `iqn`'s session as wincsi's: the driver's adoption proved a staging path of this driver mounts a volume the
+/// target serves. A target the joined ledger knows as someone else's stays so, unless `joined_now`: the caller's own
+/// login joined it a moment ago because no ledger knew it (after the state directory was lost), and the proof came
+/// after.
+pub(super) fn claim(o: &Ops<'_>, iqn: &str, joined_now: bool) -> HostResult<()> {
+    let key = session_key(iqn);
+    if o.joined.contains(&key) && !joined_now {
+        return Ok(());
+    }
+    o.sessions.set(&key, true).map_err(|e| ledger_error(o, e))?;
+    o.joined.set(&key, false).map_err(|e| ledger_error(o, e))
+}
+
 fn target(o: &Ops<'_>, iqn: &str) -> HostResult<Option<MsftIscsiTarget>> {
     Ok(find(o.w.targets(o.c).map_err(|e| o.err(e))?, iqn))
 }

@@ -105,3 +105,38 @@ impl Ledger {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+/// [`crate::host::Host::made_by_wincsi`] of the native backend, from its ledgers `[mappings, sessions, joined]`: a
+/// mapping not in the mapping ledger, a target whose session wincsi joined, is someone else's (left in place).
+pub(super) fn made_by_wincsi(
+    [mappings, sessions, joined]: [&Ledger; 3],
+    object: crate::host::SharedObject<'_>,
+) -> bool {
+    use crate::host::SharedObject as O;
+    match object {
+        O::SmbMapping(root) => super::smb::made_by_wincsi(mappings, root),
+        O::IscsiSession(iqn) | O::IscsiSessionJoined(iqn) => {
+            super::iscsi::made_by_wincsi(sessions, joined, iqn)
+        }
+    }
+}
+
+/// [`crate::host::Host::claim`] of the native backend: the operation its errors are named after, and the ledger write
+/// it runs on the backend's blocking pool.
+pub(super) fn claim(
+    object: crate::host::SharedObject<'_>,
+) -> (
+    super::HostOp,
+    impl FnOnce(&super::Ops<'_>) -> super::HostResult<()> + Send + 'static,
+) {
+    use crate::host::SharedObject as O;
+    let (op, key, joined_now) = match object {
+        O::SmbMapping(root) => (super::HostOp::NewSmbGlobalMapping, root.to_owned(), None),
+        O::IscsiSession(iqn) => (super::HostOp::ConnectTarget, iqn.to_owned(), Some(false)),
+        O::IscsiSessionJoined(iqn) => (super::HostOp::ConnectTarget, iqn.to_owned(), Some(true)),
+    };
+    (op, move |o: &super::Ops<'_>| match joined_now {
+        None => super::smb::claim(o, &key),
+        Some(now) => super::iscsi::claim(o, &key, now),
+    })
+}

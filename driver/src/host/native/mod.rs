@@ -130,7 +130,7 @@ use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
     HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, PathSpace, Portal,
-    Secret, SmbCredential, UncPath,
+    Secret, SharedObject, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -750,5 +750,19 @@ impl Host for NativeHost {
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         self.run(HostOp::DiskLayout, d, move |o| disk::layout(o, n))
             .await
+    }
+
+    /// The ledgers' word (`ledger.rs`).
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        let i = &self.inner;
+        Some(ledger::made_by_wincsi(
+            [&i.ledger, &i.sessions, &i.joined],
+            object,
+        ))
+    }
+
+    async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
+        let (op, claim) = ledger::claim(object);
+        self.run(op, d, claim).await
     }
 }

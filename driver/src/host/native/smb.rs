@@ -20,8 +20,9 @@
 //! | none | `Create` (then the link) |
 //! | `OK`, its root answers | reused (a warning, and `wincsi_smb_unencrypted_mapping_reuses_total`, when wincsi requires encryption and it does not) |
 //! | `Connecting`, `Reconnecting`, `NetworkError` | left alone and waited for (bounded, with backoff, by the async side in `mod.rs`), then `Unavailable` |
-//! | `Disconnected`, `Unavailable`; or `OK` but its root refuses its credentials (1326, 5, 1219) | `StaleMapping`: the driver's own repair upgrades to the share's exclusive lock, removes it (only if wincsi made it) and maps again (`driver/src/smb/mapping.rs`) |
-//! | `OK` but its root does not answer otherwise (53, 64, 1231, a timeout) | `Unavailable`: re-creating cannot reach the server either, and removing it would cut its users |
+//! | `OK`, its root answers "access denied" or "not found" | reused: the logon works (an account allowed only below the root is refused the root by its permissions, not by a stale credential); the stage judges the volume's own path after the link |
+//! | `Disconnected`, `Unavailable`; or `OK` but its server refuses the logon (1326, 86, 1312, an account disabled, expired, locked out or restricted: `winhost::codes::Win32Error::is_logon_refused`) | `StaleMapping`: the driver's own repair upgrades to the share's exclusive lock and — only when no other staged volume still reaches the share through it — removes it (only if wincsi made it) and maps again (`driver/src/smb/mapping.rs`) |
+//! | `OK` but its root does not answer otherwise (53, 64, 1231, 1219, a timeout) | `Unavailable`: re-creating cannot reach the server either, and removing it would cut its users |
 //! | `Paused` | `Unavailable`, naming it (an operator's doing) |
 //!
 //! csi-proxy, by contrast, removes an OK-but-unreachable mapping inside its own `NewSmbGlobalMapping`
@@ -101,13 +102,28 @@ pub(super) fn status_text(status: SmbMappingStatus) -> String {
     }
 }
 
-/// Whether the root's answer through an `OK` mapping says its credentials no longer work (a rotated password, a
-/// session under another user): the mapping must be re-created with the requested ones.
-fn credentials_rejected(kind: ErrorKind) -> bool {
-    matches!(
-        kind,
-        ErrorKind::LogonFailure | ErrorKind::AccessDenied | ErrorKind::MultipleConnections
-    )
+/// What the share root's answer through an `OK` mapping says about the mapping.
+#[derive(Debug, PartialEq, Eq)]
+enum RootAnswer {
+    /// The mapping works: the root answered, or the server answered for the file itself — access denied (an account
+    /// allowed only below the root: the logon worked and the directory's permissions refused it) or not found. The
+    /// volume's own path is judged after the link (the protocol's `IsSymlink` of the staging path).
+    Works,
+    /// The server refused the mapping's logon (`Win32Error::is_logon_refused`: 1326, 86, the `ERROR_ACCOUNT_*`
+    /// refusals): its credentials no longer work (a rotated password, a disabled or locked-out account), so it must
+    /// be re-created with the requested ones.
+    LogonRefused,
+    /// The server did not answer (53, 64, 1231, a timeout, 1219 from another session to the server, …).
+    Silent,
+}
+
+fn root_answer(e: &winhost::CallError) -> RootAnswer {
+    match e.win32_code() {
+        Some(code) if code.is_logon_refused() => RootAnswer::LogonRefused,
+        _ if matches!(e.kind(), ErrorKind::AccessDenied | ErrorKind::NotFound) => RootAnswer::Works,
+        _ if e.kind() == ErrorKind::LogonFailure => RootAnswer::LogonRefused,
+        _ => RootAnswer::Silent,
+    }
 }
 
 /// The `StaleMapping` answer for a mapping that serves no one: the driver's repair removes it if wincsi made it.
@@ -150,8 +166,12 @@ pub(super) fn new_mapping(
                 &format!("is {}", status_text(m.status)),
             ));
         }
-        Some(m) if m.status.is_ok() => match o.w.file_attributes(o.c, &format!(r"{root}\")) {
-            Ok(_) => {
+        Some(m) if m.status.is_ok() => match o
+            .w
+            .file_attributes(o.c, &format!(r"{root}\"))
+            .map_err(|e| (root_answer(&e), e))
+        {
+            Ok(_) | Err((RootAnswer::Works, _)) => {
                 if o.smb_privacy && m.require_privacy == Some(false) {
                     warn!(
                         root = %root,
@@ -164,15 +184,15 @@ pub(super) fn new_mapping(
                     }
                 }
             }
-            Err(e) if credentials_rejected(e.kind()) => {
+            Err((RootAnswer::LogonRefused, e)) => {
                 return Err(stale(
                     o,
                     &root,
                     &key,
-                    &format!("is OK but its share refuses the credentials it was made with ({e})"),
+                    &format!("is OK but its server refuses the logon it was made with ({e})"),
                 ));
             }
-            Err(e) => {
+            Err((_, e)) => {
                 return Err(o.fail(
                     HostErrorKind::Unavailable,
                     format!(
@@ -220,6 +240,35 @@ fn create(o: &Ops<'_>, root: &str, key: &str, cred: Option<&(String, Secret)>) -
         o.ledger.set(key, false).map_err(|e| ledger_error(o, e))?;
     }
     created.map(|_| ())
+}
+
+/// The ledger key of the share root `root` (`\\server\share` in any spelling): its lower-cased root, as volume records
+/// and `UncPath::root_key` keep it.
+fn ledger_key(root: &str) -> Option<String> {
+    UncPath::parse(root, "share root")
+        .ok()
+        .map(|u| u.root_key())
+}
+
+/// Whether the ledger counts the mapping of `root` as wincsi's ([`crate::host::Host::made_by_wincsi`]).
+pub(super) fn made_by_wincsi(ledger: &super::Ledger, root: &str) -> bool {
+    ledger_key(root).is_some_and(|k| ledger.contains(&k))
+}
+
+/// Count the mapping of `root` as wincsi's: an adopted staging link of this driver points into the share (the same
+/// proof the volume records give at start, [`super::NativeHost::adopt_mappings`]).
+pub(super) fn claim(o: &Ops<'_>, root: &str) -> HostResult<()> {
+    let Some(key) = ledger_key(root) else {
+        return Ok(());
+    };
+    let added = o.ledger.adopt([key]).map_err(|e| ledger_error(o, e))?;
+    if !added.is_empty() {
+        info!(
+            root,
+            "SMB mapping counted as wincsi's: a staging link of this driver into the share was adopted"
+        );
+    }
+    Ok(())
 }
 
 /// `RemoveSmbGlobalMapping`: NotFound when there is none; a mapping wincsi did not create is left in place.

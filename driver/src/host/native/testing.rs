@@ -23,7 +23,7 @@ use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
     HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, PathSpace, Portal, Secret,
-    SmbCredential, UncPath,
+    SharedObject, SmbCredential, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -534,6 +534,14 @@ impl Host for Tapped {
         self.tap.around(c, self.host.disk_layout(disk, d)).await
     }
 
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        self.host.made_by_wincsi(object)
+    }
+
+    async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
+        self.host.claim(object, d).await
+    }
+
     async fn path_space(&self, path: &HostPath, d: Deadline) -> HostResult<PathSpace> {
         let c = Self::call(HostOp::PathSpace, json!({ "path": path.as_str() }));
         self.tap.around(c, self.host.path_space(path, d)).await
@@ -737,6 +745,17 @@ impl Host for TestHost {
     async fn disk_layout(&self, n: u32, d: Deadline) -> HostResult<DiskLayout> {
         each!(self, h => h.disk_layout(n, d))
     }
+    fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
+        match self {
+            Self::CsiProxy(h) => h.made_by_wincsi(object),
+            Self::Native(h) => h.made_by_wincsi(object),
+            Self::NativeBare(h) => h.made_by_wincsi(object),
+        }
+    }
+    async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
+        each!(self, h => h.claim(object, d))
+    }
+
     async fn path_space(&self, p: &HostPath, d: Deadline) -> HostResult<PathSpace> {
         each!(self, h => h.path_space(p, d))
     }

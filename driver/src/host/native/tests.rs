@@ -992,7 +992,8 @@ async fn a_disconnected_mapping_is_repaired_only_by_the_drivers_exclusive_repair
             .with_state(|s| s.mappings().values().next().map(|m| m.status)),
         Some(MappingStatus::Ok)
     );
-    // The plain call (shared side) reports the mapping stale; the repair runs afresh after the upgrade.
+    // The plain call (shared side) reports the mapping stale; the repair runs afresh after the upgrade, once neither
+    // other volume reaches the share through the mapping (issue 37 item 8).
     use crate::host::HostOp::{IsSymlink, NewSmbGlobalMapping, RemoveSmbGlobalMapping, Rmdir};
     assert_eq!(
         env.take_ops(),
@@ -1000,6 +1001,8 @@ async fn a_disconnected_mapping_is_repaired_only_by_the_drivers_exclusive_repair
             Rmdir,
             NewSmbGlobalMapping,
             NewSmbGlobalMapping,
+            IsSymlink,
+            IsSymlink,
             RemoveSmbGlobalMapping,
             NewSmbGlobalMapping,
             IsSymlink

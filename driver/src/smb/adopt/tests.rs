@@ -164,6 +164,7 @@ async fn reconciliation_adopts_a_share_whose_record_then_protects_the_mapping() 
             remote_path: SHARE.to_owned(),
             principal: None,
             mapped: false,
+            removing: None,
         }
     );
     // The one-account rule skips the adopted record's unknown principal (neither refuses nor matches: Windows decides
@@ -266,12 +267,14 @@ fn share_records_compare_the_windows_way() {
         remote_path: r"\\fs1\Ärzte\Befunde".into(),
         principal: None,
         mapped: false,
+        removing: None,
     };
     let b = SmbRecord {
         root: r"\\fs1\ärzte".into(),
         remote_path: r"\\FS1\ÄRZTE\befunde".into(),
         principal: Some("bob".into()),
         mapped: true,
+        removing: None,
     };
     assert!(a.same_volume(&b));
     let c = SmbRecord {

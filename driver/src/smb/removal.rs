@@ -1,0 +1,347 @@
+//! SMB removals that may outlive their caller (issue 37 item 9): the staging link's `Rmdir` and the share's
+//! `RemoveSmbGlobalMapping`.
+//!
+//! Both can finish after the RPC that issued them gave up: csi-proxy runs a call to its end whatever its client does
+//! (no request context reaches `pkg/os` in any release), and natively the running facade call finishes on its thread.
+//! A stage arriving meanwhile would find the staging link or the mapping still there, succeed on it ("already
+//! staged", or a link added to the existing mapping), and then lose it when the late removal lands. So a removal is
+//! treated like a destructive call that may still run (`crate::lifecycle::outlive`, shared with the iSCSI logout):
+//!
+//! * **announced** — the volume's record carries it ([`SmbRemoval`], durable) before the call is issued: the unstage's
+//!   `Rmdir` (and, when the unstage is the share's last user, its `RemoveSmbGlobalMapping`) in one write, a first
+//!   stage's rollback and a stage's 1219/85 repair before their `RemoveSmbGlobalMapping`;
+//! * **run to its end** — the call runs on its own task with its own bound ([`OUTLIVE_BOUND`]), not the RPC's
+//!   deadline, so this process learns when it answers (the caller stops waiting at its deadline, UNAVAILABLE or
+//!   DEADLINE_EXCEEDED as before, and the announcement stays);
+//! * **waited for** — a stage of the share (any volume: the mapping) or of the announcing volume (its link) first
+//!   looks for unsettled announcements and answers UNAVAILABLE while one may still run; kubelet retries. One is over
+//!   when this process saw its call answer, when the node rebooted since (its boot stamp), when its outcome shows (the
+//!   staging path is gone: the `Rmdir`), or after [`OUTLIVE_BOUND`] by an age no wall clock moves. The announcement
+//!   leaves with the record (the unstage ends by removing it) or with the stage's next write of it.
+//!
+//! What it costs: one more record write per unstage (two when another unstage of the share ended meanwhile), a scan of
+//! the share's records in memory at each stage, and one `PathExists` per look at an unsettled announcement of a link.
+//! Limits: a mapping removal announced by a process that died cannot be observed through csi-proxy (v1 cannot list
+//! mappings) nor natively (the backend's ledger of calls in flight knows storage and iSCSI methods only): stages of
+//! that share then wait for a reboot or the bound — unless kubelet's retried unstage of the announcing volume ends
+//! first (its own removal answers; the record and its announcement go), which is taken as the end of the earlier call.
+
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info};
+
+use super::SmbRecord;
+use crate::error::Error;
+use crate::host::{
+    BootStamp, Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, Since, UncPath,
+};
+use crate::lifecycle::outlive::{OUTLIVE_BOUND, Outlive, stamp_now};
+use crate::lifecycle::{Calls, Context, host_error};
+use crate::locks::Deadline;
+use crate::state::VolumeRecord;
+
+/// Removals announced in a volume's record before they were issued, their outcome not yet known (module docs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmbRemoval {
+    /// The staging link's `Rmdir`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub link: bool,
+    /// The share's `RemoveSmbGlobalMapping`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mapping: bool,
+    /// The node's uptime when it was announced (absent: the backend could not tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootStamp>,
+    /// When it was announced (milliseconds since the Unix epoch): tells announcements apart, never ages one.
+    pub at_unix_ms: u64,
+}
+
+/// What this process knows of the SMB removals it met, shared by the protocol's clones.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Removals(Outlive);
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Which announced removal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Call {
+    /// The staging link's `Rmdir`.
+    Link,
+    /// The share's `RemoveSmbGlobalMapping`.
+    Mapping,
+}
+
+impl Removals {
+    /// The key of `volume_id`'s announced `call` in `r`.
+    fn key(volume_id: &str, r: &SmbRemoval, call: Call) -> String {
+        format!("smb-removal:{volume_id}:{}:{call:?}", r.at_unix_ms)
+    }
+
+    /// Announce the removals `link` and `mapping` of `rec`'s volume (its facts `facts`): written and durable before
+    /// they are issued. Returns the facts carrying the announcement (for the caller's next write).
+    pub(super) async fn announce<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        rec: &VolumeRecord,
+        facts: &SmbRecord,
+        link: bool,
+        mapping: bool,
+    ) -> Result<SmbRecord, Error> {
+        let removal = SmbRemoval {
+            link,
+            mapping,
+            boot: stamp_now(cx.calls(Deadline::after(OUTLIVE_BOUND)).host()),
+            at_unix_ms: unix_ms().max(facts.removing.as_ref().map_or(0, |r| r.at_unix_ms + 1)),
+        };
+        for (on, call) in [(link, Call::Link), (mapping, Call::Mapping)] {
+            if on {
+                self.0.start(&Self::key(&rec.volume_id, &removal, call));
+            }
+        }
+        let facts = SmbRecord {
+            removing: Some(removal),
+            ..facts.clone()
+        };
+        cx.store().put_volume(&rec.with_details(&facts)?).await?;
+        Ok(facts)
+    }
+
+    /// Run a removal of `volume_id`'s announcement `r` to its end on its own task (module docs); the caller waits
+    /// until `caller`'s deadline (then DEADLINE_EXCEEDED, the call going on). `call` gets the host and the removal's
+    /// own deadline.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn to_end<H, F, Fut>(
+        &self,
+        host: &H,
+        volume_id: &str,
+        r: &SmbRemoval,
+        which: Call,
+        op: HostOp,
+        caller: Deadline,
+        call: F,
+    ) -> HostResult<()>
+    where
+        H: Host,
+        F: FnOnce(H, Deadline) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = HostResult<()>> + Send + 'static,
+    {
+        let key = Self::key(volume_id, r, which);
+        let outlive = self.0.clone();
+        let host = host.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let answer = call(host, Deadline::after(OUTLIVE_BOUND)).await;
+            // An answer ends it; its own bound passing (or csi-proxy gone) leaves it to the bound's rule.
+            if !answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
+                outlive.end(&key, "this process saw it answer");
+            }
+            let _ = tx.send(answer);
+        });
+        match tokio::time::timeout_at(caller.instant(), rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(HostError::new(
+                op,
+                HostErrorKind::Unavailable,
+                "the removal's task ended without an answer",
+            )),
+            Err(_) => Err(HostError::new(
+                op,
+                HostErrorKind::DeadlineExceeded,
+                "did not answer before the deadline; it goes on, announced in the volume's record, and stages of the \
+                 share wait for it",
+            )),
+        }
+    }
+
+    /// The first unsettled removal a stage of `volume_id` at `staging` on share `root` must wait for: an announced
+    /// mapping removal of any volume of the share, or this volume's own announced link removal. `None` when none may
+    /// still run. The message names it (the stage answers UNAVAILABLE with it).
+    pub(super) async fn unsettled<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        h: &Calls<'_, H>,
+        volume_id: &str,
+        root: &str,
+    ) -> Result<Option<String>, Error> {
+        let announced = cx.records::<SmbRecord>()?.into_iter().filter(|(rec, r)| {
+            r.removing.as_ref().is_some_and(|x| {
+                (x.mapping && crate::host::names_equal(&r.root, root))
+                    || (x.link && rec.volume_id == volume_id)
+            })
+        });
+        for (rec, r) in announced {
+            let Some(x) = r.removing.as_ref() else {
+                continue;
+            };
+            let call = if x.mapping && crate::host::names_equal(&r.root, root) {
+                Call::Mapping
+            } else {
+                Call::Link
+            };
+            let key = Self::key(&rec.volume_id, x, call);
+            if self.settled(cx, h, &rec, x, call, &key).await? {
+                continue;
+            }
+            let what = match call {
+                Call::Mapping => format!("the removal of the SMB global mapping of {}", r.root),
+                Call::Link => format!("the removal of the staging link {}", rec.staging_path),
+            };
+            return Ok(Some(format!(
+                "{what}, issued by the unstage of volume {:?} {}s ago, has not finished: it may still run on the node (a \
+                 removal goes on after the call that issued it gave up) and would take away what this stage makes; \
+                 waiting for it (at most {} min from its start, less once the node reboots)",
+                rec.volume_id,
+                self.0.age(&key).as_secs(),
+                OUTLIVE_BOUND.as_secs() / 60
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Whether the announcement `x` of `rec` (key `key`) can no longer be running.
+    async fn settled<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        h: &Calls<'_, H>,
+        rec: &VolumeRecord,
+        x: &SmbRemoval,
+        call: Call,
+        key: &str,
+    ) -> Result<bool, Error> {
+        if !self.0.may_run(key) {
+            return Ok(true);
+        }
+        if let (Some(stamp), Some(now)) = (x.boot, h.host().uptime())
+            && stamp.since(now) == Since::EarlierBoot
+        {
+            info!(volume_id = %rec.volume_id, "an announced SMB removal is from an earlier boot: it cannot still run");
+            self.0.end(key, "the node rebooted since");
+            return Ok(true);
+        }
+        if call == Call::Link
+            && let Ok(staging) = cx.kubelet_root().host_path(&rec.staging_path)
+        {
+            // The link's removal shows: nothing is at the staging path any more.
+            match h.path_exists(&staging).await {
+                Ok(false) => {
+                    self.0.end(key, "the staging link is gone");
+                    return Ok(true);
+                }
+                Ok(true) => {}
+                Err(e) if e.kind.is_uncertain() => return Err(host_error(e, &staging)),
+                Err(e) => {
+                    debug!(staging = %staging, error = %e.message, "cannot tell whether the link is gone")
+                }
+            }
+        }
+        Ok(!self.0.may_run(key))
+    }
+
+    /// Forget what this process knew of `volume_id`'s announcement `r` (its record is gone or rewritten without it).
+    pub(super) fn forget(&self, volume_id: &str, r: &SmbRemoval) {
+        for call in [Call::Link, Call::Mapping] {
+            self.0.done(&Self::key(volume_id, r, call));
+        }
+    }
+
+    /// The removals announced in `volume_id`'s record answered: the announcement leaves the record (a record that
+    /// stays — a failed stage's, an incomplete rollback's — must not make a restarted driver wait for them).
+    pub(super) async fn answered<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        volume_id: &str,
+    ) -> Result<(), Error> {
+        let Some(rec) = cx.store().volume(volume_id)? else {
+            return Ok(());
+        };
+        let Some(mut facts) = rec.details::<SmbRecord>()? else {
+            return Ok(());
+        };
+        if let Some(r) = facts.removing.take() {
+            cx.store().put_volume(&rec.with_details(&facts)?).await?;
+            self.forget(volume_id, &r);
+        }
+        Ok(())
+    }
+
+    /// Announce a mapping removal in `volume_id`'s record (when it has one) and run it to its end; the announcement
+    /// leaves the record once it answered.
+    pub(super) async fn remove_mapping<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        h: &Calls<'_, H>,
+        volume_id: &str,
+        remote: &UncPath,
+    ) -> Result<HostResult<()>, Error> {
+        let announced = match cx.store().volume(volume_id)? {
+            Some(rec) => match rec.details::<SmbRecord>()? {
+                Some(facts) => self.announce(cx, &rec, &facts, false, true).await?.removing,
+                None => None,
+            },
+            None => None,
+        };
+        let Some(r) = announced else {
+            return Ok(super::mapping::remove_mapping(h, remote).await);
+        };
+        let answer = remove_mapping_to_end(self, h, volume_id, &r, remote).await;
+        if answer.as_ref().is_ok() || answer.as_ref().is_err_and(|e| !e.kind.is_uncertain()) {
+            self.answered(cx, volume_id).await?;
+        }
+        Ok(answer)
+    }
+}
+
+/// `Rmdir` of the staging link, run to its end (module docs); "not found" counts as done.
+pub(super) async fn remove_link<H: Host>(
+    removals: &Removals,
+    h: &Calls<'_, H>,
+    volume_id: &str,
+    r: &SmbRemoval,
+    staging: &HostPath,
+) -> Result<(), Error> {
+    let path = staging.clone();
+    let answer = removals
+        .to_end(
+            h.host(),
+            volume_id,
+            r,
+            Call::Link,
+            HostOp::Rmdir,
+            h.deadline(),
+            move |host: H, d| async move { host.rmdir(&path, false, d).await },
+        )
+        .await;
+    match answer {
+        Ok(()) => {
+            debug!(staging = %staging, "staging link removed");
+            Ok(())
+        }
+        Err(e) if e.kind == HostErrorKind::NotFound => Ok(()),
+        Err(e) => Err(host_error(e, staging)),
+    }
+}
+
+/// `RemoveSmbGlobalMapping` of `remote`'s root, run to its end (module docs).
+pub(super) async fn remove_mapping_to_end<H: Host>(
+    removals: &Removals,
+    h: &Calls<'_, H>,
+    volume_id: &str,
+    r: &SmbRemoval,
+    remote: &UncPath,
+) -> HostResult<()> {
+    let remote = remote.clone();
+    removals
+        .to_end(
+            h.host(),
+            volume_id,
+            r,
+            Call::Mapping,
+            HostOp::RemoveSmbGlobalMapping,
+            h.deadline(),
+            move |host, d| async move { host.remove_smb_global_mapping(&remote, d).await },
+        )
+        .await
+}

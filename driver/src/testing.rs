@@ -96,6 +96,7 @@ fn op_of(rpc: &str) -> HostOp {
         ListIscsiSessions,
         MultipathClaim,
         TargetPaths,
+        PathSpace,
     ];
     ALL.iter()
         .copied()
@@ -244,6 +245,8 @@ impl Env {
         }
     }
 
+    // The restartable parts of a test driver, each kept by the environment for the next restart.
+    #[allow(clippy::too_many_arguments)]
     fn manager(
         backend: TestBackend,
         inproc: &InProcess,

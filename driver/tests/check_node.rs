@@ -324,6 +324,12 @@ async fn the_native_backend_runs_every_check_and_leaves_nothing() {
     let room = &check(&report, "iscsi_node")["observations"];
     assert_eq!(room["mpio_claim"]["value"], "NotInstalled", "{text}");
     assert_eq!(room["iscsi_sessions"]["value"], 0, "{text}");
+    // The share's space through the link (issue 40 item 4), recorded for native item N45.
+    let space = &check(&report, "smb_link_form")["observations"]["path_space"]["value"];
+    assert!(
+        space["total"].as_u64().is_some_and(|t| t > 0),
+        "{space}\n{text}"
+    );
     let contradicting: Vec<String> = findings(&report)
         .iter()
         .filter(|f| f["verdict"] == "contradicts")

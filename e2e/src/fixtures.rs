@@ -14,6 +14,10 @@ pub const SMB_GUEST_SHARE: &str = "public";
 pub const SMB_DOMAIN: &str = "E2E";
 /// SMB account.
 pub const SMB_USER: &str = "alice";
+/// SMB server of the node's domain, whose share `machine` only the node's computer account may use.
+pub const SMB_MACHINE_SERVER: &str = "corp-files.e2e.test";
+/// The node's computer account (the node is domain-joined).
+pub const NODE_ACCOUNT: &str = r"E2E\WINNODE$";
 /// SMB password (a secret: must never appear in a log).
 pub const SMB_PASSWORD: &str = "Sm8-e2e-p4ss!word";
 /// iSCSI portal address.
@@ -50,13 +54,17 @@ fn scenario_json() -> serde_json::Value {
                 { "name": "LanmanWorkstation", "start_type": "automatic", "status": "running" }
             ]
         },
-        "smb": { "servers": [ {
+        "smb": { "node_account": NODE_ACCOUNT, "servers": [ {
             "name": SMB_SERVER,
             "accounts": [ { "user": SMB_USER, "password": SMB_PASSWORD, "domain": SMB_DOMAIN } ],
             "shares": [
                 { "name": SMB_SHARE, "files": { "README.txt": "shared data\n" } },
                 { "name": SMB_GUEST_SHARE, "guest": true }
             ]
+        }, {
+            "name": SMB_MACHINE_SERVER,
+            "computers": [ NODE_ACCOUNT ],
+            "shares": [ { "name": "machine", "users": [ "WINNODE$" ] } ]
         } ] },
         "iscsi": { "portals": [ {
             "address": ISCSI_PORTAL,
@@ -96,6 +104,20 @@ pub fn smb_volume(pv: &str, namespace: &str, pvc: &str, sub_dir: Option<&str>) -
         v = v.attr("subDir", sub);
     }
     v
+}
+
+/// An SMB PV on `\\corp-files.e2e.test\machine\<pv>` mapped as the node's computer account (`authentication:
+/// machine`, no Secret), bound to PVC `namespace/pvc`.
+pub fn smb_machine_volume(pv: &str, namespace: &str, pvc: &str) -> Volume {
+    Volume::persistent(
+        pv,
+        &format!("{SMB_MACHINE_SERVER}#machine#{pv}"),
+        namespace,
+        pvc,
+    )
+    .attr("source", &format!(r"\\{SMB_MACHINE_SERVER}\machine"))
+    .attr("subDir", pv)
+    .attr("authentication", "machine")
 }
 
 /// An iSCSI PV for LUN `lun` of the CHAP target, with csi-driver-iscsi's attribute and secret keys.

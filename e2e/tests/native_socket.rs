@@ -72,6 +72,14 @@ async fn a_pod_with_an_smb_and_an_iscsi_volume_on_the_binarys_native_backend() {
             "{stats:?}"
         );
     }
+    // The share's real usage (issue 40 item 4): its file system (the scenario's default 1 TiB) with what is on it.
+    let stats = k.stats(&pod, &smb).await.expect("stats");
+    let bytes = &stats.usage[0];
+    assert_eq!(bytes.total, 1 << 40, "{stats:?}");
+    assert!(
+        bytes.used >= "hello over SMB".len() as i64 && bytes.used + bytes.available == bytes.total,
+        "{stats:?}"
+    );
     let audit = host.audit(0).await.expect("audit");
     for call in [
         "MSFT_SmbGlobalMapping.Create",
@@ -91,6 +99,38 @@ async fn a_pod_with_an_smb_and_an_iscsi_volume_on_the_binarys_native_backend() {
         "hello on NTFS"
     );
     k.unmount(host, &pod2, &lun).await.expect("unmount");
+    finish(node).await;
+}
+
+/// `authentication: machine` (issue 40 item 1) through the binary: the share only the node's computer account may
+/// use is mapped without a credential and the pod's data lands on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_account_volume_needs_no_secret_on_the_binarys_native_backend() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("team-b", "app-0");
+    let vol = fixtures::smb_machine_volume("pv-machine", "team-b", "data-machine");
+    let t = k.mount(host, &pod, &vol).await.expect("mount");
+    host.write_file(&format!(r"{t}\by-machine.txt"), "no password stored")
+        .await
+        .expect("write");
+    assert_eq!(
+        host.read_share_file(
+            fixtures::SMB_MACHINE_SERVER,
+            "machine",
+            "pv-machine/by-machine.txt"
+        )
+        .await
+        .expect("on the share"),
+        "no password stored"
+    );
+    let audit = host.audit(0).await.expect("audit");
+    let create = audit
+        .iter()
+        .find(|e| e.rpc == "MSFT_SmbGlobalMapping.Create")
+        .expect("mapped");
+    assert!(create.args["user_name"].is_null(), "{:?}", create.args);
+    k.unmount(host, &pod, &vol).await.expect("unmount");
     finish(node).await;
 }
 

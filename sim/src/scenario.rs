@@ -311,6 +311,11 @@ pub struct VolumeSpec {
 pub struct SmbSpec {
     /// The servers.
     pub servers: Vec<SmbServerSpec>,
+    /// The computer account a domain-joined node presents when it maps a share without a credential
+    /// (`DOMAIN\NAME$`; Microsoft, "LocalSystem Account": a SYSTEM process "presents the computer's credentials to
+    /// remote servers"). Absent: a workgroup node, which presents none (only guest shares map; **unverified**,
+    /// `docs/real-node-checks.md` N46).
+    pub node_account: Option<String>,
 }
 
 /// An SMB server.
@@ -331,6 +336,10 @@ pub struct SmbServerSpec {
     /// Shares.
     #[serde(default)]
     pub shares: Vec<SmbShareSpec>,
+    /// Computer accounts (`DOMAIN\NAME$`) of the server's domain (and trusted ones): a node whose `node_account` is
+    /// listed authenticates as it (Kerberos), and a share's `users` may name it (`NAME$`).
+    #[serde(default)]
+    pub computers: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -374,6 +383,16 @@ pub struct SmbShareSpec {
     /// Initial files: relative path → text content.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// Size in bytes of the file system that holds the share on the server (default 1 TiB): what
+    /// `GetDiskFreeSpaceExW` answers as its total outside a directory quota.
+    #[serde(default)]
+    pub capacity: Option<u64>,
+    /// Directory quotas on the server (FSRM hard quotas): relative directory (any case, `/` or `\`) → limit in
+    /// bytes. `GetDiskFreeSpaceExW` at or below such a directory answers the quota's limit and what is left of it
+    /// (a Microsoft blog, "Getting the free space available under a certain directory", for a local path; through
+    /// SMB **unverified**: `docs/real-node-checks.md`).
+    #[serde(default)]
+    pub quotas: BTreeMap<String, u64>,
 }
 
 /// iSCSI portals.

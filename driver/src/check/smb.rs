@@ -55,6 +55,11 @@ pub(super) fn plan(o: &CheckOptions) -> Vec<PlanStep> {
                     format!("Mkdir {}", p("smb")),
                     format!("NewSmbGlobalMapping {} as {user} with local_path {}", t.share, p(r"smb\link")),
                     format!("IsSymlink {}; Mkdir and Rmdir a directory on the share through it", p(r"smb\link")),
+                    format!(
+                        "native backend: PathSpace {} (GetDiskFreeSpaceExW through the link: the share's size and \
+                         free space, recorded for native item N45)",
+                        p(r"smb\link")
+                    ),
                 ],
             });
             steps.push(PlanStep {
@@ -219,6 +224,16 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         )
         .await;
     c.observe("is_symlink", o, resolves(true));
+    if h.capabilities().path_space {
+        let (o, _) = cx
+            .call(
+                HostOp::PathSpace,
+                link.as_str(),
+                h.path_space(&link, cx.d()),
+            )
+            .await;
+        c.observe("path_space", o, vec![Claim::record(Ref::Native(45))]);
+    }
     let share_dir = cx.opts().scratch_path(r"smb\link\wincsi-check-node");
     let share_obj = Created::ShareDir {
         path: share_dir.to_string(),

@@ -88,6 +88,9 @@ pub enum HostOp {
     /// What a backend knows of its own calls that may still be running on an object (no csi-proxy RPC: a native
     /// backend's ledger of WMI methods in flight, and what the host shows of their outcome).
     InFlight,
+    /// The space of the file system a directory is on, as its user sees it (no csi-proxy RPC: a native backend's
+    /// `GetDiskFreeSpaceExW`): an SMB volume's usage.
+    PathSpace,
 }
 
 impl HostOp {
@@ -133,6 +136,7 @@ impl HostOp {
             Self::MultipathClaim => "MultipathClaim",
             Self::TargetPaths => "TargetPaths",
             Self::InFlight => "InFlight",
+            Self::PathSpace => "PathSpace",
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostObject, HostOp,
-    HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, Portal, Secret, SharedObject,
+    HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, PathSpace, Portal, Secret, SharedObject,
     SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
@@ -208,6 +208,7 @@ impl<H: Host> Host for Metered<H> {
             persistent: bool
         ) -> () => ConnectTarget;
         target_paths(iqn: &str) -> Vec<TargetPath> => TargetPaths;
+        path_space(path: &HostPath) -> PathSpace => PathSpace;
     }
 }
 

@@ -90,6 +90,9 @@ pub struct HostCapabilities {
     /// It can log in with Multipath I/O ([`Host::connect_target_multipath`]), read whether MPIO claims iSCSI disks
     /// ([`Host::mpio_claim`]) and list a target's paths ([`Host::target_paths`]).
     pub multipath: bool,
+    /// It can measure the space of the file system a directory is on ([`Host::path_space`]): an SMB volume's real
+    /// usage.
+    pub path_space: bool,
 }
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
@@ -530,6 +533,23 @@ pub trait Host: Clone + Send + Sync + 'static {
         let _ = (object, deadline);
         async { Ok(()) }
     }
+
+    /// The space of the file system the directory `path` is on, links followed to their end (an SMB volume's pod
+    /// path: the share's) ([`HostCapabilities::path_space`]). Default: not supported (csi-proxy v1's `GetVolumeStats`
+    /// takes a local volume's id, never a path, and its filesystem API has no space call).
+    fn path_space(
+        &self,
+        path: &HostPath,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<PathSpace>> + Send {
+        let _ = (path, deadline);
+        async {
+            Err(not_supported(
+                HostOp::PathSpace,
+                "measuring a directory's file system",
+            ))
+        }
+    }
 }
 
 /// A shared host object that has no owner field on Windows: whether wincsi made it is what a backend may record
@@ -550,6 +570,20 @@ pub enum SharedObject<'a> {
 /// list_iscsi_sessions}`): not supported (csi-proxy v1 has no multipath flag, csi-proxy PR #99, and no session list).
 pub(crate) fn not_supported_multipath(op: HostOp) -> HostError {
     not_supported(op, "Multipath I/O and the node's session list")
+}
+
+/// The space of the file system a directory is on, as the backend's account sees it (`GetDiskFreeSpaceExW`), in
+/// bytes. Quota-aware where Windows is: with per-user quotas `total` and `available` are the account's (learn.microsoft
+/// .com, `GetDiskFreeSpaceExW`: "may be less than the total number of bytes on a disk"), and under a directory quota
+/// they are the quota's (a Microsoft blog, "Getting the free space available under a certain directory").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PathSpace {
+    /// `lpTotalNumberOfBytes`: the bytes the account may use in all.
+    pub total: u64,
+    /// `lpFreeBytesAvailableToCaller`: the free bytes the account may still use.
+    pub available: u64,
+    /// `lpTotalNumberOfFreeBytes`: the free bytes on the file system, quotas aside.
+    pub free: u64,
 }
 
 /// The error of a capability a backend lacks.

@@ -286,7 +286,7 @@ pub(super) fn check_principal<H: Host>(
     })?;
     if let Some((rec, facts)) = conflict {
         let theirs = match facts.principal.as_deref() {
-            None | Some("") => "(no credential)",
+            None | Some("") => "the node's own identity (no credential: its computer account)",
             Some(p) => p,
         };
         return Err(Error::FailedPrecondition(format!(

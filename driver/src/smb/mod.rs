@@ -16,7 +16,7 @@
 //! | first stage whose share path does not exist | PowerShell era: `Rmdir(staging)` → `NewSmbGlobalMapping` (maps, then `New-Item` refuses the link) → rollback `Rmdir(staging)` ("not found": no link) → `RemoveSmbGlobalMapping(root)`; WMI era: `Rmdir` → `NewSmbGlobalMapping` (a dangling link) → `IsSymlink` (false) → `Rmdir` → `RemoveSmbGlobalMapping`; the mapping only when no other record uses it |
 //! | unstage | `Rmdir(staging)` ("not found": already gone) → `RemoveSmbGlobalMapping(root)` only when no other record uses the root |
 //! | unstage without a record (native: adoption, `adopt.rs`) | `ReadLink(staging)` → `Rmdir` → (per surviving publish record without a volume record: `ReadLink` of its staging path) → `RemoveSmbGlobalMapping` when nothing else names the share |
-//! | stats | `PathExists(path)` → `IsSymlink(staging)` |
+//! | stats | `PathExists(path)` → `IsSymlink(staging)` (native, reachable and staged: → `PathSpace(path)`) |
 //! | startup reconcile (staged record), and its background re-checks | `IsSymlink(staging)` (a link that does not reach the share is left in place: `lifecycle/watch.rs`) |
 //! | publish readiness | `IsSymlink(staging)` |
 //!
@@ -77,9 +77,14 @@
 //!
 //! # Stats
 //!
-//! csi-proxy v1 has no free-space query for a UNC path, so SMB usage is reported as one `BYTES` entry with zeros
-//! (kubelet requires a usage entry). The volume condition is what can be known: abnormal when the staging link does
-//! not reach the share. A credential-less volume needs csi-proxy v1.3.0+: v1.1.x and v1.2.x always build a
+//! The volume condition: abnormal when the staging link does not reach the share. The usage, on a backend that can
+//! measure a directory ([`crate::host::HostCapabilities::path_space`], the native one), is `GetDiskFreeSpaceExW` of
+//! the volume path as kubelet names it, which Windows follows through the staging link to the share: the share's
+//! file system as the mapping's account sees it (its per-user quota, or a directory quota on the volume's subDir,
+//! where the server has one; without one, every volume of the share reports the whole share's usage). `used` is
+//! `total - available`. csi-proxy v1 has no free-space query for a path (its `GetVolumeStats` takes a local volume's
+//! id), so on csiProxy mode, and when the measurement fails, the usage is one `BYTES` entry with zeros (kubelet
+//! requires a usage entry) and the condition's message says why. A credential-less volume needs csi-proxy v1.3.0+: v1.1.x and v1.2.x always build a
 //! PowerShell credential, and such a stage fails with FailedPrecondition naming that limit.
 
 use std::collections::{BTreeMap, HashSet};
@@ -89,7 +94,9 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostPath, SharedObject, UncPath, name_key, names_equal};
+use crate::host::{
+    Host, HostErrorKind, HostOp, HostPath, SharedObject, UncPath, name_key, names_equal,
+};
 use crate::lifecycle::{
     Calls, Context, Found, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
 };
@@ -443,12 +450,64 @@ async fn stats<H: Host>(
             ),
         ),
     };
+    let (usage, message) = if abnormal {
+        (Usage::default(), message)
+    } else {
+        usage(&h, path, message).await?
+    };
     debug!(abnormal, "volume condition");
     Ok(VolumeStats {
-        usage: Usage::default(),
+        usage,
         abnormal,
         message,
     })
+}
+
+/// A reachable share's usage and the condition's message: the backend's measurement of `path` (module docs,
+/// "Stats"), or zeros with the reason (csiProxy mode; a measurement Windows refused, e.g. an account without
+/// `FILE_LIST_DIRECTORY` on the directory). A measurement cut short (deadline, backend unavailable) fails the call:
+/// an answer of zeros would be cached as if true.
+async fn usage<H: Host>(
+    h: &Calls<'_, H>,
+    path: &HostPath,
+    message: String,
+) -> Result<(Usage, String), Error> {
+    if !h.host().capabilities().path_space {
+        return Ok((
+            Usage::default(),
+            format!(
+                "{message}; usage not measured (csi-proxy cannot measure a share: mode hostProcess does)"
+            ),
+        ));
+    }
+    match h
+        .raw(
+            HostOp::PathSpace,
+            path,
+            h.host().path_space(path, h.deadline()),
+        )
+        .await
+    {
+        Ok(space) => {
+            let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+            Ok((
+                Usage {
+                    total: bytes(space.total),
+                    available: bytes(space.available),
+                    used: bytes(space.total.saturating_sub(space.available)),
+                },
+                message,
+            ))
+        }
+        Err(e) if e.kind.is_uncertain() => Err(host_error(e, path)),
+        Err(e) => {
+            debug!(path = %path, error = %e.message, "share usage not measured");
+            Ok((
+                Usage::default(),
+                format!("{message}; usage not measured: {}", e.message),
+            ))
+        }
+    }
 }
 
 /// Startup reconciliation of a staged share (and the background re-checks of one left in place): `IsSymlink` of the

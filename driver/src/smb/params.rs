@@ -5,6 +5,7 @@
 //! | volume_context | `source` | `\\server\share[\path]` or `//server/share[/path]` (required) |
 //! | volume_context | `subDir` | appended to `source`; may use `${pvc.metadata.name}`, `${pvc.metadata.namespace}` and `${pv.metadata.name}`, filled from `csi.storage.k8s.io/pvc/name`, `…/pvc/namespace`, `…/pv/name`. Created on the share when missing |
 //! | secrets | `username`, `password`, `domain` | the mapping's credential: `DOMAIN\user` when a domain is given and the user name has neither `\` nor `@`; a UPN `user@fqdn` or `DOMAIN\user` stays as written. No default domain is invented. No username and no password: the mapping is made without a credential (the node's own identity) |
+//! | volume_context | `authentication` | `password` (default: the secrets above) or `machine`: the share is mapped as the node's computer account, with no credential at all (a domain-joined node; the native backend only: the stage refuses it on csiProxy mode). With `machine` the secret must carry no `username`, `password` or `domain` |
 //!
 //! Credentials anywhere else — a `username`/`password`-like key in volume_context or a `password=`-like mount option
 //! (csi-driver-smb's Linux habit) — are refused with InvalidArgument that names the key, never the value. Other mount
@@ -57,6 +58,8 @@ pub struct SmbVolume {
     pub sub_dir: Vec<String>,
     /// The credential, if any.
     pub credential: Option<SmbCredential>,
+    /// `authentication: machine`: mapped as the node's computer account (no credential; native backend only).
+    pub machine: bool,
 }
 
 impl SmbVolume {
@@ -129,11 +132,51 @@ fn parse(
         Some(raw) if !raw.trim().is_empty() => resolve_sub_dir(raw, context)?,
         _ => Vec::new(),
     };
+    let machine = machine_authentication(context, secrets)?;
     Ok(SmbVolume {
         source,
         sub_dir,
-        credential: credential(secrets)?,
+        credential: if machine { None } else { credential(secrets)? },
+        machine,
     })
+}
+
+/// The volume context's `authentication`: `password` (default) or `machine`, which takes no credential in the secret
+/// (a volume that says `machine` and carries an account is ambiguous: refused, naming the keys, never their values).
+fn machine_authentication(
+    context: &BTreeMap<String, String>,
+    secrets: &Secrets,
+) -> Result<bool, Error> {
+    let Some(raw) = context_get(context, "authentication") else {
+        return Ok(false);
+    };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "" | "password" => Ok(false),
+        "machine" => {
+            let given: Vec<&str> = ["username", "password", "domain"]
+                .into_iter()
+                .filter(|k| {
+                    secrets
+                        .get(k)
+                        .is_some_and(|v| !v.expose().trim().is_empty())
+                })
+                .collect();
+            if given.is_empty() {
+                Ok(true)
+            } else {
+                Err(Error::InvalidArgument(format!(
+                    "volume_context authentication is machine (the node's computer account) but the node-stage \
+                     secret has {}; rule: a machine-account volume carries no credential: remove the \
+                     nodeStageSecretRef or the authentication key",
+                    given.join(", ")
+                )))
+            }
+        }
+        other => Err(Error::InvalidArgument(format!(
+            "volume_context authentication {other:?} is not known; rule: password (the node-stage secret's \
+             account, the default) or machine (the node's computer account, hostProcess mode)"
+        ))),
+    }
 }
 
 /// A democratic-csi SMB volume (`node_attach_driver: smb`): `server` + `share[/path]`, the account from the mount flags
@@ -278,6 +321,7 @@ fn democratic_volume(
         source,
         sub_dir: Vec::new(),
         credential,
+        machine: false,
     })
 }
 

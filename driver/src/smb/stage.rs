@@ -38,6 +38,7 @@ pub(super) async fn stage<H: Host>(
         ephemeral,
     } = at;
     let h = cx.calls(d);
+    machine_account_here(h.host(), vol)?;
     let mut wanted = SmbRecord::of(vol);
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
@@ -531,4 +532,20 @@ fn map_error(e: MapFailure, vol: &SmbVolume, subject: &dyn std::fmt::Display) ->
         ));
     }
     host_error(e, subject)
+}
+
+/// `authentication: machine` only where the driver makes the mapping itself, as SYSTEM (Microsoft, "LocalSystem
+/// Account": such a process "presents the computer's credentials to remote servers"): the native backend, which
+/// also lists the node's mappings. Refused before any record or host call elsewhere, with the reason.
+fn machine_account_here<H: Host>(host: &H, vol: &SmbVolume) -> Result<(), Error> {
+    if !vol.machine || host.capabilities().list_smb_mappings {
+        return Ok(());
+    }
+    Err(Error::FailedPrecondition(format!(
+        "{} asks for authentication: machine (the node's computer account), which needs the chart's mode: \
+         hostProcess (--host-backend native): csi-proxy v1.1.x and v1.2.x always send a credential, and from \
+         v1.3.0 on a mapping without one takes the identity of whatever account csi-proxy runs as, which this \
+         driver can neither see nor check",
+        vol.source
+    )))
 }

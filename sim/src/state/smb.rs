@@ -70,7 +70,15 @@ pub struct SmbShare {
     /// Per-directory access (lower-cased relative directory, `\`-separated, `""` for the root → allowed user names):
     /// see [`crate::scenario::SmbShareSpec::acl`].
     pub acl: BTreeMap<String, Vec<String>>,
+    /// Size of the file system holding the share (bytes).
+    pub capacity: u64,
+    /// Directory quotas (lower-cased relative directory, `\`-separated → limit in bytes): see
+    /// [`crate::scenario::SmbShareSpec::quotas`].
+    pub quotas: BTreeMap<String, u64>,
 }
+
+/// The size of a share's file system when the scenario names none.
+pub(crate) const DEFAULT_SHARE_CAPACITY: u64 = 1 << 40;
 
 impl SmbShare {
     /// Whether `user` (a principal as given, `DOMAIN\user` or `user@domain`; empty for guest access) may open the path
@@ -91,6 +99,33 @@ impl SmbShare {
         }
         best.is_none_or(|users| users.iter().any(|u| u.eq_ignore_ascii_case(&name)))
     }
+
+    /// `GetDiskFreeSpaceExW` at `rel` (components below the share root, as stored) on the share whose files are in
+    /// `store`: `(total, used)`. Outside a quota, the share's file system (every directory of it answers the same,
+    /// learn.microsoft.com `GetDiskFreeSpaceExW`: "The function accepts any directory on a disk"; the sim's share is
+    /// the whole file system, a real one's may hold more). At or below quota directories, the one with the least
+    /// room (**unverified** for nested quotas and through SMB: `docs/real-node-checks.md`).
+    pub(crate) fn space_at(&self, store: &std::path::Path, rel: &[String]) -> (u64, u64) {
+        let mut best = (
+            self.capacity,
+            super::dir_usage(store).bytes.min(self.capacity),
+        );
+        let mut dir = store.to_path_buf();
+        let mut key = Vec::new();
+        for depth in 0..=rel.len() {
+            if depth > 0 {
+                dir.push(&rel[depth - 1]);
+                key.push(rel[depth - 1].to_lowercase());
+            }
+            if let Some(&limit) = self.quotas.get(&key.join("\\")) {
+                let used = super::dir_usage(&dir).bytes.min(limit);
+                if limit - used < best.0 - best.1 {
+                    best = (limit, used);
+                }
+            }
+        }
+        best
+    }
 }
 
 /// A file server.
@@ -106,6 +141,9 @@ pub struct SmbServer {
     pub accounts: Vec<SmbAccount>,
     /// Shares by lower-cased name.
     pub shares: BTreeMap<String, SmbShare>,
+    /// The node's computer account when this server accepts it ([`crate::scenario::SmbSpec::node_account`] listed
+    /// in the server's `computers`): what a mapping without a credential authenticates as.
+    pub machine: Option<String>,
 }
 
 /// A global mapping on the host.
@@ -147,6 +185,12 @@ pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
                     name: sh.name.clone(),
                     users: sh.users.clone(),
                     guest: sh.guest,
+                    capacity: sh.capacity.unwrap_or(DEFAULT_SHARE_CAPACITY),
+                    quotas: sh
+                        .quotas
+                        .iter()
+                        .map(|(dir, limit)| (acl_key(dir), *limit))
+                        .collect(),
                     acl: sh
                         .acl
                         .iter()
@@ -172,6 +216,16 @@ pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
                 encryption: s.encryption,
                 accounts,
                 shares,
+                machine: spec.node_account.clone().filter(|n| {
+                    s.computers.iter().any(|c| {
+                        let (cd, cu) = split_principal(c);
+                        let (nd, nu) = split_principal(n);
+                        cu.eq_ignore_ascii_case(&nu)
+                            && cd
+                                .unwrap_or_default()
+                                .eq_ignore_ascii_case(&nd.unwrap_or_default())
+                    })
+                }),
             },
         );
     }
@@ -260,7 +314,7 @@ pub(crate) fn sync_unc_links(st: &mut State) -> Result<()> {
     Ok(())
 }
 
-/// A per-directory access key: lower case, `\` separators, no leading or trailing separator.
+/// A per-directory key (access lists, quotas): lower case, `\` separators, no leading or trailing separator.
 fn acl_key(dir: &str) -> String {
     dir.replace('/', "\\")
         .split('\\')
@@ -311,7 +365,17 @@ impl State {
         let srv = &self.servers[server];
         let sh = &srv.shares[share];
         if username.is_empty() {
-            return if sh.guest { Ok(()) } else { Err(5) };
+            // No credential: the node's computer account where the server accepts it, allowed when the share lets
+            // it in; otherwise nothing but guest access.
+            let machine = srv.machine.as_deref().map(split_principal);
+            let allowed = |name: &str| {
+                sh.users.is_empty() || sh.users.iter().any(|u| u.eq_ignore_ascii_case(name))
+            };
+            return if sh.guest || machine.is_some_and(|(_, name)| allowed(&name)) {
+                Ok(())
+            } else {
+                Err(5)
+            };
         }
         let (domain, user) = split_principal(username);
         let account = srv.accounts.iter().find(|a| {

@@ -54,7 +54,6 @@ const DIR_NOT_EMPTY: u32 = 145;
 const NOT_A_REPARSE_POINT: u32 = 4390;
 const UNRECOGNIZED_VOLUME: u32 = 1005;
 const DIR_NOT_ROOT: u32 = 144;
-const TIB: u64 = 1 << 40;
 /// The volume GUID of the simulated `C:` drive (Wine answers this synthetic form, reference §4).
 const SYSTEM_VOLUME: &str = "00000000-0000-0000-0000-000000000043";
 
@@ -557,12 +556,15 @@ impl Win32Files for WindowsView {
                     let used = dir_usage(&st.layout.volume_store(guid)).bytes.min(size);
                     (size, used)
                 }
-                ["store", "shares", server, share, ..] => (
-                    TIB,
-                    dir_usage(&st.layout.share_store(server, share))
-                        .bytes
-                        .min(TIB),
-                ),
+                ["store", "shares", server, share, ref rest @ ..] => st
+                    .servers
+                    .get(server)
+                    .and_then(|s| s.shares.get(share))
+                    .ok_or(PATH_NOT_FOUND)?
+                    .space_at(
+                        &st.layout.share_store(server, share),
+                        &rest.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>(),
+                    ),
                 [drive, ..] => {
                     let total = 256 << 30;
                     (

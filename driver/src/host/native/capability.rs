@@ -35,6 +35,7 @@ pub(super) fn capabilities_of(report: &ProbeReport) -> HostCapabilities {
         list_iscsi_sessions: has(Capability::Iscsi),
         // Whether MPIO is installed and claims iSCSI disks is read when a volume asks for it (`mpio_claim`).
         multipath: has(Capability::Iscsi),
+        path_space: true,
     }
 }
 

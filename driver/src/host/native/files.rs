@@ -7,7 +7,7 @@ use winhost::codes::Win32Error;
 use winhost::model::SymlinkFlags;
 use winhost::paths::{LinkTarget, UncParts, with_trailing_backslash};
 
-use super::{HostErrorKind, HostResult, Ops};
+use super::{HostErrorKind, HostResult, Ops, PathSpace};
 
 fn is(e: &winhost::CallError, code: Win32Error) -> bool {
     e.win32_code() == Some(code)
@@ -131,6 +131,20 @@ pub(super) fn read_link(o: &Ops<'_>, path: &str) -> HostResult<Option<String>> {
         Err(e) => return Err(o.err(e)),
     };
     Ok(point.target().as_ref().and_then(share_or_local))
+}
+
+/// `PathSpace`: `GetDiskFreeSpaceExW` on the directory `path`, with the trailing backslash a UNC name must have
+/// (learn.microsoft.com, `GetDiskFreeSpaceExW`, `lpDirectoryName`); Windows performs it on a link's target
+/// ("Symbolic link behavior"), so a pod path answers for the share its staging link points into.
+pub(super) fn path_space(o: &Ops<'_>, path: &str) -> HostResult<PathSpace> {
+    let s =
+        o.w.disk_free_space(o.c, &with_trailing_backslash(path))
+            .map_err(|e| o.err(e))?;
+    Ok(PathSpace {
+        total: s.total,
+        available: s.available_to_caller,
+        free: s.free,
+    })
 }
 
 /// Whether a share target answered like an unreachable share rather than a broken call.

@@ -61,6 +61,7 @@
 //! | `GetDiskNumberFromVolumeID` | `SELECT MSFT_Volume` → `ASSOCIATORS …->MSFT_Partition` (its `DiskNumber`) |
 //! | `ReadLink` (no csi-proxy RPC) | `FSCTL_GET_REPARSE_POINT` (one hop, never resolved) |
 //! | `DiskLayout` (no csi-proxy RPC) | `SELECT MSFT_Disk` (`PartitionStyle`) → `SELECT MSFT_Partition` (`GptType` / `MbrType`) |
+//! | `PathSpace` (no csi-proxy RPC) | `GetDiskFreeSpaceExW(path\)` (links followed by Windows) |
 //!
 //! # What it does that csi-proxy cannot (advertised by [`Host::capabilities`])
 //!
@@ -76,6 +77,8 @@
 //!   hurries nothing, so the driver also reads the partition table (`DiskLayout`): a disk with a partition whose
 //!   volume has not arrived is not empty, and `PartitionDisk` refuses (AlreadyExists) rather than do nothing on a
 //!   disk that has one, so a late volume is never taken for the driver's own.
+//! * An SMB volume's real usage: `GetDiskFreeSpaceExW` on its pod path (`PathSpace`), which Windows follows to the
+//!   share; csi-proxy's `GetVolumeStats` takes a local volume's id only.
 //! * A link's stored target is read (`ReadLink`), so a staging link into a share can be adopted when its state record
 //!   was lost.
 //! * Discovery CHAP on `AddTargetPortal`; persistent logins, whose records are removed (`Unregister`) on logout, and
@@ -127,8 +130,8 @@ use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
-    HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, MpioClaim, Portal,
-    Secret, SharedObject, SmbCredential, TargetPath, UncPath,
+    HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, MpioClaim, PathSpace,
+    Portal, Secret, SharedObject, SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -728,6 +731,12 @@ impl Host for NativeHost {
     async fn read_link(&self, path: &HostPath, d: Deadline) -> HostResult<Option<String>> {
         let p = path.as_str().to_owned();
         self.run(HostOp::ReadLink, d, move |o| files::read_link(o, &p))
+            .await
+    }
+
+    async fn path_space(&self, path: &HostPath, d: Deadline) -> HostResult<PathSpace> {
+        let p = path.as_str().to_owned();
+        self.run(HostOp::PathSpace, d, move |o| files::path_space(o, &p))
             .await
     }
 

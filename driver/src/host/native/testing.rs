@@ -22,8 +22,8 @@ use super::NativeHost;
 use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
-    HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, Portal, Secret,
-    SharedObject, SmbCredential, TargetPath, UncPath,
+    HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, PathSpace, Portal,
+    Secret, SharedObject, SmbCredential, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -577,6 +577,11 @@ impl Host for Tapped {
     async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
         self.host.claim(object, d).await
     }
+
+    async fn path_space(&self, path: &HostPath, d: Deadline) -> HostResult<PathSpace> {
+        let c = Self::call(HostOp::PathSpace, json!({ "path": path.as_str() }));
+        self.tap.around(c, self.host.path_space(path, d)).await
+    }
 }
 
 /// Either backend, as one `Host` type (module docs).
@@ -804,5 +809,9 @@ impl Host for TestHost {
     }
     async fn claim(&self, object: SharedObject<'_>, d: Deadline) -> HostResult<()> {
         each!(self, h => h.claim(object, d))
+    }
+
+    async fn path_space(&self, p: &HostPath, d: Deadline) -> HostResult<PathSpace> {
+        each!(self, h => h.path_space(p, d))
     }
 }

@@ -57,7 +57,10 @@ for v in "${value_sets[@]}"; do
   for h in helm3 helm4; do
     bin="${!h}"
     out="$work/rendered-$name-$h.yaml"
-    "$bin" template wincsi "$chart" --namespace wincsi-system -f "$v" >"$out" 2>"$work/err" \
+    # The oldest Kubernetes the chart supports, the same for both Helms: their built-in default versions differ
+    # (Helm 3.17: 1.32, Helm 4: newer), and the CSIDriver renders fields by version (step 3b renders the newest).
+    "$bin" template wincsi "$chart" --namespace wincsi-system --kube-version "${k8s_versions[0]}" -f "$v" \
+      >"$out" 2>"$work/err" \
       || { cat "$work/err"; fail "$h template $name"; }
     [ -s "$out" ] || fail "$h template $name rendered nothing"
     rendered+=("$out")
@@ -95,6 +98,21 @@ for k in "${k8s_versions[@]}"; do
     || { cat "$work/kv.log"; fail "examples do not validate strictly against Kubernetes $k"; }
   ok "strict validation against Kubernetes $k (${#rendered[@]} renders, ${#example_files[@]} examples)"
 done
+# 3b. what only a newer Kubernetes gets (CSIDriver nodeAllocatableUpdatePeriodSeconds, 1.33+), rendered for the
+# newest version and validated strictly against it.
+newest="${k8s_versions[${#k8s_versions[@]}-1]}"
+for v in "${value_sets[@]}"; do
+  name="$(basename "$v" -values.yaml)"
+  "$helm4" template wincsi "$chart" --namespace wincsi-system --kube-version "$newest" -f "$v" \
+    >"$work/newest-$name.yaml" 2>"$work/err" || { cat "$work/err"; fail "helm4 template $name for $newest"; }
+done
+grep -q '^  nodeAllocatableUpdatePeriodSeconds: 60$' "$work/newest-default.yaml" \
+  || fail "the CSIDriver asks for no volume-limit refresh on Kubernetes $newest"
+grep -q 'nodeAllocatableUpdatePeriodSeconds' "$work/rendered-default-helm4.yaml" \
+  && fail "nodeAllocatableUpdatePeriodSeconds rendered for Kubernetes ${k8s_versions[0]}, which lacks the field"
+kubernetes-validate --strict --quiet -k "$newest" "$work"/newest-*.yaml >"$work/kv.log" 2>&1 \
+  || { cat "$work/kv.log"; fail "renders for Kubernetes $newest do not validate strictly against it"; }
+ok "renders for Kubernetes $newest validate strictly (${#value_sets[@]} value sets; the volume-limit refresh on)"
 # Every example is a list of complete objects: each document names apiVersion and kind.
 for f in "${example_files[@]}"; do
   docs="$(grep -c '^---' "$f" || true)"; kinds="$(grep -c '^kind:' "$f" || true)"

@@ -124,8 +124,16 @@ fn host_calls_per_operation_meet_the_goals_or_their_floors() {
             (Row::SmbFirst, report::SMB_GOAL),
         ] {
             let c = cell(column, row);
+            // Natively an SMB first stage first reads its staging path's link (one FSCTL_GET_REPARSE_POINT) to
+            // adopt the driver's own link after a lost state directory (issue 37 item 15): one call over the goal,
+            // explained in BENCHMARKS.md.
+            let adoption = usize::from(
+                row == Row::SmbFirst
+                    && column == Column::Native
+                    && c.sequence.first().map(String::as_str) == Some("FSCTL_GET_REPARSE_POINT"),
+            );
             assert!(
-                c.calls <= goal,
+                c.calls <= goal + adoption,
                 "{column:?} {row:?}: {}",
                 c.sequence.join(" → ")
             );

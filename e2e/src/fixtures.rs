@@ -317,13 +317,17 @@ mod tests {
     #[test]
     fn scenario_parses() {
         let s = scenario();
-        assert_eq!(s.smb.servers.len(), 1);
+        assert_eq!(
+            s.smb.servers.len(),
+            2,
+            "the file server and the one that grants the node's computer account"
+        );
         assert_eq!(s.iscsi.portals[0].targets.len(), 2);
         let d = democratic_scenario();
         assert_eq!(
             d.smb.servers.len(),
-            3,
-            "the TrueNAS, and the node-manual example's server"
+            4,
+            "scenario()'s two, the TrueNAS, and the node-manual example's server"
         );
         assert_eq!(d.iscsi.portals.len(), 3);
     }

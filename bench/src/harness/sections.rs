@@ -669,6 +669,8 @@ pub(crate) struct Soak {
     pub(crate) wall_s: f64,
     /// Lifecycles per second.
     pub(crate) per_second: f64,
+    /// Stages retried as kubelet retries an UNAVAILABLE answer (not errors unless the retries did not end it).
+    pub(crate) kubelet_retries: usize,
     /// Failed CSI calls.
     pub(crate) errors: usize,
     /// The first few failures.
@@ -721,8 +723,25 @@ pub(crate) async fn soak(
         let (next, done, progress) = (next.clone(), done.clone(), progress.clone());
         async move {
             let mut errs = Vec::new();
+            let mut retried = 0usize;
             while next.fetch_add(1, Ordering::Relaxed) < total {
-                if let Err(e) = v.up(conn).await {
+                // kubelet retries a stage the driver answers UNAVAILABLE (another volume's SMB mapping removal of
+                // the same share still running, issue 37 item 9) after 500 ms, doubling: so does the soak, a few
+                // times, and counts those retries; a call still failing after them is an error.
+                let mut pause = std::time::Duration::from_millis(500);
+                let mut outcome = v.up(conn).await;
+                for _ in 0..4 {
+                    match &outcome {
+                        Err(e) if e.status.starts_with("Unavailable") => {
+                            retried += 1;
+                            tokio::time::sleep(pause).await;
+                            pause *= 2;
+                            outcome = v.up(conn).await;
+                        }
+                        _ => break,
+                    }
+                }
+                if let Err(e) = outcome {
                     errs.push(e);
                 }
                 errs.extend(v.down(conn).await);
@@ -732,12 +751,13 @@ pub(crate) async fn soak(
                     progress.lock().unwrap_or_else(|e| e.into_inner()).push(rss);
                 }
             }
-            errs
+            (errs, retried)
         }
     }))
     .await;
     let wall = start.elapsed();
-    let errors: Vec<CallError> = results.into_iter().flatten().collect();
+    let kubelet_retries = results.iter().map(|(_, r)| r).sum();
+    let errors: Vec<CallError> = results.into_iter().flat_map(|(e, _)| e).collect();
     let memory_end = sys::memory(pid)?;
     let report = host.invariants().await?;
     let rss_progress_kib = progress.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -747,6 +767,7 @@ pub(crate) async fn soak(
         wall_s: wall.as_secs_f64(),
         per_second: total as f64 / wall.as_secs_f64(),
         errors: errors.len(),
+        kubelet_retries,
         first_errors: errors.into_iter().take(5).collect(),
         leaked_host_objects: report.leftovers.len() + report.data_loss.len(),
         leftovers: report.leftovers.into_iter().take(20).collect(),

@@ -778,6 +778,7 @@ impl Protocol<CsiProxyHost> for Adopter {
             principal: None,
             mapped: false,
             removing: None,
+            credential: None,
         };
         VolumeRecord::new(
             found.volume_id,

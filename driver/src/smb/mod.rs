@@ -107,6 +107,7 @@ mod adopt;
 mod mapping;
 pub mod params;
 mod removal;
+mod rotate;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -136,6 +137,12 @@ pub struct SmbRecord {
     /// (and of this volume) wait for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removing: Option<SmbRemoval>,
+    /// A keyed fingerprint of the credential this volume's last successful stage (or credential rotation) presented
+    /// to Windows (`rotate.rs`: HMAC-SHA256 under a per-node key, never the secret itself): a NodePublishVolume
+    /// carrying the same credential costs no SMB host call. Absent in records of earlier versions, for credential-less
+    /// volumes, and when the node key could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 impl Details for SmbRecord {
@@ -150,6 +157,7 @@ impl SmbRecord {
             principal: vol.principal().map(str::to_owned),
             mapped: false,
             removing: None,
+            credential: None,
         }
     }
 
@@ -182,6 +190,7 @@ impl SmbRecord {
 pub struct Smb {
     mappings: Mappings,
     removals: Removals,
+    key: rotate::CredentialKey,
 }
 
 /// The share roots (lock keys) this process mapped and has not removed since. A stage that finds its root here takes
@@ -266,7 +275,8 @@ impl<H: Host> Protocol<H> for Smb {
         vol: &SmbVolume,
         d: Deadline,
     ) -> Result<(), Error> {
-        stage::stage(cx, &self.mappings, &self.removals, at, vol, d).await
+        let credential = self.key.fingerprint(cx, vol);
+        stage::stage(cx, &self.mappings, &self.removals, at, vol, credential, d).await
     }
 
     async fn unstage(
@@ -307,6 +317,28 @@ impl<H: Host> Protocol<H> for Smb {
         d: Deadline,
     ) -> Result<(), Error> {
         ready(cx, record, staging, d).await
+    }
+
+    /// Rotated credentials (`rotate.rs`).
+    async fn republish(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        req: &crate::lifecycle::PublishRequest,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        rotate::republish(
+            cx,
+            &self.mappings,
+            &self.removals,
+            &self.key,
+            record,
+            req,
+            staging,
+            d,
+        )
+        .await
     }
 
     /// A staging link into a share, on a backend that can read links (`adopt.rs`).

@@ -30,6 +30,7 @@ pub(super) async fn stage<H: Host>(
     removals: &Removals,
     at: StageAt<'_>,
     vol: &SmbVolume,
+    credential: Option<String>,
     d: Deadline,
 ) -> Result<(), Error> {
     let StageAt {
@@ -39,7 +40,10 @@ pub(super) async fn stage<H: Host>(
     } = at;
     let h = cx.calls(d);
     machine_account_here(h.host(), vol)?;
-    let mut wanted = SmbRecord::of(vol);
+    let mut wanted = SmbRecord {
+        credential,
+        ..SmbRecord::of(vol)
+    };
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
         let facts = rec.details::<SmbRecord>()?;

@@ -28,6 +28,11 @@
 //!
 //! # The fingerprint
 //!
+//! It says which credential the share's mapping holds, as far as the driver knows: a stage that made (or re-made) the
+//! mapping records its own; a stage that joined a mapping other volumes made records its own only when one of theirs
+//! records the same, else none (so a volume staged with a newer Secret than the mapping's does not hide the mapping's
+//! older credential: its republishes keep looking at the mapping until a re-creation records one).
+//!
 //! HMAC-SHA256 (`ring`) of the principal (as Windows compares names) and the password under a random 256-bit key made
 //! once per node and kept in `--state-dir` ([`KEY_FILE`]; `0600` on Unix; on Windows the state directory's ACL), so the
 //! records, which anyone able to read the state directory may copy, never hold the secret nor a hash of it that a
@@ -64,9 +69,16 @@ impl std::fmt::Debug for CredentialKey {
 
 impl CredentialKey {
     /// The fingerprint of `vol`'s credential (`None` without one, or when the key cannot be had).
-    pub(super) fn fingerprint<H: Host>(&self, cx: Context<'_, H>, vol: &SmbVolume) -> Option<String> {
+    pub(super) fn fingerprint<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        vol: &SmbVolume,
+    ) -> Option<String> {
         let cred = vol.credential.as_ref()?;
-        let mut slot = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if slot.is_none() {
             match load_or_make(cx.store().dir()) {
                 Ok(bytes) => *slot = Some(hmac::Key::new(hmac::HMAC_SHA256, &bytes)),
@@ -143,6 +155,24 @@ fn load_or_make(dir: &Path) -> std::io::Result<[u8; 32]> {
     Ok(key)
 }
 
+/// Whether another volume's record on share `root` holds fingerprint `fp`: a stage that joined the share's existing
+/// mapping (it did not make it) records its credential's fingerprint only then; otherwise the mapping may hold
+/// another credential, and the record says none (every republish then looks at the mapping once).
+pub(super) fn joined_same<H: Host>(
+    cx: Context<'_, H>,
+    volume_id: &str,
+    root: &str,
+    fp: &str,
+) -> Result<bool, Error> {
+    Ok(cx
+        .first_record::<SmbRecord>(|rec, f| {
+            rec.volume_id != volume_id
+                && names_equal(&f.root, root)
+                && f.credential.as_deref() == Some(fp)
+        })?
+        .is_some())
+}
+
 fn observe(outcome: &'static str) {
     if let Some(m) = crate::metrics::installed() {
         m.observe_credential_rotation(outcome);
@@ -194,8 +224,15 @@ pub(super) async fn republish<H: Host>(
     }
     let fingerprint = key.fingerprint(cx, &vol);
     let same_principal = names_equal(facts.principal.as_deref().unwrap_or(""), principal);
-    if rec.phase == Phase::Staged && same_principal && fingerprint.is_some() && facts.credential == fingerprint {
-        debug!(volume_id, "the publish carries the mapping's own SMB credentials: nothing to do");
+    if rec.phase == Phase::Staged
+        && same_principal
+        && fingerprint.is_some()
+        && facts.credential == fingerprint
+    {
+        debug!(
+            volume_id,
+            "the publish carries the mapping's own SMB credentials: nothing to do"
+        );
         return Ok(());
     }
     if rec.phase == Phase::Staged {
@@ -222,7 +259,10 @@ pub(super) async fn republish<H: Host>(
     match stage::stage(cx, mappings, removals, at, &vol, fingerprint, d).await {
         Ok(()) => {
             observe("recreated");
-            info!(volume_id, principal, "SMB mapping re-created with the rotated credentials");
+            info!(
+                volume_id,
+                principal, "SMB mapping re-created with the rotated credentials"
+            );
             Ok(())
         }
         Err(e) => {

@@ -6,7 +6,7 @@ use tracing::{debug, info, warn};
 
 use super::mapping::{MapFailure, MapRepair, check_principal, lock_mapping, map_locked};
 use super::removal::Removals;
-use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
+use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share, rotate};
 use crate::error::Error;
 use crate::host::{
     Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential, UncPath,
@@ -40,10 +40,9 @@ pub(super) async fn stage<H: Host>(
     } = at;
     let h = cx.calls(d);
     machine_account_here(h.host(), vol)?;
-    let mut wanted = SmbRecord {
-        credential,
-        ..SmbRecord::of(vol)
-    };
+    // The record keeps the mapping's fingerprint until this stage has mapped with `credential` (a stage that finds its
+    // volume staged and reachable changes nothing on the host: `rotate.rs`).
+    let mut wanted = SmbRecord::of(vol);
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
         let facts = rec.details::<SmbRecord>()?;
@@ -56,6 +55,7 @@ pub(super) async fn stage<H: Host>(
         }
         // What the record proved about the mapping stays proven while this stage runs and after it fails: the
         // mapping is still there (only this driver's unstage or rollback removes it, and either deletes the record).
+        wanted.credential = facts.as_ref().and_then(|r| r.credential.clone());
         wanted.mapped = facts.is_some_and(|r| r.proves_mapping(rec) && r.same_mapping(&wanted));
     }
     // The subDir is created through the staging link (csi-proxy's `Mkdir` takes local paths only): that path obeys
@@ -148,6 +148,7 @@ pub(super) async fn stage<H: Host>(
     // A re-stage (a record exists) may find the mapping broken and repair it: it does not go by what this process
     // remembers making.
     let mut mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
+
     // Once more under the share's lock: an unstage of the share may have announced its removal since the look above
     // and given up waiting for it (its lock is released at its deadline, the removal going on).
     if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
@@ -211,8 +212,18 @@ pub(super) async fn stage<H: Host>(
             // Staged in the store (visible) while the mapping's lock is held: stages queued behind this one's mapping
             // see a staged user and share the mapping; they need not wait for this record to be durable.
             // The mapping of the share under this principal is now provably this driver's (`SmbRecord::mapped`).
+            // A stage that only joined the mapping others made (the shared side) may not have given it its credential:
+            // its fingerprint says the mapping's only when a sibling's record proves the same one (`rotate.rs`).
+
+            let credential = match credential {
+                Some(fp) if !made.mapping && !rotate::joined_same(cx, volume_id, &root, &fp)? => {
+                    None
+                }
+                fp => fp,
+            };
             let facts = SmbRecord {
                 mapped: true,
+                credential,
                 ..wanted
             };
             let staged = cx
@@ -356,6 +367,7 @@ impl<H: Host> Mapping<'_, H> {
         if possibly_made {
             made.link = true;
             // Under the shared side the mapping was there before this call (other volumes use it): never this call's.
+
             made.mapping |= !mapping.is_shared();
         }
         if result.is_ok() {

@@ -19,6 +19,8 @@
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` (native, reachable and staged: → `PathSpace(path)`) |
 //! | startup reconcile (staged record), and its background re-checks | `IsSymlink(staging)` (a link that does not reach the share is left in place: `lifecycle/watch.rs`) |
 //! | publish readiness | `IsSymlink(staging)` |
+//! | publish carrying the mapping's own credential (kubelet's republish, `rotate.rs`) | none |
+//! | publish carrying another credential | `IsSymlink(staging)`; when it does not reach the share: the re-stage's repair (`rotate.rs`) |
 //!
 //! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`);
 //! before it makes a link, publish asks [`Protocol::ready`], which checks that the staging link reaches the share

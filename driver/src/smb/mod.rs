@@ -184,6 +184,20 @@ pub struct Smb {
     removals: Removals,
 }
 
+#[cfg(test)]
+impl Smb {
+    /// Every later change of what this process knows of its announced removals (a removal's task answered): tests
+    /// wait on it instead of polling the host.
+    pub(crate) fn removal_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.removals.changes()
+    }
+
+    /// How many stages wait for a removal this process runs.
+    pub(crate) fn removal_waiters(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.removals.waiting()
+    }
+}
+
 /// The share roots (lock keys) this process mapped and has not removed since. A stage that finds its root here takes
 /// the shared side of the mapping lock at once, without waiting for the stage that made the mapping to finish (see
 /// `mapping::lock_mapping`). Only a hint: under the shared side the plain `NewSmbGlobalMapping` runs and a mapping found

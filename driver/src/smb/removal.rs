@@ -14,7 +14,9 @@
 //!   deadline, so this process learns when it answers (the caller stops waiting at its deadline, UNAVAILABLE or
 //!   DEADLINE_EXCEEDED as before, and the announcement stays);
 //! * **waited for** — a stage of the share (any volume: the mapping) or of the announcing volume (its link) first
-//!   looks for unsettled announcements and answers UNAVAILABLE while one may still run; kubelet retries. One is over
+//!   looks for unsettled announcements. One whose call runs on a task of this very process is waited for, within the
+//!   stage's deadline, on the task's answer ([`Outlive::changes`]: a notification, no polling), and the stage goes
+//!   on; any other makes the stage answer UNAVAILABLE while it may still run, and kubelet retries. One is over
 //!   when this process saw its call answer, when the node rebooted since (its boot stamp), when its outcome shows (the
 //!   staging path is gone: the `Rmdir`), or after [`OUTLIVE_BOUND`] by an age no wall clock moves. The announcement
 //!   leaves with the record (the unstage ends by removing it) or with the stage's next write of it.
@@ -75,6 +77,18 @@ pub(super) enum Call {
 }
 
 impl Removals {
+    /// Every later change of what this process knows of its announcements ([`Outlive::changes`]).
+    #[cfg(test)]
+    pub(super) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.changes()
+    }
+
+    /// How many stages wait for a removal of this process right now ([`Outlive::waiting`]).
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.0.waiting()
+    }
+
     /// The key of `volume_id`'s announced `call` in `r`.
     fn key(volume_id: &str, r: &SmbRemoval, call: Call) -> String {
         format!("smb-removal:{volume_id}:{}:{call:?}", r.at_unix_ms)
@@ -132,12 +146,15 @@ impl Removals {
         let outlive = self.0.clone();
         let host = host.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // Stages of the share that meet the announcement meanwhile wait for this task's end (`wait_settled`).
+        outlive.runs_here(&key);
         tokio::spawn(async move {
             let answer = call(host, Deadline::after(OUTLIVE_BOUND)).await;
             // An answer ends it; its own bound passing (or csi-proxy gone) leaves it to the bound's rule.
             if !answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
                 outlive.end(&key, "this process saw it answer");
             }
+            outlive.left_here(&key);
             let _ = tx.send(answer);
         });
         match tokio::time::timeout_at(caller.instant(), rx).await {
@@ -156,16 +173,63 @@ impl Removals {
         }
     }
 
-    /// The first unsettled removal a stage of `volume_id` at `staging` on share `root` must wait for: an announced
-    /// mapping removal of any volume of the share, or this volume's own announced link removal. `None` when none may
-    /// still run. The message names it (the stage answers UNAVAILABLE with it).
-    pub(super) async fn unsettled<H: Host>(
+    /// Wait, within `h`'s deadline, for the removals a stage of `volume_id` on share `root` must not overlap
+    /// ([`Removals::unsettled`]) while their calls run on a task of this very process: such a call's end is signalled
+    /// ([`Outlive::changes`]), so the stage goes on as soon as it answered instead of costing kubelet a retry. `None`
+    /// once none may still run; the message of the first one that may (the stage answers UNAVAILABLE with it) when it
+    /// runs out of this process's sight (an earlier process announced it, or its task returned without an answer) or
+    /// the deadline came first.
+    pub(super) async fn wait_settled<H: Host>(
         &self,
         cx: Context<'_, H>,
         h: &Calls<'_, H>,
         volume_id: &str,
         root: &str,
     ) -> Result<Option<String>, Error> {
+        loop {
+            // Subscribed before the look: an end between the look and the wait wakes the wait.
+            let mut changes = self.0.changes();
+            let Some((why, key)) = self.unsettled(cx, h, volume_id, root).await? else {
+                return Ok(None);
+            };
+            if !self.0.here(&key) {
+                return Ok(Some(why));
+            }
+            debug!(
+                volume_id,
+                root, "waiting for this process's running removal of the share to answer"
+            );
+            if !self
+                .0
+                .wait_change(&mut changes, h.deadline().instant())
+                .await
+            {
+                return Ok(Some(why));
+            }
+        }
+    }
+
+    /// Whether a removal a stage of `volume_id` on share `root` must not overlap may still run (no wait).
+    pub(super) async fn unsettled_now<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        h: &Calls<'_, H>,
+        volume_id: &str,
+        root: &str,
+    ) -> Result<bool, Error> {
+        Ok(self.unsettled(cx, h, volume_id, root).await?.is_some())
+    }
+
+    /// The first unsettled removal a stage of `volume_id` at `staging` on share `root` must wait for: an announced
+    /// mapping removal of any volume of the share, or this volume's own announced link removal. `None` when none may
+    /// still run. The message names it (the stage answers UNAVAILABLE with it), with the announcement's key.
+    async fn unsettled<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        h: &Calls<'_, H>,
+        volume_id: &str,
+        root: &str,
+    ) -> Result<Option<(String, String)>, Error> {
         let announced = cx.records::<SmbRecord>()?.into_iter().filter(|(rec, r)| {
             r.removing.as_ref().is_some_and(|x| {
                 (x.mapping && crate::host::names_equal(&r.root, root))
@@ -189,14 +253,15 @@ impl Removals {
                 Call::Mapping => format!("the removal of the SMB global mapping of {}", r.root),
                 Call::Link => format!("the removal of the staging link {}", rec.staging_path),
             };
-            return Ok(Some(format!(
+            let why = format!(
                 "{what}, issued by the unstage of volume {:?} {}s ago, has not finished: it may still run on the node (a \
                  removal goes on after the call that issued it gave up) and would take away what this stage makes; \
                  waiting for it (at most {} min from its start, less once the node reboots)",
                 rec.volume_id,
                 self.0.age(&key).as_secs(),
                 OUTLIVE_BOUND.as_secs() / 60
-            )));
+            );
+            return Ok(Some((why, key)));
         }
         Ok(None)
     }

@@ -23,9 +23,10 @@
 //!
 //! What it costs: one more record write per unstage (two when another unstage of the share ended meanwhile), a scan of
 //! the share's records in memory at each stage, and one `PathExists` per look at an unsettled announcement of a link.
-//! Limits: a mapping removal announced by a process that died cannot be observed through csi-proxy (v1 cannot list
-//! mappings) nor natively (the backend's ledger of calls in flight knows storage and iSCSI methods only): stages of
-//! that share then wait for a reboot or the bound — unless kubelet's retried unstage of the announcing volume ends
+//! A mapping removal announced by a process that died is learned natively from the backend's ledger of calls in
+//! flight (`host/native/inflight.rs`: its `MSFT_SmbGlobalMapping.Remove` runs until the share's mapping list shows
+//! it gone). Limits: through csi-proxy it cannot be observed (no v1 API lists mappings): stages of that share then
+//! wait for a reboot or the bound — unless kubelet's retried unstage of the announcing volume ends
 //! first (its own removal answers; the record and its announcement go), which is taken as the end of the earlier call.
 
 use serde::{Deserialize, Serialize};
@@ -34,7 +35,8 @@ use tracing::{debug, info};
 use super::SmbRecord;
 use crate::error::Error;
 use crate::host::{
-    BootStamp, Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, Since, UncPath,
+    BootStamp, Host, HostError, HostErrorKind, HostObject, HostOp, HostPath, HostResult, Since,
+    UncPath,
 };
 use crate::lifecycle::outlive::{OUTLIVE_BOUND, Outlive, stamp_now};
 use crate::lifecycle::{Calls, Context, host_error};
@@ -246,7 +248,7 @@ impl Removals {
                 Call::Link
             };
             let key = Self::key(&rec.volume_id, x, call);
-            if self.settled(cx, h, &rec, x, call, &key).await? {
+            if self.settled(cx, h, &rec, x, call, &key, &r.root).await? {
                 continue;
             }
             let what = match call {
@@ -266,7 +268,8 @@ impl Removals {
         Ok(None)
     }
 
-    /// Whether the announcement `x` of `rec` (key `key`) can no longer be running.
+    /// Whether the announcement `x` of `rec` (key `key`, on share `root`) can no longer be running.
+    #[allow(clippy::too_many_arguments)]
     async fn settled<H: Host>(
         &self,
         cx: Context<'_, H>,
@@ -275,6 +278,7 @@ impl Removals {
         x: &SmbRemoval,
         call: Call,
         key: &str,
+        root: &str,
     ) -> Result<bool, Error> {
         if !self.0.may_run(key) {
             return Ok(true);
@@ -285,6 +289,14 @@ impl Removals {
             info!(volume_id = %rec.volume_id, "an announced SMB removal is from an earlier boot: it cannot still run");
             self.0.end(key, "the node rebooted since");
             return Ok(true);
+        }
+        if call == Call::Mapping && !self.0.here(key) {
+            // Announced by an earlier process (or its task here returned without an answer): what the backend knows.
+            // Natively its in-flight ledger holds the `MSFT_SmbGlobalMapping.Remove` until the share's mapping list
+            // shows it gone; csi-proxy cannot list mappings (no v1 API does), so there the boot and the bound decide.
+            self.0
+                .learn(h, key, x.boot, &HostObject::Mapping(root.to_owned()))
+                .await?;
         }
         if call == Call::Link
             && let Ok(staging) = cx.kubelet_root().host_path(&rec.staging_path)

@@ -212,16 +212,19 @@ fn report_capabilities(report: &winhost::probe::ProbeReport) {
     }
 }
 
-/// The shares this node's volume records say the driver mapped (SMB volumes staged, or to be re-staged): the
-/// mappings are its own whichever backend made them.
+/// The shares this node's volume records say the driver mapped (SMB volumes staged, or to be re-staged; and any
+/// volume a stage through csi-proxy claimed, whose mapping csi-proxy's unstage would remove whoever made it:
+/// `SmbRecord::unledgered`): the mappings are its own whichever backend made them.
 pub fn recorded_shares(store: &StateStore) -> Vec<String> {
     let Ok(volumes) = store.volumes() else {
         return Vec::new();
     };
     let mut roots: Vec<String> = volumes
         .iter()
-        .filter(|r| matches!(r.phase, Phase::Staged | Phase::NeedsRestage))
-        .filter_map(|r| r.details::<crate::smb::SmbRecord>().ok().flatten())
+        .filter_map(|r| {
+            let d = r.details::<crate::smb::SmbRecord>().ok().flatten()?;
+            (matches!(r.phase, Phase::Staged | Phase::NeedsRestage) || d.unledgered).then_some(d)
+        })
         .map(|d| d.root)
         .collect();
     roots.sort();

@@ -40,9 +40,16 @@ pub(super) async fn stage<H: Host>(
     let h = cx.calls(d);
     machine_account_here(h.host(), vol)?;
     let mut wanted = SmbRecord::of(vol);
+    // On a backend without a ledger of its mappings (csi-proxy) the record is the driver's only claim on the mapping:
+    // said in the record, for a node later moved to the native backend (`SmbRecord::unledgered`).
+    wanted.unledgered = h
+        .host()
+        .made_by_wincsi(SharedObject::SmbMapping(&vol.source.root_key()))
+        .is_none();
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
         let facts = rec.details::<SmbRecord>()?;
+        wanted.unledgered |= facts.as_ref().is_some_and(|r| r.unledgered);
         let same = facts.as_ref().is_some_and(|r| r.same_volume(&wanted));
         if !same || !staging.is(&rec.staging_path) {
             return Err(Error::AlreadyExists(format!(

@@ -779,26 +779,6 @@ const KNOWN_OPEN: &[(&str, &str)] = &[
         "Iscsi/Stage/FormatVolume #1/Kill/BackendChange",
         "the native driver does not log out csi-proxy's session",
     ),
-    (
-        "Smb/Stage/Rmdir #1/Kill/BackendChange",
-        "the native driver does not remove csi-proxy's mapping",
-    ),
-    (
-        "Smb/Stage/Rmdir #2/Kill/BackendChange",
-        "the native driver does not remove csi-proxy's mapping",
-    ),
-    (
-        "Smb/Stage/Mkdir #1/Kill/BackendChange",
-        "the native driver does not remove csi-proxy's mapping",
-    ),
-    (
-        "Smb/Stage/NewSmbGlobalMapping #1/Kill/BackendChange",
-        "the native driver does not remove csi-proxy's mapping",
-    ),
-    (
-        "Smb/Stage/NewSmbGlobalMapping #2/Kill/BackendChange",
-        "the native driver does not remove csi-proxy's mapping",
-    ),
     // An unstage's removal that ends after a new stage of the volume.
     (
         "Iscsi/Unstage/Rmdir #1/Outlive/OutlivingRemoval",

@@ -766,19 +766,6 @@ const KNOWN_OPEN: &[(&str, &str)] = &[
         "Iscsi/Stage/MSFT_Disk.CreatePartition #1/Outlive/GiveUp",
         "stages wait for the announced call's bound",
     ),
-    // A driver killed mid-stage, the node moved to the native backend, the volume unstaged: csi-proxy's leftover.
-    (
-        "Iscsi/Stage/ConnectTarget #1/Kill/BackendChange",
-        "the native driver does not log out csi-proxy's session",
-    ),
-    (
-        "Iscsi/Stage/SetDiskState #1/Kill/BackendChange",
-        "the native driver does not log out csi-proxy's session",
-    ),
-    (
-        "Iscsi/Stage/FormatVolume #1/Kill/BackendChange",
-        "the native driver does not log out csi-proxy's session",
-    ),
     // An unstage's removal that ends after a new stage of the volume.
     (
         "Iscsi/Unstage/Rmdir #1/Outlive/OutlivingRemoval",

@@ -241,3 +241,36 @@ async fn a_native_stage_killed_over_someone_elses_mapping_leaves_it() {
         .expect("unstage");
     assert_eq!(mappings(&env).len(), 1, "someone else's mapping stays");
 }
+
+/// The same for an iSCSI stage killed on csi-proxy inside its `ConnectTarget` (csi-proxy finishes the login): the
+/// native driver's login finds the session connected, counts it as wincsi's (the record claimed the target through a
+/// backend without a ledger, `IscsiRecord::unledgered`) and its unstage logs it out — after kubelet's retried stage,
+/// or straight away. Every release.
+#[tokio::test]
+async fn an_iscsi_stage_killed_on_csi_proxy_is_torn_down_by_the_native_driver() {
+    for v in CsiProxyVersion::ALL {
+        for restaged in [true, false] {
+            let when = format!("{v}: re-staged first: {restaged}");
+            let mut env = world(TestBackend::CsiProxy, v);
+            env.hold_nth(ConnectTarget, 1);
+            let req = iscsi_stage("blk");
+            tokio::select! {
+                r = env.stage(&req, d()) => panic!("{when}: the stage ended under the held call: {r:?}"),
+                () = env.hung() => {}
+            }
+            env.release();
+            env.sim.wait_unhung().await;
+            env.switch_backend(TestBackend::Native);
+            if restaged {
+                env.stage(&req, d())
+                    .await
+                    .unwrap_or_else(|e| panic!("{when}: native stage: {e}"));
+            }
+            env.mgr
+                .unstage(&unstage_req("blk"), d())
+                .await
+                .unwrap_or_else(|e| panic!("{when}: native unstage: {e}"));
+            env.assert_clean();
+        }
+    }
+}

@@ -54,6 +54,9 @@ pub enum Destructive {
     ResizeVolume,
     /// `DisconnectTarget` of the target's last staged volume (`removal.rs`).
     DisconnectTarget,
+    /// The unstage's non-forced `Rmdir` of the staging path (`removal.rs`): a late one removes the mount point a
+    /// later stage of the volume made there.
+    RemoveStagingPath,
 }
 
 impl Destructive {
@@ -63,6 +66,7 @@ impl Destructive {
             Self::FormatVolume => "FormatVolume",
             Self::ResizeVolume => "ResizeVolume",
             Self::DisconnectTarget => "DisconnectTarget",
+            Self::RemoveStagingPath => "Rmdir",
         }
     }
 }
@@ -151,6 +155,8 @@ impl Pending {
                 self.volume.clone().map(HostObject::Volume)
             }
             Destructive::DisconnectTarget => self.target.clone().map(HostObject::Target),
+            // No backend tracks a directory's removal: its outcome (the path gone), the boot and the bound decide.
+            Destructive::RemoveStagingPath => None,
         }
     }
 
@@ -273,6 +279,19 @@ impl Clock {
             Some(object) => self.0.learn(h, &p.key(), p.boot, &object).await,
             None => Ok(()),
         }
+    }
+
+    /// Whether the node rebooted since `p` was announced (its boot stamp); if so, `p` is ended here. For calls no
+    /// backend tracks ([`Clock::learn`] asks the backend only about objects it knows).
+    pub(crate) fn rebooted_since<H: Host>(&self, host: &H, p: &Pending) -> bool {
+        let rebooted = p
+            .boot
+            .zip(host.uptime())
+            .is_some_and(|(s, now)| s.since(now) == crate::host::Since::EarlierBoot);
+        if rebooted {
+            self.end(p, "the node rebooted since it was issued");
+        }
+        rebooted
     }
 
     /// `p` cannot still be running: `why` (its outcome shows on the host).

@@ -34,7 +34,14 @@ pub(super) async fn stage<H: Host>(
     d: Deadline,
 ) -> Result<(), Error> {
     let h = &cx.calls(d);
-    let existing = cx.store().volume(volume_id)?;
+    let existing = match cx.store().volume(volume_id)? {
+        // An unstage's removal of this staging path that may still run would take away what this stage mounts
+        // there (`removal.rs`, "The staging path"): waited for first.
+        Some(rec) if staging.is(&rec.staging_path) => {
+            Some(removal::wait_for_staging_removal(cx, h, judge, rec, staging).await?)
+        }
+        other => other,
+    };
     let prev = match &existing {
         None => None,
         Some(rec) => match rec.details::<IscsiRecord>()? {
@@ -184,6 +191,7 @@ pub(super) async fn stage<H: Host>(
         Ok(()) => {
             // From here on the volume holds what pods write: nothing may format it again.
             rec.retire_marks();
+            rec.staged_boot = h.host().uptime().map(crate::host::BootStamp::at);
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
             info!(staging = %staging, iqn = %vol.iqn, lun = vol.lun, volume = ?rec.volume, "iSCSI volume staged");
             Ok(())

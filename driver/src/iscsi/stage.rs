@@ -636,8 +636,17 @@ async fn file_system<H: Host>(
     rec.pending = Some(announced.clone());
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");
-    match h
-        .raw(HostOp::FormatVolume, &vid, h.host().format_volume(vid, d))
+    // Run to its end on its own task: a stage that gave up still learns that it answered (`Clock::to_end`).
+    let volume = vid.to_owned();
+    match judge
+        .clock
+        .to_end(
+            h,
+            &announced,
+            HostOp::FormatVolume,
+            vid,
+            move |host: H, d| async move { host.format_volume(&volume, d).await },
+        )
         .await
     {
         // Its outcome is recorded with the `Staged` write.

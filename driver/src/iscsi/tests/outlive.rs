@@ -470,3 +470,47 @@ async fn a_staging_path_removal_that_outlives_its_unstage_never_takes_a_later_st
         }
     }
 }
+
+/// Issue 37 item 14: a first stage gives up (its deadline) while its announced `PartitionDisk` hangs, kubelet unstages
+/// (the logout takes the disk away), and the late call then fails on the host: no outcome can ever show on the RAW
+/// disk. The call ran on its own task, so this process heard it answer: the next stage goes on at once instead of
+/// waiting for the hour's bound (through csi-proxy nothing else can prove the call over).
+#[tokio::test(start_paused = true)]
+async fn a_stage_that_gave_up_still_hears_its_partition_answer_and_is_not_held_for_the_bound() {
+    // csi-proxy only: natively the backend itself knows its calls in flight (`Host::in_flight`).
+    for v in CsiProxyVersion::ALL {
+        let env = Env::with_on(sim::wmi::TestBackend::CsiProxy, |_| {});
+        env.sim.set_csi_proxy_version(v).expect("release");
+        env.sim.hang_nth("PartitionDisk", 1).expect("hang");
+        let req = stage_req("v1", 0, &[], &[]);
+        let r = env
+            .mgr
+            .stage(&req, Deadline::after(Duration::from_secs(60)))
+            .await;
+        assert!(
+            matches!(&r, Err(Error::DeadlineExceeded(_) | Error::Unavailable(_))),
+            "{v}: {r:?}"
+        );
+        assert!(env.record("v1").pending.is_some(), "{v}: announced");
+        // The pod is deleted: NodeUnstage while the call hangs (the logout takes the disk away).
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: unstage: {e}"));
+        env.sim.release_hangs();
+        env.sim.wait_unhung().await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        env.mgr
+            .stage(&req, d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: the next stage once the call answered: {e}"));
+        assert!(env.mounted(&staging("v1")).is_some(), "{v}: staged");
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        env.0.assert_clean();
+    }
+}

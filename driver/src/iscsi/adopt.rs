@@ -135,6 +135,7 @@ pub(super) async fn adopt<H: Host>(
         removal: None,
         unmounting: None,
         staged_boot: None,
+        unledgered: false,
     };
     info!(staging = %staging, iqn = %iqn, lun, disk, volume = %vid, "iSCSI volume without a record proven from the \
           host: adopting it");

@@ -32,6 +32,7 @@ pub mod remote;
 pub mod reparse;
 pub mod signature;
 pub mod smb;
+pub mod os_build;
 pub mod uptime;
 #[cfg(windows)]
 pub mod win32;

@@ -95,7 +95,8 @@ use tracing::{debug, info};
 
 use crate::error::Error;
 use crate::host::{
-    Host, HostErrorKind, HostOp, HostPath, SharedObject, UncPath, name_key, names_equal,
+    Host, HostErrorKind, HostOp, HostPath, SharedObject, SmbMappingOptions, UncPath, name_key,
+    names_equal,
 };
 use crate::lifecycle::{
     Calls, Context, Found, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
@@ -105,6 +106,7 @@ use crate::state::{Details, Phase, VolumeRecord};
 
 mod adopt;
 mod mapping;
+mod options;
 pub mod params;
 mod removal;
 mod stage;
@@ -136,6 +138,10 @@ pub struct SmbRecord {
     /// (and of this volume) wait for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removing: Option<SmbRemoval>,
+    /// The SMB client options the volume asked of the share's mapping (`smb/options.rs`); absent (none asked) in
+    /// records of earlier versions and of volumes that ask none.
+    #[serde(default, skip_serializing_if = "SmbMappingOptions::is_empty")]
+    pub options: SmbMappingOptions,
 }
 
 impl Details for SmbRecord {
@@ -150,6 +156,7 @@ impl SmbRecord {
             principal: vol.principal().map(str::to_owned),
             mapped: false,
             removing: None,
+            options: vol.options,
         }
     }
 

@@ -9,7 +9,8 @@ use super::removal::Removals;
 use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
 use crate::host::{
-    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential, UncPath,
+    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential,
+    SmbMappingOptions, UncPath,
 };
 use crate::lifecycle::{Calls, Context, Found, StageAt, host_error};
 use crate::locks::{Deadline, KeyedGuard};
@@ -39,6 +40,9 @@ pub(super) async fn stage<H: Host>(
     } = at;
     let h = cx.calls(d);
     machine_account_here(h.host(), vol)?;
+    if !h.host().capabilities().smb_mapping_options {
+        super::options::refuse_on_csi_proxy(vol)?;
+    }
     let mut wanted = SmbRecord::of(vol);
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
@@ -166,6 +170,7 @@ pub(super) async fn stage<H: Host>(
                 volume_id,
                 staging,
                 cred,
+                options: &vol.options,
                 repair,
             };
             on.map(&mut mapping, &mut made, &vol.source)
@@ -186,6 +191,7 @@ pub(super) async fn stage<H: Host>(
             volume_id,
             staging,
             cred,
+            options: &vol.options,
             repair,
         };
         on.map(&mut mapping, &mut made, &full)
@@ -308,6 +314,8 @@ fn refused_before_mapping(kind: HostErrorKind) -> bool {
             | HostErrorKind::NetworkNameNotFound
             | HostErrorKind::LogonFailure
             | HostErrorKind::StaleMapping
+            // An option the node lacks, or a weaker mapping: refused before any WMI method.
+            | HostErrorKind::NotSatisfiable
     )
 }
 
@@ -319,6 +327,7 @@ struct Mapping<'a, H> {
     volume_id: &'a str,
     staging: &'a HostPath,
     cred: Option<&'a SmbCredential>,
+    options: &'a SmbMappingOptions,
     repair: MapRepair,
 }
 
@@ -340,6 +349,7 @@ impl<H: Host> Mapping<'_, H> {
             remote,
             self.staging,
             self.cred,
+            self.options,
             self.repair,
         )
         .await;

@@ -171,6 +171,7 @@ async fn first_and_repeated_stage() {
             principal: Some(r"CORP\bob".into()),
             mapped: true,
             removing: None,
+            options: Default::default(),
         })
     );
     env.stage(&req, d()).await.expect("repeat");

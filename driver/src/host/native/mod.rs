@@ -131,7 +131,7 @@ use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
     HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, MpioClaim, PathSpace,
-    Portal, Secret, SharedObject, SmbCredential, TargetPath, UncPath,
+    Portal, Secret, SharedObject, SmbCredential, SmbMappingOptions, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -445,7 +445,21 @@ impl Host for NativeHost {
         credential: Option<&SmbCredential>,
         d: Deadline,
     ) -> HostResult<()> {
+        let none = SmbMappingOptions::default();
+        self.new_smb_global_mapping_with(remote, link, credential, &none, d)
+            .await
+    }
+
+    async fn new_smb_global_mapping_with(
+        &self,
+        remote: &UncPath,
+        link: Option<&HostPath>,
+        credential: Option<&SmbCredential>,
+        options: &SmbMappingOptions,
+        d: Deadline,
+    ) -> HostResult<()> {
         let op = HostOp::NewSmbGlobalMapping;
+        let options = *options;
         let link = link.map(|l| l.as_str().to_owned());
         let cred = credential.map(|c| (c.principal().to_owned(), c.password().clone()));
         // A mapping the SMB client is re-establishing is waited for, never torn down (smb.rs): bounded by
@@ -456,7 +470,7 @@ impl Host for NativeHost {
             let (r, l, c) = (remote.clone(), link.clone(), cred.clone());
             let pass = self
                 .run(op, d, move |o| {
-                    smb::new_mapping(o, &r, l.as_deref(), c.as_ref())
+                    smb::new_mapping(o, &r, l.as_deref(), c.as_ref(), &options)
                 })
                 .await?;
             let MapPass::Settling(status) = pass else {

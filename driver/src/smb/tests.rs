@@ -1619,4 +1619,5 @@ async fn first_users_queued_behind_the_maker_go_on_once_the_share_is_mapped() {
 }
 
 mod machine;
+mod options;
 mod usage;

@@ -735,6 +735,29 @@ impl State {
         self.sync_links()
     }
 
+    /// Maps `remote`'s share as another component of the node would (an administrator's `New-SmbGlobalMapping`,
+    /// csi-proxy run with `-require-privacy=false`): with exactly these options, whatever the driver's flags.
+    pub fn map_share_as_another_client(
+        &mut self,
+        remote: &str,
+        username: &str,
+        password: &Secret,
+        require_privacy: bool,
+        options: MappingOptions,
+    ) -> Result<()> {
+        let (root, server, share) = root_mapping_path(&remote.replace('/', "\\"))?;
+        self.create_global_mapping_with(
+            &root,
+            &server,
+            &share,
+            (username, password),
+            require_privacy,
+            options,
+        )
+        .map_err(|code| Error::host(format!("New-SmbGlobalMapping {root}: Windows error {code}")))?;
+        self.sync_links()
+    }
+
     /// Sets the status of the global mapping of `root` (`\\server\share`, any case), e.g. `Reconnecting` after a
     /// network blip or an SMB 3 transparent failover. With `settle = (after, then)` it turns `then` by itself once
     /// `after` has passed on tokio's clock (the SMB client reconnected, or gave up): what `Connecting` and

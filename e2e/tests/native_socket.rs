@@ -48,7 +48,8 @@ fn tail(s: &str, n: usize) -> String {
 /// which the binary reads over the socket): `useWriteThrough` and `requireIntegrity` reach `Create`; `transportType:
 /// quic` (Windows Server 2025) is refused naming the option, the build it needs and the node's, and nothing is mapped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn smb_client_options_reach_create_and_a_newer_build_s_option_is_refused_on_the_binarys_native_backend() {
+async fn smb_client_options_reach_create_and_a_newer_build_s_option_is_refused_on_the_binarys_native_backend()
+ {
     let mut scenario = fixtures::scenario();
     scenario.host.windows_build = 20348;
     let node = TestNode::start_native(&binaries!(), &scenario)
@@ -73,13 +74,18 @@ async fn smb_client_options_reach_create_and_a_newer_build_s_option_is_refused_o
     assert_eq!(create.args["require_privacy"], true, "{:?}", create.args);
     k.unmount(host, &pod, &vol).await.expect("unmount");
 
-    let quic = fixtures::smb_volume("pv-quic", "team-c", "data-quic", None).attr("transportType", "quic");
+    let quic =
+        fixtures::smb_volume("pv-quic", "team-c", "data-quic", None).attr("transportType", "quic");
     let k1 = k.clone().with_retry(wincsi_e2e::kubelet::Retry {
         attempts: 1,
         ..Default::default()
     });
     let err = k1.mount(host, &pod, &quic).await.expect_err("needs 2025");
-    assert_eq!(err.csi_code(), Some(tonic::Code::FailedPrecondition), "{err}");
+    assert_eq!(
+        err.csi_code(),
+        Some(tonic::Code::FailedPrecondition),
+        "{err}"
+    );
     let text = err.to_string();
     assert!(
         text.contains("transportType needs build 26100") && text.contains("20348"),

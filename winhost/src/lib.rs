@@ -23,6 +23,7 @@ pub mod facade;
 pub mod location;
 pub mod method;
 pub mod model;
+pub mod os_build;
 pub mod page83;
 pub mod paths;
 pub mod pool;
@@ -32,7 +33,6 @@ pub mod remote;
 pub mod reparse;
 pub mod signature;
 pub mod smb;
-pub mod os_build;
 pub mod uptime;
 #[cfg(windows)]
 pub mod win32;

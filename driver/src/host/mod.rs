@@ -55,12 +55,12 @@ pub use metered::Metered;
 pub use name::{name_key, names_equal};
 pub use path::{HostPath, KubeletRoot, MAX_PATH_BYTES};
 pub use probe::{HostProbe, NoHostProbe, PROBE_TIMEOUT};
-pub use smb_options::{
-    BUILD_2019, BUILD_2022, BUILD_2025, ReportedOptions, SmbMappingOptions, SmbOption, SmbTransport,
-};
 /// A secret string (a password, a CHAP secret): proxy-client's type, whose `Debug`/`Display` never show the value,
 /// so a secret travels from the CSI request to the host call without ever being re-wrapped.
 pub use proxy_client::Secret;
+pub use smb_options::{
+    BUILD_2019, BUILD_2022, BUILD_2025, ReportedOptions, SmbMappingOptions, SmbOption, SmbTransport,
+};
 pub(crate) use unc::check_component;
 pub use unc::{SmbCredential, UncPath};
 

@@ -225,17 +225,15 @@ impl SmbMappingOptions {
             self.compress_network_traffic,
             reported.compress_network_traffic,
         );
-        flag(
-            SmbOption::BlockNtlm,
-            self.block_ntlm,
-            reported.block_ntlm,
-        );
+        flag(SmbOption::BlockNtlm, self.block_ntlm, reported.block_ntlm);
         if self.transport_type == Some(SmbTransport::Quic)
             && reported.transport_type != Some(SmbTransport::Quic)
         {
             why.push(format!(
                 "transportType: asked quic, the mapping's TransportType is {}",
-                reported.transport_type.map_or("not QUIC", SmbTransport::key)
+                reported
+                    .transport_type
+                    .map_or("not QUIC", SmbTransport::key)
             ));
         }
         why

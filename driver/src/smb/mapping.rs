@@ -10,8 +10,8 @@ use super::{Mappings, SmbRecord, SmbVolume};
 use crate::error::Error;
 use crate::host::name::starts_with_name;
 use crate::host::{
-    Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential,
-    SmbMappingOptions, UncPath, names_equal,
+    Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, SmbMappingOptions,
+    UncPath, names_equal,
 };
 use crate::lifecycle::{Calls, Context};
 use crate::locks::KeyedGuard;

@@ -14,7 +14,9 @@ use crate::lifecycle::context_get;
 /// naming the key; an empty value counts as not given (a StorageClass template that left it blank).
 pub(super) fn parse(context: &BTreeMap<String, String>) -> Result<SmbMappingOptions, Error> {
     let boolean = |o: SmbOption| -> Result<Option<bool>, Error> {
-        let Some(raw) = context_get(context, o.key()).map(str::trim).filter(|v| !v.is_empty())
+        let Some(raw) = context_get(context, o.key())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
         else {
             return Ok(None);
         };
@@ -108,9 +110,15 @@ mod tests {
                 block_ntlm: Some(true),
             }
         );
-        assert!(parse(&ctx(&[("source", r"\\s\x"), ("requirePrivacy", " ")])).unwrap().is_empty());
+        assert!(
+            parse(&ctx(&[("source", r"\\s\x"), ("requirePrivacy", " ")]))
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(
-            parse(&ctx(&[("transportType", "tcp")])).unwrap().transport_type,
+            parse(&ctx(&[("transportType", "tcp")]))
+                .unwrap()
+                .transport_type,
             Some(SmbTransport::Tcp)
         );
     }

@@ -10,7 +10,7 @@ use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
 use crate::host::{
     Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential,
-    SmbMappingOptions, UncPath,
+    SmbMappingOptions, UncPath, names_equal,
 };
 use crate::lifecycle::{Calls, Context, Found, StageAt, host_error};
 use crate::locks::{Deadline, KeyedGuard};
@@ -367,7 +367,38 @@ impl<H: Host> Mapping<'_, H> {
         if result.is_ok() {
             mapping.downgrade();
         }
-        result
+        match result {
+            Err(MapFailure::Host(mut e)) if e.kind == HostErrorKind::NotSatisfiable => {
+                e.message.push_str(&self.share_users(remote));
+                Err(MapFailure::Host(e))
+            }
+            other => other,
+        }
+    }
+
+    /// For a refusal of the share's mapping (a weaker mapping, an option the node lacks): which other volumes this
+    /// node has staged on the share, and the options they asked (none of a secret), as the 1219 refusal names them.
+    fn share_users(&self, remote: &UncPath) -> String {
+        let root = remote.root_key();
+        let users: Vec<String> = self
+            .cx
+            .records::<super::SmbRecord>()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(rec, r)| rec.volume_id != self.volume_id && names_equal(&r.root, &root))
+            .map(|(rec, r)| match r.options.describe() {
+                d if d.is_empty() => format!("{:?} (no options)", rec.volume_id),
+                d => format!("{:?} ({d})", rec.volume_id),
+            })
+            .collect();
+        if users.is_empty() {
+            "; no other volume on this node uses the share".to_owned()
+        } else {
+            format!(
+                "; volumes on this node using the share: {}",
+                users.join(", ")
+            )
+        }
     }
 }
 

@@ -53,8 +53,8 @@ pub use disk::{Disk, DiskSource, Partition, Volume};
 pub use iscsi::{AuthType, Portal, Session, SessionRecovery, Target};
 pub use processes::Spawned;
 pub use smb::{
-    BUILD_WITH_2022_OPTIONS, BUILD_WITH_2025_OPTIONS, Mapping, MappingOptions, MappingStatus, SmbAccount,
-    SmbServer, SmbShare,
+    BUILD_WITH_2022_OPTIONS, BUILD_WITH_2025_OPTIONS, Mapping, MappingOptions, MappingStatus,
+    SmbAccount, SmbServer, SmbShare,
 };
 pub use system::Service;
 

@@ -754,7 +754,9 @@ impl State {
             require_privacy,
             options,
         )
-        .map_err(|code| Error::host(format!("New-SmbGlobalMapping {root}: Windows error {code}")))?;
+        .map_err(|code| {
+            Error::host(format!("New-SmbGlobalMapping {root}: Windows error {code}"))
+        })?;
         self.sync_links()
     }
 

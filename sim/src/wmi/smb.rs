@@ -120,7 +120,8 @@ impl SmbWmi for WindowsView {
             let password = Secret::new(if user.is_empty() { "" } else { params.password });
             let privacy = params.require_privacy.unwrap_or(false);
             let build = st.windows_build();
-            let needs_2022 = params.require_integrity.is_some() || params.use_write_through.is_some();
+            let needs_2022 =
+                params.require_integrity.is_some() || params.use_write_through.is_some();
             let needs_2025 = params.compress_network_traffic.is_some()
                 || params.transport_type.is_some()
                 || params.block_ntlm.is_some();

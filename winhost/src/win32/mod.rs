@@ -1001,10 +1001,7 @@ impl SmbWmi for WinHost {
                 "CompressNetworkTraffic",
                 p.compress_network_traffic.map(In::Bool),
             )
-            .with(
-                "TransportType",
-                p.transport_type.map(|t| In::U32(t.code())),
-            )
+            .with("TransportType", p.transport_type.map(|t| In::U32(t.code())))
             .with("BlockNTLM", p.block_ntlm.map(In::Bool));
         self.call(
             ctx,

@@ -179,7 +179,10 @@ async fn a_mapping_weaker_than_asked_is_refused_and_one_at_least_as_strong_is_re
         Error::FailedPrecondition(m) => assert!(
             m.contains("requireIntegrity: asked true")
                 && m.contains("weaker")
-                && m.contains("same options"),
+                && m.contains("same options")
+                && m.contains(
+                    r#"volumes on this node using the share: "w1" (useWriteThrough=true)"#
+                ),
             "{m}"
         ),
         other => panic!("{other:?}"),
@@ -207,7 +210,8 @@ async fn a_mapping_weaker_than_asked_is_refused_and_one_at_least_as_strong_is_re
 }
 
 #[tokio::test]
-async fn an_unencrypted_mapping_someone_else_made_is_refused_to_a_volume_that_asks_for_encryption() {
+async fn an_unencrypted_mapping_someone_else_made_is_refused_to_a_volume_that_asks_for_encryption()
+{
     let env = env();
     if !native(&env) {
         return;

@@ -47,8 +47,11 @@ use winhost::model::{
 };
 use winhost::paths::UncParts;
 
-use super::{HostErrorKind, HostResult, Ops, Secret, UncPath};
+use super::{
+    HostError, HostErrorKind, HostOp, HostPath, HostResult, Ops, Secret, SmbCredential, UncPath,
+};
 use crate::host::{ReportedOptions, SmbMappingOptions, SmbTransport};
+use crate::locks::Deadline;
 
 /// The ledger's file name in the state directory.
 pub const LEDGER_FILE: &str = "native-smb-mappings.json";
@@ -320,6 +323,56 @@ fn create(
         o.ledger.set(key, false).map_err(|e| ledger_error(o, e))?;
     }
     created.map(|_| ())
+}
+
+impl super::NativeHost {
+    /// `NewSmbGlobalMapping` with the volume's client options ([`new_mapping`] on the pool, one pass at a time): a
+    /// mapping the SMB client is re-establishing is looked at again with backoff, never torn down.
+    pub(super) async fn map_share(
+        &self,
+        remote: &UncPath,
+        link: Option<&HostPath>,
+        credential: Option<&SmbCredential>,
+        options: &SmbMappingOptions,
+        d: Deadline,
+    ) -> HostResult<()> {
+        let op = HostOp::NewSmbGlobalMapping;
+        let options = *options;
+        let link = link.map(|l| l.as_str().to_owned());
+        let cred = credential.map(|c| (c.principal().to_owned(), c.password().clone()));
+        // A mapping the SMB client is re-establishing is waited for, never torn down (smb.rs): bounded by
+        // super::MAPPING_SETTLE_WAIT and the RPC's deadline, with backoff.
+        let give_up = tokio::time::Instant::now() + super::MAPPING_SETTLE_WAIT;
+        let mut step = super::MAPPING_SETTLE_STEP;
+        loop {
+            let (r, l, c) = (remote.clone(), link.clone(), cred.clone());
+            let pass = self
+                .run(op, d, move |o| {
+                    new_mapping(o, &r, l.as_deref(), c.as_ref(), &options)
+                })
+                .await?;
+            let MapPass::Settling(status) = pass else {
+                return Ok(());
+            };
+            let status = status_text(status);
+            let now = tokio::time::Instant::now();
+            if now + step > give_up || now + step >= d.instant() {
+                return Err(HostError::new(
+                    op,
+                    HostErrorKind::Unavailable,
+                    format!(
+                        "the SMB global mapping of {} is still {status}: the node's SMB client is re-establishing it; \
+                         it is left in place (other volumes may use it) and the stage can be retried",
+                        remote.root()
+                    ),
+                ));
+            }
+            info!(root = %remote.root(), %status, wait_ms = step.as_millis() as u64, "the SMB mapping is \
+                  re-establishing itself: waiting before looking again");
+            tokio::time::sleep(step).await;
+            step = (step * 2).min(super::MAPPING_SETTLE_STEP_MAX);
+        }
+    }
 }
 
 /// The ledger key of the share root `root` (`\\server\share` in any spelling): its lower-cased root, as volume records

@@ -285,6 +285,9 @@ fn manager(
         native
             .adopt_mappings(wincsi::backend::recorded_shares(mgr.store()))
             .expect("seed the mapping ledger");
+        native
+            .adopt_sessions(wincsi::backend::recorded_targets(mgr.store()))
+            .expect("seed the session ledger");
     }
     Arc::new(mgr)
 }

@@ -280,6 +280,14 @@ pub struct IscsiRecord {
     /// yet: stages of the target wait for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removal: Option<Pending>,
+    /// A stage of this volume ran on a backend that keeps no ledger of the sessions it makes (csi-proxy: a login to a
+    /// connected target answers "already logged in", and the target's last unstage logs out whoever logged in).
+    /// Written before the stage's login and kept by later stages. A node moved to the native backend counts the
+    /// target's session as wincsi's from this record, whatever its phase (`backend::recorded_targets`), unless the
+    /// native backend knew it as someone else's: a stage killed on csi-proxy leaves its session to the native driver's
+    /// unstage, as csi-proxy's would have logged out (issue 37, backend change with running pods).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unledgered: bool,
 }
 
 impl Details for IscsiRecord {
@@ -305,6 +313,7 @@ impl IscsiRecord {
             released: false,
             pending: None,
             removal: None,
+            unledgered: false,
         }
     }
 

@@ -102,6 +102,12 @@ pub(super) async fn stage<H: Host>(
     }
     rec.portals = vol.portals.clone();
     rec.released = false;
+    // On a backend without a ledger of its sessions (csi-proxy) the record is the driver's only claim on the session:
+    // said in the record before the login, for a node later moved to the native backend (`IscsiRecord::unledgered`).
+    rec.unledgered |= h
+        .host()
+        .made_by_wincsi(SharedObject::IscsiSession(&vol.iqn))
+        .is_none();
     let key = rec.target_key();
     let result = async {
         // A logout of the target that may still be running would end the session this stage logs in to or joins

@@ -779,6 +779,7 @@ impl Protocol<CsiProxyHost> for Adopter {
             mapped: false,
             removing: None,
             options: Default::default(),
+            unledgered: false,
         };
         VolumeRecord::new(
             found.volume_id,

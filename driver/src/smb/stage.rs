@@ -44,9 +44,16 @@ pub(super) async fn stage<H: Host>(
         super::options::refuse_on_csi_proxy(vol)?;
     }
     let mut wanted = SmbRecord::of(vol);
+    // On a backend without a ledger of its mappings (csi-proxy) the record is the driver's only claim on the mapping:
+    // said in the record, for a node later moved to the native backend (`SmbRecord::unledgered`).
+    wanted.unledgered = h
+        .host()
+        .made_by_wincsi(SharedObject::SmbMapping(&vol.source.root_key()))
+        .is_none();
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
         let facts = rec.details::<SmbRecord>()?;
+        wanted.unledgered |= facts.as_ref().is_some_and(|r| r.unledgered);
         let same = facts.as_ref().is_some_and(|r| r.same_volume(&wanted));
         if !same || !staging.is(&rec.staging_path) {
             return Err(Error::AlreadyExists(format!(
@@ -82,9 +89,10 @@ pub(super) async fn stage<H: Host>(
         &wanted,
     )?);
     // A removal of the share's mapping (or of this volume's staging link) that may still run would take away what this
-    // stage makes: UNAVAILABLE until it is over (`removal.rs`), before anything is written or done.
+    // stage makes: UNAVAILABLE until it is over (`removal.rs`), before anything is written or done. One that runs in
+    // this very process is waited for within the deadline (its answer is signalled): no retry for kubelet.
     let root = vol.source.root_key();
-    if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
+    if let Some(why) = removals.wait_settled(cx, &h, volume_id, &root).await? {
         return Err(Error::Unavailable(why));
     }
     // The one-principal-per-server rule, checked and claimed atomically under the server's lock: the record naming
@@ -149,13 +157,18 @@ pub(super) async fn stage<H: Host>(
     // remembers making.
     let mut mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
     // Once more under the share's lock: an unstage of the share may have announced its removal since the look above
-    // and given up waiting for it (its lock is released at its deadline, the removal going on).
-    if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
+    // and given up waiting for it (its lock is released at its deadline, the removal going on). A removal running in
+    // this process is waited for without the lock (other users of the share need not queue behind the wait), then
+    // the lock is taken again and the look repeated.
+    while removals.unsettled_now(cx, &h, volume_id, &root).await? {
         drop(mapping);
-        if fresh {
-            cx.store().remove_volume(volume_id).await?;
+        if let Some(why) = removals.wait_settled(cx, &h, volume_id, &root).await? {
+            if fresh {
+                cx.store().remove_volume(volume_id).await?;
+            }
+            return Err(Error::Unavailable(why));
         }
-        return Err(Error::Unavailable(why));
+        mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
     }
     // What this call may have made, for the rollback of a definite failure.
     let mut made = Made::default();

@@ -420,6 +420,15 @@ pub(super) fn remove_mapping(o: &Ops<'_>, remote: &UncPath) -> HostResult<()> {
         info!(root = %root, "SMB mapping left in place: it was not created by wincsi");
         return Ok(());
     }
+    // In the in-flight ledger while it runs (`inflight.rs`): a removal that outlives a killed driver is waited for by
+    // the share's stages until the mapping list shows it gone, not for the one-hour bound.
+    let _called = o.calls.method(
+        o,
+        super::inflight::REMOVE_MAPPING,
+        &crate::host::HostObject::Mapping(root.clone()),
+        None,
+        None,
+    )?;
     o.method(o.w.global_mapping_remove(o.c, &m.path, true), &[])?;
     o.ledger.set(&key, false).map_err(|e| ledger_error(o, e))
 }

@@ -166,6 +166,7 @@ async fn reconciliation_adopts_a_share_whose_record_then_protects_the_mapping() 
             mapped: false,
             removing: None,
             options: Default::default(),
+            unledgered: false,
         }
     );
     // The one-account rule skips the adopted record's unknown principal (neither refuses nor matches: Windows decides
@@ -270,6 +271,7 @@ fn share_records_compare_the_windows_way() {
         mapped: false,
         removing: None,
         options: Default::default(),
+        unledgered: false,
     };
     let b = SmbRecord {
         root: r"\\fs1\ärzte".into(),
@@ -278,6 +280,7 @@ fn share_records_compare_the_windows_way() {
         mapped: true,
         removing: None,
         options: Default::default(),
+        unledgered: false,
     };
     assert!(a.same_volume(&b));
     let c = SmbRecord {

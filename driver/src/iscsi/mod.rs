@@ -280,6 +280,15 @@ pub struct IscsiRecord {
     /// yet: stages of the target wait for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removal: Option<Pending>,
+    /// The unstage's `Rmdir` of the staging path announced before it was issued (`removal.rs`), its outcome not known
+    /// yet: a stage of the volume waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmounting: Option<Pending>,
+    /// The node's uptime when a stage of the volume last succeeded (absent in records of earlier versions, or when
+    /// the backend cannot tell): start-up reconciliation tells a session lost to a reboot (re-stage) from a disk
+    /// that went away while the node ran (a portal outage: left in place, `volume.rs` `check`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_boot: Option<crate::host::BootStamp>,
     /// A stage of this volume ran on a backend that keeps no ledger of the sessions it makes (csi-proxy: a login to a
     /// connected target answers "already logged in", and the target's last unstage logs out whoever logged in).
     /// Written before the stage's login and kept by later stages. A node moved to the native backend counts the
@@ -313,6 +322,8 @@ impl IscsiRecord {
             released: false,
             pending: None,
             removal: None,
+            unmounting: None,
+            staged_boot: None,
             unledgered: false,
         }
     }

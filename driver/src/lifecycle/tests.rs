@@ -778,6 +778,7 @@ impl Protocol<CsiProxyHost> for Adopter {
             principal: None,
             mapped: false,
             removing: None,
+            options: Default::default(),
             unledgered: false,
             credential: None,
         };

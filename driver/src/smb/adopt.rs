@@ -62,6 +62,7 @@ pub(super) async fn adopt<H: Host>(
         principal: None,
         mapped: false,
         removing: None,
+        options: Default::default(),
         unledgered: false,
         credential: None,
     };

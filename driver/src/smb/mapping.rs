@@ -10,25 +10,26 @@ use super::{Mappings, SmbRecord, SmbVolume};
 use crate::error::Error;
 use crate::host::name::starts_with_name;
 use crate::host::{
-    Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, UncPath,
-    names_equal,
+    Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, SmbMappingOptions,
+    UncPath, names_equal,
 };
 use crate::lifecycle::{Calls, Context};
 use crate::locks::KeyedGuard;
 use crate::state::{Phase, VolumeRecord};
 
-/// `NewSmbGlobalMapping` of `remote` with a link at `link`.
+/// `NewSmbGlobalMapping` of `remote` with a link at `link`, with the volume's SMB client options.
 async fn new_mapping<H: Host>(
     h: &Calls<'_, H>,
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
+    options: &SmbMappingOptions,
 ) -> HostResult<()> {
     h.raw(
         HostOp::NewSmbGlobalMapping,
         remote,
         h.host()
-            .new_smb_global_mapping(remote, Some(link), cred, h.deadline()),
+            .new_smb_global_mapping_with(remote, Some(link), cred, options, h.deadline()),
     )
     .await
 }
@@ -149,9 +150,10 @@ async fn map_repairing<H: Host>(
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
+    options: &SmbMappingOptions,
     repair: MapRepair,
 ) -> Result<(), MapFailure> {
-    match new_mapping(h, remote, link, cred).await {
+    match new_mapping(h, remote, link, cred, options).await {
         Err(e) if repair.repairs(&e) => {
             let root = remote.root_key();
             if let Some(user) = reaching_user(cx, h, volume_id, &root).await? {
@@ -180,7 +182,7 @@ async fn map_repairing<H: Host>(
                 Err(e) if e.kind == HostErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
-            Ok(new_mapping(h, remote, link, cred).await?)
+            Ok(new_mapping(h, remote, link, cred, options).await?)
         }
         other => Ok(other?),
     }
@@ -199,10 +201,11 @@ pub(super) async fn map_locked<H: Host>(
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
+    options: &SmbMappingOptions,
     repair: MapRepair,
 ) -> Result<(), MapFailure> {
     if guard.is_shared() {
-        match new_mapping(h, remote, link, cred).await {
+        match new_mapping(h, remote, link, cred, options).await {
             Err(e) if repair.repairs(&e) => {
                 info!(root = %remote.root(), "the mapping needs repair: taking the exclusive mapping lock");
                 guard.upgrade().await;
@@ -210,7 +213,10 @@ pub(super) async fn map_locked<H: Host>(
             other => return Ok(other?),
         }
     }
-    map_repairing(cx, h, removals, volume_id, remote, link, cred, repair).await
+    map_repairing(
+        cx, h, removals, volume_id, remote, link, cred, options, repair,
+    )
+    .await
 }
 
 /// Lock a share's mapping for a stage of `volume_id`: the shared side when the mapping exists (this process made it,

@@ -97,7 +97,8 @@ use tracing::{debug, info};
 
 use crate::error::Error;
 use crate::host::{
-    Host, HostErrorKind, HostOp, HostPath, SharedObject, UncPath, name_key, names_equal,
+    Host, HostErrorKind, HostOp, HostPath, SharedObject, SmbMappingOptions, UncPath, name_key,
+    names_equal,
 };
 use crate::lifecycle::{
     Calls, Context, Found, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
@@ -107,6 +108,7 @@ use crate::state::{Details, Phase, VolumeRecord};
 
 mod adopt;
 mod mapping;
+mod options;
 pub mod params;
 mod removal;
 mod rotate;
@@ -139,6 +141,10 @@ pub struct SmbRecord {
     /// (and of this volume) wait for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removing: Option<SmbRemoval>,
+    /// The SMB client options the volume asked of the share's mapping (`smb/options.rs`); absent (none asked) in
+    /// records of earlier versions and of volumes that ask none.
+    #[serde(default, skip_serializing_if = "SmbMappingOptions::is_empty")]
+    pub options: SmbMappingOptions,
     /// A stage of this volume ran on a backend that keeps no ledger of the mappings it makes (csi-proxy: it maps the
     /// share or reuses its mapping, and the share's last unstage removes the mapping whoever made it). Written with
     /// the record's claim, before the stage's first host call, and kept by later stages. A node moved to the native
@@ -167,6 +173,7 @@ impl SmbRecord {
             principal: vol.principal().map(str::to_owned),
             mapped: false,
             removing: None,
+            options: vol.options,
             unledgered: false,
             credential: None,
         }

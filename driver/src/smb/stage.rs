@@ -9,7 +9,8 @@ use super::removal::Removals;
 use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share, rotate};
 use crate::error::Error;
 use crate::host::{
-    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential, UncPath,
+    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential,
+    SmbMappingOptions, UncPath, names_equal,
 };
 use crate::lifecycle::{Calls, Context, Found, StageAt, host_error};
 use crate::locks::{Deadline, KeyedGuard};
@@ -40,6 +41,9 @@ pub(super) async fn stage<H: Host>(
     } = at;
     let h = cx.calls(d);
     machine_account_here(h.host(), vol)?;
+    if !h.host().capabilities().smb_mapping_options {
+        super::options::refuse_on_csi_proxy(vol)?;
+    }
     // The record keeps the mapping's fingerprint until this stage has mapped with `credential` (a stage that finds its
     // volume staged and reachable changes nothing on the host: `rotate.rs`).
     let mut wanted = SmbRecord::of(vol);
@@ -184,6 +188,7 @@ pub(super) async fn stage<H: Host>(
                 volume_id,
                 staging,
                 cred,
+                options: &vol.options,
                 repair,
             };
             on.map(&mut mapping, &mut made, &vol.source)
@@ -204,6 +209,7 @@ pub(super) async fn stage<H: Host>(
             volume_id,
             staging,
             cred,
+            options: &vol.options,
             repair,
         };
         on.map(&mut mapping, &mut made, &full)
@@ -336,6 +342,8 @@ fn refused_before_mapping(kind: HostErrorKind) -> bool {
             | HostErrorKind::NetworkNameNotFound
             | HostErrorKind::LogonFailure
             | HostErrorKind::StaleMapping
+            // An option the node lacks, or a weaker mapping: refused before any WMI method.
+            | HostErrorKind::NotSatisfiable
     )
 }
 
@@ -347,6 +355,7 @@ struct Mapping<'a, H> {
     volume_id: &'a str,
     staging: &'a HostPath,
     cred: Option<&'a SmbCredential>,
+    options: &'a SmbMappingOptions,
     repair: MapRepair,
 }
 
@@ -368,6 +377,7 @@ impl<H: Host> Mapping<'_, H> {
             remote,
             self.staging,
             self.cred,
+            self.options,
             self.repair,
         )
         .await;
@@ -386,7 +396,38 @@ impl<H: Host> Mapping<'_, H> {
         if result.is_ok() {
             mapping.downgrade();
         }
-        result
+        match result {
+            Err(MapFailure::Host(mut e)) if e.kind == HostErrorKind::NotSatisfiable => {
+                e.message.push_str(&self.share_users(remote));
+                Err(MapFailure::Host(e))
+            }
+            other => other,
+        }
+    }
+
+    /// For a refusal of the share's mapping (a weaker mapping, an option the node lacks): which other volumes this
+    /// node has staged on the share, and the options they asked (none of a secret), as the 1219 refusal names them.
+    fn share_users(&self, remote: &UncPath) -> String {
+        let root = remote.root_key();
+        let users: Vec<String> = self
+            .cx
+            .records::<super::SmbRecord>()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(rec, r)| rec.volume_id != self.volume_id && names_equal(&r.root, &root))
+            .map(|(rec, r)| match r.options.describe() {
+                d if d.is_empty() => format!("{:?} (no options)", rec.volume_id),
+                d => format!("{:?} ({d})", rec.volume_id),
+            })
+            .collect();
+        if users.is_empty() {
+            "; no other volume on this node uses the share".to_owned()
+        } else {
+            format!(
+                "; volumes on this node using the share: {}",
+                users.join(", ")
+            )
+        }
     }
 }
 

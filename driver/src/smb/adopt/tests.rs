@@ -165,6 +165,7 @@ async fn reconciliation_adopts_a_share_whose_record_then_protects_the_mapping() 
             principal: None,
             mapped: false,
             removing: None,
+            options: Default::default(),
             unledgered: false,
             credential: None,
         }
@@ -270,6 +271,7 @@ fn share_records_compare_the_windows_way() {
         principal: None,
         mapped: false,
         removing: None,
+        options: Default::default(),
         unledgered: false,
         credential: None,
     };
@@ -279,6 +281,7 @@ fn share_records_compare_the_windows_way() {
         principal: Some("bob".into()),
         mapped: true,
         removing: None,
+        options: Default::default(),
         unledgered: false,
         credential: None,
     };

@@ -110,6 +110,11 @@ grep -q '^  nodeAllocatableUpdatePeriodSeconds: 60$' "$work/newest-default.yaml"
   || fail "the CSIDriver asks for no volume-limit refresh on Kubernetes $newest"
 grep -q 'nodeAllocatableUpdatePeriodSeconds' "$work/rendered-default-helm4.yaml" \
   && fail "nodeAllocatableUpdatePeriodSeconds rendered for Kubernetes ${k8s_versions[0]}, which lacks the field"
+# requiresRepublish (SMB credential rotation, issue 40 item 3): off by default, on when asked.
+grep -q '^  requiresRepublish: false$' "$work/rendered-default-helm4.yaml" \
+  || fail "the default CSIDriver does not say requiresRepublish: false"
+grep -q '^  requiresRepublish: true$' "$work/rendered-everything-helm4.yaml" \
+  || fail "csiDriver.requiresRepublish=true is not rendered on the CSIDriver"
 kubernetes-validate --strict --quiet -k "$newest" "$work"/newest-*.yaml >"$work/kv.log" 2>&1 \
   || { cat "$work/kv.log"; fail "renders for Kubernetes $newest do not validate strictly against it"; }
 ok "renders for Kubernetes $newest validate strictly (${#value_sets[@]} value sets; the volume-limit refresh on)"
@@ -194,6 +199,7 @@ expect_reject "a typo in a top-level key" --set modee=hostProcess
 expect_reject "an unknown mode" --set mode=privileged
 expect_reject "a string for an integer" --set driver.maxVolumesPerNode=lots
 expect_reject "a string for a boolean" --set-string csiProxy.install=yes
+expect_reject "a string for requiresRepublish" --set-string csiDriver.requiresRepublish=yes
 expect_reject "an invalid log level" --set driver.logLevel=verbose
 expect_reject "a kubelet root without a drive" --set-string kubeletRoot=/var/lib/kubelet
 expect_reject "an invalid driver name" --set driver.name=Not_A_DNS_Name

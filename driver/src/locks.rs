@@ -201,11 +201,13 @@ impl KeyedGuard {
     /// Turn an exclusive guard into a shared one at once (no-op when already shared): no other exclusive holder can
     /// come in between, so what the holder made stays as it left it, and waiting shared holders go on.
     pub fn downgrade(&mut self) {
-        if let Some(Held::Exclusive(g)) = self.guard.take() {
-            self.guard = Some(Held::Shared(tokio::sync::OwnedRwLockWriteGuard::downgrade(
-                g,
-            )));
-        }
+        // A shared guard is put back as it was (taking it out and dropping it released the lock).
+        self.guard = match self.guard.take() {
+            Some(Held::Exclusive(g)) => Some(Held::Shared(
+                tokio::sync::OwnedRwLockWriteGuard::downgrade(g),
+            )),
+            held => held,
+        };
     }
 
     /// Turn a shared guard into an exclusive one (no-op when already exclusive). The shared side is released
@@ -387,6 +389,25 @@ mod tests {
             "the shared side waits for an exclusive holder"
         );
         drop(b);
+        assert!(locks.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn downgrading_a_shared_guard_keeps_it() {
+        let locks = KeyedLocks::default();
+        let mut a = locks.lock_shared(r"\\srv\share").await;
+        a.downgrade();
+        assert!(a.is_shared(), "still the shared side");
+        let probe = tokio::time::timeout(Duration::from_secs(60), locks.lock(r"\\srv\share")).await;
+        assert!(probe.is_err(), "the exclusive side still waits for it");
+        drop(a);
+        let mut b = locks.lock(r"\\srv\share").await;
+        b.downgrade();
+        assert!(b.is_shared());
+        b.downgrade();
+        assert!(b.is_shared());
+        let c = locks.lock_shared(r"\\srv\share").await;
+        drop((b, c));
         assert!(locks.is_empty());
     }
 

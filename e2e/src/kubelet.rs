@@ -217,6 +217,23 @@ impl Volume {
         self
     }
 
+    /// Names the node-stage Secret as the node-publish Secret too (a StorageClass's `node-publish-secret-name` equal to
+    /// its `node-stage-secret-name`): what SMB credential rotation needs (`driver/src/smb/rotate.rs`).
+    pub fn publish_stage_secret(mut self) -> Volume {
+        self.publish_secrets = self.stage_secrets.clone();
+        self
+    }
+
+    /// Changes `key` in the Secret this volume names (node-stage, and node-publish where it names the same Secret):
+    /// what kubelet reads at its next call.
+    pub fn update_secret(&mut self, key: &str, value: &str) {
+        for secrets in [&mut self.stage_secrets, &mut self.publish_secrets] {
+            if let Some(v) = secrets.get_mut(key) {
+                *v = value.to_owned();
+            }
+        }
+    }
+
     /// Sets the access mode.
     pub fn mode(mut self, mode: Mode) -> Volume {
         self.access_mode = mode;
@@ -636,6 +653,18 @@ impl Kubelet {
             .published
             .insert((pod.uid.clone(), volume.name.clone()));
         Ok(target)
+    }
+
+    /// kubelet's periodic remount of a mounted volume when the CSIDriver says `requiresRepublish` (each pod sync,
+    /// every 1–1.5 min: `MarkRemountRequired`, then SetUp again): `NodePublishVolume` on the same target, without an
+    /// unpublish, with the node-publish Secret as it is now (`shared/reference/kubelet-csi-paths.md` §6).
+    pub async fn republish(
+        &self,
+        host: &impl HostFiles,
+        pod: &Pod,
+        volume: &Volume,
+    ) -> Result<String> {
+        self.set_up(host, pod, volume).await
     }
 
     /// Starts `pod` with `volume`: [`Kubelet::mount_device`] then [`Kubelet::set_up`]. Returns the publish path.

@@ -122,6 +122,7 @@ struct Expect {
     log_level: String,
     log_format: String,
     csi_driver: bool,
+    requires_republish: bool,
     priority_class: String,
     quota: bool,
     trusted_namespaces: Vec<String>,
@@ -185,6 +186,7 @@ impl Expect {
             log_level: s("/driver/logLevel"),
             log_format: s("/driver/logFormat"),
             csi_driver: b("/csiDriver/create"),
+            requires_republish: b("/csiDriver/requiresRepublish"),
             priority_class: s("/node/priorityClassName"),
             quota: b("/node/criticalPodsQuota/create"),
             trusted_namespaces: strings(&values["admissionPolicy"]["trustedNamespaces"]),
@@ -1017,7 +1019,8 @@ fn check_csidriver(r: &Rendered, exp: &Expect) {
     assert_eq!(s.attach_required, Some(false));
     assert_eq!(s.pod_info_on_mount, Some(true));
     assert_eq!(s.fs_group_policy.as_deref(), Some("None"));
-    assert_eq!(s.requires_republish, Some(false));
+    // `csiDriver.requiresRepublish` (SMB credential rotation, issue 40 item 3): false unless asked.
+    assert_eq!(s.requires_republish, Some(exp.requires_republish));
     assert_eq!(
         s.volume_lifecycle_modes.as_deref(),
         Some(&["Persistent".to_owned(), "Ephemeral".to_owned()][..])

@@ -193,6 +193,60 @@ async fn a_machine_account_volume_needs_no_secret_on_the_binarys_native_backend(
     finish(node).await;
 }
 
+/// Issue 40 item 3 through the real binary on the native backend: kubelet's `requiresRepublish` loop carries the
+/// PV's node-publish Secret; unchanged, a republish makes no SMB call; rotated and refused by the server, the next
+/// republish maps the share again with the new password and the running pod's path works (its data intact).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_smb_password_reaches_the_running_pod_through_kubelets_republish() {
+    const ROTATED: &str = "R0tated-e2e-p4ss!word";
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("web", "web-0");
+    let mut vol =
+        fixtures::smb_volume("pv-rotate", "web", "rotate", Some("rotate")).publish_stage_secret();
+    let t = k.mount(host, &pod, &vol).await.expect("mount");
+    host.write_file(&format!(r"{t}\before.txt"), "before")
+        .await
+        .expect("write");
+    let seen = host.audit(0).await.expect("audit").len();
+    k.republish(host, &pod, &vol).await.expect("republish");
+    let audit = host.audit(0).await.expect("audit");
+    assert!(
+        !audit[seen..]
+            .iter()
+            .any(|e| e.rpc.starts_with("MSFT_SmbGlobalMapping")),
+        "an unchanged republish makes no SMB call: {:?}",
+        &audit[seen..]
+    );
+    // The operator rotates: the Secret, then the file server.
+    vol.update_secret("password", ROTATED);
+    host.set_smb_password(fixtures::SMB_SERVER, fixtures::SMB_USER, ROTATED)
+        .await
+        .expect("rotate on the server");
+    let seen = host.audit(0).await.expect("audit").len();
+    k.republish(host, &pod, &vol)
+        .await
+        .expect("republish with the new password");
+    let audit = host.audit(0).await.expect("audit");
+    assert!(
+        audit[seen..]
+            .iter()
+            .any(|e| e.rpc == "MSFT_SmbGlobalMapping.Create"),
+        "mapped again: {:?}",
+        &audit[seen..]
+    );
+    assert_eq!(
+        host.read_file(&format!(r"{t}\before.txt"))
+            .await
+            .expect("the pod's path works"),
+        "before"
+    );
+    k.unmount(host, &pod, &vol).await.expect("unmount");
+    let mut secrets = fixtures::SECRETS.to_vec();
+    secrets.push(ROTATED);
+    finish_with(node, &secrets).await;
+}
+
 /// A node reboot with the driver restarted (it reconciles over the socket): the Disconnected mapping is reported
 /// stale and repaired by the restage under the share's exclusive lock; the pod's path works again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

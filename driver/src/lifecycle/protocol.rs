@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use super::{Context, ExpandRequest, StageRequest, VolumeStats};
+use super::{Context, ExpandRequest, PublishRequest, StageRequest, VolumeStats};
 use crate::error::Error;
 use crate::host::{Host, HostPath};
 use crate::locks::Deadline;
@@ -145,6 +145,23 @@ pub trait Protocol<H: Host>: Send + Sync + 'static {
         d: Deadline,
     ) -> impl Future<Output = Result<(), Error>> + Send {
         let _ = (cx, record, staging, d);
+        async { Ok(()) }
+    }
+
+    /// NodePublishVolume of the volume staged at `staging` (`record`: `Staged`, or `Staging` while it is published —
+    /// what a re-stage this hook made and could not finish leaves), before the lifecycle judges the record: what the
+    /// request carries *now* may call for work on the staged object. kubelet re-sends NodePublishVolume periodically
+    /// when the CSIDriver says `requiresRepublish`, with the PV's node-publish Secret as it is at that moment (SMB: a
+    /// mapping re-created with rotated credentials, `smb/rotate.rs`). Default: nothing.
+    fn republish(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        req: &PublishRequest,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let _ = (cx, record, req, staging, d);
         async { Ok(()) }
     }
 
@@ -341,6 +358,23 @@ where
             self.1.ready(cx, record, staging, d).await
         } else {
             Err(unowned(record))
+        }
+    }
+
+    async fn republish(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        req: &PublishRequest,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        if self.0.owns(record) {
+            self.0.republish(cx, record, req, staging, d).await
+        } else if self.1.owns(record) {
+            self.1.republish(cx, record, req, staging, d).await
+        } else {
+            Ok(())
         }
     }
 

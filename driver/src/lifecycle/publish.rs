@@ -75,6 +75,19 @@ impl<H: Host, P: Protocol<H>> VolumeManager<H, P> {
             self.check_target(&req.volume_id, &target, &staging, &access, req.readonly)?;
         check_mount_flags_for(mount_capability(Some(cap))?, &req.volume_context)?;
         self.refuse_foreign_path(&req.volume_id, &target, Owner::Target)?;
+        // kubelet's republish (the CSIDriver's `requiresRepublish`) carries the node-publish Secret as it is now: the
+        // protocol acts on it first (SMB: rotated credentials, `smb/rotate.rs`). A re-stage it made and could not
+        // finish leaves the record `staging` while the volume is published: the next republish retries it.
+        if let Some(rec) = self.store.volume(&req.volume_id)?
+            && staging.is(&rec.staging_path)
+            && (rec.phase == Phase::Staged
+                || (rec.phase == Phase::Staging
+                    && !self.publications_of(&req.volume_id)?.is_empty()))
+        {
+            self.protocol
+                .republish(self.context(), &rec, req, &staging, d)
+                .await?;
+        }
         let rec = match self.store.volume(&req.volume_id)? {
             Some(rec) if rec.phase == Phase::Staged && staging.is(&rec.staging_path) => rec,
             Some(rec) if rec.phase == Phase::Staged => {

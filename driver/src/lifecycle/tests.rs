@@ -780,6 +780,7 @@ impl Protocol<CsiProxyHost> for Adopter {
             removing: None,
             options: Default::default(),
             unledgered: false,
+            credential: None,
         };
         VolumeRecord::new(
             found.volume_id,

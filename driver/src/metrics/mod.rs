@@ -24,6 +24,7 @@
 //! | `wincsi_lock_wait_seconds` | histogram | `lock` | the lifecycle: waiting for a shared host object's lock; iSCSI: for a shared disk listing (`disk-listing`) |
 //! | `wincsi_csi_proxy_connections_abandoned_total` | counter | `group` | proxy-client: a csi-proxy connection left for a fresh one because nothing came back on it before a call's deadline |
 //! | `wincsi_smb_unencrypted_mapping_reuses_total` | counter | — | the native backend: a stage reused an SMB global mapping someone else made without `RequirePrivacy` although `--smb-require-privacy` is on (the share's traffic is not encrypted; alert on it) |
+//! | `wincsi_smb_credential_rotations_total` | counter | `outcome` | SMB: a NodePublishVolume (kubelet's republish with `requiresRepublish`) carried other credentials than the volume's mapping was made with (`smb/rotate.rs`): `kept` (the mapping still works: left as it is), `recreated` (it did not: mapped again with the new credentials), `refused` (it did not, and re-creating it was refused, e.g. another volume still reaches the share through it; the RPC's error says why and what to do), `failed` (mapping again failed, e.g. the new credentials are refused too) |
 //! | `wincsi_build_info` | gauge (1) | `version`, `csi_spec`, `target`, `profile`, `rustc` | build constants |
 //!
 //! Label values are fixed vocabularies (RPC and csi-proxy method names, gRPC code names, error kinds, protocol
@@ -102,6 +103,11 @@ struct GroupLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CapabilityLabels {
     backend: &'static str,
     capability: &'static str,
@@ -166,6 +172,7 @@ pub struct Metrics {
     lock_wait: HistogramFamily<LockLabels>,
     abandoned_connections: Family<GroupLabels, Counter>,
     unencrypted_mapping_reuses: Counter,
+    credential_rotations: Family<OutcomeLabels, Counter>,
     state: RwLock<Option<Arc<dyn StateSource>>>,
     scrape: Mutex<()>,
 }
@@ -204,6 +211,7 @@ impl Metrics {
         let lock_wait = HistogramFamily::<LockLabels>::new_with_constructor(wait_histogram);
         let abandoned_connections = Family::<GroupLabels, Counter>::default();
         let unencrypted_mapping_reuses = Counter::default();
+        let credential_rotations = Family::<OutcomeLabels, Counter>::default();
         // prometheus-client appends `_total` to counters and `_info` to info metrics.
         registry.register(
             "wincsi_csi_requests",
@@ -298,6 +306,12 @@ impl Metrics {
             unencrypted_mapping_reuses.clone(),
         );
         registry.register(
+            "wincsi_smb_credential_rotations",
+            "SMB NodePublishVolume calls that carried other credentials than the volume's mapping was made with, by \
+             outcome (kept, recreated, refused, failed)",
+            credential_rotations.clone(),
+        );
+        registry.register(
             "wincsi_build",
             "Build information of the running driver",
             Info::new([
@@ -327,6 +341,7 @@ impl Metrics {
             lock_wait,
             abandoned_connections,
             unencrypted_mapping_reuses,
+            credential_rotations,
             state: RwLock::new(None),
             scrape: Mutex::new(()),
         }
@@ -407,6 +422,20 @@ impl Metrics {
     /// How many such reuses were counted ([`Metrics::observe_unencrypted_mapping_reuse`]).
     pub fn unencrypted_mapping_reuses(&self) -> u64 {
         self.unencrypted_mapping_reuses.get()
+    }
+
+    /// A publish carried rotated SMB credentials, with `outcome` (`kept`, `recreated`, `refused`, `failed`).
+    pub fn observe_credential_rotation(&self, outcome: &'static str) {
+        self.credential_rotations
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// How many rotations with `outcome` were counted ([`Metrics::observe_credential_rotation`]).
+    pub fn credential_rotations(&self, outcome: &'static str) -> u64 {
+        self.credential_rotations
+            .get_or_create(&OutcomeLabels { outcome })
+            .get()
     }
 
     /// Where the state gauges come from from now on (the last source set wins).

@@ -64,6 +64,7 @@ pub(super) async fn adopt<H: Host>(
         removing: None,
         options: Default::default(),
         unledgered: false,
+        credential: None,
     };
     info!(staging = %staging, remote = %remote, "staging link into a share without a record: adopting it (principal \
           unknown)");

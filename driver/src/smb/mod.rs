@@ -19,6 +19,8 @@
 //! | stats | `PathExists(path)` → `IsSymlink(staging)` (native, reachable and staged: → `PathSpace(path)`) |
 //! | startup reconcile (staged record), and its background re-checks | `IsSymlink(staging)` (a link that does not reach the share is left in place: `lifecycle/watch.rs`) |
 //! | publish readiness | `IsSymlink(staging)` |
+//! | publish carrying the mapping's own credential (kubelet's republish, `rotate.rs`) | none |
+//! | publish carrying another credential | `IsSymlink(staging)`; when it does not reach the share: the re-stage's repair (`rotate.rs`) |
 //!
 //! Publish and unpublish are the lifecycle's (a link from the target to the staging path; see `crate::lifecycle`);
 //! before it makes a link, publish asks [`Protocol::ready`], which checks that the staging link reaches the share
@@ -109,6 +111,7 @@ mod mapping;
 mod options;
 pub mod params;
 mod removal;
+mod rotate;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -150,6 +153,12 @@ pub struct SmbRecord {
     /// would have removed it (issue 37, backend change with running pods).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unledgered: bool,
+    /// A keyed fingerprint of the credential this volume's last successful stage (or credential rotation) presented
+    /// to Windows (`rotate.rs`: HMAC-SHA256 under a per-node key, never the secret itself): a NodePublishVolume
+    /// carrying the same credential costs no SMB host call. Absent in records of earlier versions, for credential-less
+    /// volumes, and when the node key could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 impl Details for SmbRecord {
@@ -166,6 +175,7 @@ impl SmbRecord {
             removing: None,
             options: vol.options,
             unledgered: false,
+            credential: None,
         }
     }
 
@@ -198,6 +208,7 @@ impl SmbRecord {
 pub struct Smb {
     mappings: Mappings,
     removals: Removals,
+    key: rotate::CredentialKey,
 }
 
 #[cfg(test)]
@@ -296,7 +307,8 @@ impl<H: Host> Protocol<H> for Smb {
         vol: &SmbVolume,
         d: Deadline,
     ) -> Result<(), Error> {
-        stage::stage(cx, &self.mappings, &self.removals, at, vol, d).await
+        let credential = self.key.fingerprint(cx, vol);
+        stage::stage(cx, &self.mappings, &self.removals, at, vol, credential, d).await
     }
 
     async fn unstage(
@@ -337,6 +349,28 @@ impl<H: Host> Protocol<H> for Smb {
         d: Deadline,
     ) -> Result<(), Error> {
         ready(cx, record, staging, d).await
+    }
+
+    /// Rotated credentials (`rotate.rs`).
+    async fn republish(
+        &self,
+        cx: Context<'_, H>,
+        record: &VolumeRecord,
+        req: &crate::lifecycle::PublishRequest,
+        staging: &HostPath,
+        d: Deadline,
+    ) -> Result<(), Error> {
+        rotate::republish(
+            cx,
+            &self.mappings,
+            &self.removals,
+            &self.key,
+            record,
+            req,
+            staging,
+            d,
+        )
+        .await
     }
 
     /// A staging link into a share, on a backend that can read links (`adopt.rs`).

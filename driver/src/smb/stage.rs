@@ -6,7 +6,7 @@ use tracing::{debug, info, warn};
 
 use super::mapping::{MapFailure, MapRepair, check_principal, lock_mapping, map_locked};
 use super::removal::Removals;
-use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
+use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share, rotate};
 use crate::error::Error;
 use crate::host::{
     Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential,
@@ -31,6 +31,7 @@ pub(super) async fn stage<H: Host>(
     removals: &Removals,
     at: StageAt<'_>,
     vol: &SmbVolume,
+    credential: Option<String>,
     d: Deadline,
 ) -> Result<(), Error> {
     let StageAt {
@@ -43,6 +44,8 @@ pub(super) async fn stage<H: Host>(
     if !h.host().capabilities().smb_mapping_options {
         super::options::refuse_on_csi_proxy(vol)?;
     }
+    // The record keeps the mapping's fingerprint until this stage has mapped with `credential` (a stage that finds its
+    // volume staged and reachable changes nothing on the host: `rotate.rs`).
     let mut wanted = SmbRecord::of(vol);
     // On a backend without a ledger of its mappings (csi-proxy) the record is the driver's only claim on the mapping:
     // said in the record, for a node later moved to the native backend (`SmbRecord::unledgered`).
@@ -63,6 +66,7 @@ pub(super) async fn stage<H: Host>(
         }
         // What the record proved about the mapping stays proven while this stage runs and after it fails: the
         // mapping is still there (only this driver's unstage or rollback removes it, and either deletes the record).
+        wanted.credential = facts.as_ref().and_then(|r| r.credential.clone());
         wanted.mapped = facts.is_some_and(|r| r.proves_mapping(rec) && r.same_mapping(&wanted));
     }
     // The subDir is created through the staging link (csi-proxy's `Mkdir` takes local paths only): that path obeys
@@ -156,6 +160,7 @@ pub(super) async fn stage<H: Host>(
     // A re-stage (a record exists) may find the mapping broken and repair it: it does not go by what this process
     // remembers making.
     let mut mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
+
     // Once more under the share's lock: an unstage of the share may have announced its removal since the look above
     // and given up waiting for it (its lock is released at its deadline, the removal going on). A removal running in
     // this process is waited for without the lock (other users of the share need not queue behind the wait), then
@@ -226,8 +231,18 @@ pub(super) async fn stage<H: Host>(
             // Staged in the store (visible) while the mapping's lock is held: stages queued behind this one's mapping
             // see a staged user and share the mapping; they need not wait for this record to be durable.
             // The mapping of the share under this principal is now provably this driver's (`SmbRecord::mapped`).
+            // A stage that only joined the mapping others made (the shared side) may not have given it its credential:
+            // its fingerprint says the mapping's only when a sibling's record proves the same one (`rotate.rs`).
+
+            let credential = match credential {
+                Some(fp) if !made.mapping && !rotate::joined_same(cx, volume_id, &root, &fp)? => {
+                    None
+                }
+                fp => fp,
+            };
             let facts = SmbRecord {
                 mapped: true,
+                credential,
                 ..wanted
             };
             let staged = cx
@@ -375,6 +390,7 @@ impl<H: Host> Mapping<'_, H> {
         if possibly_made {
             made.link = true;
             // Under the shared side the mapping was there before this call (other volumes use it): never this call's.
+
             made.mapping |= !mapping.is_shared();
         }
         if result.is_ok() {

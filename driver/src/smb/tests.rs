@@ -21,6 +21,7 @@ mod backend_change;
 mod lost_state;
 mod outage;
 mod removal;
+mod rotate;
 mod unreferenced;
 
 pub(super) const SHARE: &str = r"\\srv\share";
@@ -163,9 +164,18 @@ async fn first_and_repeated_stage() {
     env.clear_calls();
     let rec = env.mgr.store().volume("v1").expect("read").expect("record");
     assert_eq!(rec.phase, Phase::Staged);
+    let facts = rec.details::<SmbRecord>().expect("decode").expect("smb");
+    // The credential's keyed fingerprint (`rotate.rs`), never the password.
+    assert!(
+        facts
+            .credential
+            .as_deref()
+            .is_some_and(|c| c.starts_with("hmac-sha256:") && !c.contains("pw-1")),
+        "{facts:?}"
+    );
     assert_eq!(
-        rec.details::<SmbRecord>().expect("decode"),
-        Some(SmbRecord {
+        facts,
+        SmbRecord {
             root: SHARE.into(),
             remote_path: r"\\srv\share\base".into(),
             principal: Some(r"CORP\bob".into()),
@@ -174,7 +184,8 @@ async fn first_and_repeated_stage() {
             options: Default::default(),
             // csi-proxy keeps no ledger of its mappings: the record is the driver's claim on it.
             unledgered: env.backend == sim::wmi::TestBackend::CsiProxy,
-        })
+            credential: facts.credential.clone(),
+        }
     );
     env.stage(&req, d()).await.expect("repeat");
     // `IsSymlink` alone: a link whose target exists is there.

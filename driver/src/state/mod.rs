@@ -619,6 +619,15 @@ impl StateStore {
         Commit::waiting(rx)
     }
 
+    /// The store's directory (`--state-dir`), for the few node-local files kept beside the records (the SMB credential
+    /// fingerprints' key, `smb/rotate.rs`).
+    pub fn dir(&self) -> &Path {
+        self.shared
+            .volumes
+            .parent()
+            .unwrap_or(self.shared.volumes.as_path())
+    }
+
     /// The record of `volume_id`, if any (an error naming the file when it is quarantined). Shared with the index, not
     /// copied: every volume RPC reads its record, and a copy (the protocol facts are a JSON map) is a kilobyte per RPC
     /// in flight.

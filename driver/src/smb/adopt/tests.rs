@@ -167,6 +167,7 @@ async fn reconciliation_adopts_a_share_whose_record_then_protects_the_mapping() 
             removing: None,
             options: Default::default(),
             unledgered: false,
+            credential: None,
         }
     );
     // The one-account rule skips the adopted record's unknown principal (neither refuses nor matches: Windows decides
@@ -272,6 +273,7 @@ fn share_records_compare_the_windows_way() {
         removing: None,
         options: Default::default(),
         unledgered: false,
+        credential: None,
     };
     let b = SmbRecord {
         root: r"\\fs1\ärzte".into(),
@@ -281,6 +283,7 @@ fn share_records_compare_the_windows_way() {
         removing: None,
         options: Default::default(),
         unledgered: false,
+        credential: None,
     };
     assert!(a.same_volume(&b));
     let c = SmbRecord {

@@ -778,6 +778,7 @@ impl Protocol<CsiProxyHost> for Adopter {
             principal: None,
             mapped: false,
             removing: None,
+            creating: None,
         };
         VolumeRecord::new(
             found.volume_id,

@@ -62,6 +62,7 @@ pub(super) async fn adopt<H: Host>(
         principal: None,
         mapped: false,
         removing: None,
+        creating: None,
     };
     info!(staging = %staging, remote = %remote, "staging link into a share without a record: adopting it (principal \
           unknown)");

@@ -17,18 +17,31 @@ use crate::lifecycle::{Calls, Context};
 use crate::locks::KeyedGuard;
 use crate::state::{Phase, VolumeRecord};
 
-/// `NewSmbGlobalMapping` of `remote` with a link at `link`.
+/// `NewSmbGlobalMapping` of `remote` with a link at `link`, a creating call of `volume_id`'s stage: announced in its
+/// record by the stage and run to its end on its own task (`crate::lifecycle::creation`), so an unstage after the
+/// stage gave up waits for it rather than answer OK before the mapping and link land.
 async fn new_mapping<H: Host>(
     h: &Calls<'_, H>,
+    removals: &Removals,
+    volume_id: &str,
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
 ) -> HostResult<()> {
+    let (r, l, c) = (remote.clone(), link.clone(), cred.cloned());
     h.raw(
         HostOp::NewSmbGlobalMapping,
         remote,
-        h.host()
-            .new_smb_global_mapping(remote, Some(link), cred, h.deadline()),
+        removals.1.to_end(
+            h.host(),
+            volume_id,
+            HostOp::NewSmbGlobalMapping,
+            h.deadline(),
+            move |host: H, d| async move {
+                host.new_smb_global_mapping(&r, Some(&l), c.as_ref(), d)
+                    .await
+            },
+        ),
     )
     .await
 }
@@ -151,7 +164,7 @@ async fn map_repairing<H: Host>(
     cred: Option<&SmbCredential>,
     repair: MapRepair,
 ) -> Result<(), MapFailure> {
-    match new_mapping(h, remote, link, cred).await {
+    match new_mapping(h, removals, volume_id, remote, link, cred).await {
         Err(e) if repair.repairs(&e) => {
             let root = remote.root_key();
             if let Some(user) = reaching_user(cx, h, volume_id, &root).await? {
@@ -180,7 +193,7 @@ async fn map_repairing<H: Host>(
                 Err(e) if e.kind == HostErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
-            Ok(new_mapping(h, remote, link, cred).await?)
+            Ok(new_mapping(h, removals, volume_id, remote, link, cred).await?)
         }
         other => Ok(other?),
     }
@@ -202,7 +215,7 @@ pub(super) async fn map_locked<H: Host>(
     repair: MapRepair,
 ) -> Result<(), MapFailure> {
     if guard.is_shared() {
-        match new_mapping(h, remote, link, cred).await {
+        match new_mapping(h, removals, volume_id, remote, link, cred).await {
             Err(e) if repair.repairs(&e) => {
                 info!(root = %remote.root(), "the mapping needs repair: taking the exclusive mapping lock");
                 guard.upgrade().await;

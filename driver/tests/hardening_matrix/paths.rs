@@ -714,32 +714,8 @@ const KNOWN_OPEN: &[(&str, &str)] = &[
         "a late login outlives the unstage",
     ),
     (
-        "Smb/Stage/NewSmbGlobalMapping #1/Hang/GiveUp",
-        "a late mapping outlives the unstage",
-    ),
-    (
-        "Smb/Stage/NewSmbGlobalMapping #2/Hang/GiveUp",
-        "a late mapping outlives the unstage",
-    ),
-    (
         "Iscsi/Stage/MSFT_iSCSITarget.Connect #1/Hang/GiveUp",
         "a late login outlives the unstage",
-    ),
-    (
-        "Smb/Stage/MSFT_SmbGlobalMapping.Create #1/Hang/GiveUp",
-        "a late mapping outlives the unstage",
-    ),
-    (
-        "Smb/Stage/CreateSymbolicLinkW #1/Hang/GiveUp",
-        "a late link outlives the unstage",
-    ),
-    (
-        "Smb/Stage/CreateSymbolicLinkW #2/Hang/GiveUp",
-        "a late link outlives the unstage",
-    ),
-    (
-        "Smb/Stage/Mkdir #1/Hang/GiveUp",
-        "a late Mkdir leaves a directory the next stage refuses as non-empty",
     ),
     // An announced partition/format that never shows its end: stages wait for the bound, longer than 6 retries.
     (

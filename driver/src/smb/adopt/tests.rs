@@ -165,6 +165,7 @@ async fn reconciliation_adopts_a_share_whose_record_then_protects_the_mapping() 
             principal: None,
             mapped: false,
             removing: None,
+            creating: None,
         }
     );
     // The one-account rule skips the adopted record's unknown principal (neither refuses nor matches: Windows decides
@@ -268,6 +269,7 @@ fn share_records_compare_the_windows_way() {
         principal: None,
         mapped: false,
         removing: None,
+        creating: None,
     };
     let b = SmbRecord {
         root: r"\\fs1\ärzte".into(),
@@ -275,6 +277,7 @@ fn share_records_compare_the_windows_way() {
         principal: Some("bob".into()),
         mapped: true,
         removing: None,
+        creating: None,
     };
     assert!(a.same_volume(&b));
     let c = SmbRecord {

@@ -133,6 +133,7 @@ pub(super) async fn adopt<H: Host>(
         released: false,
         pending: None,
         removal: None,
+        creating: None,
     };
     info!(staging = %staging, iqn = %iqn, lun, disk, volume = %vid, "iSCSI volume without a record proven from the \
           host: adopting it");

@@ -132,7 +132,8 @@ pub(super) async fn stage<H: Host>(
                         (s.portal, Some(claim))
                     }
                     None => {
-                        let portal = session_steps(cx, h, volume_id, staging, vol, &mut rec).await?;
+                        let portal =
+                            session_steps(cx, h, sessions, volume_id, staging, vol, &mut rec).await?;
                         let iqn = rec.target_iqn.as_deref().unwrap_or(&vol.iqn);
                         sessions.logged_in(&key, vol, iqn, &portal);
                         (portal, None)
@@ -184,7 +185,11 @@ pub(super) async fn stage<H: Host>(
         Ok(()) => {
             // From here on the volume holds what pods write: nothing may format it again.
             rec.retire_marks();
+            let login = rec.creating.take();
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
+            if let Some(c) = login {
+                sessions.1.forget(volume_id, &c);
+            }
             info!(staging = %staging, iqn = %vol.iqn, lun = vol.lun, volume = ?rec.volume, "iSCSI volume staged");
             Ok(())
         }
@@ -192,10 +197,15 @@ pub(super) async fn stage<H: Host>(
             warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
             Err(err)
         }
-        Err(err) if first => {
-            roll_back(cx, sessions, judge, h, volume_id, staging, &mut rec, err).await
+        Err(err) => {
+            let r = match first {
+                true => roll_back(cx, sessions, judge, h, volume_id, staging, &mut rec, err).await,
+                false => Err(err),
+            };
+            // A kept record loses the announcement of a login that answered (`creation.rs`).
+            super::creation::retire_answered(cx, sessions, volume_id).await?;
+            r
         }
-        Err(err) => Err(err),
     }
 }
 
@@ -240,6 +250,7 @@ async fn roll_back<H: Host>(
 async fn session_steps<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    sessions: &Sessions,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
@@ -325,23 +336,20 @@ async fn session_steps<H: Host>(
     for p in &added {
         // The portal this login goes through is on record before it (the store writes nothing when the record already
         // says so: normally only the first portal's, and only without mutual CHAP).
+        // The login is announced in the same write and run to its end (`creation.rs`): an unstage waits for it.
         rec.session_portal = Some(p.clone());
+        let c = sessions.1.announce(
+            h.host(),
+            volume_id,
+            rec.creating.as_ref(),
+            HostOp::ConnectTarget,
+            None,
+        );
+        rec.creating = Some(c);
         put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-        let login = if vol.persistent {
-            h.raw(
-                HostOp::ConnectTarget,
-                &iqn,
-                h.host().connect_target_persistent(p, &iqn, &vol.auth, d),
-            )
-            .await
-        } else {
-            h.raw(
-                HostOp::ConnectTarget,
-                &iqn,
-                h.host().connect_target(p, &iqn, &vol.auth, d),
-            )
-            .await
-        };
+        let login =
+            super::creation::login(h, sessions, volume_id, p, &iqn, &vol.auth, vol.persistent)
+                .await;
         match login {
             Ok(()) => {
                 session = Some(p.clone());

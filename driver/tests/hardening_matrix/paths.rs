@@ -708,15 +708,6 @@ fn kubelet_s_other_paths_converge() {
 /// Known open defects, as (cell name with its call number taken out, why). The same cells fail on every csi-proxy
 /// release (first block) and natively (second); each is a leftover or a wait kubelet's give-up path exposes.
 const KNOWN_OPEN: &[(&str, &str)] = &[
-    // A stage call that hangs until kubelet gives up and unstages, then ends: what it made outlives the unstage.
-    (
-        "Iscsi/Stage/ConnectTarget #1/Hang/GiveUp",
-        "a late login outlives the unstage",
-    ),
-    (
-        "Iscsi/Stage/MSFT_iSCSITarget.Connect #1/Hang/GiveUp",
-        "a late login outlives the unstage",
-    ),
     // An announced partition/format that never shows its end: stages wait for the bound, longer than 6 retries.
     (
         "Iscsi/Stage/PartitionDisk #1/Hang/GiveUp",

@@ -184,6 +184,50 @@ impl Creations {
         }
     }
 
+    /// Run a creating call of `volume_id` in the caller's future, bounded by the caller's deadline as any call (a
+    /// single host call that lands by itself once issued: the subDir's `Mkdir`): while it runs an unstage waits for
+    /// it; if it ends without the host's answer (its deadline, the RPC dropped), what it makes must show instead.
+    pub async fn watched<T>(
+        &self,
+        volume_id: &str,
+        call: impl std::future::Future<Output = HostResult<T>>,
+    ) -> HostResult<T> {
+        struct Watch<'a> {
+            creations: &'a Creations,
+            volume_id: &'a str,
+            answered: bool,
+        }
+        impl Drop for Watch<'_> {
+            fn drop(&mut self) {
+                let mut inner = self.creations.inner();
+                if !self.answered {
+                    inner.unanswered.insert(self.volume_id.to_owned());
+                }
+                if let Some(n) = inner.running.get_mut(self.volume_id) {
+                    *n -= 1;
+                    if *n == 0 {
+                        inner.running.remove(self.volume_id);
+                    }
+                }
+                drop(inner);
+                self.creations.ended.notify_waiters();
+            }
+        }
+        *self
+            .inner()
+            .running
+            .entry(volume_id.to_owned())
+            .or_default() += 1;
+        let mut watch = Watch {
+            creations: self,
+            volume_id,
+            answered: false,
+        };
+        let answer = call.await;
+        watch.answered = !answer.as_ref().is_err_and(|e| e.kind.is_uncertain());
+        answer
+    }
+
     /// Whether the creation `c` announced in `volume_id`'s record can still run (module docs). `shows` is the
     /// protocol's look at what the calls make (`Ok(true)`: it is there); it is asked only when nothing else proved
     /// the calls over.

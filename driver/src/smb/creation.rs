@@ -21,26 +21,16 @@ use crate::lifecycle::{Calls, Context, host_error};
 use crate::state::VolumeRecord;
 
 impl Removals {
-    /// `Mkdir` of a subDir through the staging link, a creating call of `volume_id`'s stage run to its end.
+    /// `Mkdir` of a subDir through the staging link, a creating call of `volume_id`'s stage, watched
+    /// (`Creations::watched`): one host call that lands by itself once issued, bounded by the RPC's deadline as before
+    /// (csi-proxy's connection handling sees its deadline pass), its late result shown by the subDir itself.
     pub(super) async fn mkdir_to_end<H: Host>(
         &self,
         h: &Calls<'_, H>,
         volume_id: &str,
         path: &HostPath,
     ) -> HostResult<()> {
-        let p = path.clone();
-        h.raw(
-            HostOp::Mkdir,
-            path,
-            self.1.to_end(
-                h.host(),
-                volume_id,
-                HostOp::Mkdir,
-                h.deadline(),
-                move |host: H, d| async move { host.mkdir(&p, d).await },
-            ),
-        )
-        .await
+        self.1.watched(volume_id, h.mkdir(path)).await
     }
 
     /// Before an unstage of `rec` (facts `facts`): UNAVAILABLE while a creating call its stage announced may still

@@ -967,17 +967,27 @@ async fn until_unhung(env: &Env) {
 
 #[tokio::test]
 async fn killed_between_any_two_host_calls_then_retried_converges() {
-    let total = {
+    let (total, ops) = {
         let env = new_env(false);
         full_cycle(&env).await.expect("clean run");
         env.assert_clean();
-        env.calls().len()
+        let ops = env.take_ops();
+        (ops.len(), ops)
     };
     // Native: a first stage reads the staging path's link first (`stage.rs`, `adopt_own`).
     assert_eq!(total, env_native_extra() + 6 + 2 + 1 + 2);
     for n in 0..total {
         for kubelet_unstages_instead in [false, true] {
             let mut env = new_env(false);
+            // Natively the port-level hold of the subDir's `Mkdir` is dropped with its caller and never reaches the
+            // host, where a real `CreateDirectoryW` would land: the unstage waits for what it makes to show (or a
+            // reboot, or the bound). The matrix's facade-level `CreateDirectoryW` cells prove that path natively.
+            if kubelet_unstages_instead
+                && env.backend == sim::wmi::TestBackend::Native
+                && ops[n] == Mkdir
+            {
+                continue;
+            }
             env.hang_after(n);
             tokio::select! {
                 r = full_cycle(&env) => panic!("call {n}: cycle finished despite the hang: {r:?}"),

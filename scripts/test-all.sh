@@ -255,32 +255,20 @@ PY
     python3 scripts/run-suites.py --jobs "$SUITE_LANES" --log "$test_log" "$jobs"
 }
 
-# Prints "<package dir> <test executable>" for each of the targets given (as PROFILE_TARGETS), from the build
-# `test build (linux)` made. Fails when a listed target is missing.
-profile_test_binaries() {
-    local targets="$1"
-    cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null |
-        PROFILE_TARGETS="$targets" python3 -c '
-import json, os, sys
-
-wanted = set(os.environ["PROFILE_TARGETS"].split())
-found = {}
-for line in sys.stdin:
-    msg = json.loads(line)
-    if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
-        continue
-    pkg_dir = os.path.dirname(msg["manifest_path"])
-    target = msg["target"]
-    kind = "lib" if "lib" in target["kind"] else target["name"]
-    key = os.path.basename(pkg_dir) + ":" + kind
-    if key in wanted and "bin" not in target["kind"]:
-        found[key] = (pkg_dir, msg["executable"])
-missing = sorted(wanted - set(found))
-if missing:
-    sys.exit("test targets not found in the build: " + ", ".join(missing))
-for key in sorted(found):
-    print(*found[key])
-'
+# The test executable of a target (e.g. e2e:external) from the suites step's job file: the one `test build (linux)`
+# made, listed once by suite_jobs. Fails when it is not there.
+suite_test_binary() {
+    python3 - "$target_dir/wincsi-suite-jobs.jsonl" "$1" <<'PY'
+import json, sys
+jobs, key = sys.argv[1], sys.argv[2]
+with open(jobs, encoding="utf-8") as f:
+    for line in f:
+        job = json.loads(line)
+        if job["name"] == key + " (v1.1.3)":
+            print(job["cmd"][0])
+            sys.exit(0)
+sys.exit("test target not found in the suites' jobs: " + key)
+PY
 }
 
 # Disk: a build of every step holds about 11 GB at its peak without pruning (measured on a fresh clone: the Linux
@@ -335,7 +323,7 @@ step "test build (linux)" cargo test --workspace --all-features --no-run
 step "suites (linux: every test on v1.1.3; ${CSI_PROXY_RELEASES[*]}, native, emulated links; doctests, bench and fuzz smoke)" \
     test_suites
 # The real-node kit's e2e external mode runs the external test executable `test (linux)` built (kept from pruning).
-kit_e2e_test_bin=$(profile_test_binaries "e2e:external" | awk '{print $2}')
+kit_e2e_test_bin=$(suite_test_binary "e2e:external")
 prune_test_executables "$target_dir/debug/deps" "$kit_e2e_test_bin"
 step "test (wine, $WINDOWS_TARGET)" test_wine
 prune_test_executables "$target_dir/$WINDOWS_TARGET/debug/deps"

@@ -17,6 +17,9 @@
 //! Arrival is instant and the driver's settle time 1 ms, as in `wincsi-bench`: the figures are the driver's and the
 //! host's work per operation, not Windows' device arrival (whose waits the unit and e2e suites model).
 
+#[path = "common/requests.rs"]
+mod requests;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,8 +38,7 @@ use wincsi::host::native::NativeProbe;
 use wincsi::host::native::testing::TestHost;
 use wincsi::iscsi::IscsiSettings;
 use wincsi::lifecycle::{
-    AccessType, Capability, PublishRequest, StageRequest, StatsRequest, UnpublishRequest,
-    UnstageRequest, VolumeConfig,
+    PublishRequest, StageRequest, StatsRequest, UnpublishRequest, UnstageRequest, VolumeConfig,
 };
 use wincsi::locks::Deadline;
 use wincsi::smb::Secrets;
@@ -89,16 +91,6 @@ fn scenario(release: &str) -> Scenario {
     .expect("scenario")
 }
 
-fn cap() -> Option<Capability> {
-    Some(Capability {
-        access_type: AccessType::Mount {
-            fs_type: String::new(),
-            mount_flags: vec![],
-        },
-        access_mode: 1,
-    })
-}
-
 fn requests(
     smb: bool,
 ) -> (
@@ -108,8 +100,6 @@ fn requests(
     UnstageRequest,
 ) {
     let id = if smb { "s" } else { "l" };
-    let staging = format!(r"C:\var\lib\kubelet\plugins\b\{id}");
-    let target = format!(r"C:\var\lib\kubelet\pods\p\{id}");
     let ctx: BTreeMap<String, String> = if smb {
         [("source", r"\\fs1\data")].into_iter()
     } else {
@@ -131,30 +121,7 @@ fn requests(
     } else {
         Secrets::default()
     };
-    (
-        StageRequest {
-            volume_id: id.into(),
-            staging_target_path: staging.clone(),
-            capability: cap(),
-            volume_context: ctx,
-            secrets,
-        },
-        PublishRequest {
-            volume_id: id.into(),
-            staging_target_path: staging.clone(),
-            target_path: target.clone(),
-            capability: cap(),
-            ..Default::default()
-        },
-        UnpublishRequest {
-            volume_id: id.into(),
-            target_path: target,
-        },
-        UnstageRequest {
-            volume_id: id.into(),
-            staging_target_path: staging,
-        },
-    )
+    requests::lifecycle(id, ctx, secrets)
 }
 
 #[derive(Default)]

@@ -212,16 +212,19 @@ fn report_capabilities(report: &winhost::probe::ProbeReport) {
     }
 }
 
-/// The shares this node's volume records say the driver mapped (SMB volumes staged, or to be re-staged): the
-/// mappings are its own whichever backend made them.
+/// The shares this node's volume records say the driver mapped (SMB volumes staged, or to be re-staged; and any
+/// volume a stage through csi-proxy claimed, whose mapping csi-proxy's unstage would remove whoever made it:
+/// `SmbRecord::unledgered`): the mappings are its own whichever backend made them.
 pub fn recorded_shares(store: &StateStore) -> Vec<String> {
     let Ok(volumes) = store.volumes() else {
         return Vec::new();
     };
     let mut roots: Vec<String> = volumes
         .iter()
-        .filter(|r| matches!(r.phase, Phase::Staged | Phase::NeedsRestage))
-        .filter_map(|r| r.details::<crate::smb::SmbRecord>().ok().flatten())
+        .filter_map(|r| {
+            let d = r.details::<crate::smb::SmbRecord>().ok().flatten()?;
+            (matches!(r.phase, Phase::Staged | Phase::NeedsRestage) || d.unledgered).then_some(d)
+        })
         .map(|d| d.root)
         .collect();
     roots.sort();
@@ -229,11 +232,33 @@ pub fn recorded_shares(store: &StateStore) -> Vec<String> {
     roots
 }
 
+/// The iSCSI targets whose sessions this node's volume records say a stage through csi-proxy logged in to or joined
+/// (`IscsiRecord::unledgered`, a record still counting as a user of the session): csi-proxy's unstage of the target's
+/// last volume would log them out whoever made them, so the native backend counts them as wincsi's.
+pub fn recorded_targets(store: &StateStore) -> Vec<String> {
+    let Ok(volumes) = store.volumes() else {
+        return Vec::new();
+    };
+    let mut iqns: Vec<String> = volumes
+        .iter()
+        .filter_map(|r| r.details::<crate::iscsi::IscsiRecord>().ok().flatten())
+        .filter(|d| d.unledgered && !d.released)
+        .map(|d| d.iqn)
+        .collect();
+    iqns.sort();
+    iqns.dedup();
+    iqns
+}
+
 /// Seed the native backend's mapping ledger from the records (review M4: a node moved from `csiProxy` to
-/// `hostProcess` mode, or a lost ledger), before reconciliation may need to repair one of them.
+/// `hostProcess` mode, or a lost ledger), before reconciliation may need to repair one of them; and its session ledger
+/// from the records of stages through csi-proxy ([`recorded_targets`]).
 pub(crate) fn adopt_recorded_mappings(host: &NativeHost, store: &StateStore) {
     if let Err(e) = host.adopt_mappings(recorded_shares(store)) {
         warn!(error = %e, "cannot record the SMB mappings the volume records name as wincsi's");
+    }
+    if let Err(e) = host.adopt_sessions(recorded_targets(store)) {
+        warn!(error = %e, "cannot record the iSCSI sessions the volume records name as wincsi's");
     }
 }
 

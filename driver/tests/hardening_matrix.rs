@@ -271,7 +271,14 @@ fn manager(
     };
     let mut seed = None;
     let host = match backend {
-        TestBackend::CsiProxy => TestHost::CsiProxy(CsiProxyHost::new(proxy.clone())),
+        // The node's uptime is the simulated host's, which restarts at a reboot (as the unit suites' `testing.rs`):
+        // the machine's own would hide every simulated reboot from the driver's boot stamps.
+        TestBackend::CsiProxy => {
+            let sim = sim.clone();
+            TestHost::CsiProxy(
+                CsiProxyHost::new(proxy.clone()).with_uptime(Arc::new(move || Some(sim.uptime()))),
+            )
+        }
         TestBackend::Native => {
             let native = NativeHost::new(Arc::new(WindowsView::new(sim.clone())), Some(state));
             seed = Some(native.clone());
@@ -285,6 +292,9 @@ fn manager(
         native
             .adopt_mappings(wincsi::backend::recorded_shares(mgr.store()))
             .expect("seed the mapping ledger");
+        native
+            .adopt_sessions(wincsi::backend::recorded_targets(mgr.store()))
+            .expect("seed the session ledger");
     }
     Arc::new(mgr)
 }

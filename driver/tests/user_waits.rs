@@ -13,6 +13,8 @@ mod measure;
 #[allow(dead_code)]
 #[path = "../examples/user_waits/report.rs"]
 mod report;
+#[path = "../examples/common/requests.rs"]
+mod requests;
 
 use measure::{Column, Measured, Row};
 

@@ -42,7 +42,7 @@ const PIPES: [&str; 6] = [
 
 /// Flags the driver binary accepts (the cross-team contract); anything else would make it
 /// exit with status 2 at start-up.
-const DRIVER_FLAGS: [&str; 16] = [
+const DRIVER_FLAGS: [&str; 18] = [
     "endpoint",
     "node-id",
     "driver-name",
@@ -59,6 +59,8 @@ const DRIVER_FLAGS: [&str; 16] = [
     "metrics-address",
     "vol-stats-cache-expire-in-minutes",
     "smb-require-privacy",
+    "unreferenced-volume-minutes",
+    "release-unreferenced-volumes",
 ];
 
 /// Keys that only mean something on Linux nodes; none may appear in a Windows pod spec.
@@ -137,6 +139,8 @@ struct Expect {
     extra_mounts: usize,
     vol_stats_cache_minutes: i64,
     smb_require_privacy: bool,
+    unreferenced_minutes: i64,
+    release_unreferenced: bool,
 }
 
 fn strings(v: &Json) -> Vec<String> {
@@ -211,6 +215,10 @@ impl Expect {
                 .as_i64()
                 .expect("int"),
             smb_require_privacy: b("/driver/smbRequirePrivacy"),
+            unreferenced_minutes: values["driver"]["unreferencedVolumeMinutes"]
+                .as_i64()
+                .expect("int"),
+            release_unreferenced: b("/driver/releaseUnreferencedVolumes"),
         }
     }
 
@@ -559,6 +567,15 @@ fn check_node_daemonset(r: &Rendered, exp: &Expect) {
     assert_eq!(
         flag(driver, "vol-stats-cache-expire-in-minutes"),
         exp.vol_stats_cache_minutes.to_string()
+    );
+    // Volumes kubelet will never unstage (issue 37 item 13): always passed, so the chart's values decide.
+    assert_eq!(
+        flag(driver, "unreferenced-volume-minutes"),
+        exp.unreferenced_minutes.to_string()
+    );
+    assert_eq!(
+        flag(driver, "release-unreferenced-volumes"),
+        exp.release_unreferenced.to_string()
     );
     if exp.max_volumes > 0 {
         assert_eq!(
@@ -1257,6 +1274,12 @@ fn defaults_are_csi_proxy_mode_without_rbac_with_admission_policy() {
         exp.vol_stats_cache_minutes,
         wincsi::config::DEFAULT_VOL_STATS_CACHE_MINUTES as i64
     );
+    // Unreferenced volumes: reported after the driver's own default, never released unless asked.
+    assert_eq!(
+        exp.unreferenced_minutes,
+        wincsi::config::DEFAULT_UNREFERENCED_VOLUME_MINUTES as i64
+    );
+    assert!(!exp.release_unreferenced);
     for (name, helm) in helms() {
         let r = Rendered::load(helm_template(&helm, &[]).unwrap_or_else(|e| panic!("{name}: {e}")));
         let driver = container(pod_spec(r.daemonset("node").unwrap()), "wincsi-node");
@@ -1373,6 +1396,10 @@ fn schema_rejects_typos_and_wrong_types() {
             ["--set", "nodeDriverRegistrar.healthPort=0"],
             ["--set", "admissionPolicy.trustedNamespaces[0]=Kube_System"],
             ["--set", "driver.health.port=70000"],
+            // The driver refuses 1 to 9 minutes (a pod still being set up) and more than a week.
+            ["--set", "driver.unreferencedVolumeMinutes=5"],
+            ["--set", "driver.unreferencedVolumeMinutes=10081"],
+            ["--set-string", "driver.releaseUnreferencedVolumes=yes"],
         ] {
             let err = helm_template(&helm, &args)
                 .err()

@@ -272,6 +272,40 @@ async fn a_machine_account_volume_is_refused_on_csi_proxy_mode_naming_host_proce
     finish(node).await;
 }
 
+/// Per-volume SMB client options (issue 40 item 2) on csiProxy mode: refused with the reason (csi-proxy's request
+/// cannot carry them), naming `mode: hostProcess`; nothing done on the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smb_client_options_are_refused_on_csi_proxy_mode_naming_host_process() {
+    let node = node().await;
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("team-c", "app-0");
+    let vol = fixtures::smb_volume("pv-opts", "team-c", "data-opts", None)
+        .attr("requirePrivacy", "true")
+        .attr("blockNTLM", "true");
+    let k1 = k.clone().with_retry(wincsi_e2e::kubelet::Retry {
+        attempts: 1,
+        ..Default::default()
+    });
+    let err = k1.mount(host, &pod, &vol).await.expect_err("csiProxy mode");
+    assert_eq!(
+        err.csi_code(),
+        Some(tonic::Code::FailedPrecondition),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("mode: hostProcess") && text.contains("requirePrivacy, blockNTLM"),
+        "{text}"
+    );
+    let audit = host.audit(0).await.expect("audit");
+    assert!(
+        !audit.iter().any(|e| e.rpc == "NewSmbGlobalMapping"),
+        "nothing mapped"
+    );
+    step!(node, k.tear_down(host, &pod, &vol));
+    finish(node).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_reboot_then_kubelet_restages_and_republishes_with_data_intact() {
     let mut node = node().await;

@@ -44,6 +44,65 @@ fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// Per-volume SMB client options (issue 40 item 2) through the binary, on a Windows Server 2022 node (build 20348,
+/// which the binary reads over the socket): `useWriteThrough` and `requireIntegrity` reach `Create`; `transportType:
+/// quic` (Windows Server 2025) is refused naming the option, the build it needs and the node's, and nothing is mapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smb_client_options_reach_create_and_a_newer_build_s_option_is_refused_on_the_binarys_native_backend()
+ {
+    let mut scenario = fixtures::scenario();
+    scenario.host.windows_build = 20348;
+    let node = TestNode::start_native(&binaries!(), &scenario)
+        .await
+        .expect("a native node starts");
+    let (k, host) = (node.kubelet(), node.host());
+    let pod = Pod::new("team-c", "app-0");
+    let vol = fixtures::smb_volume("pv-opts", "team-c", "data-opts", Some("opts"))
+        .attr("useWriteThrough", "true")
+        .attr("requireIntegrity", "true");
+    let t = k.mount(host, &pod, &vol).await.expect("mount");
+    host.write_file(&format!(r"{t}\durable.txt"), "written through")
+        .await
+        .expect("write");
+    let audit = host.audit(0).await.expect("audit");
+    let create = audit
+        .iter()
+        .find(|e| e.rpc == "MSFT_SmbGlobalMapping.Create")
+        .expect("mapped");
+    assert_eq!(create.args["use_write_through"], true, "{:?}", create.args);
+    assert_eq!(create.args["require_integrity"], true, "{:?}", create.args);
+    assert_eq!(create.args["require_privacy"], true, "{:?}", create.args);
+    k.unmount(host, &pod, &vol).await.expect("unmount");
+
+    let quic =
+        fixtures::smb_volume("pv-quic", "team-c", "data-quic", None).attr("transportType", "quic");
+    let k1 = k.clone().with_retry(wincsi_e2e::kubelet::Retry {
+        attempts: 1,
+        ..Default::default()
+    });
+    let err = k1.mount(host, &pod, &quic).await.expect_err("needs 2025");
+    assert_eq!(
+        err.csi_code(),
+        Some(tonic::Code::FailedPrecondition),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("transportType needs build 26100") && text.contains("20348"),
+        "{text}"
+    );
+    let creates = host
+        .audit(0)
+        .await
+        .expect("audit")
+        .iter()
+        .filter(|e| e.rpc == "MSFT_SmbGlobalMapping.Create")
+        .count();
+    assert_eq!(creates, 1, "nothing mapped for the refused volume");
+    k.tear_down(host, &pod, &quic).await.expect("tear down");
+    finish(node).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_with_an_smb_and_an_iscsi_volume_on_the_binarys_native_backend() {
     let node = node().await;

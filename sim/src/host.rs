@@ -670,6 +670,11 @@ impl SimHost {
         self.with_state(State::uptime)
     }
 
+    /// The node's Windows build ([`State::windows_build`], `RtlGetVersion`).
+    pub fn windows_build(&self) -> u32 {
+        self.with_state(State::windows_build)
+    }
+
     /// Lets every hung call go on with a failure, as a process that died in the middle of its calls sees them: the
     /// caller's sequence ends there (what the call itself would have done on the host is not done).
     pub fn fail_hangs(&self) {

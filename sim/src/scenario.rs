@@ -76,7 +76,14 @@ pub struct HostSpec {
     pub services: Vec<ServiceSpec>,
     /// Multipath I/O on the node (default: not installed).
     pub mpio: MpioSpec,
+    /// The node's Windows build number (`RtlGetVersion`'s `dwBuildNumber`). Default 17763, Windows Server 2019: the
+    /// oldest build Kubernetes supports Windows nodes on, so the host is at least as unkind as any node when the
+    /// driver asks for what a newer build has (20348: Windows Server 2022; 26100: Windows Server 2025).
+    pub windows_build: u32,
 }
+
+/// Windows Server 2019's build, the scenario default ([`HostSpec::windows_build`]).
+pub const WINDOWS_SERVER_2019: u32 = 17763;
 
 /// Multipath I/O on the node (scenario `host.mpio`; `State::set_mpio`): whether the Multipath-IO feature is installed
 /// (`Install-WindowsFeature Multipath-IO`; Windows Server installs it only on request, so the default is no) and
@@ -109,6 +116,7 @@ impl Default for HostSpec {
             directories: Vec::new(),
             services: Vec::new(),
             mpio: MpioSpec::default(),
+            windows_build: WINDOWS_SERVER_2019,
         }
     }
 }
@@ -340,6 +348,10 @@ pub struct SmbServerSpec {
     /// listed authenticates as it (Kerberos), and a share's `users` may name it (`NAME$`).
     #[serde(default)]
     pub computers: Vec<String>,
+    /// The server accepts SMB over QUIC (Windows Server 2022 Azure Edition and 2025 can serve it; off by default, as
+    /// a file server's QUIC needs a certificate mapping set up first: Microsoft, *SMB over QUIC*).
+    #[serde(default)]
+    pub quic: bool,
 }
 
 fn yes() -> bool {

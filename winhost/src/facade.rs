@@ -434,6 +434,13 @@ pub trait Capabilities: Send + Sync {
     fn uptime(&self) -> Option<std::time::Duration> {
         crate::uptime::node_uptime()
     }
+
+    /// The node's Windows build number ([`crate::os_build`]: `RtlGetVersion` on Windows), `None` when it cannot
+    /// tell. Like [`Capabilities::uptime`], a read that neither fails nor hangs. The simulated host answers its
+    /// scenario's build; the socket client the build its server answered when it connected.
+    fn os_build(&self) -> Option<u32> {
+        crate::os_build::node_build()
+    }
 }
 
 /// Everything the native backend needs, as one object-safe trait (`Arc<dyn WindowsHost>`).

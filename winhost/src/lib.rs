@@ -23,6 +23,7 @@ pub mod facade;
 pub mod location;
 pub mod method;
 pub mod model;
+pub mod os_build;
 pub mod page83;
 pub mod paths;
 pub mod pool;

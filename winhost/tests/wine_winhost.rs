@@ -151,6 +151,15 @@ fn the_probe_runs_again_and_finds_the_same_absences_and_the_lanes_are_idle() {
     assert!(lanes.iter().all(|l| l.stuck.is_empty() && !l.exhausted()));
 }
 
+/// The node's Windows build (`RtlGetVersion`, what the SMB client options are checked against): Wine answers the
+/// build of the Windows its prefix plays, never zero.
+#[test]
+fn the_windows_build_is_read() {
+    let build = winhost::os_build::node_build().expect("RtlGetVersion answers");
+    assert!(build >= 7600, "{build}");
+    assert_eq!(host().os_build(), Some(build));
+}
+
 #[test]
 fn directories_attributes_and_reparse_tags() {
     let host = host();

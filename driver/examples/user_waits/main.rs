@@ -14,6 +14,8 @@
 
 mod measure;
 mod report;
+#[path = "../common/requests.rs"]
+mod requests;
 
 use std::io::Write as _;
 use std::process::ExitCode;

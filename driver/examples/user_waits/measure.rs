@@ -39,8 +39,7 @@ use wincsi::host::native::NativeHost;
 use wincsi::host::native::testing::{Tap, TapHooks, Tapped, TestHost};
 use wincsi::iscsi::IscsiSettings;
 use wincsi::lifecycle::{
-    AccessType, Capability, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
-    VolumeConfig,
+    PublishRequest, StageRequest, UnpublishRequest, UnstageRequest, VolumeConfig,
 };
 use wincsi::locks::Deadline;
 use wincsi::smb::Secrets;
@@ -184,16 +183,6 @@ fn scenario(release: &str, instant: bool) -> Value {
     sc
 }
 
-fn cap() -> Option<Capability> {
-    Some(Capability {
-        access_type: AccessType::Mount {
-            fs_type: String::new(),
-            mount_flags: vec![],
-        },
-        access_mode: 1,
-    })
-}
-
 /// The requests of volume `id`: an SMB share, or LUN 0 of target `iqn`.
 fn requests(
     id: &str,
@@ -204,8 +193,6 @@ fn requests(
     UnpublishRequest,
     UnstageRequest,
 ) {
-    let staging = format!(r"C:\var\lib\kubelet\plugins\b\{id}");
-    let target = format!(r"C:\var\lib\kubelet\pods\p\{id}");
     let (ctx, secrets): (BTreeMap<String, String>, Secrets) = match iqn {
         None => (
             [("source".to_owned(), r"\\fs1\data".to_owned())].into(),
@@ -225,30 +212,7 @@ fn requests(
             Secrets::default(),
         ),
     };
-    (
-        StageRequest {
-            volume_id: id.into(),
-            staging_target_path: staging.clone(),
-            capability: cap(),
-            volume_context: ctx,
-            secrets,
-        },
-        PublishRequest {
-            volume_id: id.into(),
-            staging_target_path: staging.clone(),
-            target_path: target.clone(),
-            capability: cap(),
-            ..Default::default()
-        },
-        UnpublishRequest {
-            volume_id: id.into(),
-            target_path: target,
-        },
-        UnstageRequest {
-            volume_id: id.into(),
-            staging_target_path: staging,
-        },
-    )
+    crate::requests::lifecycle(id, ctx, secrets)
 }
 
 /// kubelet's backoff after `failures` failed attempts (1 = the first failure).

@@ -72,6 +72,8 @@ pub enum HostObject {
     Volume(String),
     /// An iSCSI target's sessions, by the target's name (`DisconnectTarget`).
     Target(String),
+    /// An SMB share's global mapping, by the share's root `\\server\share` (`RemoveSmbGlobalMapping`).
+    Mapping(String),
 }
 
 impl HostObject {
@@ -81,6 +83,7 @@ impl HostObject {
             Self::Disk(n) => format!("disk:{n}"),
             Self::Volume(v) => format!("volume:{}", v.trim().to_ascii_lowercase()),
             Self::Target(t) => format!("target:{}", crate::host::name_key(t)),
+            Self::Mapping(root) => format!("mapping:{}", crate::host::name_key(root)),
         }
     }
 }
@@ -91,6 +94,7 @@ impl std::fmt::Display for HostObject {
             Self::Disk(n) => write!(f, "disk {n}"),
             Self::Volume(v) => write!(f, "volume {v}"),
             Self::Target(t) => write!(f, "target {t}"),
+            Self::Mapping(root) => write!(f, "the SMB global mapping of {root}"),
         }
     }
 }

@@ -199,6 +199,10 @@ pub enum HostErrorKind {
     /// native backend's own operation whose caller stopped waiting, or a WMI method an earlier driver process left in
     /// flight: `host/native/inflight.rs`). Nothing was started.
     InFlight,
+    /// The backend will not do what the call asks on this node, and did nothing: an SMB client option the node's
+    /// Windows build lacks, or a mapping of the share that exists already and is weaker than the options asked
+    /// (`host/smb_options.rs`). The message says which and what to do.
+    NotSatisfiable,
     /// csi-proxy cannot be reached (pipe missing, service stopped, connection refused).
     Unavailable,
     /// The call did not finish before the deadline.

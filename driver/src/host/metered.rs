@@ -13,7 +13,7 @@ use std::time::Instant;
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostErrorKind, HostObject, HostOp,
     HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, PathSpace, Portal, Secret, SharedObject,
-    SmbCredential, TargetPath, UncPath,
+    SmbCredential, SmbMappingOptions, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 use crate::metrics::Metrics;
@@ -94,6 +94,7 @@ fn kind_label(kind: HostErrorKind) -> &'static str {
     match kind {
         HostErrorKind::NotFound => "not_found",
         HostErrorKind::NoPartition => "no_partition",
+        HostErrorKind::NotSatisfiable => "not_satisfiable",
         HostErrorKind::AlreadyExists => "already_exists",
         HostErrorKind::NotEmpty => "not_empty",
         HostErrorKind::MultipleConnections => "multiple_connections",
@@ -164,6 +165,12 @@ impl<H: Host> Host for Metered<H> {
             remote: &UncPath,
             link: Option<&HostPath>,
             credential: Option<&SmbCredential>
+        ) -> () => NewSmbGlobalMapping;
+        new_smb_global_mapping_with(
+            remote: &UncPath,
+            link: Option<&HostPath>,
+            credential: Option<&SmbCredential>,
+            options: &SmbMappingOptions
         ) -> () => NewSmbGlobalMapping;
         remove_smb_global_mapping(remote: &UncPath) -> () => RemoveSmbGlobalMapping;
         list_disk_locations() -> BTreeMap<u32, DiskLocation> => ListDiskLocations;

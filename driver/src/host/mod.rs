@@ -42,6 +42,7 @@ pub mod name;
 pub mod native;
 mod path;
 mod probe;
+mod smb_options;
 mod unc;
 
 pub use block::{
@@ -57,6 +58,9 @@ pub use probe::{HostProbe, NoHostProbe, PROBE_TIMEOUT};
 /// A secret string (a password, a CHAP secret): proxy-client's type, whose `Debug`/`Display` never show the value,
 /// so a secret travels from the CSI request to the host call without ever being re-wrapped.
 pub use proxy_client::Secret;
+pub use smb_options::{
+    BUILD_2019, BUILD_2022, BUILD_2025, ReportedOptions, SmbMappingOptions, SmbOption, SmbTransport,
+};
 pub(crate) use unc::check_component;
 pub use unc::{SmbCredential, UncPath};
 
@@ -93,6 +97,9 @@ pub struct HostCapabilities {
     /// It can measure the space of the file system a directory is on ([`Host::path_space`]): an SMB volume's real
     /// usage.
     pub path_space: bool,
+    /// It passes a volume's SMB client options to the mapping it creates and judges an existing mapping by them
+    /// ([`Host::new_smb_global_mapping_with`]).
+    pub smb_mapping_options: bool,
 }
 
 /// Everything the driver asks of the Windows host. Paths are validated [`HostPath`]s (inside the kubelet root);
@@ -155,6 +162,34 @@ pub trait Host: Clone + Send + Sync + 'static {
         credential: Option<&SmbCredential>,
         deadline: Deadline,
     ) -> impl Future<Output = HostResult<()>> + Send;
+
+    /// [`Host::new_smb_global_mapping`] with the volume's SMB client options ([`SmbMappingOptions`]): a backend that
+    /// can pass them ([`HostCapabilities::smb_mapping_options`]) refuses, with [`HostErrorKind::NotSatisfiable`], an
+    /// option the node's Windows build lacks and an existing mapping weaker than asked. Default: without options
+    /// the plain call; with any, that refusal (csi-proxy v1's request has no field for them).
+    fn new_smb_global_mapping_with(
+        &self,
+        remote: &UncPath,
+        link: Option<&HostPath>,
+        credential: Option<&SmbCredential>,
+        options: &SmbMappingOptions,
+        deadline: Deadline,
+    ) -> impl Future<Output = HostResult<()>> + Send {
+        let empty = options.is_empty();
+        let asked = options.describe();
+        async move {
+            if empty {
+                self.new_smb_global_mapping(remote, link, credential, deadline)
+                    .await
+            } else {
+                Err(HostError::new(
+                    HostOp::NewSmbGlobalMapping,
+                    HostErrorKind::NotSatisfiable,
+                    format!("SMB client options ({asked}): not supported by this host backend"),
+                ))
+            }
+        }
+    }
 
     /// Remove the global mapping of `remote`'s share root (NotFound when there is none). Links are not touched.
     fn remove_smb_global_mapping(

@@ -133,6 +133,9 @@ pub(super) async fn adopt<H: Host>(
         released: false,
         pending: None,
         removal: None,
+        unmounting: None,
+        staged_boot: None,
+        unledgered: false,
         creating: None,
     };
     info!(staging = %staging, iqn = %iqn, lun, disk, volume = %vid, "iSCSI volume without a record proven from the \

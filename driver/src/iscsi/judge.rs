@@ -679,14 +679,18 @@ async fn partition<H: Host>(
         h.host(),
         Pending::now(Destructive::PartitionDisk).on_disk(number),
     );
-    rec.pending = Some(announced);
+    rec.pending = Some(announced.clone());
     rec.partitioning = true;
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-    match h
-        .raw(
+    // Run to its end on its own task: a stage that gave up still learns that it answered (`Clock::to_end`).
+    match judge
+        .clock
+        .to_end(
+            h,
+            &announced,
             HostOp::PartitionDisk,
-            &disk,
-            h.host().partition_disk(number, h.deadline()),
+            disk,
+            move |host: H, d| async move { host.partition_disk(number, d).await },
         )
         .await
     {

@@ -281,6 +281,23 @@ pub struct IscsiRecord {
     /// yet: stages of the target wait for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removal: Option<Pending>,
+    /// The unstage's `Rmdir` of the staging path announced before it was issued (`removal.rs`), its outcome not known
+    /// yet: a stage of the volume waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmounting: Option<Pending>,
+    /// The node's uptime when a stage of the volume last succeeded (absent in records of earlier versions, or when
+    /// the backend cannot tell): start-up reconciliation tells a session lost to a reboot (re-stage) from a disk
+    /// that went away while the node ran (a portal outage: left in place, `volume.rs` `check`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_boot: Option<crate::host::BootStamp>,
+    /// A stage of this volume ran on a backend that keeps no ledger of the sessions it makes (csi-proxy: a login to a
+    /// connected target answers "already logged in", and the target's last unstage logs out whoever logged in).
+    /// Written before the stage's login and kept by later stages. A node moved to the native backend counts the
+    /// target's session as wincsi's from this record, whatever its phase (`backend::recorded_targets`), unless the
+    /// native backend knew it as someone else's: a stage killed on csi-proxy leaves its session to the native driver's
+    /// unstage, as csi-proxy's would have logged out (issue 37, backend change with running pods).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unledgered: bool,
     /// The stage's login, announced before it was issued and retired by the `Staged` write (`creation.rs`): an
     /// unstage waits until it cannot still run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -310,6 +327,9 @@ impl IscsiRecord {
             released: false,
             pending: None,
             removal: None,
+            unmounting: None,
+            staged_boot: None,
+            unledgered: false,
             creating: None,
         }
     }

@@ -36,11 +36,16 @@ use serde::{Deserialize, Serialize};
 
 use super::{IscsiRecord, same_id};
 use crate::error::Error;
-use crate::host::{BootStamp, Host, HostObject};
+use crate::host::{BootStamp, Host, HostError, HostErrorKind, HostObject, HostOp, HostResult};
 use crate::lifecycle::outlive::{Outlive, stamp_now};
 use crate::lifecycle::{Calls, Context};
+use crate::locks::Deadline;
 
 pub(crate) use crate::lifecycle::outlive::OUTLIVE_BOUND;
+
+/// The way back from a wait for an announced call whose end cannot be observed, named in every such answer: nothing
+/// from before a reboot can still run (module docs).
+pub(crate) const WAY_BACK: &str = "a reboot of the node ends the wait at once";
 
 /// Which call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +59,9 @@ pub enum Destructive {
     ResizeVolume,
     /// `DisconnectTarget` of the target's last staged volume (`removal.rs`).
     DisconnectTarget,
+    /// The unstage's non-forced `Rmdir` of the staging path (`removal.rs`): a late one removes the mount point a
+    /// later stage of the volume made there.
+    RemoveStagingPath,
 }
 
 impl Destructive {
@@ -63,6 +71,7 @@ impl Destructive {
             Self::FormatVolume => "FormatVolume",
             Self::ResizeVolume => "ResizeVolume",
             Self::DisconnectTarget => "DisconnectTarget",
+            Self::RemoveStagingPath => "Rmdir",
         }
     }
 }
@@ -151,6 +160,8 @@ impl Pending {
                 self.volume.clone().map(HostObject::Volume)
             }
             Destructive::DisconnectTarget => self.target.clone().map(HostObject::Target),
+            // No backend tracks a directory's removal: its outcome (the path gone), the boot and the bound decide.
+            Destructive::RemoveStagingPath => None,
         }
     }
 
@@ -168,13 +179,14 @@ impl Pending {
                 format!(
                     "it may still be running on the node (a call runs to its end even after the driver that issued \
                      it went away), and a second one could destroy what the first leaves behind: waiting for it (at \
-                     most {} min from its start)",
+                     most {} min from its start; {WAY_BACK})",
                     OUTLIVE_BOUND.as_secs() / 60
                 )
             },
             |what| {
                 format!(
-                    "{what}: it may still be running, and a second one could destroy what the first leaves behind:                      waiting for it"
+                    "{what}: it may still be running, and a second one could destroy what the first leaves behind: \
+                     waiting for it ({WAY_BACK})"
                 )
             },
         );
@@ -275,6 +287,19 @@ impl Clock {
         }
     }
 
+    /// Whether the node rebooted since `p` was announced (its boot stamp); if so, `p` is ended here. For calls no
+    /// backend tracks ([`Clock::learn`] asks the backend only about objects it knows).
+    pub(crate) fn rebooted_since<H: Host>(&self, host: &H, p: &Pending) -> bool {
+        let rebooted = p
+            .boot
+            .zip(host.uptime())
+            .is_some_and(|(s, now)| s.since(now) == crate::host::Since::EarlierBoot);
+        if rebooted {
+            self.end(p, "the node rebooted since it was issued");
+        }
+        rebooted
+    }
+
     /// `p` cannot still be running: `why` (its outcome shows on the host).
     pub(crate) fn end(&self, p: &Pending, why: &str) {
         self.0.end(&p.key(), why);
@@ -283,6 +308,49 @@ impl Clock {
     /// What the backend said still runs of `p`, if it did.
     pub(crate) fn running(&self, p: &Pending) -> Option<String> {
         self.0.running(&p.key())
+    }
+
+    /// Issue the announced call `p` (`op` on `subject`) on its own task, run to its end with its own bound
+    /// ([`OUTLIVE_BOUND`]) rather than the caller's deadline. The caller stops waiting at its deadline
+    /// (DEADLINE_EXCEEDED: the announcement stays), and this process still hears the call's answer: an answer, a
+    /// success or a definite failure, ends the announcement here, so a later stage in this process goes on as soon as
+    /// the call answered instead of waiting for the bound when its outcome cannot show (a call that failed, e.g. on a
+    /// disk the unstage's logout took away). A restarted driver cannot hear it: then the host, the boot and the bound
+    /// decide (module docs).
+    pub(crate) async fn to_end<H, F, Fut>(
+        &self,
+        h: &Calls<'_, H>,
+        p: &Pending,
+        op: HostOp,
+        subject: &str,
+        call: F,
+    ) -> HostResult<()>
+    where
+        H: Host,
+        F: FnOnce(H, Deadline) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = HostResult<()>> + Send + 'static,
+    {
+        let key = p.key();
+        let outlive = self.0.clone();
+        let host = h.host().clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let answer = call(host, Deadline::after(OUTLIVE_BOUND)).await;
+            if !answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
+                outlive.end(&key, "this process saw it answer");
+            }
+            let _ = tx.send(answer);
+        });
+        h.raw(op, &subject, async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(HostError::new(
+                    op,
+                    HostErrorKind::Unavailable,
+                    "the call's task ended without an answer",
+                ))
+            })
+        })
+        .await
     }
 
     /// Forget an announcement whose outcome is known (and recorded).

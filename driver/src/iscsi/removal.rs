@@ -17,6 +17,16 @@
 //!   found: the session is gone), or after the bound; the stage then goes on, and a stage of the announcing volume
 //!   clears it from its own record.
 //!
+//! # The staging path
+//!
+//! The unstage's non-forced `Rmdir` of the staging path can land late too (csi-proxy's `Rmdir`, natively
+//! `RemoveDirectoryW`, finish after their caller went away), and a stage of the volume arriving meanwhile would mount
+//! the volume at the staging path again, answer OK, and lose the mount point when the late removal lands. So it is
+//! announced the same way ([`IscsiRecord::unmounting`], [`Destructive::RemoveStagingPath`]) and a stage of the volume
+//! waits (polling within its deadline, then UNAVAILABLE) until it is over: this process saw it answer, the staging
+//! path is gone (`PathExists` false: its outcome), the node rebooted since, or the bound passed. It costs one record
+//! write per unstage, and `PathExists` looks in a stage only while an announcement is in the record.
+//!
 //! What it costs: one record write before each logout (only the target's last volume logs out), a scan of the
 //! records at each stage (in memory), and `GetTargetDisks` per look only while an announced logout is unsettled.
 //! An unstage that retries after an uncertain logout issues `DisconnectTarget` again: a second logout is harmless.
@@ -31,7 +41,7 @@ use super::judge::{Judge, Polls};
 use super::pending::{Clock, Destructive, Pending};
 use super::volume::logout;
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostOp};
+use crate::host::{Host, HostErrorKind, HostOp, HostPath};
 use crate::lifecycle::{Calls, Context};
 use crate::state::VolumeRecord;
 
@@ -165,4 +175,104 @@ async fn unsettled<H: Host>(
         )));
     }
     Ok(None)
+}
+
+/// The unstage's non-forced `Rmdir` of the staging path (a mount point, dangling or not, or an empty directory; never
+/// data), announced in `record` first (module docs, "The staging path"); already gone counts as done. `rec` is
+/// `record`'s facts: its announcement is `None` afterwards unless the outcome is uncertain (then it stays in the
+/// record the unstage keeps for kubelet's retry).
+pub(super) async fn remove_staging_path<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    clock: &Clock,
+    record: &VolumeRecord,
+    staging: &HostPath,
+    rec: &mut IscsiRecord,
+) -> Result<(), Error> {
+    let announced = clock.announce(h.host(), Pending::now(Destructive::RemoveStagingPath));
+    rec.unmounting = Some(announced.clone());
+    cx.store().put_volume(&record.with_details(rec)?).await?;
+    match h
+        .raw(
+            HostOp::Rmdir,
+            staging,
+            h.host().rmdir(staging, false, h.deadline()),
+        )
+        .await
+    {
+        Ok(()) => {}
+        Err(e) if e.kind == HostErrorKind::NotFound => {}
+        Err(e) if e.kind.is_uncertain() => {
+            warn!(staging = %staging, error = %e.message, "the staging path's removal's outcome is uncertain: it \
+                  stays announced in the record, and stages of the volume wait for it");
+            return Err(super::block_error(e, staging));
+        }
+        Err(e) => {
+            clock.done(&announced);
+            rec.unmounting = None;
+            cx.store().put_volume(&record.with_details(rec)?).await?;
+            return Err(super::block_error(e, staging));
+        }
+    }
+    clock.done(&announced);
+    rec.unmounting = None;
+    Ok(())
+}
+
+/// Before a stage of the volume whose record `record` (at `staging`) announced its staging path's removal: answer
+/// UNAVAILABLE while that `Rmdir` may still run, polling within the deadline (a mount point this stage made would be
+/// taken away by it); once it is
+/// over, the announcement leaves the record (written at once: a mounted staging path must not make a later stage
+/// wait for the bound). Returns the record to go on with.
+pub(super) async fn wait_for_staging_removal<H: Host>(
+    cx: Context<'_, H>,
+    h: &Calls<'_, H>,
+    judge: &Judge,
+    record: std::sync::Arc<VolumeRecord>,
+    staging: &HostPath,
+) -> Result<std::sync::Arc<VolumeRecord>, Error> {
+    let Some(mut rec) = record.details::<IscsiRecord>()? else {
+        return Ok(record);
+    };
+    let Some(p) = rec.unmounting.clone() else {
+        return Ok(record);
+    };
+    let mut polls = Polls::outcome(judge);
+    loop {
+        let over = !p.may_run(&judge.clock)
+            || judge.clock.rebooted_since(h.host(), &p)
+            || match h.path_exists(staging).await {
+                Ok(false) => {
+                    judge.clock.end(&p, "the staging path is gone");
+                    true
+                }
+                Ok(true) => false,
+                Err(e) if e.kind.is_uncertain() => return Err(super::block_error(e, staging)),
+                Err(e) => {
+                    debug!(staging = %staging, error = %e.message, "cannot tell whether the staging path is gone");
+                    false
+                }
+            };
+        if over {
+            break;
+        }
+        let why = format!(
+            "{}. It was issued by the unstage of volume {:?}; a mount point this stage made there now would be \
+             removed by it; kubelet will retry",
+            p.waiting(
+                &judge.clock,
+                &format!("the staging path {staging}"),
+                "its removal"
+            ),
+            record.volume_id
+        );
+        polls.next(h, &why).await?;
+    }
+    let clock = &judge.clock;
+    info!(staging = %staging, "the staging path's announced removal is over");
+    clock.done(&p);
+    rec.unmounting = None;
+    let record = record.with_details(&rec)?;
+    cx.store().put_volume(&record).await?;
+    Ok(std::sync::Arc::new(record))
 }

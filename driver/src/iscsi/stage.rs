@@ -34,7 +34,14 @@ pub(super) async fn stage<H: Host>(
     d: Deadline,
 ) -> Result<(), Error> {
     let h = &cx.calls(d);
-    let existing = cx.store().volume(volume_id)?;
+    let existing = match cx.store().volume(volume_id)? {
+        // An unstage's removal of this staging path that may still run would take away what this stage mounts
+        // there (`removal.rs`, "The staging path"): waited for first.
+        Some(rec) if staging.is(&rec.staging_path) => {
+            Some(removal::wait_for_staging_removal(cx, h, judge, rec, staging).await?)
+        }
+        other => other,
+    };
     let prev = match &existing {
         None => None,
         Some(rec) => match rec.details::<IscsiRecord>()? {
@@ -102,6 +109,12 @@ pub(super) async fn stage<H: Host>(
     }
     rec.portals = vol.portals.clone();
     rec.released = false;
+    // On a backend without a ledger of its sessions (csi-proxy) the record is the driver's only claim on the session:
+    // said in the record before the login, for a node later moved to the native backend (`IscsiRecord::unledgered`).
+    rec.unledgered |= h
+        .host()
+        .made_by_wincsi(SharedObject::IscsiSession(&vol.iqn))
+        .is_none();
     let key = rec.target_key();
     let result = async {
         // A logout of the target that may still be running would end the session this stage logs in to or joins
@@ -185,6 +198,7 @@ pub(super) async fn stage<H: Host>(
         Ok(()) => {
             // From here on the volume holds what pods write: nothing may format it again.
             rec.retire_marks();
+            rec.staged_boot = h.host().uptime().map(crate::host::BootStamp::at);
             let login = rec.creating.take();
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
             if let Some(c) = login {
@@ -636,8 +650,17 @@ async fn file_system<H: Host>(
     rec.pending = Some(announced.clone());
     put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
     info!(volume = %vid, disk = %disk, "formatting the new volume (NTFS)");
-    match h
-        .raw(HostOp::FormatVolume, &vid, h.host().format_volume(vid, d))
+    // Run to its end on its own task: a stage that gave up still learns that it answered (`Clock::to_end`).
+    let volume = vid.to_owned();
+    match judge
+        .clock
+        .to_end(
+            h,
+            &announced,
+            HostOp::FormatVolume,
+            vid,
+            move |host: H, d| async move { host.format_volume(&volume, d).await },
+        )
         .await
     {
         // Its outcome is recorded with the `Staged` write.

@@ -17,7 +17,7 @@ use super::{
     target_users,
 };
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostOp, HostPath, SharedObject};
+use crate::host::{Host, HostErrorKind, HostOp, HostPath, SharedObject, Since};
 use crate::lifecycle::{Calls, Context, ExpandRequest, Health, Usage, VolumeStats};
 use crate::locks::Deadline;
 use crate::state::{Phase, VolumeRecord};
@@ -66,7 +66,10 @@ pub(super) async fn unstage<H: Host>(
     super::creation::login_settled(h, sessions, record, rec).await?;
     // SINGLE_NODE_READER_ONLY (2), MULTI_NODE_READER_ONLY (3): the disk was left (natively: made) read-only.
     let reader = super::access::staged_reader_only(record);
-    remove_mount(h, staging, rec, reader).await?;
+    // The staging path's removal is announced in the record (`removal.rs`): the facts written from here on carry
+    // what is left of it.
+    let rec = &mut rec.clone();
+    remove_mount(cx, h, judge, record, staging, rec, reader).await?;
     let target = cx.object_locks().lock(&rec.target_key()).await;
     judge.forget_lun(&rec.lun_key());
     let others = target_users(cx, volume_id, &rec.iqn)?;
@@ -77,8 +80,7 @@ pub(super) async fn unstage<H: Host>(
         sessions.forget(&rec.target_key());
         judge.forget_target(&rec.iqn);
         // Announced in the record first: a logout that outlives this call is waited for by the target's stages.
-        let mut r = rec.clone();
-        super::removal::logout_announced(cx, h, &judge.clock, &mut r, &|r| record.with_details(r))
+        super::removal::logout_announced(cx, h, &judge.clock, rec, &|r| record.with_details(r))
             .await?;
     } else {
         debug!(iqn = %rec.iqn, others, "session kept: other staged LUNs of the target use it");
@@ -120,9 +122,12 @@ pub(super) async fn unstage<H: Host>(
 /// Take the mount point at `staging` away: flush and unmount a live volume; a mount point whose volume is gone
 /// (after a reboot) or an empty directory only needs a non-forced `Rmdir`, which never deletes data.
 async fn remove_mount<H: Host>(
+    cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    judge: &Judge,
+    record: &VolumeRecord,
     staging: &HostPath,
-    rec: &IscsiRecord,
+    rec: &mut IscsiRecord,
     reader: bool,
 ) -> Result<(), Error> {
     let d = h.deadline();
@@ -139,7 +144,8 @@ async fn remove_mount<H: Host>(
         Err(_) => {
             // An empty directory, a mount point nothing can be read from, or nothing (`remove_dir` takes "not found"
             // as done, so no `PathExists` first).
-            return remove_dir(h, staging).await;
+            return super::removal::remove_staging_path(cx, h, &judge.clock, record, staging, rec)
+                .await;
         }
     };
     if let Some(want) = &rec.volume
@@ -176,24 +182,7 @@ async fn remove_mount<H: Host>(
         }
         Err(e) => return Err(block_error(e, staging)),
     }
-    remove_dir(h, staging).await
-}
-
-/// Non-forced `Rmdir` of the staging path (a mount point, dangling or not, or an empty directory; never data);
-/// already gone counts as done.
-async fn remove_dir<H: Host>(h: &Calls<'_, H>, staging: &HostPath) -> Result<(), Error> {
-    match h
-        .raw(
-            HostOp::Rmdir,
-            staging,
-            h.host().rmdir(staging, false, h.deadline()),
-        )
-        .await
-    {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind == HostErrorKind::NotFound => Ok(()),
-        Err(e) => Err(block_error(e, staging)),
-    }
+    super::removal::remove_staging_path(cx, h, &judge.clock, record, staging, rec).await
 }
 
 /// Log out of the record's target (the caller holds the target's lock and found no other user). A target without a
@@ -232,8 +221,10 @@ pub(super) async fn logout<H: Host>(h: &Calls<'_, H>, rec: &IscsiRecord) -> Resu
 
 /// Startup reconciliation of a staged iSCSI volume. A mount point is never judged by `IsSymlink` (Go reports mount
 /// points differently across versions) and nothing is removed here: when the recorded volume is not mounted and
-/// present at the staging path (the session died with a reboot), the record is marked for re-stage; the next stage
-/// logs in again and repairs the mount point.
+/// present at the staging path and the node rebooted since the stage (the session died with it), the record is
+/// marked for re-stage; the next stage logs in again and repairs the mount point. Without a reboot since (a portal
+/// outage keeps the session and takes the disk away until it answers) it is left staged and watched
+/// ([`Health::Unreachable`]): marked for re-stage, every publish of it would answer "not staged" for ever.
 pub(super) async fn check<H: Host>(
     cx: Context<'_, H>,
     rec: &VolumeRecord,
@@ -257,10 +248,26 @@ pub(super) async fn check<H: Host>(
     if healthy {
         return Ok(Health::Healthy);
     }
+    if !rebooted_since_stage(h, &r) {
+        // No reboot since the stage (or none that can be told): the session outlives a portal that stops answering,
+        // only its disk goes, and the mount point resolves again with the same volume once the portal answers. A
+        // running pod's path goes through it and kubelet never re-stages a volume it believes mounted, so the record
+        // stays `Staged` (publish works again once the disk is back) and the volume is watched until it is.
+        info!(volume_id = %rec.volume_id, staging = %staging, iqn = %r.iqn, "the iSCSI volume is not there now,               without a reboot since its stage (its portal may not answer): left as staged and checked again until               its disk is back");
+        return Ok(Health::Unreachable);
+    }
     cx.mark_needs_restage(rec).await?;
     info!(volume_id = %rec.volume_id, staging = %staging, iqn = %r.iqn, "iSCSI volume no longer mounted: \
           marked for re-stage");
     Ok(Health::NeedsRestage)
+}
+
+/// Whether the node rebooted since the last successful stage of `r` (its `staged_boot`); `false` when that cannot
+/// be told (a record of an earlier version, a backend without uptime).
+fn rebooted_since_stage<H: Host>(h: &Calls<'_, H>, r: &IscsiRecord) -> bool {
+    r.staged_boot
+        .zip(h.host().uptime())
+        .is_some_and(|(s, now)| s.since(now) == Since::EarlierBoot)
 }
 
 /// NodePublishVolume's check before it links a target to the staging path: the staging path is the mount point of
@@ -279,12 +286,24 @@ pub(super) async fn ready<H: Host>(
         return Ok(());
     };
     let h = &cx.calls(d);
+    let rebooted = rebooted_since_stage(h, &r);
     let gone = || {
-        Error::FailedPrecondition(format!(
-            "volume {v} of {} LUN {} is not there any more (the iSCSI session or the disk is gone), so {staging} does \
-             not resolve and a link to it would be unusable; the volume must be staged again (restart the pod)",
-            r.iqn, r.lun
-        ))
+        if rebooted {
+            Error::FailedPrecondition(format!(
+                "volume {v} of {} LUN {} is not there any more (the iSCSI session or the disk is gone), so {staging} \
+                 does not resolve and a link to it would be unusable; the volume must be staged again (restart the pod)",
+                r.iqn, r.lun
+            ))
+        } else {
+            // No reboot since the stage: the session stays through a portal outage and the disk comes back with the
+            // volume (`check`); a publish answers again once it has.
+            Error::Unavailable(format!(
+                "volume {v} of {} LUN {} is not there now (its disk went away without a reboot of the node since the \
+                 stage: the portal may not answer, or the disk is arriving again), so {staging} does not resolve; \
+                 kubelet will retry. If the disk does not come back, restart the pod to stage the volume again",
+                r.iqn, r.lun
+            ))
+        }
     };
     let mounted = h
         .raw(

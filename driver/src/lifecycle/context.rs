@@ -333,6 +333,9 @@ pub fn host_error(err: HostError, subject: &dyn Display) -> Error {
         HostErrorKind::MayHoldData => {
             Error::FailedPrecondition(format!("{op} on {subject} refused: {message}"))
         }
+        HostErrorKind::NotSatisfiable => {
+            Error::FailedPrecondition(format!("{op} on {subject} refused: {message}"))
+        }
         HostErrorKind::SupportedSizeFailed => Error::Unavailable(format!(
             "{op} on {subject}: Windows could not tell how far the partition may grow ({message}). \
              MSFT_Partition.GetSupportedSize (Get-PartitionSupportedSize) fails while the Optimize Drives service \

@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -48,8 +49,37 @@ pub fn stamp_now<H: Host>(host: &H) -> Option<BootStamp> {
 
 /// What this process knows of the announcements it met (module docs), keyed by the protocol's key of each. Shared by
 /// a protocol's clones; a restarted driver starts again (and learns again from the boot stamps and the host).
-#[derive(Clone, Debug, Default)]
-pub struct Outlive(Arc<Mutex<HashMap<String, Seen>>>);
+///
+/// A caller that meets an announcement whose call runs in this very process ([`Outlive::here`]) can wait for it
+/// within its own deadline instead of answering UNAVAILABLE: every change of what is known (a call ended, forgotten,
+/// or its task in this process returned) is signalled on a watch channel ([`Outlive::changes`]), so the waiter wakes
+/// on the event itself, never by polling.
+#[derive(Clone, Debug)]
+pub struct Outlive {
+    map: Arc<Mutex<HashMap<String, Seen>>>,
+    changed: Arc<watch::Sender<u64>>,
+    /// How many callers wait in [`Outlive::wait_change`] right now.
+    waiting: Arc<watch::Sender<usize>>,
+}
+
+impl Default for Outlive {
+    fn default() -> Self {
+        Self {
+            map: Arc::default(),
+            changed: Arc::new(watch::channel(0).0),
+            waiting: Arc::new(watch::channel(0).0),
+        }
+    }
+}
+
+/// Counts a caller in [`Outlive::wait_change`] until dropped (also when its RPC is cancelled mid-wait).
+struct Waiting<'a>(&'a watch::Sender<usize>);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
 
 #[derive(Debug)]
 struct Seen {
@@ -58,6 +88,8 @@ struct Seen {
     /// The age the boot stamps gave, and when.
     aged: Option<(Instant, Duration)>,
     verdict: Verdict,
+    /// The call runs on a task of this process right now (its answer will be seen here).
+    here: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,7 +104,52 @@ enum Verdict {
 
 impl Outlive {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Seen>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Signal a change of what is known to every waiter ([`Outlive::changes`]).
+    fn changed(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver of every later change of what is known (a call ended or forgotten, a task of this process
+    /// returned). Take it *before* looking, then wait on `changed()`: a change between the look and the wait is not
+    /// missed.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Wait for the next change on `changes` (taken before the caller's look), at most until `until`: whether one came.
+    pub async fn wait_change(&self, changes: &mut watch::Receiver<u64>, until: Instant) -> bool {
+        self.waiting.send_modify(|n| *n += 1);
+        let _counted = Waiting(&self.waiting);
+        matches!(
+            tokio::time::timeout_at(until, changes.changed()).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// How many callers wait in [`Outlive::wait_change`] (tests wait on it for a caller to have started waiting).
+    pub fn waiting(&self) -> watch::Receiver<usize> {
+        self.waiting.subscribe()
+    }
+
+    /// The call announced as `key` runs on a task of this process from now on, until [`Outlive::left_here`].
+    pub fn runs_here(&self, key: &str) {
+        self.with(key, |seen| seen.here = true);
+    }
+
+    /// The task of this process running the call announced as `key` returned (its verdict says what it proved).
+    pub fn left_here(&self, key: &str) {
+        if let Some(seen) = self.map().get_mut(key) {
+            seen.here = false;
+        }
+        self.changed();
+    }
+
+    /// Whether the call announced as `key` runs on a task of this process right now: its end will be signalled.
+    pub fn here(&self, key: &str) -> bool {
+        self.map().get(key).is_some_and(|s| s.here)
     }
 
     fn with<T>(&self, key: &str, f: impl FnOnce(&mut Seen) -> T) -> T {
@@ -81,6 +158,7 @@ impl Outlive {
             first: Instant::now(),
             aged: None,
             verdict: Verdict::Open,
+            here: false,
         });
         f(seen)
     }
@@ -93,6 +171,7 @@ impl Outlive {
     /// Forget an announcement whose outcome is known.
     pub fn done(&self, key: &str) {
         self.map().remove(key);
+        self.changed();
     }
 
     /// Learn what the boot and the backend say of the call announced as `key` with `stamp` on `object` (module docs,
@@ -147,6 +226,7 @@ impl Outlive {
     pub fn end(&self, key: &str, why: &str) {
         debug!(key, why, "an announced call is over");
         self.with(key, |seen| seen.verdict = Verdict::Ended(why.to_owned()));
+        self.changed();
     }
 
     fn verdict(&self, key: &str) -> Verdict {

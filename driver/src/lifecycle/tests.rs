@@ -778,6 +778,8 @@ impl Protocol<CsiProxyHost> for Adopter {
             principal: None,
             mapped: false,
             removing: None,
+            options: Default::default(),
+            unledgered: false,
             creating: None,
         };
         VolumeRecord::new(

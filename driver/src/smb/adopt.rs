@@ -62,6 +62,8 @@ pub(super) async fn adopt<H: Host>(
         principal: None,
         mapped: false,
         removing: None,
+        options: Default::default(),
+        unledgered: false,
         creating: None,
     };
     info!(staging = %staging, remote = %remote, "staging link into a share without a record: adopting it (principal \

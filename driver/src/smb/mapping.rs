@@ -10,16 +10,17 @@ use super::{Mappings, SmbRecord, SmbVolume};
 use crate::error::Error;
 use crate::host::name::starts_with_name;
 use crate::host::{
-    Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, UncPath,
-    names_equal,
+    Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, SmbCredential, SmbMappingOptions,
+    UncPath, names_equal,
 };
 use crate::lifecycle::{Calls, Context};
 use crate::locks::KeyedGuard;
 use crate::state::{Phase, VolumeRecord};
 
-/// `NewSmbGlobalMapping` of `remote` with a link at `link`, a creating call of `volume_id`'s stage: announced in its
-/// record by the stage and run to its end on its own task (`crate::lifecycle::creation`), so an unstage after the
-/// stage gave up waits for it rather than answer OK before the mapping and link land.
+/// `NewSmbGlobalMapping` of `remote` with a link at `link`, with the volume's SMB client options: a creating call of
+/// `volume_id`'s stage, announced in its record by the stage and run to its end on its own task
+/// (`crate::lifecycle::creation`), so an unstage after the stage gave up waits for it rather than answer OK before the
+/// mapping and link land.
 async fn new_mapping<H: Host>(
     h: &Calls<'_, H>,
     removals: &Removals,
@@ -27,8 +28,9 @@ async fn new_mapping<H: Host>(
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
+    options: &SmbMappingOptions,
 ) -> HostResult<()> {
-    let (r, l, c) = (remote.clone(), link.clone(), cred.cloned());
+    let (r, l, c, o) = (remote.clone(), link.clone(), cred.cloned(), *options);
     h.raw(
         HostOp::NewSmbGlobalMapping,
         remote,
@@ -38,7 +40,7 @@ async fn new_mapping<H: Host>(
             HostOp::NewSmbGlobalMapping,
             h.deadline(),
             move |host: H, d| async move {
-                host.new_smb_global_mapping(&r, Some(&l), c.as_ref(), d)
+                host.new_smb_global_mapping_with(&r, Some(&l), c.as_ref(), &o, d)
                     .await
             },
         ),
@@ -162,9 +164,10 @@ async fn map_repairing<H: Host>(
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
+    options: &SmbMappingOptions,
     repair: MapRepair,
 ) -> Result<(), MapFailure> {
-    match new_mapping(h, removals, volume_id, remote, link, cred).await {
+    match new_mapping(h, removals, volume_id, remote, link, cred, options).await {
         Err(e) if repair.repairs(&e) => {
             let root = remote.root_key();
             if let Some(user) = reaching_user(cx, h, volume_id, &root).await? {
@@ -193,7 +196,7 @@ async fn map_repairing<H: Host>(
                 Err(e) if e.kind == HostErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
-            Ok(new_mapping(h, removals, volume_id, remote, link, cred).await?)
+            Ok(new_mapping(h, removals, volume_id, remote, link, cred, options).await?)
         }
         other => Ok(other?),
     }
@@ -212,10 +215,11 @@ pub(super) async fn map_locked<H: Host>(
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
+    options: &SmbMappingOptions,
     repair: MapRepair,
 ) -> Result<(), MapFailure> {
     if guard.is_shared() {
-        match new_mapping(h, removals, volume_id, remote, link, cred).await {
+        match new_mapping(h, removals, volume_id, remote, link, cred, options).await {
             Err(e) if repair.repairs(&e) => {
                 info!(root = %remote.root(), "the mapping needs repair: taking the exclusive mapping lock");
                 guard.upgrade().await;
@@ -223,7 +227,10 @@ pub(super) async fn map_locked<H: Host>(
             other => return Ok(other?),
         }
     }
-    map_repairing(cx, h, removals, volume_id, remote, link, cred, repair).await
+    map_repairing(
+        cx, h, removals, volume_id, remote, link, cred, options, repair,
+    )
+    .await
 }
 
 /// Lock a share's mapping for a stage of `volume_id`: the shared side when the mapping exists (this process made it,

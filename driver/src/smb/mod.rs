@@ -95,7 +95,8 @@ use tracing::{debug, info};
 
 use crate::error::Error;
 use crate::host::{
-    Host, HostErrorKind, HostOp, HostPath, SharedObject, UncPath, name_key, names_equal,
+    Host, HostErrorKind, HostOp, HostPath, SharedObject, SmbMappingOptions, UncPath, name_key,
+    names_equal,
 };
 use crate::lifecycle::creation::Creation;
 use crate::lifecycle::{
@@ -107,6 +108,7 @@ use crate::state::{Details, Phase, VolumeRecord};
 mod adopt;
 mod creation;
 mod mapping;
+mod options;
 pub mod params;
 mod removal;
 mod stage;
@@ -138,6 +140,18 @@ pub struct SmbRecord {
     /// (and of this volume) wait for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removing: Option<SmbRemoval>,
+    /// The SMB client options the volume asked of the share's mapping (`smb/options.rs`); absent (none asked) in
+    /// records of earlier versions and of volumes that ask none.
+    #[serde(default, skip_serializing_if = "SmbMappingOptions::is_empty")]
+    pub options: SmbMappingOptions,
+    /// A stage of this volume ran on a backend that keeps no ledger of the mappings it makes (csi-proxy: it maps the
+    /// share or reuses its mapping, and the share's last unstage removes the mapping whoever made it). Written with
+    /// the record's claim, before the stage's first host call, and kept by later stages. A node moved to the native
+    /// backend counts the share's mapping as wincsi's from this record, whatever its phase (`backend::recorded_shares`):
+    /// a stage killed on csi-proxy before it completed leaves its mapping to the native driver's unstage, as csi-proxy's
+    /// would have removed it (issue 37, backend change with running pods).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unledgered: bool,
     /// Creating calls of a stage attempt (the mapping with its staging link, the subDir) announced before they were
     /// issued and not yet retired by the `Staged` write (`creation.rs`): an unstage waits until they cannot still run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -156,6 +170,8 @@ impl SmbRecord {
             principal: vol.principal().map(str::to_owned),
             mapped: false,
             removing: None,
+            options: vol.options,
+            unledgered: false,
             creating: None,
         }
     }
@@ -189,6 +205,20 @@ impl SmbRecord {
 pub struct Smb {
     mappings: Mappings,
     removals: Removals,
+}
+
+#[cfg(test)]
+impl Smb {
+    /// Every later change of what this process knows of its announced removals (a removal's task answered): tests
+    /// wait on it instead of polling the host.
+    pub(crate) fn removal_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.removals.changes()
+    }
+
+    /// How many stages wait for a removal this process runs.
+    pub(crate) fn removal_waiters(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.removals.waiting()
+    }
 }
 
 /// The share roots (lock keys) this process mapped and has not removed since. A stage that finds its root here takes

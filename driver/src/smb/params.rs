@@ -5,6 +5,7 @@
 //! | volume_context | `source` | `\\server\share[\path]` or `//server/share[/path]` (required) |
 //! | volume_context | `subDir` | appended to `source`; may use `${pvc.metadata.name}`, `${pvc.metadata.namespace}` and `${pv.metadata.name}`, filled from `csi.storage.k8s.io/pvc/name`, `…/pvc/namespace`, `…/pv/name`. Created on the share when missing |
 //! | secrets | `username`, `password`, `domain` | the mapping's credential: `DOMAIN\user` when a domain is given and the user name has neither `\` nor `@`; a UPN `user@fqdn` or `DOMAIN\user` stays as written. No default domain is invented. No username and no password: the mapping is made without a credential (the node's own identity) |
+//! | volume_context | `requirePrivacy`, `requireIntegrity`, `useWriteThrough`, `compressNetworkTraffic`, `blockNTLM` (`true`/`false`), `transportType` (`tcp`/`quic`) | SMB client options of the share's mapping (`smb/options.rs`; the native backend only: the stage refuses them on csiProxy mode). Unset `requirePrivacy` follows `--smb-require-privacy` |
 //! | volume_context | `authentication` | `password` (default: the secrets above) or `machine`: the share is mapped as the node's computer account, with no credential at all (a domain-joined node; the native backend only: the stage refuses it on csiProxy mode). With `machine` the secret must carry no `username`, `password` or `domain` |
 //!
 //! Credentials anywhere else — a `username`/`password`-like key in volume_context or a `password=`-like mount option
@@ -37,13 +38,13 @@
 //! password required"). Volumes that are not democratic-csi's keep the strict rule: a credential in mount options is
 //! refused (`crate::lifecycle::check_mount_flags_for`). `source` and `subDir` do not mix with `server`/`share`.
 //!
-//! Whether the mapping requires SMB encryption (`RequirePrivacy`) is decided by csi-proxy's `-require-privacy` flag
-//! (default true), not per volume: csi-proxy v1's `NewSmbGlobalMapping` has no such field.
+//! On csiProxy mode whether the mapping requires SMB encryption (`RequirePrivacy`) is decided by csi-proxy's
+//! `-require-privacy` flag (default true), not per volume: csi-proxy v1's `NewSmbGlobalMapping` has no such field.
 
 use std::collections::BTreeMap;
 
 use crate::error::Error;
-use crate::host::{Secret, SmbCredential, UncPath, check_component};
+use crate::host::{Secret, SmbCredential, SmbMappingOptions, UncPath, check_component};
 use crate::lifecycle::democratic::{self, AttachDriver, SMB_ACCOUNT_FLAGS};
 use crate::lifecycle::{
     AccessType, Secrets, StageRequest, check_mount_flags, context_get, is_credential_key,
@@ -60,6 +61,8 @@ pub struct SmbVolume {
     pub credential: Option<SmbCredential>,
     /// `authentication: machine`: mapped as the node's computer account (no credential; native backend only).
     pub machine: bool,
+    /// The SMB client options asked of the share's mapping (`requirePrivacy`, …; native backend only).
+    pub options: SmbMappingOptions,
 }
 
 impl SmbVolume {
@@ -138,6 +141,7 @@ fn parse(
         sub_dir,
         credential: if machine { None } else { credential(secrets)? },
         machine,
+        options: super::options::parse(context)?,
     })
 }
 
@@ -322,6 +326,8 @@ fn democratic_volume(
         sub_dir: Vec::new(),
         credential,
         machine: false,
+        // A democratic-csi StorageClass's parameters reach the volume context too.
+        options: super::options::parse(context)?,
     })
 }
 

@@ -14,16 +14,19 @@
 //!   deadline, so this process learns when it answers (the caller stops waiting at its deadline, UNAVAILABLE or
 //!   DEADLINE_EXCEEDED as before, and the announcement stays);
 //! * **waited for** — a stage of the share (any volume: the mapping) or of the announcing volume (its link) first
-//!   looks for unsettled announcements and answers UNAVAILABLE while one may still run; kubelet retries. One is over
+//!   looks for unsettled announcements. One whose call runs on a task of this very process is waited for, within the
+//!   stage's deadline, on the task's answer ([`Outlive::changes`]: a notification, no polling), and the stage goes
+//!   on; any other makes the stage answer UNAVAILABLE while it may still run, and kubelet retries. One is over
 //!   when this process saw its call answer, when the node rebooted since (its boot stamp), when its outcome shows (the
 //!   staging path is gone: the `Rmdir`), or after [`OUTLIVE_BOUND`] by an age no wall clock moves. The announcement
 //!   leaves with the record (the unstage ends by removing it) or with the stage's next write of it.
 //!
 //! What it costs: one more record write per unstage (two when another unstage of the share ended meanwhile), a scan of
 //! the share's records in memory at each stage, and one `PathExists` per look at an unsettled announcement of a link.
-//! Limits: a mapping removal announced by a process that died cannot be observed through csi-proxy (v1 cannot list
-//! mappings) nor natively (the backend's ledger of calls in flight knows storage and iSCSI methods only): stages of
-//! that share then wait for a reboot or the bound — unless kubelet's retried unstage of the announcing volume ends
+//! A mapping removal announced by a process that died is learned natively from the backend's ledger of calls in
+//! flight (`host/native/inflight.rs`: its `MSFT_SmbGlobalMapping.Remove` runs until the share's mapping list shows
+//! it gone). Limits: through csi-proxy it cannot be observed (no v1 API lists mappings): stages of that share then
+//! wait for a reboot or the bound — unless kubelet's retried unstage of the announcing volume ends
 //! first (its own removal answers; the record and its announcement go), which is taken as the end of the earlier call.
 
 use serde::{Deserialize, Serialize};
@@ -32,7 +35,8 @@ use tracing::{debug, info};
 use super::SmbRecord;
 use crate::error::Error;
 use crate::host::{
-    BootStamp, Host, HostError, HostErrorKind, HostOp, HostPath, HostResult, Since, UncPath,
+    BootStamp, Host, HostError, HostErrorKind, HostObject, HostOp, HostPath, HostResult, Since,
+    UncPath,
 };
 use crate::lifecycle::creation::Creations;
 use crate::lifecycle::outlive::{OUTLIVE_BOUND, Outlive, stamp_now};
@@ -78,6 +82,18 @@ pub(super) enum Call {
 }
 
 impl Removals {
+    /// Every later change of what this process knows of its announcements ([`Outlive::changes`]).
+    #[cfg(test)]
+    pub(super) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.changes()
+    }
+
+    /// How many stages wait for a removal of this process right now ([`Outlive::waiting`]).
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.0.waiting()
+    }
+
     /// The key of `volume_id`'s announced `call` in `r`.
     fn key(volume_id: &str, r: &SmbRemoval, call: Call) -> String {
         format!("smb-removal:{volume_id}:{}:{call:?}", r.at_unix_ms)
@@ -135,12 +151,15 @@ impl Removals {
         let outlive = self.0.clone();
         let host = host.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // Stages of the share that meet the announcement meanwhile wait for this task's end (`wait_settled`).
+        outlive.runs_here(&key);
         tokio::spawn(async move {
             let answer = call(host, Deadline::after(OUTLIVE_BOUND)).await;
             // An answer ends it; its own bound passing (or csi-proxy gone) leaves it to the bound's rule.
             if !answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
                 outlive.end(&key, "this process saw it answer");
             }
+            outlive.left_here(&key);
             let _ = tx.send(answer);
         });
         match tokio::time::timeout_at(caller.instant(), rx).await {
@@ -159,16 +178,63 @@ impl Removals {
         }
     }
 
-    /// The first unsettled removal a stage of `volume_id` at `staging` on share `root` must wait for: an announced
-    /// mapping removal of any volume of the share, or this volume's own announced link removal. `None` when none may
-    /// still run. The message names it (the stage answers UNAVAILABLE with it).
-    pub(super) async fn unsettled<H: Host>(
+    /// Wait, within `h`'s deadline, for the removals a stage of `volume_id` on share `root` must not overlap
+    /// ([`Removals::unsettled`]) while their calls run on a task of this very process: such a call's end is signalled
+    /// ([`Outlive::changes`]), so the stage goes on as soon as it answered instead of costing kubelet a retry. `None`
+    /// once none may still run; the message of the first one that may (the stage answers UNAVAILABLE with it) when it
+    /// runs out of this process's sight (an earlier process announced it, or its task returned without an answer) or
+    /// the deadline came first.
+    pub(super) async fn wait_settled<H: Host>(
         &self,
         cx: Context<'_, H>,
         h: &Calls<'_, H>,
         volume_id: &str,
         root: &str,
     ) -> Result<Option<String>, Error> {
+        loop {
+            // Subscribed before the look: an end between the look and the wait wakes the wait.
+            let mut changes = self.0.changes();
+            let Some((why, key)) = self.unsettled(cx, h, volume_id, root).await? else {
+                return Ok(None);
+            };
+            if !self.0.here(&key) {
+                return Ok(Some(why));
+            }
+            debug!(
+                volume_id,
+                root, "waiting for this process's running removal of the share to answer"
+            );
+            if !self
+                .0
+                .wait_change(&mut changes, h.deadline().instant())
+                .await
+            {
+                return Ok(Some(why));
+            }
+        }
+    }
+
+    /// Whether a removal a stage of `volume_id` on share `root` must not overlap may still run (no wait).
+    pub(super) async fn unsettled_now<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        h: &Calls<'_, H>,
+        volume_id: &str,
+        root: &str,
+    ) -> Result<bool, Error> {
+        Ok(self.unsettled(cx, h, volume_id, root).await?.is_some())
+    }
+
+    /// The first unsettled removal a stage of `volume_id` at `staging` on share `root` must wait for: an announced
+    /// mapping removal of any volume of the share, or this volume's own announced link removal. `None` when none may
+    /// still run. The message names it (the stage answers UNAVAILABLE with it), with the announcement's key.
+    async fn unsettled<H: Host>(
+        &self,
+        cx: Context<'_, H>,
+        h: &Calls<'_, H>,
+        volume_id: &str,
+        root: &str,
+    ) -> Result<Option<(String, String)>, Error> {
         let announced = cx.records::<SmbRecord>()?.into_iter().filter(|(rec, r)| {
             r.removing.as_ref().is_some_and(|x| {
                 (x.mapping && crate::host::names_equal(&r.root, root))
@@ -185,26 +251,28 @@ impl Removals {
                 Call::Link
             };
             let key = Self::key(&rec.volume_id, x, call);
-            if self.settled(cx, h, &rec, x, call, &key).await? {
+            if self.settled(cx, h, &rec, x, call, &key, &r.root).await? {
                 continue;
             }
             let what = match call {
                 Call::Mapping => format!("the removal of the SMB global mapping of {}", r.root),
                 Call::Link => format!("the removal of the staging link {}", rec.staging_path),
             };
-            return Ok(Some(format!(
+            let why = format!(
                 "{what}, issued by the unstage of volume {:?} {}s ago, has not finished: it may still run on the node (a \
                  removal goes on after the call that issued it gave up) and would take away what this stage makes; \
                  waiting for it (at most {} min from its start, less once the node reboots)",
                 rec.volume_id,
                 self.0.age(&key).as_secs(),
                 OUTLIVE_BOUND.as_secs() / 60
-            )));
+            );
+            return Ok(Some((why, key)));
         }
         Ok(None)
     }
 
-    /// Whether the announcement `x` of `rec` (key `key`) can no longer be running.
+    /// Whether the announcement `x` of `rec` (key `key`, on share `root`) can no longer be running.
+    #[allow(clippy::too_many_arguments)]
     async fn settled<H: Host>(
         &self,
         cx: Context<'_, H>,
@@ -213,6 +281,7 @@ impl Removals {
         x: &SmbRemoval,
         call: Call,
         key: &str,
+        root: &str,
     ) -> Result<bool, Error> {
         if !self.0.may_run(key) {
             return Ok(true);
@@ -223,6 +292,14 @@ impl Removals {
             info!(volume_id = %rec.volume_id, "an announced SMB removal is from an earlier boot: it cannot still run");
             self.0.end(key, "the node rebooted since");
             return Ok(true);
+        }
+        if call == Call::Mapping && !self.0.here(key) {
+            // Announced by an earlier process (or its task here returned without an answer): what the backend knows.
+            // Natively its in-flight ledger holds the `MSFT_SmbGlobalMapping.Remove` until the share's mapping list
+            // shows it gone; csi-proxy cannot list mappings (no v1 API does), so there the boot and the bound decide.
+            self.0
+                .learn(h, key, x.boot, &HostObject::Mapping(root.to_owned()))
+                .await?;
         }
         if call == Call::Link
             && let Ok(staging) = cx.kubelet_root().host_path(&rec.staging_path)

@@ -10,7 +10,7 @@ use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share};
 use crate::error::Error;
 use crate::host::{
     Host, HostError, HostErrorKind, HostOp, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential,
-    UncPath,
+    SmbMappingOptions, UncPath, names_equal,
 };
 use crate::lifecycle::creation::Creation;
 use crate::lifecycle::{Calls, Context, Found, StageAt, host_error};
@@ -41,10 +41,20 @@ pub(super) async fn stage<H: Host>(
     } = at;
     let h = cx.calls(d);
     machine_account_here(h.host(), vol)?;
+    if !h.host().capabilities().smb_mapping_options {
+        super::options::refuse_on_csi_proxy(vol)?;
+    }
     let mut wanted = SmbRecord::of(vol);
+    // On a backend without a ledger of its mappings (csi-proxy) the record is the driver's only claim on the mapping:
+    // said in the record, for a node later moved to the native backend (`SmbRecord::unledgered`).
+    wanted.unledgered = h
+        .host()
+        .made_by_wincsi(SharedObject::SmbMapping(&vol.source.root_key()))
+        .is_none();
     let existing = cx.store().volume(volume_id)?;
     if let Some(rec) = &existing {
         let facts = rec.details::<SmbRecord>()?;
+        wanted.unledgered |= facts.as_ref().is_some_and(|r| r.unledgered);
         let same = facts.as_ref().is_some_and(|r| r.same_volume(&wanted));
         if !same || !staging.is(&rec.staging_path) {
             return Err(Error::AlreadyExists(format!(
@@ -83,9 +93,10 @@ pub(super) async fn stage<H: Host>(
         &wanted,
     )?);
     // A removal of the share's mapping (or of this volume's staging link) that may still run would take away what this
-    // stage makes: UNAVAILABLE until it is over (`removal.rs`), before anything is written or done.
+    // stage makes: UNAVAILABLE until it is over (`removal.rs`), before anything is written or done. One that runs in
+    // this very process is waited for within the deadline (its answer is signalled): no retry for kubelet.
     let root = vol.source.root_key();
-    if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
+    if let Some(why) = removals.wait_settled(cx, &h, volume_id, &root).await? {
         return Err(Error::Unavailable(why));
     }
     // The one-principal-per-server rule, checked and claimed atomically under the server's lock: the record naming
@@ -157,13 +168,18 @@ pub(super) async fn stage<H: Host>(
     // remembers making.
     let mut mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
     // Once more under the share's lock: an unstage of the share may have announced its removal since the look above
-    // and given up waiting for it (its lock is released at its deadline, the removal going on).
-    if let Some(why) = removals.unsettled(cx, &h, volume_id, &root).await? {
+    // and given up waiting for it (its lock is released at its deadline, the removal going on). A removal running in
+    // this process is waited for without the lock (other users of the share need not queue behind the wait), then
+    // the lock is taken again and the look repeated.
+    while removals.unsettled_now(cx, &h, volume_id, &root).await? {
         drop(mapping);
-        if fresh {
-            cx.store().remove_volume(volume_id).await?;
+        if let Some(why) = removals.wait_settled(cx, &h, volume_id, &root).await? {
+            if fresh {
+                cx.store().remove_volume(volume_id).await?;
+            }
+            return Err(Error::Unavailable(why));
         }
-        return Err(Error::Unavailable(why));
+        mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
     }
     // Each creating call below (the mapping with its link, the subDir) is announced in the record first, durable, and
     // run to its end (`crate::lifecycle::creation`): an unstage after this stage gave up waits for it.
@@ -199,6 +215,7 @@ pub(super) async fn stage<H: Host>(
                 volume_id,
                 staging,
                 cred,
+                options: &vol.options,
                 repair,
             };
             on.map(&mut mapping, &mut made, &vol.source)
@@ -221,6 +238,7 @@ pub(super) async fn stage<H: Host>(
             volume_id,
             staging,
             cred,
+            options: &vol.options,
             repair,
         };
         on.map(&mut mapping, &mut made, &full)
@@ -350,6 +368,8 @@ fn refused_before_mapping(kind: HostErrorKind) -> bool {
             | HostErrorKind::NetworkNameNotFound
             | HostErrorKind::LogonFailure
             | HostErrorKind::StaleMapping
+            // An option the node lacks, or a weaker mapping: refused before any WMI method.
+            | HostErrorKind::NotSatisfiable
     )
 }
 
@@ -361,6 +381,7 @@ struct Mapping<'a, H> {
     volume_id: &'a str,
     staging: &'a HostPath,
     cred: Option<&'a SmbCredential>,
+    options: &'a SmbMappingOptions,
     repair: MapRepair,
 }
 
@@ -382,6 +403,7 @@ impl<H: Host> Mapping<'_, H> {
             remote,
             self.staging,
             self.cred,
+            self.options,
             self.repair,
         )
         .await;
@@ -399,7 +421,38 @@ impl<H: Host> Mapping<'_, H> {
         if result.is_ok() {
             mapping.downgrade();
         }
-        result
+        match result {
+            Err(MapFailure::Host(mut e)) if e.kind == HostErrorKind::NotSatisfiable => {
+                e.message.push_str(&self.share_users(remote));
+                Err(MapFailure::Host(e))
+            }
+            other => other,
+        }
+    }
+
+    /// For a refusal of the share's mapping (a weaker mapping, an option the node lacks): which other volumes this
+    /// node has staged on the share, and the options they asked (none of a secret), as the 1219 refusal names them.
+    fn share_users(&self, remote: &UncPath) -> String {
+        let root = remote.root_key();
+        let users: Vec<String> = self
+            .cx
+            .records::<super::SmbRecord>()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(rec, r)| rec.volume_id != self.volume_id && names_equal(&r.root, &root))
+            .map(|(rec, r)| match r.options.describe() {
+                d if d.is_empty() => format!("{:?} (no options)", rec.volume_id),
+                d => format!("{:?} ({d})", rec.volume_id),
+            })
+            .collect();
+        if users.is_empty() {
+            "; no other volume on this node uses the share".to_owned()
+        } else {
+            format!(
+                "; volumes on this node using the share: {}",
+                users.join(", ")
+            )
+        }
     }
 }
 

@@ -172,6 +172,9 @@ async fn first_and_repeated_stage() {
             principal: Some(r"CORP\bob".into()),
             mapped: true,
             removing: None,
+            options: Default::default(),
+            // csi-proxy keeps no ledger of its mappings: the record is the driver's claim on it.
+            unledgered: env.backend == sim::wmi::TestBackend::CsiProxy,
             creating: None,
         })
     );
@@ -1658,4 +1661,5 @@ async fn first_users_queued_behind_the_maker_go_on_once_the_share_is_mapped() {
 }
 
 mod machine;
+mod options;
 mod usage;

@@ -52,7 +52,10 @@ pub use content::DiskContent;
 pub use disk::{Disk, DiskSource, Partition, Volume};
 pub use iscsi::{AuthType, Portal, Session, SessionRecovery, Target};
 pub use processes::Spawned;
-pub use smb::{Mapping, MappingStatus, SmbAccount, SmbServer, SmbShare};
+pub use smb::{
+    BUILD_WITH_2022_OPTIONS, BUILD_WITH_2025_OPTIONS, Mapping, MappingOptions, MappingStatus,
+    SmbAccount, SmbServer, SmbShare,
+};
 pub use system::Service;
 
 /// Options that correspond to csi-proxy's command-line flags; they override the scenario's `host` values.
@@ -194,6 +197,7 @@ pub(crate) struct HostConfig {
     pub(crate) disconnected_mapping_blocks_create: bool,
     pub(crate) san_policy: SanPolicy,
     pub(crate) mpio: crate::scenario::MpioSpec,
+    pub(crate) windows_build: u32,
 }
 
 /// The whole simulated host.
@@ -271,6 +275,7 @@ impl State {
             disconnected_mapping_blocks_create: h.disconnected_mapping_blocks_create,
             san_policy: h.san_policy,
             mpio: h.mpio,
+            windows_build: h.windows_build,
         };
         claim_sandbox(root)?;
         let root = &platform::absolute_root(root).map_err(io_err(root))?;
@@ -607,6 +612,16 @@ impl State {
     pub fn uptime(&self) -> std::time::Duration {
         let (since, base) = self.uptime_base;
         base + tokio::time::Instant::now().saturating_duration_since(since)
+    }
+
+    /// The node's Windows build (scenario `host.windows_build`).
+    pub fn windows_build(&self) -> u32 {
+        self.cfg.windows_build
+    }
+
+    /// Make the node run another Windows build (an in-place upgrade, as far as the SMB client's options go).
+    pub fn set_windows_build(&mut self, build: u32) {
+        self.cfg.windows_build = build;
     }
 
     /// Make the current boot `uptime` old from now on (a node that has been up that long).

@@ -137,6 +137,8 @@ pub struct SmbServer {
     pub reachable: bool,
     /// Supports SMB3 encryption.
     pub encryption: bool,
+    /// Accepts SMB over QUIC.
+    pub quic: bool,
     /// Accounts.
     pub accounts: Vec<SmbAccount>,
     /// Shares by lower-cased name.
@@ -144,6 +146,34 @@ pub struct SmbServer {
     /// The node's computer account when this server accepts it ([`crate::scenario::SmbSpec::node_account`] listed
     /// in the server's `computers`): what a mapping without a credential authenticates as.
     pub machine: Option<String>,
+}
+
+/// The first build whose `New-SmbGlobalMapping` has `CompressNetworkTraffic`, `TransportType` and `BlockNTLM`:
+/// 26100, Windows Server 2025 (they appear in Microsoft's `winserver2025-ps` docset of the cmdlet and not in the
+/// `winserver2022-ps` one; an earlier build having them is **unverified**).
+pub const BUILD_WITH_2025_OPTIONS: u32 = 26100;
+
+/// The first build whose `New-SmbGlobalMapping` documents `RequireIntegrity` and `UseWriteThrough`: 20348, Windows
+/// Server 2022 (the `winserver2022-ps` docset; Windows Server 2019's docset has no `SmbGlobalMapping` page, so
+/// 17763 having them is **unverified**).
+pub const BUILD_WITH_2022_OPTIONS: u32 = 20348;
+
+/// The client options of a global mapping besides `RequirePrivacy`, as `MSFT_SmbGlobalMapping.Create` took them and
+/// its instance reports them (Microsoft, *New-SmbGlobalMapping*: `RequireIntegrity` and `UseWriteThrough` in the
+/// Windows Server 2022 docset, `CompressNetworkTraffic`, `TransportType` and `BlockNTLM` in the 2025 one). That the
+/// instance reports each as it was created is **unverified** for the 2025 ones (`docs/real-node-checks.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MappingOptions {
+    /// `RequireIntegrity` (SMB signing required).
+    pub require_integrity: bool,
+    /// `UseWriteThrough`.
+    pub use_write_through: bool,
+    /// `CompressNetworkTraffic`.
+    pub compress_network_traffic: bool,
+    /// `TransportType` as its `uint32` (0 None, 1 TCP, 2 QUIC: winhost `SmbTransport`).
+    pub transport_type: u32,
+    /// `BlockNTLM`.
+    pub block_ntlm: bool,
 }
 
 /// A global mapping on the host.
@@ -164,6 +194,11 @@ pub struct Mapping {
     pub status: MappingStatus,
     /// RequirePrivacy it was created with.
     pub require_privacy: bool,
+    /// The other client options it was created with (the Windows view's `Create`; csi-proxy passes none).
+    pub options: MappingOptions,
+    /// Its instance lists Windows Server 2025's properties (`CompressNetworkTraffic`, `TransportType`, `BlockNTLM`):
+    /// created on build [`BUILD_WITH_2025_OPTIONS`] or later.
+    pub reports_2025_options: bool,
     /// A status change due by itself (the SMB client reconnecting, or giving up), on tokio's clock.
     #[serde(skip)]
     pub settles: Option<(tokio::time::Instant, MappingStatus)>,
@@ -214,6 +249,7 @@ pub(crate) fn load(st: &mut State, spec: &SmbSpec) -> Result<()> {
                 name: s.name.clone(),
                 reachable: s.reachable,
                 encryption: s.encryption,
+                quic: s.quic,
                 accounts,
                 shares,
                 machine: spec.node_account.clone().filter(|n| {
@@ -579,9 +615,35 @@ impl State {
         password: &Secret,
         require_privacy: bool,
     ) -> std::result::Result<(), WinCode> {
+        let account = (username, password);
+        self.create_global_mapping_with(
+            root,
+            server,
+            share,
+            account,
+            require_privacy,
+            MappingOptions::default(),
+        )
+    }
+
+    /// [`State::create_global_mapping`] with the client options only the Windows view's `Create` passes. A QUIC
+    /// mapping to a server that does not accept QUIC fails as an unreachable server (53; which code Windows answers
+    /// is **unverified**).
+    pub(crate) fn create_global_mapping_with(
+        &mut self,
+        root: &str,
+        server: &str,
+        share: &str,
+        (username, password): (&str, &Secret),
+        require_privacy: bool,
+        options: MappingOptions,
+    ) -> std::result::Result<(), WinCode> {
         let Some(srv) = self.servers.get(server).filter(|s| s.reachable) else {
             return Err(53);
         };
+        if options.transport_type == 2 && !srv.quic {
+            return Err(53);
+        }
         if !srv.shares.contains_key(share) {
             return Err(67);
         }
@@ -620,6 +682,8 @@ impl State {
                 password: password.clone(),
                 status: MappingStatus::Ok,
                 require_privacy,
+                options,
+                reports_2025_options: self.cfg.windows_build >= BUILD_WITH_2025_OPTIONS,
                 settles: None,
             },
         );
@@ -668,6 +732,31 @@ impl State {
                 m.settles = None;
             }
         }
+        self.sync_links()
+    }
+
+    /// Maps `remote`'s share as another component of the node would (an administrator's `New-SmbGlobalMapping`,
+    /// csi-proxy run with `-require-privacy=false`): with exactly these options, whatever the driver's flags.
+    pub fn map_share_as_another_client(
+        &mut self,
+        remote: &str,
+        username: &str,
+        password: &Secret,
+        require_privacy: bool,
+        options: MappingOptions,
+    ) -> Result<()> {
+        let (root, server, share) = root_mapping_path(&remote.replace('/', "\\"))?;
+        self.create_global_mapping_with(
+            &root,
+            &server,
+            &share,
+            (username, password),
+            require_privacy,
+            options,
+        )
+        .map_err(|code| {
+            Error::host(format!("New-SmbGlobalMapping {root}: Windows error {code}"))
+        })?;
         self.sync_links()
     }
 

@@ -386,6 +386,11 @@ impl Capabilities for WindowsView {
         Some(self.host().uptime())
     }
 
+    /// The scenario's Windows build (`host.windows_build`; not audited: a read, like the uptime).
+    fn os_build(&self) -> Option<u32> {
+        Some(self.host().windows_build())
+    }
+
     /// The probe again, through the host's call path (audited; a fault on `ConnectServer …` or `GetObject …` is a
     /// probe that could not tell): what the host lacks for good stays missing, the rest is found.
     fn reprobe(&self, ctx: &CallContext) -> CallResult<ProbeReport> {

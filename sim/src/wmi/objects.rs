@@ -337,7 +337,18 @@ pub(crate) fn msft_mapping(m: &crate::state::Mapping) -> SmbGlobalMapping {
             MappingStatus::Unavailable => SmbMappingStatus::Unavailable,
         },
         require_privacy: Some(m.require_privacy),
-        require_integrity: Some(false),
-        use_write_through: Some(false),
+        require_integrity: Some(m.options.require_integrity),
+        use_write_through: Some(m.options.use_write_through),
+        // Windows Server 2025's class has these (its `New-SmbGlobalMapping` does); an older build's instance lacks
+        // them, which the reader sees as absent. The view reports them only from that build on.
+        compress_network_traffic: m
+            .reports_2025_options
+            .then_some(m.options.compress_network_traffic),
+        transport_type: if m.reports_2025_options {
+            winhost::model::SmbTransport::from_code(m.options.transport_type)
+        } else {
+            None
+        },
+        block_ntlm: m.reports_2025_options.then_some(m.options.block_ntlm),
     }
 }

@@ -18,7 +18,7 @@ use super::objects::{mapping_of, msft_mapping};
 use super::{WindowsView, bad_path, not_found};
 use crate::profile::WmiFailureReport;
 use crate::secret::Secret;
-use crate::state::State;
+use crate::state::{BUILD_WITH_2022_OPTIONS, BUILD_WITH_2025_OPTIONS, MappingOptions, State};
 
 fn failed<T: Default>(st: &State, method: &'static str, code: u32) -> CallResult<SmbOutcome<T>> {
     match report(st) {
@@ -90,7 +90,11 @@ impl SmbWmi for WindowsView {
 
     /// `Create(RemotePath, Credential, RequirePrivacy, …)`: `RemotePath` must be a share root (87 otherwise, the
     /// "parameter is incorrect" of csi-proxy#206 for a malformed argument); `RequirePrivacy` defaults to false
-    /// (`New-SmbGlobalMapping`'s default).
+    /// (`New-SmbGlobalMapping`'s default), as do the other options. A parameter the node's build lacks
+    /// (`RequireIntegrity`/`UseWriteThrough` before 20348, `CompressNetworkTraffic`/`TransportType`/`BlockNTLM` before
+    /// 26100: [`crate::state::BUILD_WITH_2025_OPTIONS`]) fails the call with 87 and makes nothing: what Windows
+    /// answers for an in-parameter its class does not declare is **unverified** (an error of some kind is certain:
+    /// the in-parameters object has no such property), so the view refuses rather than ignore it.
     fn global_mapping_create(
         &self,
         ctx: &CallContext,
@@ -102,6 +106,11 @@ impl SmbWmi for WindowsView {
             "user_name": params.user_name,
             "require_privacy": params.require_privacy,
             "persistent": params.persistent,
+            "require_integrity": params.require_integrity,
+            "use_write_through": params.use_write_through,
+            "compress_network_traffic": params.compress_network_traffic,
+            "transport_type": params.transport_type.map(|t| t.name()),
+            "block_ntlm": params.block_ntlm,
         });
         self.method(ctx, CALL, args, |st| {
             let Some((root, server, share)) = root_of(params.remote_path) else {
@@ -110,9 +119,32 @@ impl SmbWmi for WindowsView {
             let user = params.user_name.unwrap_or("");
             let password = Secret::new(if user.is_empty() { "" } else { params.password });
             let privacy = params.require_privacy.unwrap_or(false);
-            if let Err(code) =
-                st.create_global_mapping(&root, &server, &share, user, &password, privacy)
+            let build = st.windows_build();
+            let needs_2022 =
+                params.require_integrity.is_some() || params.use_write_through.is_some();
+            let needs_2025 = params.compress_network_traffic.is_some()
+                || params.transport_type.is_some()
+                || params.block_ntlm.is_some();
+            if (needs_2022 && build < BUILD_WITH_2022_OPTIONS)
+                || (needs_2025 && build < BUILD_WITH_2025_OPTIONS)
             {
+                return failed(st, CALL, 87);
+            }
+            let options = MappingOptions {
+                require_integrity: params.require_integrity.unwrap_or(false),
+                use_write_through: params.use_write_through.unwrap_or(false),
+                compress_network_traffic: params.compress_network_traffic.unwrap_or(false),
+                transport_type: params.transport_type.map_or(0, |t| t.code()),
+                block_ntlm: params.block_ntlm.unwrap_or(false),
+            };
+            if let Err(code) = st.create_global_mapping_with(
+                &root,
+                &server,
+                &share,
+                (user, &password),
+                privacy,
+                options,
+            ) {
                 return failed(st, CALL, code);
             }
             st.sync_links()

@@ -391,6 +391,9 @@ fn smb_mappings_are_listed_with_status_created_removed_and_repaired() {
         require_privacy: Some(true),
         require_integrity: None,
         use_write_through: None,
+        compress_network_traffic: None,
+        transport_type: None,
+        block_ntlm: None,
     };
     let made = f
         .view
@@ -502,6 +505,9 @@ fn provider_failures_are_raised_with_their_error_object() {
                 require_privacy: None,
                 require_integrity: None,
                 use_write_through: None,
+                compress_network_traffic: None,
+                transport_type: None,
+                block_ntlm: None,
             },
         )
         .unwrap_err();
@@ -825,6 +831,9 @@ fn a_link_into_a_share_follows_the_mapping() {
             require_privacy: None,
             require_integrity: None,
             use_write_through: None,
+            compress_network_traffic: None,
+            transport_type: None,
+            block_ntlm: None,
         },
     )
     .unwrap();
@@ -962,6 +971,9 @@ fn a_mapping_can_be_reconnecting_for_a_while() {
                 require_privacy: None,
                 require_integrity: None,
                 use_write_through: None,
+                compress_network_traffic: None,
+                transport_type: None,
+                block_ntlm: None,
             },
         )
         .unwrap();
@@ -1107,6 +1119,9 @@ fn the_view_over_a_socket_answers_as_in_process() {
                 require_privacy: Some(true),
                 require_integrity: None,
                 use_write_through: None,
+                compress_network_traffic: None,
+                transport_type: None,
+                block_ntlm: None,
             },
         )
         .unwrap_err();
@@ -1378,6 +1393,9 @@ fn per_directory_access_refuses_the_root_and_allows_below_it() {
                 require_privacy: Some(true),
                 require_integrity: None,
                 use_write_through: None,
+                compress_network_traffic: None,
+                transport_type: None,
+                block_ntlm: None,
             },
         )
         .unwrap();

@@ -20,7 +20,7 @@ pub use iscsi::{
     AuthenticationType, ChapCredentials, ConnectTarget, MsftInitiatorPort, MsftIscsiConnection,
     MsftIscsiSession, MsftIscsiTarget, MsftIscsiTargetPortal, NewTargetPortal, RegisterSession,
 };
-pub use smb::{SmbGlobalMapping, SmbGlobalMappingCreate};
+pub use smb::{SmbGlobalMapping, SmbGlobalMappingCreate, SmbTransport};
 pub use storage::{
     CreatePartition, DiskAttributes, FormatVolume, GptType, MsftDisk, MsftMsdsmSupportedHw,
     MsftPartition, MsftStorageSetting, MsftVolume, SupportedSize,

@@ -24,6 +24,56 @@ pub struct SmbGlobalMapping {
     pub require_integrity: Option<bool>,
     /// `UseWriteThrough`.
     pub use_write_through: Option<bool>,
+    /// `CompressNetworkTraffic` (a property of the Windows Server 2025 class: absent, `None`, on older builds).
+    pub compress_network_traffic: Option<bool>,
+    /// `TransportType` (Windows Server 2025; see [`SmbTransport`]).
+    pub transport_type: Option<SmbTransport>,
+    /// `BlockNTLM` (Windows Server 2025).
+    pub block_ntlm: Option<bool>,
+}
+
+/// `TransportType` of `New-SmbGlobalMapping` (Microsoft, *New-SmbGlobalMapping*, Windows Server 2025 docset:
+/// "Accepted values: None, TCP, QUIC"). It travels as a `uint32` whose values are taken to follow the documented
+/// order (None 0, TCP 1, QUIC 2): **unverified** (`docs/real-node-checks.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "remote", derive(serde::Serialize, serde::Deserialize))]
+pub enum SmbTransport {
+    /// `None`: the SMB client chooses (TCP, or QUIC where the client is configured for it).
+    Default,
+    /// `TCP`.
+    Tcp,
+    /// `QUIC` (SMB over QUIC: TLS 1.3 on UDP 443).
+    Quic,
+}
+
+impl SmbTransport {
+    /// The `uint32` value WMI carries (unverified order, see the type's docs).
+    pub const fn code(self) -> u32 {
+        match self {
+            Self::Default => 0,
+            Self::Tcp => 1,
+            Self::Quic => 2,
+        }
+    }
+
+    /// The transport of a `uint32` value; `None` for a value outside the documented three.
+    pub const fn from_code(code: u32) -> Option<Self> {
+        match code {
+            0 => Some(Self::Default),
+            1 => Some(Self::Tcp),
+            2 => Some(Self::Quic),
+            _ => None,
+        }
+    }
+
+    /// The name `New-SmbGlobalMapping` uses (`None`, `TCP`, `QUIC`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Default => "None",
+            Self::Tcp => "TCP",
+            Self::Quic => "QUIC",
+        }
+    }
 }
 
 /// Static `MSFT_SmbGlobalMapping.Create` in-parameters (only those set are passed). `Debug` never shows the
@@ -50,6 +100,12 @@ pub struct SmbGlobalMappingCreate<'a> {
     pub require_integrity: Option<bool>,
     /// `UseWriteThrough`.
     pub use_write_through: Option<bool>,
+    /// `CompressNetworkTraffic` (Windows Server 2025's `New-SmbGlobalMapping`).
+    pub compress_network_traffic: Option<bool>,
+    /// `TransportType` (Windows Server 2025's `New-SmbGlobalMapping`).
+    pub transport_type: Option<SmbTransport>,
+    /// `BlockNTLM` (Windows Server 2025's `New-SmbGlobalMapping`).
+    pub block_ntlm: Option<bool>,
 }
 
 impl fmt::Debug for SmbGlobalMappingCreate<'_> {
@@ -63,6 +119,9 @@ impl fmt::Debug for SmbGlobalMappingCreate<'_> {
             .field("require_privacy", &self.require_privacy)
             .field("require_integrity", &self.require_integrity)
             .field("use_write_through", &self.use_write_through)
+            .field("compress_network_traffic", &self.compress_network_traffic)
+            .field("transport_type", &self.transport_type)
+            .field("block_ntlm", &self.block_ntlm)
             .finish()
     }
 }
@@ -82,6 +141,9 @@ mod tests {
             require_privacy: Some(true),
             require_integrity: None,
             use_write_through: None,
+            compress_network_traffic: None,
+            transport_type: None,
+            block_ntlm: None,
         };
         let text = format!("{create:?} {create:#?}");
         assert!(!text.contains("pa:ss-w0rd!"), "{text}");

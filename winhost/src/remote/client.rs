@@ -39,6 +39,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct RemoteHost {
     addr: Address,
     report: RwLock<ProbeReport>,
+    /// The server's Windows build, read when connecting (a node's build changes only with a reboot into an update,
+    /// which ends the connection's host too).
+    build: Option<u32>,
 }
 
 impl std::fmt::Debug for RemoteHost {
@@ -126,11 +129,13 @@ impl Write for Stream {
 impl RemoteHost {
     /// Connect to the server at `addr` and fetch its probe report.
     pub fn connect(addr: Address) -> CallResult<Self> {
-        let host = Self {
+        let mut host = Self {
             addr,
             report: RwLock::new(ProbeReport::complete()),
+            build: None,
         };
         host.reprobe_with(&CallContext::after(CONNECT_TIMEOUT), Request::ProbeReport)?;
+        host.build = host.call(&CallContext::after(CONNECT_TIMEOUT), Request::OsBuild)?;
         Ok(host)
     }
 
@@ -646,5 +651,9 @@ impl Capabilities for RemoteHost {
 
     fn reprobe(&self, ctx: &CallContext) -> CallResult<ProbeReport> {
         self.reprobe_with(ctx, Request::Reprobe)
+    }
+
+    fn os_build(&self) -> Option<u32> {
+        self.build
     }
 }

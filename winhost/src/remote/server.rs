@@ -125,6 +125,7 @@ fn dispatch(host: &dyn WindowsHost, ctx: &CallContext, request: Request) -> Resp
         }
         R::ProbeReport => answer(Ok(report_to_wire(&host.probe_report()))),
         R::Reprobe => answer(host.reprobe(c).map(|r| report_to_wire(&r))),
+        R::OsBuild => answer(Ok(host.os_build())),
     }
 }
 

@@ -7,7 +7,7 @@ use crate::codes::{HResult, PartitionStyle};
 use crate::model::{
     AuthenticationType, ChapCredentials, ConnectTarget, CreatePartition, DiskAttributes,
     FormatVolume, MsftIscsiTargetPortal, NewTargetPortal, ObjectPath, RegisterSession,
-    SmbGlobalMappingCreate, SymlinkFlags, VolumeNameKind,
+    SmbGlobalMappingCreate, SmbTransport, SymlinkFlags, VolumeNameKind,
 };
 use crate::paths::VolumeGuidPath;
 #[cfg(test)]
@@ -172,6 +172,12 @@ pub(crate) struct CreateMapping {
     pub(crate) require_privacy: Option<bool>,
     pub(crate) require_integrity: Option<bool>,
     pub(crate) use_write_through: Option<bool>,
+    #[serde(default)]
+    pub(crate) compress_network_traffic: Option<bool>,
+    #[serde(default)]
+    pub(crate) transport_type: Option<SmbTransport>,
+    #[serde(default)]
+    pub(crate) block_ntlm: Option<bool>,
 }
 
 impl std::fmt::Debug for CreateMapping {
@@ -194,6 +200,9 @@ impl CreateMapping {
             require_privacy: p.require_privacy,
             require_integrity: p.require_integrity,
             use_write_through: p.use_write_through,
+            compress_network_traffic: p.compress_network_traffic,
+            transport_type: p.transport_type,
+            block_ntlm: p.block_ntlm,
         }
     }
 
@@ -207,6 +216,9 @@ impl CreateMapping {
             require_privacy: self.require_privacy,
             require_integrity: self.require_integrity,
             use_write_through: self.use_write_through,
+            compress_network_traffic: self.compress_network_traffic,
+            transport_type: self.transport_type,
+            block_ntlm: self.block_ntlm,
         }
     }
 }
@@ -402,6 +414,7 @@ pub(crate) enum Request {
     // Capabilities
     ProbeReport,
     Reprobe,
+    OsBuild,
 }
 
 impl Request {
@@ -537,6 +550,9 @@ mod tests {
                 require_privacy: Some(true),
                 require_integrity: None,
                 use_write_through: None,
+                compress_network_traffic: None,
+                transport_type: None,
+                block_ntlm: None,
             },
         };
         assert!(!format!("{r:?}").contains("pw-secret-1"));

@@ -35,7 +35,7 @@ mod files;
 mod services;
 mod wmi;
 
-pub(crate) use clock::tick_count;
+pub(crate) use clock::{build_number, tick_count};
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -995,7 +995,14 @@ impl SmbWmi for WinHost {
             .with("Persistent", p.persistent.map(In::Bool))
             .with("RequirePrivacy", p.require_privacy.map(In::Bool))
             .with("RequireIntegrity", p.require_integrity.map(In::Bool))
-            .with("UseWriteThrough", p.use_write_through.map(In::Bool));
+            .with("UseWriteThrough", p.use_write_through.map(In::Bool))
+            // Windows Server 2025's parameters: passed only when asked (the driver checks the node's build first).
+            .with(
+                "CompressNetworkTraffic",
+                p.compress_network_traffic.map(In::Bool),
+            )
+            .with("TransportType", p.transport_type.map(|t| In::U32(t.code())))
+            .with("BlockNTLM", p.block_ntlm.map(In::Bool));
         self.call(
             ctx,
             Lane::Smb,

@@ -517,6 +517,11 @@ pub(crate) fn smb_mapping(o: &IWbemClassWrapper) -> CallResult<SmbGlobalMapping>
         require_privacy: opt_bool(o, "RequirePrivacy")?,
         require_integrity: opt_bool(o, "RequireIntegrity")?,
         use_write_through: opt_bool(o, "UseWriteThrough")?,
+        // Absent on builds before Windows Server 2025 (`get` answers `None` for a property the class lacks).
+        compress_network_traffic: opt_bool(o, "CompressNetworkTraffic")?,
+        transport_type: opt_u32(o, "TransportType")?
+            .and_then(crate::model::SmbTransport::from_code),
+        block_ntlm: opt_bool(o, "BlockNTLM")?,
     })
 }
 

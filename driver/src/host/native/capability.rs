@@ -36,6 +36,7 @@ pub(super) fn capabilities_of(report: &ProbeReport) -> HostCapabilities {
         // Whether MPIO is installed and claims iSCSI disks is read when a volume asks for it (`mpio_claim`).
         multipath: has(Capability::Iscsi),
         path_space: true,
+        smb_mapping_options: has(Capability::Smb),
     }
 }
 

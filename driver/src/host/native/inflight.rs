@@ -13,9 +13,10 @@
 //!   running is a WMI *method* that was in flight in its provider (`WmiPrvSE`/the storage service finish a method
 //!   whose caller died: unverified, real-node checks 28 and N37), never the sequence's next step. So every method that changes
 //!   the host — `MSFT_Disk.Initialize`, `MSFT_Disk.CreatePartition`, `MSFT_Volume.Format`, `MSFT_Partition.Resize`,
-//!   `MSFT_iSCSITarget.Disconnect` — is written to a durable ledger ([`LEDGER_FILE`]) before it is called and
-//!   removed when it answered. An entry left by an earlier process is in flight until its outcome shows on the host
-//!   (the disk has a partition table, a data partition, the volume a file system or its size, the target no session),
+//!   `MSFT_iSCSITarget.Disconnect`, `MSFT_SmbGlobalMapping.Remove` — is written to a durable ledger ([`LEDGER_FILE`])
+//!   before it is called and removed when it answered. An entry left by an earlier process is in flight until its
+//!   outcome shows on the host (the disk has a partition table, a data partition, the volume a file system or its
+//!   size, the target no session, the share no global mapping),
 //!   a reboot (the node's uptime is lower than the entry's) or [`OUTLIVE_BOUND`] from its start; none left means
 //!   [`InFlight::Ended`].
 //!
@@ -47,6 +48,7 @@ pub(super) const CREATE_PARTITION: &str = "MSFT_Disk.CreatePartition";
 pub(super) const FORMAT: &str = "MSFT_Volume.Format";
 pub(super) const RESIZE: &str = "MSFT_Partition.Resize";
 pub(super) const DISCONNECT: &str = "MSFT_iSCSITarget.Disconnect";
+pub(super) const REMOVE_MAPPING: &str = "MSFT_SmbGlobalMapping.Remove";
 
 /// One method in flight, as the ledger keeps it (a JSON string per entry).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -324,6 +326,8 @@ fn outcome_shows(o: &Ops<'_>, object: &HostObject, entry: &Entry) -> HostResult<
             Ok(vol.file_system_type.is_formatted())
         }
         HostObject::Target(iqn) => Ok(super::iscsi::target_disks(o, iqn)?.is_empty()),
+        // The share has no global mapping any more (`Get-SmbGlobalMapping`'s list): the removal landed.
+        HostObject::Mapping(root) => Ok(super::smb::mappings_of(o, root)?.is_empty()),
     }
 }
 

@@ -314,6 +314,31 @@ pub(super) fn made_by_wincsi(sessions: &super::Ledger, joined: &super::Ledger, i
     !joined.contains(&key) || sessions.contains(&key)
 }
 
+impl super::NativeHost {
+    /// Count the sessions of `iqns` as made by wincsi: at start, the targets the driver's own records say a stage
+    /// through csi-proxy logged in to (`crate::backend::recorded_targets`). A target the joined ledger knows as
+    /// someone else's stays so. Durable before it returns; the targets added.
+    pub fn adopt_sessions(
+        &self,
+        iqns: impl IntoIterator<Item = String>,
+    ) -> std::io::Result<Vec<String>> {
+        let joined = &self.inner.joined;
+        let added = self.inner.sessions.adopt(
+            iqns.into_iter()
+                .map(|iqn| session_key(&iqn))
+                .filter(|key| !joined.contains(key)),
+        )?;
+        if !added.is_empty() {
+            tracing::info!(
+                targets = ?added,
+                "iSCSI sessions the driver's volume records say a stage through csi-proxy made or joined are counted \
+                 as wincsi's"
+            );
+        }
+        Ok(added)
+    }
+}
+
 /// Count `iqn`'s session as wincsi's: the driver's adoption proved a staging path of this driver mounts a volume the
 /// target serves. A target the joined ledger knows as someone else's stays so, unless `joined_now`: the caller's own
 /// login joined it a moment ago because no ledger knew it (after the state directory was lost), and the proof came

@@ -131,7 +131,7 @@ use winhost::{CallContext, CallError, CancelToken, WindowsHost};
 use super::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
     HostObject, HostOp, HostPath, HostProbe, HostResult, InFlight, IscsiAuth, MpioClaim, PathSpace,
-    Portal, Secret, SharedObject, SmbCredential, TargetPath, UncPath,
+    Portal, Secret, SharedObject, SmbCredential, SmbMappingOptions, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -148,7 +148,6 @@ pub use probe::{FailedProbe, NativeProbe};
 #[cfg(feature = "test-windows-socket")]
 pub use remote::remote_windows_host;
 pub use smb::LEDGER_FILE;
-use smb::MapPass;
 
 /// How many facade calls one backend runs at a time (the rest queue for a thread).
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -445,41 +444,20 @@ impl Host for NativeHost {
         credential: Option<&SmbCredential>,
         d: Deadline,
     ) -> HostResult<()> {
-        let op = HostOp::NewSmbGlobalMapping;
-        let link = link.map(|l| l.as_str().to_owned());
-        let cred = credential.map(|c| (c.principal().to_owned(), c.password().clone()));
-        // A mapping the SMB client is re-establishing is waited for, never torn down (smb.rs): bounded by
-        // MAPPING_SETTLE_WAIT and the RPC's deadline, with backoff.
-        let give_up = tokio::time::Instant::now() + MAPPING_SETTLE_WAIT;
-        let mut step = MAPPING_SETTLE_STEP;
-        loop {
-            let (r, l, c) = (remote.clone(), link.clone(), cred.clone());
-            let pass = self
-                .run(op, d, move |o| {
-                    smb::new_mapping(o, &r, l.as_deref(), c.as_ref())
-                })
-                .await?;
-            let MapPass::Settling(status) = pass else {
-                return Ok(());
-            };
-            let status = smb::status_text(status);
-            let now = tokio::time::Instant::now();
-            if now + step > give_up || now + step >= d.instant() {
-                return Err(HostError::new(
-                    op,
-                    HostErrorKind::Unavailable,
-                    format!(
-                        "the SMB global mapping of {} is still {status}: the node's SMB client is re-establishing it; \
-                         it is left in place (other volumes may use it) and the stage can be retried",
-                        remote.root()
-                    ),
-                ));
-            }
-            info!(root = %remote.root(), %status, wait_ms = step.as_millis() as u64, "the SMB mapping is \
-                  re-establishing itself: waiting before looking again");
-            tokio::time::sleep(step).await;
-            step = (step * 2).min(MAPPING_SETTLE_STEP_MAX);
-        }
+        let none = SmbMappingOptions::default();
+        self.new_smb_global_mapping_with(remote, link, credential, &none, d)
+            .await
+    }
+
+    async fn new_smb_global_mapping_with(
+        &self,
+        remote: &UncPath,
+        link: Option<&HostPath>,
+        credential: Option<&SmbCredential>,
+        options: &SmbMappingOptions,
+        d: Deadline,
+    ) -> HostResult<()> {
+        self.map_share(remote, link, credential, options, d).await
     }
 
     async fn remove_smb_global_mapping(&self, remote: &UncPath, d: Deadline) -> HostResult<()> {

@@ -42,10 +42,16 @@
 use tracing::{info, warn};
 use winhost::ErrorKind;
 use winhost::codes::SmbMappingStatus;
-use winhost::model::{SmbGlobalMapping, SmbGlobalMappingCreate, SymlinkFlags};
+use winhost::model::{
+    SmbGlobalMapping, SmbGlobalMappingCreate, SmbTransport as WinTransport, SymlinkFlags,
+};
 use winhost::paths::UncParts;
 
-use super::{HostErrorKind, HostResult, Ops, Secret, UncPath};
+use super::{
+    HostError, HostErrorKind, HostOp, HostPath, HostResult, Ops, Secret, SmbCredential, UncPath,
+};
+use crate::host::{ReportedOptions, SmbMappingOptions, SmbTransport};
+use crate::locks::Deadline;
 
 /// The ledger's file name in the state directory.
 pub const LEDGER_FILE: &str = "native-smb-mappings.json";
@@ -151,12 +157,14 @@ pub(super) fn new_mapping(
     remote: &UncPath,
     link: Option<&str>,
     cred: Option<&(String, Secret)>,
+    options: &SmbMappingOptions,
 ) -> HostResult<MapPass> {
     let root = remote.root().to_string();
     let key = remote.root_key();
+    check_build(o, &root, options)?;
     let mappings = mappings_of(o, &root)?;
     match mappings.first() {
-        None => create(o, &root, &key, cred)?,
+        None => create(o, &root, &key, cred, options)?,
         Some(m) if m.status.is_settling() => return Ok(MapPass::Settling(m.status)),
         Some(m) if m.status.is_broken() => {
             return Err(stale(
@@ -172,7 +180,25 @@ pub(super) fn new_mapping(
             .map_err(|e| (root_answer(&e), e))
         {
             Ok(_) | Err((RootAnswer::Works, _)) => {
-                if o.smb_privacy && m.require_privacy == Some(false) {
+                let why = options.weaker_in(&reported(m));
+                if !why.is_empty() {
+                    return Err(o.fail(
+                        HostErrorKind::NotSatisfiable,
+                        format!(
+                            "the SMB global mapping of {root} exists with weaker client options than this volume \
+                             asks ({}): wincsi never reuses a mapping weaker than asked, and does not remove one \
+                             that other volumes or other software may use. Give every volume of the share the same \
+                             options (the StorageClass's parameters), or, once no pod on this node uses the share, \
+                             remove the mapping (unstage its volumes; a mapping wincsi did not make: \
+                             Remove-SmbGlobalMapping -RemotePath {root}) so the next stage maps it as asked",
+                            why.join("; ")
+                        ),
+                    ));
+                }
+                if options.require_privacy.is_none()
+                    && o.smb_privacy
+                    && m.require_privacy == Some(false)
+                {
                     warn!(
                         root = %root,
                         "reusing an SMB global mapping that does not require encryption (RequirePrivacy false), \
@@ -219,7 +245,57 @@ pub(super) fn new_mapping(
     Ok(MapPass::Done)
 }
 
-fn create(o: &Ops<'_>, root: &str, key: &str, cred: Option<&(String, Secret)>) -> HostResult<()> {
+/// What an existing mapping's instance reports of the client options.
+fn reported(m: &SmbGlobalMapping) -> ReportedOptions {
+    ReportedOptions {
+        require_privacy: m.require_privacy,
+        require_integrity: m.require_integrity,
+        use_write_through: m.use_write_through,
+        compress_network_traffic: m.compress_network_traffic,
+        transport_type: match m.transport_type {
+            Some(WinTransport::Tcp) => Some(SmbTransport::Tcp),
+            Some(WinTransport::Quic) => Some(SmbTransport::Quic),
+            Some(WinTransport::Default) | None => None,
+        },
+        block_ntlm: m.block_ntlm,
+    }
+}
+
+/// Refuse, before any WMI call, an option the node's Windows build lacks (`RtlGetVersion`'s build number; the
+/// options' first builds: `host/smb_options.rs`). A build that cannot be read refuses every asked option rather than
+/// guess.
+fn check_build(o: &Ops<'_>, root: &str, options: &SmbMappingOptions) -> HostResult<()> {
+    let build = o.w.os_build();
+    let missing = options.missing_on(build.unwrap_or(0));
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let node = build.map_or_else(|| "cannot be read".to_owned(), |b| format!("is {b}"));
+    let needs: Vec<String> = missing
+        .iter()
+        .map(|m| {
+            let (b, name) = m.first_build();
+            format!("{} needs build {b} ({name}) or later", m.key())
+        })
+        .collect();
+    Err(o.fail(
+        HostErrorKind::NotSatisfiable,
+        format!(
+            "the volume's SMB client options cannot be given to the mapping of {root} on this node: {}; the node's \
+             Windows build {node}. Schedule the volume's pods on newer nodes (a nodeSelector or node affinity on \
+             node.kubernetes.io/windows-build) or remove the option from the StorageClass",
+            needs.join(", ")
+        ),
+    ))
+}
+
+fn create(
+    o: &Ops<'_>,
+    root: &str,
+    key: &str,
+    cred: Option<&(String, Secret)>,
+    options: &SmbMappingOptions,
+) -> HostResult<()> {
     o.ledger.set(key, true).map_err(|e| ledger_error(o, e))?;
     let params = SmbGlobalMappingCreate {
         remote_path: root,
@@ -227,9 +303,16 @@ fn create(o: &Ops<'_>, root: &str, key: &str, cred: Option<&(String, Secret)>) -
         user_name: cred.map(|(u, _)| u.as_str()).filter(|u| !u.is_empty()),
         password: cred.map(|(_, p)| p.expose()).unwrap_or(""),
         persistent: None,
-        require_privacy: Some(o.smb_privacy),
-        require_integrity: None,
-        use_write_through: None,
+        // The volume's own choice, else --smb-require-privacy.
+        require_privacy: Some(options.require_privacy.unwrap_or(o.smb_privacy)),
+        require_integrity: options.require_integrity,
+        use_write_through: options.use_write_through,
+        compress_network_traffic: options.compress_network_traffic,
+        transport_type: options.transport_type.map(|t| match t {
+            SmbTransport::Tcp => WinTransport::Tcp,
+            SmbTransport::Quic => WinTransport::Quic,
+        }),
+        block_ntlm: options.block_ntlm,
     };
     let created = o.method(o.w.global_mapping_create(o.c, &params), &[]);
     if let Err(e) = &created
@@ -240,6 +323,56 @@ fn create(o: &Ops<'_>, root: &str, key: &str, cred: Option<&(String, Secret)>) -
         o.ledger.set(key, false).map_err(|e| ledger_error(o, e))?;
     }
     created.map(|_| ())
+}
+
+impl super::NativeHost {
+    /// `NewSmbGlobalMapping` with the volume's client options ([`new_mapping`] on the pool, one pass at a time): a
+    /// mapping the SMB client is re-establishing is looked at again with backoff, never torn down.
+    pub(super) async fn map_share(
+        &self,
+        remote: &UncPath,
+        link: Option<&HostPath>,
+        credential: Option<&SmbCredential>,
+        options: &SmbMappingOptions,
+        d: Deadline,
+    ) -> HostResult<()> {
+        let op = HostOp::NewSmbGlobalMapping;
+        let options = *options;
+        let link = link.map(|l| l.as_str().to_owned());
+        let cred = credential.map(|c| (c.principal().to_owned(), c.password().clone()));
+        // A mapping the SMB client is re-establishing is waited for, never torn down (smb.rs): bounded by
+        // super::MAPPING_SETTLE_WAIT and the RPC's deadline, with backoff.
+        let give_up = tokio::time::Instant::now() + super::MAPPING_SETTLE_WAIT;
+        let mut step = super::MAPPING_SETTLE_STEP;
+        loop {
+            let (r, l, c) = (remote.clone(), link.clone(), cred.clone());
+            let pass = self
+                .run(op, d, move |o| {
+                    new_mapping(o, &r, l.as_deref(), c.as_ref(), &options)
+                })
+                .await?;
+            let MapPass::Settling(status) = pass else {
+                return Ok(());
+            };
+            let status = status_text(status);
+            let now = tokio::time::Instant::now();
+            if now + step > give_up || now + step >= d.instant() {
+                return Err(HostError::new(
+                    op,
+                    HostErrorKind::Unavailable,
+                    format!(
+                        "the SMB global mapping of {} is still {status}: the node's SMB client is re-establishing it; \
+                         it is left in place (other volumes may use it) and the stage can be retried",
+                        remote.root()
+                    ),
+                ));
+            }
+            info!(root = %remote.root(), %status, wait_ms = step.as_millis() as u64, "the SMB mapping is \
+                  re-establishing itself: waiting before looking again");
+            tokio::time::sleep(step).await;
+            step = (step * 2).min(super::MAPPING_SETTLE_STEP_MAX);
+        }
+    }
 }
 
 /// The ledger key of the share root `root` (`\\server\share` in any spelling): its lower-cased root, as volume records
@@ -287,6 +420,15 @@ pub(super) fn remove_mapping(o: &Ops<'_>, remote: &UncPath) -> HostResult<()> {
         info!(root = %root, "SMB mapping left in place: it was not created by wincsi");
         return Ok(());
     }
+    // In the in-flight ledger while it runs (`inflight.rs`): a removal that outlives a killed driver is waited for by
+    // the share's stages until the mapping list shows it gone, not for the one-hour bound.
+    let _called = o.calls.method(
+        o,
+        super::inflight::REMOVE_MAPPING,
+        &crate::host::HostObject::Mapping(root.clone()),
+        None,
+        None,
+    )?;
     o.method(o.w.global_mapping_remove(o.c, &m.path, true), &[])?;
     o.ledger.set(&key, false).map_err(|e| ledger_error(o, e))
 }

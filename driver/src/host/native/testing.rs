@@ -23,7 +23,7 @@ use crate::host::csi_proxy::{CsiProxyHost, classify};
 use crate::host::{
     DiskIds, DiskLayout, DiskLocation, Host, HostCapabilities, HostError, HostErrorKind,
     HostObject, HostOp, HostPath, HostResult, InFlight, IscsiAuth, MpioClaim, PathSpace, Portal,
-    Secret, SharedObject, SmbCredential, TargetPath, UncPath,
+    Secret, SharedObject, SmbCredential, SmbMappingOptions, TargetPath, UncPath,
 };
 use crate::locks::Deadline;
 
@@ -264,6 +264,33 @@ impl Host for Tapped {
         let c = Self::call(HostOp::NewSmbGlobalMapping, args);
         self.tap
             .around(c, self.host.new_smb_global_mapping(remote, link, cred, d))
+            .await
+    }
+
+    async fn new_smb_global_mapping_with(
+        &self,
+        remote: &UncPath,
+        link: Option<&HostPath>,
+        cred: Option<&SmbCredential>,
+        options: &SmbMappingOptions,
+        d: Deadline,
+    ) -> HostResult<()> {
+        let mut args = json!({
+            "remote_path": remote.to_string(),
+            "local_path": link.map(HostPath::as_str).unwrap_or(""),
+            "username": cred.map(SmbCredential::principal).unwrap_or(""),
+            "password": if cred.is_some() { "<redacted>" } else { "" },
+        });
+        if !options.is_empty() {
+            args["options"] = json!(options.describe());
+        }
+        let c = Self::call(HostOp::NewSmbGlobalMapping, args);
+        self.tap
+            .around(
+                c,
+                self.host
+                    .new_smb_global_mapping_with(remote, link, cred, options, d),
+            )
             .await
     }
 
@@ -646,6 +673,16 @@ impl Host for TestHost {
         d: Deadline,
     ) -> HostResult<()> {
         each!(self, h => h.new_smb_global_mapping(r, l, c, d))
+    }
+    async fn new_smb_global_mapping_with(
+        &self,
+        r: &UncPath,
+        l: Option<&HostPath>,
+        c: Option<&SmbCredential>,
+        o: &SmbMappingOptions,
+        d: Deadline,
+    ) -> HostResult<()> {
+        each!(self, h => h.new_smb_global_mapping_with(r, l, c, o, d))
     }
     async fn remove_smb_global_mapping(&self, r: &UncPath, d: Deadline) -> HostResult<()> {
         each!(self, h => h.remove_smb_global_mapping(r, d))

@@ -1374,6 +1374,9 @@ fn a_reused_mapping_without_encryption_is_warned_about() {
             require_privacy: Some(false),
             require_integrity: None,
             use_write_through: None,
+            compress_network_traffic: None,
+            transport_type: None,
+            block_ntlm: None,
         },
     )
     .expect("someone else's mapping");
@@ -1403,6 +1406,7 @@ fn a_reused_mapping_without_encryption_is_warned_about() {
             &share(r"\\fs1\data"),
             None,
             Some(&(r"CORP\bob".to_owned(), Secret::new(PW))),
+            &crate::host::SmbMappingOptions::default(),
         )
         .expect("reused");
         assert_eq!(pass, super::smb::MapPass::Done);

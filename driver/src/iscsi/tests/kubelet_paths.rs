@@ -580,3 +580,69 @@ async fn a_publish_onto_a_staging_path_without_its_mount_point_repairs_it_or_ref
         unstaged_clean(&host, &env).await;
     }
 }
+
+// ---- the matrix's restart during an iSCSI portal outage ----
+
+/// A driver restarted (a rollout, a crash) while the volume's portal does not answer: the session stays and its disk
+/// is gone until the portal answers again. Start-up reconciliation keeps the record staged (left in place and
+/// watched: kubelet never re-stages a volume it believes mounted; marked for re-stage, every later publish answered
+/// "not staged" for ever), a publish meanwhile answers UNAVAILABLE saying why, and once the portal answers and the
+/// disk is back a publish links the pod to its data. After a reboot (the session gone with it) the record is still
+/// marked for re-stage.
+#[tokio::test(start_paused = true)]
+async fn a_restart_during_a_portal_outage_keeps_the_volume_staged_and_publish_works_once_it_answers()
+ {
+    for (host, mut env) in every_host(|_| {}) {
+        staged_with_data(&host, &env).await;
+        env.script(|s| s.set_portal_reachable("10.0.0.5", false))
+            .expect("outage");
+        env.restart();
+        let report = env.mgr.reconcile(d()).await.expect("reconcile");
+        assert!(report.restage.is_empty(), "{host}: {report:?}");
+        assert_eq!(report.unreachable, ["v1"], "{host}: {report:?}");
+        let phase = env
+            .mgr
+            .store()
+            .volume("v1")
+            .expect("read")
+            .expect("record")
+            .phase;
+        assert_eq!(phase, Phase::Staged, "{host}");
+        let err = env
+            .publish(&publish_req("pod1"), d())
+            .await
+            .expect_err("the disk is gone during the outage");
+        assert!(
+            matches!(&err, Error::Unavailable(m) if m.contains("is not there now")),
+            "{host}: {err:?}"
+        );
+        assert!(!env.exists(&target("pod1")), "{host}");
+        env.script(|s| s.set_portal_reachable("10.0.0.5", true))
+            .expect("the portal answers");
+        // kubelet's retries are spaced by its backoff, which spans the disk's arrival delay.
+        let mut published = Err(err);
+        for _ in 0..20 {
+            published = env.publish(&publish_req("pod1"), d()).await;
+            if published.is_ok() {
+                break;
+            }
+            tokio::time::advance(Duration::from_millis(500)).await;
+        }
+        published.unwrap_or_else(|e| panic!("{host}: publish once the portal answers: {e}"));
+        assert_eq!(
+            data_at(&env, &target("pod1")).as_deref(),
+            Some(&b"the pod's data"[..]),
+            "{host}: the pod sees its data"
+        );
+        env.mgr
+            .unpublish(&unpublish_req("pod1"), d())
+            .await
+            .expect("unpublish");
+        // A reboot ends the session: reconciliation marks the volume for re-stage, as before.
+        env.sim.reboot().expect("reboot");
+        env.restart();
+        let report = env.mgr.reconcile(d()).await.expect("reconcile");
+        assert_eq!(report.restage, ["v1"], "{host}: {report:?}");
+        unstaged_clean(&host, &env).await;
+    }
+}

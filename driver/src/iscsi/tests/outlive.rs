@@ -404,3 +404,113 @@ async fn a_native_initialize_in_flight_is_waited_for_until_its_outcome_shows() {
         .expect("unstage");
     env.assert_clean();
 }
+
+/// Issue 37 item 9, the iSCSI staging path: the unstage's `Rmdir` of the staging path hangs (csi-proxy and
+/// `RemoveDirectoryW` finish after their caller went away) and the driver is killed in it. A new pod's stage of the
+/// volume meanwhile must not mount the volume there again and answer OK, only to lose the mount point when the late
+/// removal lands: it answers UNAVAILABLE while the removal may still run, and stages once the path is gone.
+#[tokio::test(start_paused = true)]
+async fn a_staging_path_removal_that_outlives_its_unstage_never_takes_a_later_stage_s_mount_point()
+{
+    for v in CsiProxyVersion::ALL {
+        let mut env = Env::new();
+        env.sim.set_csi_proxy_version(v).expect("release");
+        env.mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .expect("v1");
+        let rmdir = env.per_backend("Rmdir", "RemoveDirectoryW");
+        env.sim.hang_nth(rmdir, 1).expect("hang");
+        let unstage = unstage_req("v1");
+        tokio::select! {
+            r = env.mgr.unstage(&unstage, d()) => panic!("{v}: finished despite the hang: {r:?}"),
+            () = env.sim.wait_hung(1) => {}
+        }
+        env.restart();
+        let native = env.backend == sim::wmi::TestBackend::Native;
+        if native {
+            tokio::time::resume();
+        }
+        let within = Duration::from_secs(if native { 3 } else { 60 });
+        let r = env
+            .mgr
+            .stage(&stage_req("v1", 0, &[], &[]), Deadline::after(within))
+            .await;
+        assert!(
+            matches!(&r, Err(Error::Unavailable(m)) if m.contains("Rmdir") && m.contains("volume \"v1\"")),
+            "{v}: {r:?}"
+        );
+        assert!(
+            env.record("v1").unmounting.is_some(),
+            "{v}: the removal stays announced in the record"
+        );
+        // The late removal lands; the next stage learns it from the host (the staging path is gone).
+        env.sim.release_hangs();
+        env.sim.wait_unhung().await;
+        env.mgr
+            .stage(&stage_req("v1", 0, &[], &[]), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: the stage once the removal ended: {e}"));
+        assert!(
+            env.resolves(&staging("v1")),
+            "{v}: the stage's mount point stays"
+        );
+        assert!(
+            env.record("v1").unmounting.is_none(),
+            "{v}: the announcement left the record"
+        );
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        assert!(env.mgr.store().volumes().expect("list").is_empty(), "{v}");
+        env.0.assert_clean();
+        if native {
+            tokio::time::pause();
+        }
+    }
+}
+
+/// Issue 37 item 14: a first stage gives up (its deadline) while its announced `PartitionDisk` hangs, kubelet unstages
+/// (the logout takes the disk away), and the late call then fails on the host: no outcome can ever show on the RAW
+/// disk. The call ran on its own task, so this process heard it answer: the next stage goes on at once instead of
+/// waiting for the hour's bound (through csi-proxy nothing else can prove the call over).
+#[tokio::test(start_paused = true)]
+async fn a_stage_that_gave_up_still_hears_its_partition_answer_and_is_not_held_for_the_bound() {
+    // csi-proxy only: natively the backend itself knows its calls in flight (`Host::in_flight`).
+    for v in CsiProxyVersion::ALL {
+        let env = Env::with_on(sim::wmi::TestBackend::CsiProxy, |_| {});
+        env.sim.set_csi_proxy_version(v).expect("release");
+        env.sim.hang_nth("PartitionDisk", 1).expect("hang");
+        let req = stage_req("v1", 0, &[], &[]);
+        let r = env
+            .mgr
+            .stage(&req, Deadline::after(Duration::from_secs(60)))
+            .await;
+        assert!(
+            matches!(&r, Err(Error::DeadlineExceeded(_) | Error::Unavailable(_))),
+            "{v}: {r:?}"
+        );
+        assert!(env.record("v1").pending.is_some(), "{v}: announced");
+        // The pod is deleted: NodeUnstage while the call hangs (the logout takes the disk away).
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: unstage: {e}"));
+        env.sim.release_hangs();
+        env.sim.wait_unhung().await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        env.mgr
+            .stage(&req, d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: the next stage once the call answered: {e}"));
+        assert!(env.mounted(&staging("v1")).is_some(), "{v}: staged");
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        env.0.assert_clean();
+    }
+}

@@ -165,6 +165,8 @@ async fn reconciliation_adopts_a_share_whose_record_then_protects_the_mapping() 
             principal: None,
             mapped: false,
             removing: None,
+            options: Default::default(),
+            unledgered: false,
             creating: None,
         }
     );
@@ -269,6 +271,8 @@ fn share_records_compare_the_windows_way() {
         principal: None,
         mapped: false,
         removing: None,
+        options: Default::default(),
+        unledgered: false,
         creating: None,
     };
     let b = SmbRecord {
@@ -277,6 +281,8 @@ fn share_records_compare_the_windows_way() {
         principal: Some("bob".into()),
         mapped: true,
         removing: None,
+        options: Default::default(),
+        unledgered: false,
         creating: None,
     };
     assert!(a.same_volume(&b));

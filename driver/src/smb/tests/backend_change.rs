@@ -179,3 +179,98 @@ async fn a_node_moves_between_modes_with_pods_running_on_every_release() {
         }
     }
 }
+
+/// A stage killed on csi-proxy inside its `NewSmbGlobalMapping` (the call goes on in csi-proxy and maps the share),
+/// then the node moved to hostProcess mode: the native driver's unstage removes the mapping, as csi-proxy's would
+/// have (the record claimed the share through a backend without a ledger, `SmbRecord::unledgered`) — after kubelet's
+/// retried stage, or straight away when kubelet gave up and unstages. Every release.
+#[tokio::test]
+async fn a_stage_killed_on_csi_proxy_is_torn_down_by_the_native_driver() {
+    for v in CsiProxyVersion::ALL {
+        for restaged in [true, false] {
+            let when = format!("{v}: re-staged first: {restaged}");
+            let mut env = world(TestBackend::CsiProxy, v);
+            env.hold_nth(NewSmbGlobalMapping, 1);
+            let req = stage_req("smb", SHARE, None, "bob");
+            tokio::select! {
+                r = env.stage(&req, d()) => panic!("{when}: the stage ended under the held call: {r:?}"),
+                () = env.hung() => {}
+            }
+            // The driver dies; csi-proxy finishes the call.
+            env.release();
+            env.sim.wait_unhung().await;
+            assert_eq!(
+                mappings(&env).len(),
+                1,
+                "{when}: csi-proxy mapped the share"
+            );
+            env.switch_backend(TestBackend::Native);
+            if restaged {
+                env.stage(&req, d())
+                    .await
+                    .unwrap_or_else(|e| panic!("{when}: native stage: {e}"));
+            }
+            env.mgr
+                .unstage(&unstage_req("smb"), d())
+                .await
+                .unwrap_or_else(|e| panic!("{when}: native unstage: {e}"));
+            env.assert_clean();
+        }
+    }
+}
+
+/// The native driver never claims a mapping someone else made because a stage of its own through it did not complete:
+/// a native stage killed inside its `NewSmbGlobalMapping` over someone else's mapping leaves that mapping at its
+/// unstage (only a backend without a ledger marks the record `unledgered`).
+#[tokio::test]
+async fn a_native_stage_killed_over_someone_elses_mapping_leaves_it() {
+    let mut env = world(TestBackend::Native, CsiProxyVersion::V1_1_3);
+    env.script(|s| s.new_smb_global_mapping(SHARE, "", r"CORP\bob", &sim::Secret::new("pw-1")))
+        .expect("someone else's mapping");
+    env.hold_nth(NewSmbGlobalMapping, 1);
+    let req = stage_req("smb", SHARE, None, "bob");
+    tokio::select! {
+        r = env.stage(&req, d()) => panic!("the stage ended under the held call: {r:?}"),
+        () = env.hung() => {}
+    }
+    env.restart();
+    env.release();
+    env.mgr
+        .unstage(&unstage_req("smb"), d())
+        .await
+        .expect("unstage");
+    assert_eq!(mappings(&env).len(), 1, "someone else's mapping stays");
+}
+
+/// The same for an iSCSI stage killed on csi-proxy inside its `ConnectTarget` (csi-proxy finishes the login): the
+/// native driver's login finds the session connected, counts it as wincsi's (the record claimed the target through a
+/// backend without a ledger, `IscsiRecord::unledgered`) and its unstage logs it out — after kubelet's retried stage,
+/// or straight away. Every release.
+#[tokio::test]
+async fn an_iscsi_stage_killed_on_csi_proxy_is_torn_down_by_the_native_driver() {
+    for v in CsiProxyVersion::ALL {
+        for restaged in [true, false] {
+            let when = format!("{v}: re-staged first: {restaged}");
+            let mut env = world(TestBackend::CsiProxy, v);
+            env.hold_nth(ConnectTarget, 1);
+            let req = iscsi_stage("blk");
+            tokio::select! {
+                r = env.stage(&req, d()) => panic!("{when}: the stage ended under the held call: {r:?}"),
+                () = env.hung() => {}
+            }
+            env.release();
+            env.sim.wait_unhung().await;
+            env.switch_backend(TestBackend::Native);
+            if restaged {
+                env.stage(&req, d())
+                    .await
+                    .unwrap_or_else(|e| panic!("{when}: native stage: {e}"));
+            }
+            env.mgr
+                .unstage(&unstage_req("blk"), d())
+                .await
+                .unwrap_or_else(|e| panic!("{when}: native unstage: {e}"));
+            env.assert_clean();
+        }
+    }
+}

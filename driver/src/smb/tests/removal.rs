@@ -1,6 +1,7 @@
 //! Issue 37 item 9 (SMB): a staging link's `Rmdir` or a share's `RemoveSmbGlobalMapping` that finishes after the
 //! unstage that issued it gave up must not take away what a later stage makes. The removals are announced in the
-//! record, run to their end, and stages wait for them (UNAVAILABLE meanwhile). Every release, both backends.
+//! record, run to their end, and stages wait for them: for an answer within their deadline while the removal runs in
+//! the same process, else UNAVAILABLE. Every release, both backends.
 
 use super::*;
 use sim::CsiProxyVersion;
@@ -17,15 +18,49 @@ async fn unstage_given_up(env: &Env, id: &str) {
     }
 }
 
-/// Resolves once `done` holds (polling the host's state; the removal runs on its own task).
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
+/// What this driver process knows of its removals changes (a removal's task answered): taken before a removal is let
+/// go, it wakes [`until`] without polling the host.
+fn removal_changes(env: &Env) -> tokio::sync::watch::Receiver<u64> {
+    env.mgr.protocol().1.removal_changes()
+}
+
+/// Hold the next mapping removal where it goes on after its driver was killed: csi-proxy's RPC, or natively the WMI
+/// method in its provider (the native backend's sequence before the method dies with the process).
+fn hold_mapping_removal_in_host(env: &Env) {
+    let method = match env.backend {
+        sim::wmi::TestBackend::CsiProxy => "RemoveSmbGlobalMapping",
+        sim::wmi::TestBackend::Native => "MSFT_SmbGlobalMapping.Remove",
+    };
+    env.sim.hang_nth(method, 1).expect("hold");
+}
+
+/// [`unstage_given_up`] under a removal held by [`hold_mapping_removal_in_host`].
+async fn unstage_given_up_in_host(env: &Env, id: &str) {
+    let before = env.sim.hung_calls();
+    let req = unstage_req(id);
+    tokio::select! {
+        r = env.mgr.unstage(&req, d()) => panic!("the unstage of {id} ended under the held removal: {r:?}"),
+        () = env.sim.wait_hung(before + 1) => {}
+    }
+}
+
+/// Resolves once `done` holds, looked at each time the driver process `changes` came from learns a removal's answer
+/// (its task runs on, also when that process was replaced by a restart). The bound only turns a hang into a failure.
+async fn until(
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    what: &str,
+    mut done: impl FnMut() -> bool,
+) {
     tokio::time::timeout(Duration::from_secs(30), async {
         while !done() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            if changes.changed().await.is_err() {
+                break;
+            }
         }
     })
     .await
     .unwrap_or_else(|_| panic!("never: {what}"));
+    assert!(done(), "never: {what}");
 }
 
 fn unavailable_for_removal(r: Result<(), Error>, when: &str) {
@@ -35,21 +70,42 @@ fn unavailable_for_removal(r: Result<(), Error>, when: &str) {
     }
 }
 
-/// The stage of `id` waits for the removal; were it to succeed, the late removal would take away what it made: shown
-/// by letting the removal end and looking at the stage's staging link.
-async fn waits_for_the_removal(env: &Env, id: &str, when: &str) {
-    let r = env.stage(&stage_req(id, SHARE, None, "bob"), d()).await;
-    if r.is_ok() {
-        env.release();
-        until("the removal ends", || env.hung_calls() == 0).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        panic!(
-            "{when}: the stage of {id} succeeded under the removal, whose end then left its staging link reaching \
-             the share: {}",
-            env.resolves(&norm_staging(id))
-        );
+/// A stage of `id` while this process's removal runs waits for it (no answer, no record) and goes on once it ended:
+/// kubelet gets OK without a retry, and what the stage made outlives the removal.
+async fn waits_for_the_removal_then_stages(env: &Env, id: &str, when: &str) {
+    let mut waiters = env.mgr.protocol().1.removal_waiters();
+    let changes = removal_changes(env);
+    let req = stage_req(id, SHARE, None, "bob");
+    let mut stage = std::pin::pin!(env.stage(&req, d()));
+    tokio::select! {
+        r = &mut stage => panic!("{when}: the stage of {id} answered while the removal ran: {r:?}"),
+        r = waiters.wait_for(|n| *n >= 1) => { r.expect("waiters"); }
     }
-    unavailable_for_removal(r, when);
+    env.release();
+    stage
+        .await
+        .unwrap_or_else(|e| panic!("{when}: the stage of {id} once the removal ended: {e}"));
+    until(changes, "the removal's task answered", || {
+        env.hung_calls() == 0
+    })
+    .await;
+    assert!(
+        env.resolves(&norm_staging(id)),
+        "{when}: the stage of {id} answered OK, and the late removal took away what it made"
+    );
+}
+
+/// A stage whose deadline comes while this process's removal still runs answers UNAVAILABLE naming it.
+async fn unavailable_at_its_deadline(env: &Env, id: &str, when: &str) {
+    let short = Deadline::after(Duration::from_millis(200));
+    unavailable_for_removal(
+        env.stage(&stage_req(id, SHARE, None, "bob"), short).await,
+        when,
+    );
+    assert!(
+        env.mgr.store().volume(id).expect("read").is_none(),
+        "{when}: a stage that waited in vain leaves no record"
+    );
 }
 
 #[tokio::test]
@@ -63,22 +119,11 @@ async fn a_mapping_removal_that_outlives_its_unstage_is_waited_for_by_the_next_s
             .expect("v1");
         env.hold_nth(RemoveSmbGlobalMapping, 1);
         unstage_given_up(&env, "v1").await;
-        // Another volume of the share: the old mapping is still there, and would go from under it.
-        waits_for_the_removal(&env, "v2", &when).await;
-        assert!(
-            env.mgr.store().volume("v2").expect("read").is_none(),
-            "{when}"
-        );
-        // The removal ends; the next stage maps the share afresh and keeps its mapping.
-        env.release();
-        until("the mapping is removed", || mappings(&env).is_empty()).await;
-        env.stage(&stage_req("v2", SHARE, None, "bob"), d())
-            .await
-            .unwrap_or_else(|e| panic!("{when}: v2 once the removal ended: {e}"));
-        assert!(
-            env.resolves(&norm_staging("v2")),
-            "{when}: v2 lost its mapping"
-        );
+        // Another volume of the share: the old mapping is still there, and would go from under it. This process
+        // runs the removal: the stage waits for its answer, within its deadline.
+        unavailable_at_its_deadline(&env, "v2", &when).await;
+        // The removal ends while the stage waits; the stage maps the share afresh and keeps its mapping.
+        waits_for_the_removal_then_stages(&env, "v2", &when).await;
         // kubelet's retry of v1's unstage finishes it; v2's mapping stays.
         env.mgr
             .unstage(&unstage_req("v1"), d())
@@ -102,20 +147,15 @@ async fn a_link_removal_that_outlives_its_unstage_is_waited_for_by_the_volumes_n
             .expect("v9 keeps the mapping");
         env.hold_nth(Rmdir, 1);
         unstage_given_up(&env, "v1").await;
-        // kubelet stages the volume again (a new pod): the link is still there and would look staged.
-        waits_for_the_removal(&env, "v1", &when).await;
-        env.release();
-        until("the link is removed", || !env.exists(&staging("v1"))).await;
-        env.stage(&stage_req("v1", SHARE, None, "bob"), d())
-            .await
-            .unwrap_or_else(|e| panic!("{when}: re-stage once the removal ended: {e}"));
-        assert!(env.resolves(&norm_staging("v1")), "{when}");
+        // kubelet stages the volume again (a new pod): the link is still there and would look staged. The stage
+        // waits for this process's removal, then makes the link afresh.
+        waits_for_the_removal_then_stages(&env, "v1", &when).await;
     }
 }
 
 /// A driver killed while its removals ran: the restarted driver learns the link's removal from the host (the path is
-/// gone); a mapping's removal through csi-proxy cannot be observed, so stages of the share wait for the node's reboot
-/// or the one-hour bound.
+/// gone) and natively the mapping's (the in-flight ledger until the mapping list shows it gone); a mapping's removal
+/// through csi-proxy cannot be observed, so stages of the share wait for the node's reboot or the one-hour bound.
 #[tokio::test]
 async fn after_a_restart_the_removals_are_learned_from_the_host_a_reboot_or_the_bound() {
     let mut env = new_env(false);
@@ -124,41 +164,60 @@ async fn after_a_restart_the_removals_are_learned_from_the_host_a_reboot_or_the_
         .expect("v1");
     env.hold_nth(Rmdir, 1);
     unstage_given_up(&env, "v1").await;
+    let changes = removal_changes(&env);
     env.restart();
     unavailable_for_removal(
         env.stage(&stage_req("v1", SHARE, None, "bob"), d()).await,
         "the link is still there",
     );
     env.release();
-    until("the link is removed", || !env.exists(&staging("v1"))).await;
+    until(changes, "the link is removed", || {
+        !env.exists(&staging("v1"))
+    })
+    .await;
     env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("the path is gone: the removal is over");
-    // The mapping's removal.
-    env.hold_nth(RemoveSmbGlobalMapping, 1);
-    unstage_given_up(&env, "v1").await;
+    // The mapping's removal, held where a killed driver leaves it running.
+    hold_mapping_removal_in_host(&env);
+    unstage_given_up_in_host(&env, "v1").await;
+    let changes = removal_changes(&env);
     env.restart();
-    env.release();
-    until("the mapping is removed", || mappings(&env).is_empty()).await;
     unavailable_for_removal(
         env.stage(&stage_req("v2", SHARE, None, "bob"), d()).await,
-        "a new process cannot observe it",
+        "while the removal runs",
     );
-    // Nothing is in flight any more: the clock can be moved on to the bound.
-    tokio::time::pause();
-    tokio::time::advance(Duration::from_secs(3600)).await;
-    env.stage(&stage_req("v2", SHARE, None, "bob"), d())
-        .await
-        .expect("after the bound");
+    env.release();
+    until(changes, "the mapping is removed", || {
+        mappings(&env).is_empty()
+    })
+    .await;
+    if env.backend == sim::wmi::TestBackend::Native {
+        // Natively the in-flight ledger holds `MSFT_SmbGlobalMapping.Remove` until the mapping list shows it gone.
+        env.stage(&stage_req("v2", SHARE, None, "bob"), d())
+            .await
+            .expect("natively the mapping list shows the removal ended");
+    } else {
+        unavailable_for_removal(
+            env.stage(&stage_req("v2", SHARE, None, "bob"), d()).await,
+            "a new process cannot observe it through csi-proxy",
+        );
+        // Nothing is in flight any more: the clock can be moved on to the bound.
+        tokio::time::pause();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        env.stage(&stage_req("v2", SHARE, None, "bob"), d())
+            .await
+            .expect("after the bound");
+        tokio::time::resume();
+    }
     assert!(env.resolves(&norm_staging("v2")));
     // A reboot ends every call from before it at once. (kubelet's retry of v1's unstage ends v1 first.)
-    tokio::time::resume();
     env.mgr
         .unstage(&unstage_req("v1"), d())
         .await
         .expect("v1's unstage retry");
-    env.hold_nth(RemoveSmbGlobalMapping, 1);
-    unstage_given_up(&env, "v2").await;
+    hold_mapping_removal_in_host(&env);
+    unstage_given_up_in_host(&env, "v2").await;
     env.restart();
     unavailable_for_removal_of(
         env.stage(&stage_req("v3", SHARE, None, "bob"), d()).await,

@@ -9,7 +9,7 @@ use tracing::debug;
 
 use super::{IscsiRecord, Sessions, block_error};
 use crate::error::Error;
-use crate::host::{Host, HostOp, HostResult, IscsiAuth, Portal};
+use crate::host::{Host, HostOp, HostResult, Portal};
 use crate::lifecycle::creation::{Creation, Settled};
 use crate::lifecycle::{Calls, Context};
 use crate::state::VolumeRecord;
@@ -26,10 +26,14 @@ pub(super) async fn login<H: Host>(
     volume_id: &str,
     portal: &Portal,
     iqn: &str,
-    auth: &IscsiAuth,
-    persistent: bool,
+    vol: &super::IscsiVolume,
 ) -> HostResult<()> {
-    let (p, i, a) = (portal.clone(), iqn.to_owned(), auth.clone());
+    let (p, i, a, persistent) = (
+        portal.clone(),
+        iqn.to_owned(),
+        vol.auth.clone(),
+        vol.persistent,
+    );
     h.raw(
         HostOp::ConnectTarget,
         &iqn,
@@ -48,6 +52,19 @@ pub(super) async fn login<H: Host>(
         ),
     )
     .await
+}
+
+/// The announcement of a login of `volume_id` (`rec` its facts, written by the caller before the login).
+pub(super) fn announce<H: Host>(
+    h: &Calls<'_, H>,
+    sessions: &Sessions,
+    volume_id: &str,
+    rec: &IscsiRecord,
+) -> Creation {
+    let earlier = rec.creating.as_ref();
+    sessions
+        .1
+        .announce(h.host(), volume_id, earlier, HostOp::ConnectTarget, None)
 }
 
 /// Before an unstage of `record` (facts `rec`): UNAVAILABLE while a login its stage announced may still run.

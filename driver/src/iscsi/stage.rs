@@ -201,9 +201,7 @@ pub(super) async fn stage<H: Host>(
             rec.staged_boot = h.host().uptime().map(crate::host::BootStamp::at);
             let login = rec.creating.take();
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
-            if let Some(c) = login {
-                sessions.1.forget(volume_id, &c);
-            }
+            login.inspect(|c| sessions.1.forget(volume_id, c));
             info!(staging = %staging, iqn = %vol.iqn, lun = vol.lun, volume = ?rec.volume, "iSCSI volume staged");
             Ok(())
         }
@@ -211,15 +209,16 @@ pub(super) async fn stage<H: Host>(
             warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
             Err(err)
         }
-        Err(err) => {
-            let r = match first {
-                true => roll_back(cx, sessions, judge, h, volume_id, staging, &mut rec, err).await,
-                false => Err(err),
-            };
-            // A kept record loses the announcement of a login that answered (`creation.rs`).
-            super::creation::retire_answered(cx, sessions, volume_id).await?;
-            r
+        // A kept record loses the announcement of a login that answered (`creation.rs`).
+        Err(err) if first => {
+            let r = roll_back(cx, sessions, judge, h, volume_id, staging, &mut rec, err).await;
+            super::creation::retire_answered(cx, sessions, volume_id)
+                .await
+                .and(r)
         }
+        Err(err) => super::creation::retire_answered(cx, sessions, volume_id)
+            .await
+            .and(Err(err)),
     }
 }
 
@@ -352,18 +351,9 @@ async fn session_steps<H: Host>(
         // says so: normally only the first portal's, and only without mutual CHAP).
         // The login is announced in the same write and run to its end (`creation.rs`): an unstage waits for it.
         rec.session_portal = Some(p.clone());
-        let c = sessions.1.announce(
-            h.host(),
-            volume_id,
-            rec.creating.as_ref(),
-            HostOp::ConnectTarget,
-            None,
-        );
-        rec.creating = Some(c);
+        rec.creating = Some(super::creation::announce(h, sessions, volume_id, rec));
         put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-        let login =
-            super::creation::login(h, sessions, volume_id, p, &iqn, &vol.auth, vol.persistent)
-                .await;
+        let login = super::creation::login(h, sessions, volume_id, p, &iqn, vol).await;
         match login {
             Ok(()) => {
                 session = Some(p.clone());

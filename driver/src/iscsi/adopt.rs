@@ -136,6 +136,7 @@ pub(super) async fn adopt<H: Host>(
         unmounting: None,
         staged_boot: None,
         unledgered: false,
+        creating: None,
     };
     info!(staging = %staging, iqn = %iqn, lun, disk, volume = %vid, "iSCSI volume without a record proven from the \
           host: adopting it");

@@ -194,6 +194,7 @@ mod access;
 mod adopt;
 mod capacity;
 mod chap;
+mod creation;
 mod discovery;
 pub mod disk;
 mod judge;
@@ -297,6 +298,10 @@ pub struct IscsiRecord {
     /// unstage, as csi-proxy's would have logged out (issue 37, backend change with running pods).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unledgered: bool,
+    /// The stage's login, announced before it was issued and retired by the `Staged` write (`creation.rs`): an
+    /// unstage waits until it cannot still run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creating: Option<crate::lifecycle::creation::Creation>,
 }
 
 impl Details for IscsiRecord {
@@ -325,6 +330,7 @@ impl IscsiRecord {
             unmounting: None,
             staged_boot: None,
             unledgered: false,
+            creating: None,
         }
     }
 
@@ -434,7 +440,11 @@ impl Iscsi {
 /// stages' logins); it is only a hint: a stage that joins and finds no disk of the target forgets the session and
 /// logs in itself, and every logout forgets it. Empty at start, so after a reboot every target is logged in again.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Sessions(Arc<Mutex<HashMap<String, Session>>>);
+pub(crate) struct Sessions(
+    Arc<Mutex<HashMap<String, Session>>>,
+    /// The logins this process issued, run to their end (`creation.rs`).
+    pub(super) crate::lifecycle::creation::Creations,
+);
 
 /// What a stage that joins a session takes from the one that made it.
 #[derive(Clone, Debug)]

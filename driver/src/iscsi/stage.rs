@@ -145,7 +145,8 @@ pub(super) async fn stage<H: Host>(
                         (s.portal, Some(claim))
                     }
                     None => {
-                        let portal = session_steps(cx, h, volume_id, staging, vol, &mut rec).await?;
+                        let portal =
+                            session_steps(cx, h, sessions, volume_id, staging, vol, &mut rec).await?;
                         let iqn = rec.target_iqn.as_deref().unwrap_or(&vol.iqn);
                         sessions.logged_in(&key, vol, iqn, &portal);
                         (portal, None)
@@ -198,7 +199,9 @@ pub(super) async fn stage<H: Host>(
             // From here on the volume holds what pods write: nothing may format it again.
             rec.retire_marks();
             rec.staged_boot = h.host().uptime().map(crate::host::BootStamp::at);
+            let login = rec.creating.take();
             put_iscsi(cx, volume_id, staging, Phase::Staged, &rec).await?;
+            login.inspect(|c| sessions.1.forget(volume_id, c));
             info!(staging = %staging, iqn = %vol.iqn, lun = vol.lun, volume = ?rec.volume, "iSCSI volume staged");
             Ok(())
         }
@@ -206,10 +209,16 @@ pub(super) async fn stage<H: Host>(
             warn!(error = %err, "stage outcome uncertain: keeping the record for kubelet's retry or unstage");
             Err(err)
         }
+        // A kept record loses the announcement of a login that answered (`creation.rs`).
         Err(err) if first => {
-            roll_back(cx, sessions, judge, h, volume_id, staging, &mut rec, err).await
+            let r = roll_back(cx, sessions, judge, h, volume_id, staging, &mut rec, err).await;
+            super::creation::retire_answered(cx, sessions, volume_id)
+                .await
+                .and(r)
         }
-        Err(err) => Err(err),
+        Err(err) => super::creation::retire_answered(cx, sessions, volume_id)
+            .await
+            .and(Err(err)),
     }
 }
 
@@ -254,6 +263,7 @@ async fn roll_back<H: Host>(
 async fn session_steps<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    sessions: &Sessions,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
@@ -339,23 +349,11 @@ async fn session_steps<H: Host>(
     for p in &added {
         // The portal this login goes through is on record before it (the store writes nothing when the record already
         // says so: normally only the first portal's, and only without mutual CHAP).
+        // The login is announced in the same write and run to its end (`creation.rs`): an unstage waits for it.
         rec.session_portal = Some(p.clone());
+        rec.creating = Some(super::creation::announce(h, sessions, volume_id, rec));
         put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-        let login = if vol.persistent {
-            h.raw(
-                HostOp::ConnectTarget,
-                &iqn,
-                h.host().connect_target_persistent(p, &iqn, &vol.auth, d),
-            )
-            .await
-        } else {
-            h.raw(
-                HostOp::ConnectTarget,
-                &iqn,
-                h.host().connect_target(p, &iqn, &vol.auth, d),
-            )
-            .await
-        };
+        let login = super::creation::login(h, sessions, volume_id, p, &iqn, vol).await;
         match login {
             Ok(()) => {
                 session = Some(p.clone());

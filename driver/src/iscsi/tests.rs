@@ -1099,10 +1099,20 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
             if !kubelet_unstages_instead {
                 staged(&env).await;
             }
-            env.mgr
-                .unstage(&unstage_req("v1"), d())
-                .await
-                .unwrap_or_else(|e| panic!("call {n}: unstage: {e}"));
+            if let Err(e) = env.mgr.unstage(&unstage_req("v1"), d()).await {
+                // Killed right after announcing the login: the hung login is in flight on the host, and the unstage
+                // waits for it (issue 37, give up and unstage) until it lands.
+                assert!(
+                    kubelet_unstages_instead
+                        && matches!(&e, Error::Unavailable(m) if m.contains("has not finished")),
+                    "call {n}: unstage: {e:?}"
+                );
+                env.release();
+                env.mgr
+                    .unstage(&unstage_req("v1"), d())
+                    .await
+                    .unwrap_or_else(|e| panic!("call {n}: unstage once the login landed: {e}"));
+            }
             if kubelet_unstages_instead && env.mgr.store().volume("v1").expect("read").is_some() {
                 // Killed after `PartitionDisk` was announced: the unstage keeps what says the volume is this
                 // driver's (issue 37 item 4), released; a later stage of the volume converges.
@@ -2560,6 +2570,7 @@ async fn a_joining_stage_reads_its_disk_while_its_claim_is_written_and_creates_n
 
 mod capacity;
 mod expand;
+mod giveup;
 mod kubelet_paths;
 mod multipath;
 mod stats_cache;

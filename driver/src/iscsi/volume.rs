@@ -62,6 +62,8 @@ pub(super) async fn unstage<H: Host>(
 ) -> Result<(), Error> {
     let volume_id = &record.volume_id;
     let h = &cx.calls(d);
+    // A login of an earlier stage that may still run would land after this unstage: UNAVAILABLE until it cannot.
+    super::creation::login_settled(h, sessions, record, rec).await?;
     // SINGLE_NODE_READER_ONLY (2), MULTI_NODE_READER_ONLY (3): the disk was left (natively: made) read-only.
     let reader = super::access::staged_reader_only(record);
     // The staging path's removal is announced in the record (`removal.rs`): the facts written from here on carry
@@ -91,6 +93,8 @@ pub(super) async fn unstage<H: Host>(
     let written = if keep {
         let mut kept = rec.clone();
         kept.release();
+        // The login it announced is over (waited for above).
+        kept.creating = None;
         cx.store().put_volume(&iscsi_record(
             cx,
             volume_id,
@@ -103,6 +107,9 @@ pub(super) async fn unstage<H: Host>(
     };
     drop(target);
     written.await?;
+    if let Some(c) = &rec.creating {
+        sessions.1.forget(volume_id, c);
+    }
     if keep {
         info!(staging = %staging, "iSCSI volume unstaged; its record is kept (released): this driver partitioned the \
               LUN and no stage has formatted its volume yet, which the next stage of the volume does");

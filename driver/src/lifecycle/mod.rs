@@ -80,6 +80,7 @@ use crate::state::{AccessRecord, PublishRecord, StateStore, VolumeRecord};
 
 mod capacity;
 mod context;
+pub mod creation;
 mod csi;
 pub mod democratic;
 pub mod inline;

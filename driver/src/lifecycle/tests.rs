@@ -781,6 +781,7 @@ impl Protocol<CsiProxyHost> for Adopter {
             options: Default::default(),
             unledgered: false,
             credential: None,
+            creating: None,
         };
         VolumeRecord::new(
             found.volume_id,

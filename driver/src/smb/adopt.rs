@@ -65,6 +65,7 @@ pub(super) async fn adopt<H: Host>(
         options: Default::default(),
         unledgered: false,
         credential: None,
+        creating: None,
     };
     info!(staging = %staging, remote = %remote, "staging link into a share without a record: adopting it (principal \
           unknown)");

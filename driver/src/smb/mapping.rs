@@ -17,19 +17,33 @@ use crate::lifecycle::{Calls, Context};
 use crate::locks::KeyedGuard;
 use crate::state::{Phase, VolumeRecord};
 
-/// `NewSmbGlobalMapping` of `remote` with a link at `link`, with the volume's SMB client options.
+/// `NewSmbGlobalMapping` of `remote` with a link at `link`, with the volume's SMB client options: a creating call of
+/// `volume_id`'s stage, announced in its record by the stage and run to its end on its own task
+/// (`crate::lifecycle::creation`), so an unstage after the stage gave up waits for it rather than answer OK before the
+/// mapping and link land.
 async fn new_mapping<H: Host>(
     h: &Calls<'_, H>,
+    removals: &Removals,
+    volume_id: &str,
     remote: &UncPath,
     link: &HostPath,
     cred: Option<&SmbCredential>,
     options: &SmbMappingOptions,
 ) -> HostResult<()> {
+    let (r, l, c, o) = (remote.clone(), link.clone(), cred.cloned(), *options);
     h.raw(
         HostOp::NewSmbGlobalMapping,
         remote,
-        h.host()
-            .new_smb_global_mapping_with(remote, Some(link), cred, options, h.deadline()),
+        removals.1.to_end(
+            h.host(),
+            volume_id,
+            HostOp::NewSmbGlobalMapping,
+            h.deadline(),
+            move |host: H, d| async move {
+                host.new_smb_global_mapping_with(&r, Some(&l), c.as_ref(), &o, d)
+                    .await
+            },
+        ),
     )
     .await
 }
@@ -153,7 +167,7 @@ async fn map_repairing<H: Host>(
     options: &SmbMappingOptions,
     repair: MapRepair,
 ) -> Result<(), MapFailure> {
-    match new_mapping(h, remote, link, cred, options).await {
+    match new_mapping(h, removals, volume_id, remote, link, cred, options).await {
         Err(e) if repair.repairs(&e) => {
             let root = remote.root_key();
             if let Some(user) = reaching_user(cx, h, volume_id, &root).await? {
@@ -182,7 +196,7 @@ async fn map_repairing<H: Host>(
                 Err(e) if e.kind == HostErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
-            Ok(new_mapping(h, remote, link, cred, options).await?)
+            Ok(new_mapping(h, removals, volume_id, remote, link, cred, options).await?)
         }
         other => Ok(other?),
     }
@@ -205,7 +219,7 @@ pub(super) async fn map_locked<H: Host>(
     repair: MapRepair,
 ) -> Result<(), MapFailure> {
     if guard.is_shared() {
-        match new_mapping(h, remote, link, cred, options).await {
+        match new_mapping(h, removals, volume_id, remote, link, cred, options).await {
             Err(e) if repair.repairs(&e) => {
                 info!(root = %remote.root(), "the mapping needs repair: taking the exclusive mapping lock");
                 guard.upgrade().await;

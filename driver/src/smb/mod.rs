@@ -100,6 +100,7 @@ use crate::host::{
     Host, HostErrorKind, HostOp, HostPath, SharedObject, SmbMappingOptions, UncPath, name_key,
     names_equal,
 };
+use crate::lifecycle::creation::Creation;
 use crate::lifecycle::{
     Calls, Context, Found, Health, Protocol, StageAt, StageRequest, Usage, VolumeStats, host_error,
 };
@@ -107,6 +108,7 @@ use crate::locks::Deadline;
 use crate::state::{Details, Phase, VolumeRecord};
 
 mod adopt;
+mod creation;
 mod mapping;
 mod options;
 pub mod params;
@@ -159,6 +161,10 @@ pub struct SmbRecord {
     /// volumes, and when the node key could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential: Option<String>,
+    /// Creating calls of a stage attempt (the mapping with its staging link, the subDir) announced before they were
+    /// issued and not yet retired by the `Staged` write (`creation.rs`): an unstage waits until they cannot still run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creating: Option<Creation>,
 }
 
 impl Details for SmbRecord {
@@ -176,6 +182,7 @@ impl SmbRecord {
             options: vol.options,
             unledgered: false,
             credential: None,
+            creating: None,
         }
     }
 
@@ -418,6 +425,11 @@ async fn unstage<H: Host>(
     // The lock key of the share as stage computes it (a record of an earlier version keys non-ASCII names otherwise).
     let root = name_key(&facts.root);
     let h = cx.calls(d);
+    // A creating call of an earlier stage that may still run would land after this unstage: UNAVAILABLE until it
+    // cannot (`creation.rs`); kubelet retries.
+    removals
+        .creation_settled(cx, &h, record, &facts, staging)
+        .await?;
     // The link's removal is announced before it is issued; the mapping's below, under the share's lock, only when
     // this is its last user (each announced removal is one that was issued, so a restarted driver never waits for a
     // removal that never ran).
@@ -464,6 +476,9 @@ async fn unstage<H: Host>(
     }
     cx.store().remove_volume(volume_id).await?;
     removals.forget(volume_id, &announced);
+    if let Some(c) = &facts.creating {
+        removals.1.forget(volume_id, c);
+    }
     info!(staging = %staging, "volume unstaged");
     Ok(())
 }

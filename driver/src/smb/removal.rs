@@ -38,6 +38,7 @@ use crate::host::{
     BootStamp, Host, HostError, HostErrorKind, HostObject, HostOp, HostPath, HostResult, Since,
     UncPath,
 };
+use crate::lifecycle::creation::Creations;
 use crate::lifecycle::outlive::{OUTLIVE_BOUND, Outlive, stamp_now};
 use crate::lifecycle::{Calls, Context, host_error};
 use crate::locks::Deadline;
@@ -59,9 +60,11 @@ pub struct SmbRemoval {
     pub at_unix_ms: u64,
 }
 
-/// What this process knows of the SMB removals it met, shared by the protocol's clones.
+/// What this process knows of the SMB removals it met, shared by the protocol's clones; and of the creating calls of
+/// its stages (`crate::lifecycle::creation`: the mapping with its staging link, the subDir), which an unstage waits for
+/// as a stage waits for a removal.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Removals(Outlive);
+pub(crate) struct Removals(Outlive, pub(super) Creations);
 
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()

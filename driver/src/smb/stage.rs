@@ -9,9 +9,10 @@ use super::removal::Removals;
 use super::{Mappings, SmbRecord, SmbVolume, other_share_users, reaches_share, rotate};
 use crate::error::Error;
 use crate::host::{
-    Host, HostError, HostErrorKind, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential,
+    Host, HostError, HostErrorKind, HostOp, HostPath, MAX_PATH_BYTES, SharedObject, SmbCredential,
     SmbMappingOptions, UncPath, names_equal,
 };
+use crate::lifecycle::creation::Creation;
 use crate::lifecycle::{Calls, Context, Found, StageAt, host_error};
 use crate::locks::{Deadline, KeyedGuard};
 use crate::state::{Phase, VolumeRecord};
@@ -67,6 +68,9 @@ pub(super) async fn stage<H: Host>(
         // What the record proved about the mapping stays proven while this stage runs and after it fails: the
         // mapping is still there (only this driver's unstage or rollback removes it, and either deletes the record).
         wanted.credential = facts.as_ref().and_then(|r| r.credential.clone());
+        // So does an announcement of creating calls an earlier attempt may still run (`creation.rs`): it leaves only
+        // with this attempt's `Staged` write.
+        wanted.creating = facts.as_ref().and_then(|r| r.creating.clone());
         wanted.mapped = facts.is_some_and(|r| r.proves_mapping(rec) && r.same_mapping(&wanted));
     }
     // The subDir is created through the staging link (csi-proxy's `Mkdir` takes local paths only): that path obeys
@@ -149,7 +153,14 @@ pub(super) async fn stage<H: Host>(
             debug!(staging = %staging, "removed what was at the staging path (kubelet's directory or an old link)")
         }
         Err(e) if e.kind == HostErrorKind::NotFound => {}
-        Err(e) => return Err(forget_fresh(cx, fresh, volume_id, host_error(e, staging)).await?),
+        Err(e) => {
+            // The volume's own subDir path, empty, left by a late `Mkdir` (`creation.rs`): removed, never refused.
+            let cleared = e.kind == HostErrorKind::NotEmpty
+                && super::creation::clear_late_sub_dir(cx, &h, staging, vol).await?;
+            if !cleared {
+                return Err(forget_fresh(cx, fresh, volume_id, host_error(e, staging)).await?);
+            }
+        }
     }
 
     // From here on the record (phase staging) counts as a user of the mapping (a fresh one was written with the
@@ -175,6 +186,27 @@ pub(super) async fn stage<H: Host>(
         }
         mapping = lock_mapping(cx, fresh.then_some(mappings), volume_id, &root).await?;
     }
+    // Each creating call below (the mapping with its link, the subDir) is announced in the record first, durable, and
+    // run to its end (`crate::lifecycle::creation`): an unstage after this stage gave up waits for it.
+    let announce = async |earlier: Option<&Creation>, call: HostOp, path: Option<&HostPath>| {
+        let c = removals.1.announce(
+            h.host(),
+            volume_id,
+            earlier,
+            call,
+            path.map(|p| p.as_str().to_owned()),
+        );
+        let announced = SmbRecord {
+            creating: Some(c.clone()),
+            ..wanted.clone()
+        };
+        cx.store()
+            .put_volume(&record.with_details(&announced)?)
+            .await?;
+        Ok::<_, Error>(c)
+    };
+    let mut creation =
+        announce(wanted.creating.as_ref(), HostOp::NewSmbGlobalMapping, None).await?;
     // What this call may have made, for the rollback of a definite failure.
     let mut made = Made::default();
     let cred = vol.credential.as_ref();
@@ -195,11 +227,13 @@ pub(super) async fn stage<H: Host>(
                 .await
                 .map_err(|e| map_error(e, vol, &vol.source))?;
             mappings.mapped(&root);
-            if let Err(e) = h.mkdir(sub).await {
+            creation = announce(Some(&creation), HostOp::Mkdir, Some(sub)).await?;
+            if let Err(e) = removals.mkdir_to_end(&h, volume_id, sub).await {
                 return Err(sub_dir_error(&h, staging, vol, e).await);
             }
             h.rmdir(staging).await.map_err(|e| host_error(e, staging))?;
             made.link = false;
+            creation = announce(Some(&creation), HostOp::NewSmbGlobalMapping, None).await?;
         }
         let full = vol.full_path();
         let on = Mapping {
@@ -243,6 +277,8 @@ pub(super) async fn stage<H: Host>(
             let facts = SmbRecord {
                 mapped: true,
                 credential,
+                // The announcement of the creating calls is retired with this write: they all answered.
+                creating: None,
                 ..wanted
             };
             let staged = cx
@@ -250,6 +286,7 @@ pub(super) async fn stage<H: Host>(
                 .put_volume(&cx.staged(&record.with_details(&facts)?));
             drop(mapping);
             staged.await?;
+            removals.1.forget(volume_id, &creation);
             info!(staging = %staging, remote = %vol.full_path(), "volume staged");
             Ok(())
         }
@@ -267,9 +304,13 @@ pub(super) async fn stage<H: Host>(
                 staging,
                 vol,
             };
-            Err(rollback.run(mapping, made, err).await?)
+            let err = rollback.run(mapping, made, err).await?;
+            if cx.store().volume(volume_id)?.is_none() {
+                removals.1.forget(volume_id, &creation);
+            }
+            Err(retired(cx, removals, volume_id, err).await?)
         }
-        Err(err) => Err(err),
+        Err(err) => Err(retired(cx, removals, volume_id, err).await?),
     }
 }
 
@@ -499,6 +540,20 @@ impl<H: Host> Rollback<'_, H> {
             ),
         ))
     }
+}
+
+/// A definite failure that keeps the record: the announcement of creating calls that all answered leaves it.
+async fn retired<H: Host>(
+    cx: Context<'_, H>,
+    removals: &Removals,
+    volume_id: &str,
+    err: Error,
+) -> Result<Error, Error> {
+    fn slot(r: &mut SmbRecord) -> &mut Option<Creation> {
+        &mut r.creating
+    }
+    removals.1.retire_answered(cx, volume_id, slot).await?;
+    Ok(err)
 }
 
 /// `err` with `note` appended to its message (same code).

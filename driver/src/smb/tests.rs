@@ -18,6 +18,7 @@ use HostOp::*;
 
 mod access;
 mod backend_change;
+mod giveup;
 mod lost_state;
 mod outage;
 mod removal;
@@ -185,6 +186,7 @@ async fn first_and_repeated_stage() {
             // csi-proxy keeps no ledger of its mappings: the record is the driver's claim on it.
             unledgered: env.backend == sim::wmi::TestBackend::CsiProxy,
             credential: facts.credential.clone(),
+            creating: None,
         }
     );
     env.stage(&req, d()).await.expect("repeat");
@@ -966,23 +968,49 @@ async fn kubelet_retries(env: &Env) {
         .expect("retry unstage");
 }
 
+/// Resolves once no call is held (a released call goes on on its own).
+async fn until_unhung(env: &Env) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while env.hung_calls() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the released call ends");
+}
+
 #[tokio::test]
 async fn killed_between_any_two_host_calls_then_retried_converges() {
-    let total = {
+    let (total, ops) = {
         let env = new_env(false);
         full_cycle(&env).await.expect("clean run");
         env.assert_clean();
-        env.calls().len()
+        let ops = env.take_ops();
+        (ops.len(), ops)
     };
     // Native: a first stage reads the staging path's link first (`stage.rs`, `adopt_own`).
     assert_eq!(total, env_native_extra() + 6 + 2 + 1 + 2);
     for n in 0..total {
         for kubelet_unstages_instead in [false, true] {
             let mut env = new_env(false);
+            // Natively the port-level hold of the subDir's `Mkdir` is dropped with its caller and never reaches the
+            // host, where a real `CreateDirectoryW` would land: the unstage waits for what it makes to show (or a
+            // reboot, or the bound). The matrix's facade-level `CreateDirectoryW` cells prove that path natively.
+            if kubelet_unstages_instead
+                && env.backend == sim::wmi::TestBackend::Native
+                && ops[n] == Mkdir
+            {
+                continue;
+            }
             env.hang_after(n);
             tokio::select! {
                 r = full_cycle(&env) => panic!("call {n}: cycle finished despite the hang: {r:?}"),
                 () = env.hung() => {}
+            }
+            if kubelet_unstages_instead {
+                // The hung call was issued: it lands, before the restarted driver's unstage comes.
+                env.release();
+                until_unhung(&env).await;
             }
             env.restart();
             if kubelet_unstages_instead {
@@ -990,10 +1018,20 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
                     .unpublish(&unpublish_req("v1", "p1"), d())
                     .await
                     .expect("unpublish");
-                env.mgr
-                    .unstage(&unstage_req("v1"), d())
-                    .await
-                    .expect("unstage");
+                // A creating call (the mapping, the subDir) announced and hung is in flight on the host: the unstage
+                // waits for it (issue 37, give up and unstage) until it lands, which it does here (natively the
+                // mapping's owner is learned by the process that made it: a restarted native driver that sees a
+                // late mapping land does not count it as its own, a limit noted in docs/real-node-checks.md).
+                let mut attempts = 0;
+                while let Err(e) = env.mgr.unstage(&unstage_req("v1"), d()).await {
+                    attempts += 1;
+                    assert!(
+                        attempts < 100
+                            && matches!(&e, Error::Unavailable(m) if m.contains("has not finished")),
+                        "call {n}: unstage: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
             } else {
                 kubelet_retries(&env).await;
             }
@@ -1471,9 +1509,11 @@ async fn concurrent_stages_with_two_principals_on_one_server_exactly_one_wins() 
     env.assert_clean();
 }
 
-/// Issue 18 item 2: a first SMB stage writes its record twice on every release: the principal's claim (which is also
-/// the intent that counts the volume as a user of the mapping) before the mapping, and the `Staged` record carrying
-/// the capability.
+/// Issue 18 item 2: a first SMB stage writes its record three times on every release: the principal's claim (which is
+/// also the intent that counts the volume as a user of the mapping) before any host call, the announcement of its
+/// creating calls right before the mapping (issue 37: an unstage after kubelet gave up waits for them; written
+/// separately so that a driver killed before the mapping leaves no announcement of a call never issued), and the
+/// `Staged` record carrying the capability.
 #[tokio::test]
 async fn a_first_stage_writes_only_the_records_crash_safety_needs() {
     for v in CsiProxyVersion::ALL {
@@ -1487,7 +1527,7 @@ async fn a_first_stage_writes_only_the_records_crash_safety_needs() {
             after.requested - before.requested,
             after.files_written - before.files_written,
         );
-        assert_eq!((asked, written), (2, 2), "{v}: {after:?}");
+        assert_eq!((asked, written), (3, 3), "{v}: {after:?}");
         let rec = env.mgr.store().volume("v1").expect("read").expect("record");
         assert_eq!(rec.phase, Phase::Staged, "{v}");
         assert!(

@@ -732,39 +732,6 @@ fn kubelet_s_other_paths_converge() {
 /// Known open defects, as (cell name with its call number taken out, why). The same cells fail on every csi-proxy
 /// release (first block) and natively (second); each is a leftover or a wait kubelet's give-up path exposes.
 const KNOWN_OPEN: &[(&str, &str)] = &[
-    // A stage call that hangs until kubelet gives up and unstages, then ends: what it made outlives the unstage.
-    (
-        "Iscsi/Stage/ConnectTarget #1/Hang/GiveUp",
-        "a late login outlives the unstage",
-    ),
-    (
-        "Smb/Stage/NewSmbGlobalMapping #1/Hang/GiveUp",
-        "a late mapping outlives the unstage",
-    ),
-    (
-        "Smb/Stage/NewSmbGlobalMapping #2/Hang/GiveUp",
-        "a late mapping outlives the unstage",
-    ),
-    (
-        "Iscsi/Stage/MSFT_iSCSITarget.Connect #1/Hang/GiveUp",
-        "a late login outlives the unstage",
-    ),
-    (
-        "Smb/Stage/MSFT_SmbGlobalMapping.Create #1/Hang/GiveUp",
-        "a late mapping outlives the unstage",
-    ),
-    (
-        "Smb/Stage/CreateSymbolicLinkW #1/Hang/GiveUp",
-        "a late link outlives the unstage",
-    ),
-    (
-        "Smb/Stage/CreateSymbolicLinkW #2/Hang/GiveUp",
-        "a late link outlives the unstage",
-    ),
-    (
-        "Smb/Stage/Mkdir #1/Hang/GiveUp",
-        "a late Mkdir leaves a directory the next stage refuses as non-empty",
-    ),
     // An unstage's removal that ends after a new stage of the volume.
     (
         "Smb/Unstage/RemoveSmbGlobalMapping #1/Outlive/OutlivingRemoval",

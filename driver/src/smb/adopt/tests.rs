@@ -168,6 +168,7 @@ async fn reconciliation_adopts_a_share_whose_record_then_protects_the_mapping() 
             options: Default::default(),
             unledgered: false,
             credential: None,
+            creating: None,
         }
     );
     // The one-account rule skips the adopted record's unknown principal (neither refuses nor matches: Windows decides
@@ -274,6 +275,7 @@ fn share_records_compare_the_windows_way() {
         options: Default::default(),
         unledgered: false,
         credential: None,
+        creating: None,
     };
     let b = SmbRecord {
         root: r"\\fs1\ärzte".into(),
@@ -284,6 +286,7 @@ fn share_records_compare_the_windows_way() {
         options: Default::default(),
         unledgered: false,
         credential: None,
+        creating: None,
     };
     assert!(a.same_volume(&b));
     let c = SmbRecord {

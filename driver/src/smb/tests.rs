@@ -990,7 +990,7 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
     };
     // Native: a first stage reads the staging path's link first (`stage.rs`, `adopt_own`).
     assert_eq!(total, env_native_extra() + 6 + 2 + 1 + 2);
-    for n in 0..total {
+    for (n, op) in ops.iter().enumerate() {
         for kubelet_unstages_instead in [false, true] {
             let mut env = new_env(false);
             // Natively the port-level hold of the subDir's `Mkdir` is dropped with its caller and never reaches the
@@ -998,7 +998,7 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
             // reboot, or the bound). The matrix's facade-level `CreateDirectoryW` cells prove that path natively.
             if kubelet_unstages_instead
                 && env.backend == sim::wmi::TestBackend::Native
-                && ops[n] == Mkdir
+                && *op == Mkdir
             {
                 continue;
             }

@@ -204,6 +204,8 @@ struct Inner {
     release: watch::Sender<(u64, bool)>,
     /// Number of calls currently hung.
     hung: watch::Sender<u64>,
+    /// Number of calls that ever hung (only grows: a wait on it misses no hang that began and ended meanwhile).
+    hangs_begun: watch::Sender<u64>,
     /// The csi-proxy process (serving layers watch it to drop and re-create their endpoints).
     proxy: watch::Sender<ProxyStatus>,
     /// Served endpoints: `Some(generation)` while serving for that csi-proxy generation, `None` while gone.
@@ -240,6 +242,7 @@ impl SimHost {
         let root = state.root().to_path_buf();
         let (release, _) = watch::channel((0, false));
         let (hung, _) = watch::channel(0);
+        let (hangs_begun, _) = watch::channel(0);
         let (proxy, _) = watch::channel(ProxyStatus {
             running: true,
             generation: 1,
@@ -258,6 +261,7 @@ impl SimHost {
                 }),
                 release,
                 hung,
+                hangs_begun,
                 proxy,
                 endpoints,
                 connections: crate::serve::ConnectionLog::default(),
@@ -372,6 +376,7 @@ impl SimHost {
             let mut rx = self.inner.release.subscribe();
             rx.borrow_and_update();
             self.inner.hung.send_modify(|n| *n += 1);
+            self.inner.hangs_begun.send_modify(|n| *n += 1);
             let _guard = HungGuard(&self.inner.hung);
             if rx.changed().await.is_ok() {
                 aborted = rx.borrow().1;
@@ -637,6 +642,19 @@ impl SimHost {
     /// Waits until at least `n` calls are hung (no sleeping: woken by the hang itself).
     pub async fn wait_hung(&self, n: u64) {
         let mut rx = self.inner.hung.subscribe();
+        let _ = rx.wait_for(|c| *c >= n).await;
+    }
+
+    /// Number of calls that have hung so far, released or not.
+    pub fn hangs_begun(&self) -> u64 {
+        *self.inner.hangs_begun.borrow()
+    }
+
+    /// Waits until at least `n` calls have hung so far ([`SimHost::hangs_begun`]). Unlike [`SimHost::wait_hung`]
+    /// after [`SimHost::wait_unhung`], it cannot miss a new hang that begins before the old one is seen released
+    /// (a watch channel keeps only the latest count: 1 → 0 → 1 can look like 1 throughout).
+    pub async fn wait_hangs_begun(&self, n: u64) {
+        let mut rx = self.inner.hangs_begun.subscribe();
         let _ = rx.wait_for(|c| *c >= n).await;
     }
 

@@ -173,10 +173,11 @@ async fn one_lun_reached_through_two_targets_is_one_lun_for_locks_and_destructiv
         );
         if native {
             // The method completes in its provider; the killed process's next call never runs.
+            // Waited for by the count of hangs begun: the `Refresh` can hang before the released call is seen gone.
             env.sim.hang_nth("MSFT_Disk.Refresh", 1).expect("hang");
+            let begun = env.sim.hangs_begun();
             env.sim.release_hangs();
-            env.sim.wait_unhung().await;
-            env.sim.wait_hung(1).await;
+            env.sim.wait_hangs_begun(begun + 1).await;
             env.sim.fail_hangs();
         } else {
             // csi-proxy finishes the whole call.
@@ -376,10 +377,11 @@ async fn a_native_initialize_in_flight_is_waited_for_until_its_outcome_shows() {
         "{r:?}"
     );
     // The method completes in its provider; the dead process's next call (the `Refresh` after it) never runs.
+    // Waited for by the count of hangs begun: the `Refresh` can hang before the released call is seen gone.
     env.sim.hang_nth("MSFT_Disk.Refresh", 1).expect("hang");
+    let begun = env.sim.hangs_begun();
     env.sim.release_hangs();
-    env.sim.wait_unhung().await;
-    env.sim.wait_hung(1).await;
+    env.sim.wait_hangs_begun(begun + 1).await;
     env.sim.fail_hangs();
     env.sim.wait_unhung().await;
     tokio::time::pause();

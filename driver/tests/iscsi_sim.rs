@@ -541,6 +541,9 @@ async fn several_portals_one_unreachable() {
 #[tokio::test]
 async fn reboot_then_kubelet_restages_and_data_is_intact() {
     let mut env = Env::new().await;
+    // A node up for a day: the reboot shows to the driver's boot stamps (its uptime is lower after it).
+    env.sim
+        .with_state_mut(|s| s.set_uptime(std::time::Duration::from_secs(86_400)));
     env.stage(&stage_req("v1", "10.0.0.5", IQN_A, 0))
         .await
         .expect("stage");

@@ -71,15 +71,16 @@ pub(crate) struct Env {
     pub(crate) mgr: Arc<Manager<CsiProxyHost>>,
 }
 
-fn manager(proxy: &ProxyClient, state: &Path) -> Arc<Manager<CsiProxyHost>> {
+fn manager(sim: &SimHost, proxy: &ProxyClient, state: &Path) -> Arc<Manager<CsiProxyHost>> {
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
         driver_name: "wincsi.csi.io".into(),
     };
-    Arc::new(
-        wincsi::backend::manager_with(CsiProxyHost::new(proxy.clone()), cfg, state, ISCSI)
-            .expect("manager"),
-    )
+    // The node's uptime is the simulated host's, which restarts at a reboot (as the unit suites' and the matrix's):
+    // the machine's own would hide every simulated reboot from the driver's boot stamps.
+    let sim = sim.clone();
+    let host = CsiProxyHost::new(proxy.clone()).with_uptime(Arc::new(move || Some(sim.uptime())));
+    Arc::new(wincsi::backend::manager_with(host, cfg, state, ISCSI).expect("manager"))
 }
 
 /// The iSCSI settings of the suites' driver: a 500 ms settle time (`--disk-settle-time`), five times the arrival
@@ -104,7 +105,7 @@ impl Env {
         let proxy = ProxyClient::new(Transport::UnixSockets {
             dir: socks.path().to_path_buf(),
         });
-        let mgr = manager(&proxy, state.path());
+        let mgr = manager(&sim, &proxy, state.path());
         Self {
             sim,
             serve: Some(serve),
@@ -121,7 +122,7 @@ impl Env {
         self.proxy = ProxyClient::new(Transport::UnixSockets {
             dir: self.socks.path().to_path_buf(),
         });
-        self.mgr = manager(&self.proxy, self.state.path());
+        self.mgr = manager(&self.sim, &self.proxy, self.state.path());
     }
 
     /// What kubelet does before NodeStage / NodePublish: create the parent directory.

@@ -815,6 +815,17 @@ fn matrix() {
 /// names the way back; issue 37's note). Seen on native only, in 2 of 3 loaded runs.
 fn known_open_outlive(cell: &Cell) -> Option<&'static str> {
     let name = cell.to_string();
+    if cell.fault == Fault::Kill
+        && common::backend::backend() == sim::wmi::TestBackend::Native
+        && (name.starts_with("Smb/Stage/call ") || name.starts_with("Iscsi/Stage/call "))
+    {
+        // Found at the integration of this round's branches (issue 37's note): natively, a driver killed early in a
+        // first stage, then retried to OK and torn down, can leave its SMB mapping or iSCSI session (a leftover, no
+        // data loss). Cause not found yet; the cells still run and report.
+        return Some(
+            "natively a kill early in a first stage can leave the mapping or session after the teardown",
+        );
+    }
     (cell.fault == Fault::Outlive
         && name.starts_with("Iscsi/Stage/")
         && (name.contains(" MSFT_Disk.Initialize #")

@@ -33,6 +33,8 @@ container_args=(
     '--log-level=info'
     '--log-format=json'
     '--vol-stats-cache-expire-in-minutes=5'
+    '--unreferenced-volume-minutes=60'
+    '--release-unreferenced-volumes=false'
     '--health-address=:29667'
     '--metrics-address=:29668'
 )

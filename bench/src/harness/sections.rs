@@ -772,7 +772,7 @@ pub(crate) async fn soak(
         leaked_host_objects: report.leftovers.len() + report.data_loss.len(),
         leftovers: report.leftovers.into_iter().take(20).collect(),
         data_loss_events: report.data_loss.len(),
-        state_records_left: sys::count_files(node.state_dir()),
+        state_records_left: sys::count_records(node.state_dir()),
         memory_start,
         memory_end,
         rss_progress_kib,

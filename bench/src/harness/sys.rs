@@ -121,18 +121,19 @@ pub(crate) fn file_size(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.len())
 }
 
-/// Counts the files under `dir` (recursively; 0 when it does not exist).
-pub(crate) fn count_files(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| {
-            let p = e.path();
-            if p.is_dir() { count_files(&p) } else { 1 }
-        })
-        .sum()
+/// Files the driver keeps in its state directory for the node rather than for a volume: never a leftover.
+/// `smb-credential-key` is the SMB credential fingerprint key (driver/src/smb/rotate.rs, issue 40), made at the
+/// first staged SMB volume with credentials and kept for the node's life.
+const NODE_FILES: &[&str] = &["smb-credential-key"];
+
+/// Counts the volume records under the state directory `dir` (every file, recursively, but the node-wide ones
+/// of [`NODE_FILES`] at its top; 0 when it does not exist).
+pub(crate) fn count_records(dir: &Path) -> u64 {
+    let node_files = NODE_FILES.iter().map(|f| dir.join(f)).collect::<Vec<_>>();
+    list_files(dir)
+        .iter()
+        .filter(|p| !node_files.contains(p))
+        .count() as u64
 }
 
 /// The files under `dir` (recursively; empty when it does not exist).

@@ -325,6 +325,21 @@ async fn the_native_backend_runs_every_check_and_leaves_nothing() {
     assert_eq!(room["mpio_claim"]["value"], "NotInstalled", "{text}");
     assert_eq!(room["iscsi_sessions"]["value"], 0, "{text}");
     // The share's space through the link (issue 40 item 4), recorded for native item N45.
+    // SMB client options on the scenario's default build, Windows Server 2019 (issue 40 item 2, N47): asked
+    // requirePrivacy only, and requireIntegrity (the first option 2019 lacks) refused before any mapping.
+    let options = &check(&report, "smb_options")["smb_options"];
+    assert_eq!(options["asked"], json!({"requirePrivacy": true}), "{text}");
+    assert_eq!(
+        options["reported"],
+        json!({"requirePrivacy": true}),
+        "{text}"
+    );
+    assert!(
+        options["missing"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("requireIntegrity needs build 20348")),
+        "{text}"
+    );
     let space = &check(&report, "smb_link_form")["observations"]["path_space"]["value"];
     assert!(
         space["total"].as_u64().is_some_and(|t| t > 0),
@@ -784,4 +799,184 @@ async fn the_discovery_check_never_removes_a_portal_that_carries_a_session() {
         );
         assert_eq!(report["cleanup"]["complete"], true, "{release:?}");
     }
+}
+
+/// The `smb_options` check of a run (issue 40 item 2: native items N47, N48).
+fn smb_options(report: &Value) -> (&Value, &Value) {
+    let c = check(report, "smb_options");
+    (c, &c["smb_options"])
+}
+
+/// Nothing of the run is left: no mapping, the ledger gone, cleanup complete.
+fn assert_nothing_left(node: &Node, report: &Value) {
+    let text = serde_json::to_string_pretty(report).expect("text");
+    assert_eq!(report["cleanup"]["complete"], true, "{text}");
+    assert_eq!(
+        node.sim.with_state(|s| s.mappings().len()),
+        0,
+        "no mapping left\n{text}"
+    );
+    assert!(node.sim.invariants().ok(), "{:?}", node.sim.invariants());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smb_options_on_windows_server_2025_map_read_back_and_refuse_a_stronger_stage() {
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    node.sim.with_state_mut(|s| s.set_windows_build(26100));
+    let report = node.run_native(SMB).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    assert_eq!(report["node"]["windows_build"], 26100, "{text}");
+    let (c, so) = smb_options(&report);
+    assert_eq!(c["status"], "ran", "{text}");
+    assert_eq!(
+        c["observations"]["map_with_options"]["error"],
+        Value::Null,
+        "{text}"
+    );
+    assert_eq!(c["observations"]["is_symlink"]["value"], true, "{text}");
+    assert_eq!(so["windows_build"], 26100);
+    assert_eq!(so["source"], "default");
+    assert_eq!(
+        so["asked"],
+        json!({"requireIntegrity": true, "useWriteThrough": true, "compressNetworkTraffic": true,
+               "transportType": "tcp"}),
+        "{text}"
+    );
+    // What the instance reports, as created (privacy: the driver's --smb-require-privacy default).
+    assert_eq!(
+        so["reported"],
+        json!({"requirePrivacy": true, "requireIntegrity": true, "useWriteThrough": true,
+               "compressNetworkTraffic": true, "transportType": "tcp", "blockNTLM": false}),
+        "{text}"
+    );
+    assert_eq!(so["missing"], Value::Null, "the build has every option");
+    let stronger = so["stronger"]["message"].as_str().expect("refused");
+    assert!(
+        stronger.contains("weaker client options")
+            && stronger.contains("blockNTLM: asked true")
+            && stronger.contains("transportType: asked quic"),
+        "{stronger}"
+    );
+    let refusal = &c["observations"]["stronger_than_mapping"]["error"];
+    assert_eq!(
+        (&refusal["kind"], &refusal["classification"]),
+        (&json!("Other"), &json!("NotSatisfiable")),
+        "{text}"
+    );
+    // The unstage is shown complete.
+    assert_eq!(
+        c["observations"]["link_exists_after"]["value"], false,
+        "{text}"
+    );
+    assert_eq!(
+        c["observations"]["remove_again"]["error"]["kind"], "NotFound",
+        "{text}"
+    );
+    for f in c["findings"].as_array().expect("findings") {
+        assert_eq!(f["ref"]["kind"], "native", "{f}");
+        assert_eq!(f["verdict"], "recorded", "{f}");
+    }
+    assert_nothing_left(&node, &report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smb_options_from_the_flag_on_windows_server_2022_and_the_option_it_lacks() {
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    node.sim.with_state_mut(|s| s.set_windows_build(20348));
+    let args = [
+        SMB,
+        &[
+            "--smb-options",
+            "requireIntegrity=false, UseWriteThrough=TRUE",
+        ],
+    ]
+    .concat();
+    let report = node.run_native(&args).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    let (c, so) = smb_options(&report);
+    assert_eq!(c["status"], "ran", "{text}");
+    assert_eq!(so["source"], "flag");
+    assert_eq!(
+        so["asked"],
+        json!({"requireIntegrity": false, "useWriteThrough": true})
+    );
+    // 2025's properties are not on a 2022 instance, and not asked of it.
+    assert_eq!(
+        so["reported"],
+        json!({"requirePrivacy": true, "requireIntegrity": false, "useWriteThrough": true}),
+        "{text}"
+    );
+    let missing = so["missing"]["message"].as_str().expect("refused");
+    assert!(
+        missing.contains("compressNetworkTraffic needs build 26100")
+            && missing.contains("is 20348"),
+        "{missing}"
+    );
+    assert_eq!(
+        so["missing"]["asked"],
+        json!({"compressNetworkTraffic": true})
+    );
+    let stronger = so["stronger"]["message"].as_str().expect("refused");
+    assert!(
+        stronger.contains("requireIntegrity: asked true, the mapping's RequireIntegrity is false"),
+        "{stronger}"
+    );
+    assert_nothing_left(&node, &report);
+
+    // Asking, by the flag, an option the build lacks: refused before anything is made, and recorded.
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    node.sim.with_state_mut(|s| s.set_windows_build(20348));
+    let args = [SMB, &["--smb-options", "blockNTLM=true"]].concat();
+    let report = node.run_native(&args).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    let (c, so) = smb_options(&report);
+    assert_eq!(c["status"], "ran", "{text}");
+    let map = &c["observations"]["map_with_options"]["error"];
+    assert_eq!(map["classification"], "NotSatisfiable", "{text}");
+    assert!(
+        map["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("blockNTLM needs build 26100")),
+        "{text}"
+    );
+    assert_eq!(so["reported"], json!({}), "{text}");
+    let removed = report["cleanup"]["removed"].to_string();
+    assert!(
+        !removed.contains("smb-options"),
+        "nothing was made, nothing to remove: {removed}"
+    );
+    assert_nothing_left(&node, &report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smb_options_on_csi_proxy_mode_record_the_drivers_refusal() {
+    let node = Node::start(CsiProxyVersion::V1_2_1);
+    let report = node.run(SMB).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    assert_eq!(report["node"]["windows_build"], Value::Null, "{text}");
+    let (c, so) = smb_options(&report);
+    assert_eq!(c["status"], "ran", "{text}");
+    let refused = &c["observations"]["refused_on_csi_proxy"];
+    assert_eq!(refused["op"], "NodeStageVolume");
+    assert_eq!(
+        refused["error"]["classification"], "FailedPrecondition",
+        "{text}"
+    );
+    let message = refused["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("mode: hostProcess") && message.contains("requirePrivacy"),
+        "{message}"
+    );
+    assert_eq!(
+        (&so["missing"], &so["stronger"]),
+        (&Value::Null, &Value::Null)
+    );
+    assert!(
+        !c["observations"]
+            .as_object()
+            .expect("observations")
+            .contains_key("map_with_options"),
+        "no host call on csiProxy mode\n{text}"
+    );
+    assert_nothing_left(&node, &report);
 }

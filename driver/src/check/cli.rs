@@ -102,6 +102,14 @@ pub struct CheckNodeArgs {
     #[arg(long, value_name = "FILE")]
     pub smb_password_file: Option<PathBuf>,
 
+    /// The SMB client options the `smb_options` check maps the share with (native backend), as a StorageClass gives
+    /// them: `key=value` pairs separated by commas, keys `requirePrivacy`, `requireIntegrity`, `useWriteThrough`,
+    /// `compressNetworkTraffic`, `transportType` (`tcp`, `quic`) and `blockNTLM`, parsed by the driver's own volume
+    /// context parser. Default: every option of `requireIntegrity`, `useWriteThrough`, `compressNetworkTraffic` and
+    /// `transportType=tcp` the node's Windows build takes (on a build with none of them, `requirePrivacy=true`).
+    #[arg(long, value_name = "KEY=VALUE,...", requires = "smb_share")]
+    pub smb_options: Option<String>,
+
     /// An iSCSI target portal for the iSCSI checks, `host[:port]`. The LUN must be a scratch LUN: the run refuses a
     /// disk with any volume, then initialises (GPT) and formats (NTFS) it, and cannot undo that.
     #[arg(long, value_name = "HOST[:PORT]", requires = "iscsi_iqn")]

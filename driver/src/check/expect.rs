@@ -304,11 +304,7 @@ mod tests {
     }
 
     fn err(kind: &str, message: &str) -> Outcome {
-        Outcome::test_err(ErrorReport {
-            op: "X".into(),
-            kind: kind.into(),
-            message: message.into(),
-        })
+        Outcome::test_err(ErrorReport::classified("X", kind, message))
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod options;
 mod release;
 pub mod report;
 mod smb;
+mod smb_options;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -80,6 +81,11 @@ impl CheckRun {
     pub(crate) fn note(&mut self, note: impl Into<String>) {
         self.report.note = Some(note.into());
     }
+
+    /// The `smb_options` check's digest.
+    pub(crate) fn smb_options(&mut self, digest: report::SmbOptionsReport) {
+        self.report.smb_options = Some(digest);
+    }
 }
 
 /// What the checks share: the host, the options, the ledger and the finished checks.
@@ -126,6 +132,7 @@ impl<'a, H: Host> Ctx<'a, H> {
                 note: None,
                 observations: BTreeMap::new(),
                 findings: Vec::new(),
+                smb_options: None,
             },
             claims: Vec::new(),
         }
@@ -297,7 +304,9 @@ pub async fn run<H: Host>(
             ("clear_disk_read_only", caps.clear_disk_read_only),
             ("discovery_chap", caps.discovery_chap),
             ("persistent_logins", caps.persistent_logins),
+            ("smb_mapping_options", caps.smb_mapping_options),
         ]),
+        windows_build: host.windows_build(),
     };
     let existing = LedgerFile::load(&opts.ledger_path)?;
     let mut report = Report {

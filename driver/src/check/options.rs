@@ -7,7 +7,10 @@ use std::time::Duration;
 use super::cli::{CHAP_SECRET_ENV, CheckNodeArgs, OutputFormat, Phase, SMB_PASSWORD_ENV};
 use super::expect::Release;
 use crate::config::Config;
-use crate::host::{HostPath, IscsiAuth, KubeletRoot, Portal, Secret, SmbCredential, UncPath};
+use crate::host::{
+    HostPath, IscsiAuth, KubeletRoot, Portal, Secret, SmbCredential, SmbMappingOptions, SmbOption,
+    SmbTransport, UncPath,
+};
 
 /// The SMB share to check, with its credential.
 #[derive(Clone, Debug)]
@@ -16,6 +19,69 @@ pub struct SmbTarget {
     pub share: UncPath,
     /// The account that may map it.
     pub credential: SmbCredential,
+    /// `--smb-options`, parsed (`None`: the default of the node's build, [`default_smb_options`]).
+    pub options: Option<SmbMappingOptions>,
+}
+
+/// The options the `smb_options` check asks without `--smb-options`: every one of `requireIntegrity`,
+/// `useWriteThrough`, `compressNetworkTraffic` and `transportType=tcp` that Windows build `build` takes
+/// ([`SmbOption::first_build`]); on a build with none of them, `requirePrivacy=true`. `blockNTLM` is never a default (a
+/// workgroup file server allows only NTLM), nor is QUIC (it needs the server's certificate mapping).
+pub fn default_smb_options(build: u32) -> SmbMappingOptions {
+    let has = |o: SmbOption| build >= o.first_build().0;
+    let on = |o: SmbOption| has(o).then_some(true);
+    let options = SmbMappingOptions {
+        require_integrity: on(SmbOption::RequireIntegrity),
+        use_write_through: on(SmbOption::UseWriteThrough),
+        compress_network_traffic: on(SmbOption::CompressNetworkTraffic),
+        transport_type: has(SmbOption::TransportType).then_some(SmbTransport::Tcp),
+        ..SmbMappingOptions::default()
+    };
+    if options.is_empty() {
+        SmbMappingOptions {
+            require_privacy: Some(true),
+            ..options
+        }
+    } else {
+        options
+    }
+}
+
+/// `--smb-options`: `key=value[,key=value…]`, each key one of the volume context's SMB client options (any case, as
+/// there), the values checked by the driver's own parser (`smb/options.rs`). An unknown key is refused rather than
+/// ignored (a typo would otherwise check nothing).
+pub fn parse_smb_options(text: &str) -> Result<SmbMappingOptions, String> {
+    let mut context = std::collections::BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("--smb-options: {pair:?} is not key=value"))?;
+        let key = key.trim();
+        let Some(option) = SmbOption::ALL
+            .into_iter()
+            .find(|o| o.key().eq_ignore_ascii_case(key))
+        else {
+            let keys: Vec<&str> = SmbOption::ALL.iter().map(|o| o.key()).collect();
+            return Err(format!(
+                "--smb-options: unknown option {key:?}; the options are {}",
+                keys.join(", ")
+            ));
+        };
+        if context
+            .insert(option.key().to_owned(), value.trim().to_owned())
+            .is_some()
+        {
+            return Err(format!("--smb-options: {key} is given twice"));
+        }
+    }
+    let options =
+        crate::smb::options::parse(&context).map_err(|e| format!("--smb-options: {e}"))?;
+    if options.is_empty() {
+        return Err(
+            "--smb-options names no option (leave the flag out for the default)".to_owned(),
+        );
+    }
+    Ok(options)
 }
 
 /// The iSCSI LUN to check.
@@ -140,9 +206,15 @@ impl CheckOptions {
                         "--smb-share needs a password in {SMB_PASSWORD_ENV} or --smb-password-file"
                     )
                 })?;
+                let options = args
+                    .smb_options
+                    .as_deref()
+                    .map(parse_smb_options)
+                    .transpose()?;
                 Some(SmbTarget {
                     share,
                     credential: SmbCredential::new(user, password),
+                    options,
                 })
             }
         };
@@ -297,6 +369,51 @@ mod tests {
             "from-file"
         );
         assert!(resolve(&args, &[(SMB_PASSWORD_ENV, "x")]).is_err(), "both");
+    }
+
+    #[test]
+    fn smb_options_are_parsed_by_the_volume_context_rules() {
+        let share = [
+            "--smb-share",
+            r"\\fs1\data",
+            "--smb-username",
+            "bob",
+            "--smb-options",
+        ];
+        let env = [(SMB_PASSWORD_ENV, "pw-123456")];
+        let with = |v: &str| {
+            let mut a = share.to_vec();
+            a.push(v);
+            resolve(&a, &env)
+        };
+        let o = with("requireintegrity=TRUE, transportType=quic,blockNTLM=false")
+            .expect("parse")
+            .smb
+            .expect("smb");
+        assert_eq!(
+            o.options.expect("options").describe(),
+            "requireIntegrity=true, transportType=quic, blockNTLM=false"
+        );
+        for (bad, says) in [
+            ("requireIntegrity=yes", "requireIntegrity"),
+            ("transportType=rdma", "transportType"),
+            ("encrypt=true", "unknown option"),
+            ("requireIntegrity", "key=value"),
+            ("useWriteThrough=true,usewritethrough=false", "twice"),
+            (",", "names no option"),
+        ] {
+            let e = with(bad).expect_err(bad);
+            assert!(
+                e.contains("--smb-options") && e.contains(says),
+                "{bad}: {e}"
+            );
+        }
+        assert!(
+            resolve(&["--smb-options", "requirePrivacy=true"], &[]).is_err(),
+            "the flag needs --smb-share"
+        );
+        let o = resolve(&share[..4], &env).expect("no flag");
+        assert!(o.smb.expect("smb").options.is_none(), "the build's default");
     }
 
     #[test]

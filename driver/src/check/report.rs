@@ -97,6 +97,8 @@ pub struct Node {
     pub scratch: String,
     /// What the backend advertises beyond csi-proxy v1's primitives.
     pub capabilities: BTreeMap<&'static str, bool>,
+    /// The node's Windows build as the backend reads it (`RtlGetVersion`; `null`: it cannot tell, as csi-proxy).
+    pub windows_build: Option<u32>,
 }
 
 /// Which release the node runs.
@@ -151,6 +153,38 @@ pub struct CheckReport {
     pub observations: BTreeMap<&'static str, Outcome>,
     /// What the observations say about rows and real-node checks.
     pub findings: Vec<Finding>,
+    /// The `smb_options` check's digest (absent from every other check).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smb_options: Option<SmbOptionsReport>,
+}
+
+/// What the `smb_options` check asked of a mapping and what the node answered (native items N47, N48).
+#[derive(Clone, Debug, Serialize)]
+pub struct SmbOptionsReport {
+    /// The node's Windows build the options were judged by (`null`: the backend cannot tell).
+    pub windows_build: Option<u32>,
+    /// `flag` (`--smb-options`) or `default` (every default option the build takes).
+    pub source: &'static str,
+    /// The options the mapping was asked with, as volume-context keys and values.
+    pub asked: serde_json::Value,
+    /// What the mapping's `MSFT_SmbGlobalMapping` instance reports of each option the build takes, as the driver's
+    /// weaker-than-asked judgement reads it: `true`/`false`, `"tcp"`/`"quic"`, `null` when the instance does not show
+    /// it. Empty when no mapping was made (or it could not be read back).
+    pub reported: BTreeMap<&'static str, serde_json::Value>,
+    /// The driver's refusal of an option the build lacks (`null` when the build takes every option).
+    pub missing: Option<OptionRefusal>,
+    /// A second stage of the share asking every option the build takes at its strongest: the driver's refusal when
+    /// the mapping is weaker (`null` when the mapping already holds them all, or none was made).
+    pub stronger: Option<OptionRefusal>,
+}
+
+/// An ask the driver refused, with its words.
+#[derive(Clone, Debug, Serialize)]
+pub struct OptionRefusal {
+    /// The options asked, as volume-context keys and values.
+    pub asked: serde_json::Value,
+    /// The refusal's message.
+    pub message: String,
 }
 
 /// What one host call (or a measured wait) did.
@@ -179,11 +213,11 @@ impl Outcome {
             Err(e) => Outcome {
                 op: op.to_owned(),
                 value: None,
-                error: Some(ErrorReport {
-                    op: e.op.name().to_owned(),
-                    kind: format!("{:?}", e.kind),
-                    message: e.text().to_owned(),
-                }),
+                error: Some(ErrorReport::classified(
+                    e.op.name(),
+                    &format!("{:?}", e.kind),
+                    e.text(),
+                )),
                 millis,
             },
         }
@@ -222,10 +256,50 @@ impl Outcome {
 pub struct ErrorReport {
     /// The host operation.
     pub op: String,
-    /// The driver's classification (`HostErrorKind`).
+    /// The driver's classification (`HostErrorKind`) when version 1 of the schema lists it, else `Other`.
     pub kind: String,
+    /// The driver's classification, whatever it is: a `HostErrorKind` (also those v1's `kind` enum predates:
+    /// `NotSatisfiable`, `InFlight`, …), or the CSI code of a refusal the driver gives before any host call.
+    pub classification: String,
     /// The host's whole message (csi-proxy: the gRPC status message, exactly).
     pub message: String,
+}
+
+/// The values of `kind` that version 1 of the schema enumerates (a new value would need a new schema id).
+const V1_KINDS: [&str; 16] = [
+    "NotFound",
+    "AlreadyExists",
+    "NotEmpty",
+    "MultipleConnections",
+    "NetworkPathNotFound",
+    "NetworkNameNotFound",
+    "StaleMapping",
+    "LogonFailure",
+    "AccessDenied",
+    "AlreadyLoggedIn",
+    "AccessPathInUse",
+    "InvalidPath",
+    "NoPartition",
+    "Unavailable",
+    "DeadlineExceeded",
+    "Other",
+];
+
+impl ErrorReport {
+    /// An error classified `classification`: `kind` is it when v1's enum lists it, else `Other`.
+    pub fn classified(op: &str, classification: &str, message: &str) -> Self {
+        let kind = if V1_KINDS.contains(&classification) {
+            classification
+        } else {
+            "Other"
+        };
+        ErrorReport {
+            op: op.to_owned(),
+            kind: kind.to_owned(),
+            classification: classification.to_owned(),
+            message: message.to_owned(),
+        }
+    }
 }
 
 /// A verdict on one claim.
@@ -427,11 +501,35 @@ impl Report {
             }
             for (name, out) in &c.observations {
                 let what = match (&out.error, &out.value) {
-                    (Some(e), _) => format!("error {}: {}", e.kind, first_line(&e.message)),
+                    (Some(e), _) => {
+                        format!("error {}: {}", e.classification, first_line(&e.message))
+                    }
                     (None, Some(v)) => format!("ok: {v}"),
                     (None, None) => "ok".to_owned(),
                 };
                 let _ = writeln!(o, "  {name}: {} -> {what} ({} ms)", out.op, out.millis);
+            }
+            if let Some(so) = &c.smb_options {
+                let build = so
+                    .windows_build
+                    .map_or("unknown".to_owned(), |b| b.to_string());
+                let _ = writeln!(
+                    o,
+                    "  Windows build {build}; asked ({}) {}; the mapping reports {}",
+                    so.source,
+                    so.asked,
+                    serde_json::to_string(&so.reported).unwrap_or_default()
+                );
+                for (what, r) in [("missing", &so.missing), ("stronger", &so.stronger)] {
+                    if let Some(r) = r {
+                        let _ = writeln!(
+                            o,
+                            "  {what} {} refused: {}",
+                            r.asked,
+                            first_line(&r.message)
+                        );
+                    }
+                }
             }
             for f in &c.findings {
                 let _ = writeln!(
@@ -549,6 +647,27 @@ mod tests {
                 "the strict copy refuses an undocumented field at {level:?}"
             );
         }
+    }
+
+    #[test]
+    fn error_kinds_v1_lacks_are_reported_as_other_with_their_classification() {
+        let open: Value = serde_json::from_str(SCHEMA).expect("schema");
+        let listed = open
+            .pointer("/$defs/outcome/properties/error/oneOf/1/properties/kind/enum")
+            .and_then(Value::as_array)
+            .expect("the kind enum");
+        let listed: Vec<&str> = listed.iter().filter_map(Value::as_str).collect();
+        assert_eq!(listed, V1_KINDS, "V1_KINDS is the schema's enum");
+        let e = ErrorReport::classified("NewSmbGlobalMapping", "NotSatisfiable", "m");
+        assert_eq!(
+            (e.kind.as_str(), e.classification.as_str()),
+            ("Other", "NotSatisfiable")
+        );
+        let e = ErrorReport::classified("Mkdir", "AccessDenied", "m");
+        assert_eq!(
+            (e.kind.as_str(), e.classification.as_str()),
+            ("AccessDenied", "AccessDenied")
+        );
     }
 
     #[test]

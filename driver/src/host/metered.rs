@@ -155,6 +155,10 @@ impl<H: Host> Host for Metered<H> {
         self.inner.uptime()
     }
 
+    fn windows_build(&self) -> Option<u32> {
+        self.inner.windows_build()
+    }
+
     metered! {
         path_exists(path: &HostPath) -> bool => PathExists;
         mkdir(path: &HostPath) -> () => Mkdir;

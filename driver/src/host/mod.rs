@@ -421,6 +421,13 @@ pub trait Host: Clone + Send + Sync + 'static {
         None
     }
 
+    /// The node's Windows build number (`RtlGetVersion`: 17763, 20348, 26100, …), which decides the SMB client options
+    /// a mapping may be given ([`SmbOption::first_build`]), or `None` when the backend cannot tell (csi-proxy v1 has
+    /// no call for it). Not a host call: the process's own view of the OS it runs on.
+    fn windows_build(&self) -> Option<u32> {
+        None
+    }
+
     /// What this backend knows of its own calls on `object` that may outlive their callers (`PartitionDisk`,
     /// `FormatVolume`, `ResizeVolume`, `DisconnectTarget`) and may still be running, in this process or one before
     /// it (no csi-proxy RPC). Default: [`InFlight::Unknown`] (csi-proxy runs them in its own process).

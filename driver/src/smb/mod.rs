@@ -110,7 +110,7 @@ use crate::state::{Details, Phase, VolumeRecord};
 mod adopt;
 mod creation;
 mod mapping;
-mod options;
+pub(crate) mod options;
 pub mod params;
 mod removal;
 mod rotate;

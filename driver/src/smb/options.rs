@@ -12,7 +12,7 @@ use crate::lifecycle::context_get;
 /// The options `context` asks for (keys matched case-insensitively, as every SMB key): `true`/`false` for the
 /// booleans, `tcp`/`quic` for `transportType` (either in any case). Any other value is refused with InvalidArgument
 /// naming the key; an empty value counts as not given (a StorageClass template that left it blank).
-pub(super) fn parse(context: &BTreeMap<String, String>) -> Result<SmbMappingOptions, Error> {
+pub(crate) fn parse(context: &BTreeMap<String, String>) -> Result<SmbMappingOptions, Error> {
     let boolean = |o: SmbOption| -> Result<Option<bool>, Error> {
         let Some(raw) = context_get(context, o.key())
             .map(str::trim)
@@ -63,7 +63,12 @@ pub(super) fn parse(context: &BTreeMap<String, String>) -> Result<SmbMappingOpti
 /// always true), which this driver cannot see — so even `requirePrivacy: "true"` cannot be promised there. Refused
 /// before any record or host call, naming `mode: hostProcess`.
 pub(super) fn refuse_on_csi_proxy(vol: &super::SmbVolume) -> Result<(), Error> {
-    let asked: Vec<&str> = vol.options.asked().iter().map(|o| o.key()).collect();
+    csi_proxy_refusal(&vol.source.to_string(), &vol.options)
+}
+
+/// [`refuse_on_csi_proxy`]'s answer for `options` of the share `source` (`check-node` records it on csiProxy mode).
+pub(crate) fn csi_proxy_refusal(source: &str, options: &SmbMappingOptions) -> Result<(), Error> {
+    let asked: Vec<&str> = options.asked().iter().map(|o| o.key()).collect();
     if asked.is_empty() {
         return Ok(());
     }
@@ -72,7 +77,7 @@ pub(super) fn refuse_on_csi_proxy(vol: &super::SmbVolume) -> Result<(), Error> {
          csi-proxy's NewSmbGlobalMapping request cannot carry them, and whether its mappings require encryption is \
          csi-proxy's own -require-privacy flag (default true), which this driver can neither see nor change. Remove \
          the keys from the StorageClass to take csi-proxy's setting, or run the driver in mode: hostProcess",
-        vol.source,
+        source,
         asked.join(", ")
     )))
 }

@@ -518,6 +518,10 @@ impl Host for NativeHost {
         self.inner.host.uptime()
     }
 
+    fn windows_build(&self) -> Option<u32> {
+        self.inner.host.os_build()
+    }
+
     async fn in_flight(&self, object: &HostObject, d: Deadline) -> HostResult<InFlight> {
         let object = object.clone();
         self.run(HostOp::InFlight, d, move |o| o.calls.query(o, &object))

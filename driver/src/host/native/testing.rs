@@ -361,6 +361,10 @@ impl Host for Tapped {
         self.host.uptime()
     }
 
+    fn windows_build(&self) -> Option<u32> {
+        self.host.windows_build()
+    }
+
     /// Not recorded: what the backend knows of its own calls is no host operation of csi-proxy's (the suites' call
     /// sequences are csi-proxy's), and its facade reads, if any, are in the sim's audit.
     async fn in_flight(&self, object: &HostObject, d: Deadline) -> HostResult<InFlight> {
@@ -722,6 +726,13 @@ impl Host for TestHost {
             Self::CsiProxy(h) => h.uptime(),
             Self::Native(h) => h.uptime(),
             Self::NativeBare(h) => h.uptime(),
+        }
+    }
+    fn windows_build(&self) -> Option<u32> {
+        match self {
+            Self::CsiProxy(h) => h.windows_build(),
+            Self::Native(h) => h.windows_build(),
+            Self::NativeBare(h) => h.windows_build(),
         }
     }
     async fn in_flight(&self, o: &HostObject, d: Deadline) -> HostResult<InFlight> {

@@ -15,8 +15,10 @@
 #       pipes (or the backend EXTRA_CHECK_NODE_ARGS name), with --csi-proxy-release RELEASE unless it is `none`.
 #       Targets from WINCSI_CHECK_SMB_SHARE, WINCSI_CHECK_SMB_USERNAME (+ WINCSI_CHECK_SMB_PASSWORD) and
 #       WINCSI_CHECK_ISCSI_PORTAL, WINCSI_CHECK_ISCSI_IQN, WINCSI_CHECK_ISCSI_LUN (+ WINCSI_CHECK_ISCSI_CHAP_USERNAME/
-#       SECRET): --protocol smb or iscsi takes only that one and fails when its variables are unset (a set-up that
-#       did not finish never passes as "nothing to check"); all (default) takes whichever are set. --container
+#       SECRET), and WINCSI_CHECK_SMB_OPTIONS (`key=value,...`: the SMB client options the smb_options check asks
+#       on the native backend; unset, the node's build's default): --protocol smb or iscsi takes only that one and
+#       fails when its variables are unset (a set-up that did not finish never passes as "nothing to check"); all
+#       (default) takes whichever are set. --container
 #       runs check-node inside IMAGE as the chart runs the driver in csiProxy mode (container.sh: process isolation,
 #       the kubelet directory and the csi-proxy pipes mapped in). Writes DIR/NAME.json (the report), DIR/NAME.log
 #       (its progress) and DIR/NAME.summary (one line for the workflow's gate); NAME defaults to
@@ -214,6 +216,7 @@ node_mode() {
         [ -n "${WINCSI_CHECK_SMB_SHARE:-}" ] ||
             die "WINCSI_CHECK_SMB_SHARE is not set: the SMB set-up did not finish, so nothing SMB can be checked"
         args+=(--smb-share "$WINCSI_CHECK_SMB_SHARE")
+        [ -z "${WINCSI_CHECK_SMB_OPTIONS:-}" ] || args+=(--smb-options "$WINCSI_CHECK_SMB_OPTIONS")
     fi
     if [ "$iscsi" -eq 1 ]; then
         [ -n "${WINCSI_CHECK_ISCSI_PORTAL:-}" ] ||
@@ -254,5 +257,5 @@ node_mode() {
 case "${1:-}" in
     sim) shift; sim_mode "$@" ;;
     node) shift; node_mode "$@" ;;
-    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
 esac

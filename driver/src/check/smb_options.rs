@@ -158,7 +158,7 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>, t: &SmbTarget) -> Result<(
     };
     if !h.capabilities().smb_mapping_options {
         // The driver's own answer on csiProxy mode (`smb/stage.rs`), before any record or host call.
-        let refusal = crate::smb::options::csi_proxy_refusal(&t.share.to_string(), &asked).err();
+        let refusal = crate::smb::options::host_process_refusal(&t.share.to_string(), &asked).err();
         let outcome = Outcome {
             op: "NodeStageVolume".to_owned(),
             value: None,

@@ -63,11 +63,11 @@ pub(crate) fn parse(context: &BTreeMap<String, String>) -> Result<SmbMappingOpti
 /// always true), which this driver cannot see — so even `requirePrivacy: "true"` cannot be promised there. Refused
 /// before any record or host call, naming `mode: hostProcess`.
 pub(super) fn refuse_on_csi_proxy(vol: &super::SmbVolume) -> Result<(), Error> {
-    csi_proxy_refusal(&vol.source.to_string(), &vol.options)
+    host_process_refusal(&vol.source.to_string(), &vol.options)
 }
 
 /// [`refuse_on_csi_proxy`]'s answer for `options` of the share `source` (`check-node` records it on csiProxy mode).
-pub(crate) fn csi_proxy_refusal(source: &str, options: &SmbMappingOptions) -> Result<(), Error> {
+pub(crate) fn host_process_refusal(source: &str, options: &SmbMappingOptions) -> Result<(), Error> {
     let asked: Vec<&str> = options.asked().iter().map(|o| o.key()).collect();
     if asked.is_empty() {
         return Ok(());

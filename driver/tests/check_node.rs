@@ -27,11 +27,20 @@ const CHAP_SECRET: &str = "chap-secret-12";
 fn scenario() -> Scenario {
     Scenario::from_json(
         &json!({
-            "smb": {"servers": [{
-                "name": "fs1",
-                "accounts": [{"user": "bob", "password": SMB_PASSWORD, "domain": "CORP"}],
-                "shares": [{"name": "scratch", "files": {"dir/readme.txt": "the scratch share"}}]
-            }]},
+            "smb": {
+                // A domain-joined node whose computer account share `machine` grants (issue 40 item 1, N46).
+                "node_account": r"CORP\NODE1$",
+                "servers": [{
+                    "name": "fs1",
+                    "accounts": [{"user": "bob", "password": SMB_PASSWORD, "domain": "CORP"}],
+                    "shares": [{"name": "scratch", "files": {"dir/readme.txt": "the scratch share"}}]
+                }, {
+                    "name": "fs2",
+                    "computers": [r"CORP\NODE1$"],
+                    "shares": [{"name": "machine", "users": ["NODE1$"], "files": {"dir/readme.txt": "x"}},
+                               {"name": "private", "users": ["someone"]}]
+                }]
+            },
             "iscsi": {"portals": [{
                 "address": "192.0.2.10", "port": 3260,
                 "targets": [
@@ -977,6 +986,75 @@ async fn smb_options_on_csi_proxy_mode_record_the_drivers_refusal() {
             .expect("observations")
             .contains_key("map_with_options"),
         "no host call on csiProxy mode\n{text}"
+    );
+    assert_nothing_left(&node, &report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_machine_account_check_is_opt_in_maps_as_the_node_and_leaves_nothing() {
+    let node = Node::start(CsiProxyVersion::V1_1_3);
+    // Not asked: not run.
+    let report = node.run_native(&[]).await.expect("run");
+    assert!(
+        checks(&report)
+            .iter()
+            .all(|c| c["id"] != "smb_machine_account")
+    );
+
+    let machine = ["--smb-machine-share", r"\\fs2\machine\dir"];
+    let report = node.run_native(&machine).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    let c = check(&report, "smb_machine_account");
+    assert_eq!(c["status"], "ran", "{text}");
+    let obs = &c["observations"];
+    assert_eq!(
+        obs["unmapped_probe"]["error"]["kind"], "LogonFailure",
+        "{text}"
+    );
+    assert_eq!(obs["map_as_machine"]["error"], Value::Null, "{text}");
+    assert_eq!(obs["is_symlink"]["value"], true, "{text}");
+    assert_eq!(obs["mkdir_through_link"]["error"], Value::Null, "{text}");
+    assert_eq!(obs["link_exists_after"]["value"], false, "{text}");
+    assert_eq!(obs["remove_again"]["error"]["kind"], "NotFound", "{text}");
+    assert!(
+        c["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .any(|f| f["ref"] == json!({"kind": "native", "id": 46})),
+        "{text}"
+    );
+    assert_nothing_left(&node, &report);
+
+    // A share that does not grant the computer account: the mapping's refusal recorded, nothing left.
+    let private = ["--smb-machine-share", r"\\fs2\private"];
+    let report = node.run_native(&private).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    let c = check(&report, "smb_machine_account");
+    assert_eq!(c["status"], "failed", "{text}");
+    assert!(
+        c["observations"]["map_as_machine"]["error"].is_object(),
+        "{text}"
+    );
+    assert_nothing_left(&node, &report);
+
+    // csiProxy mode: the driver's refusal, no host call.
+    let report = node.run(&machine).await.expect("run");
+    let text = serde_json::to_string_pretty(&report).expect("text");
+    let c = check(&report, "smb_machine_account");
+    assert_eq!(c["status"], "ran", "{text}");
+    let refused = &c["observations"]["refused_on_csi_proxy"]["error"];
+    assert_eq!(refused["classification"], "FailedPrecondition", "{text}");
+    assert!(
+        refused["message"].as_str().is_some_and(
+            |m| m.contains("authentication: machine") && m.contains("mode: hostProcess")
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        c["observations"].as_object().expect("obs").len(),
+        1,
+        "{text}"
     );
     assert_nothing_left(&node, &report);
 }

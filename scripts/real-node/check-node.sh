@@ -16,9 +16,10 @@
 #       Targets from WINCSI_CHECK_SMB_SHARE, WINCSI_CHECK_SMB_USERNAME (+ WINCSI_CHECK_SMB_PASSWORD) and
 #       WINCSI_CHECK_ISCSI_PORTAL, WINCSI_CHECK_ISCSI_IQN, WINCSI_CHECK_ISCSI_LUN (+ WINCSI_CHECK_ISCSI_CHAP_USERNAME/
 #       SECRET), and WINCSI_CHECK_SMB_OPTIONS (`key=value,...`: the SMB client options the smb_options check asks
-#       on the native backend; unset, the node's build's default): --protocol smb or iscsi takes only that one and
-#       fails when its variables are unset (a set-up that did not finish never passes as "nothing to check"); all
-#       (default) takes whichever are set. --container
+#       on the native backend; unset, the node's build's default) and WINCSI_CHECK_SMB_MACHINE_SHARE (opt-in: a
+#       share the node maps as its computer account, domain-joined nodes): --protocol smb or iscsi takes only that
+#       one and fails when its variables are unset (a set-up that did not finish never passes as "nothing to
+#       check"); all (default) takes whichever are set. --container
 #       runs check-node inside IMAGE as the chart runs the driver in csiProxy mode (container.sh: process isolation,
 #       the kubelet directory and the csi-proxy pipes mapped in). Writes DIR/NAME.json (the report), DIR/NAME.log
 #       (its progress) and DIR/NAME.summary (one line for the workflow's gate); NAME defaults to
@@ -217,6 +218,7 @@ node_mode() {
             die "WINCSI_CHECK_SMB_SHARE is not set: the SMB set-up did not finish, so nothing SMB can be checked"
         args+=(--smb-share "$WINCSI_CHECK_SMB_SHARE")
         [ -z "${WINCSI_CHECK_SMB_OPTIONS:-}" ] || args+=(--smb-options "$WINCSI_CHECK_SMB_OPTIONS")
+        [ -z "${WINCSI_CHECK_SMB_MACHINE_SHARE:-}" ] || args+=(--smb-machine-share "$WINCSI_CHECK_SMB_MACHINE_SHARE")
     fi
     if [ "$iscsi" -eq 1 ]; then
         [ -n "${WINCSI_CHECK_ISCSI_PORTAL:-}" ] ||
@@ -257,5 +259,5 @@ node_mode() {
 case "${1:-}" in
     sim) shift; sim_mode "$@" ;;
     node) shift; node_mode "$@" ;;
-    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,31p' "$0" >&2; exit 2 ;;
 esac

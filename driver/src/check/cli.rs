@@ -110,6 +110,14 @@ pub struct CheckNodeArgs {
     #[arg(long, value_name = "KEY=VALUE,...", requires = "smb_share")]
     pub smb_options: Option<String>,
 
+    /// Opt-in (issue 40 item 1, native item N46): a share the node maps as its own computer account, with no
+    /// credential (`authentication: machine`), `\\server\share[\dir]` (the folder must exist). Needs a domain-joined
+    /// node and a share whose share and NTFS permissions grant the computer account (`DOMAIN\NODE$`); the run refuses
+    /// it when a mapping of it already exists, maps it as the node, writes a directory through it and removes its own
+    /// mapping. On csiProxy mode the driver's refusal is recorded.
+    #[arg(long, value_name = "UNC")]
+    pub smb_machine_share: Option<String>,
+
     /// An iSCSI target portal for the iSCSI checks, `host[:port]`. The LUN must be a scratch LUN: the run refuses a
     /// disk with any volume, then initialises (GPT) and formats (NTFS) it, and cannot undo that.
     #[arg(long, value_name = "HOST[:PORT]", requires = "iscsi_iqn")]

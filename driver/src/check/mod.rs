@@ -30,6 +30,7 @@ pub mod options;
 mod release;
 pub mod report;
 mod smb;
+mod smb_machine;
 mod smb_options;
 
 use std::collections::BTreeMap;
@@ -217,6 +218,7 @@ pub fn plan(opts: &CheckOptions) -> Vec<PlanStep> {
         Phase::Full | Phase::BeforeReboot => {
             steps.extend(fs::plan(opts));
             steps.extend(smb::plan(opts));
+            steps.extend(smb_machine::plan(opts));
             steps.push(iscsi::node_plan());
             steps.extend(iscsi::plan(opts));
         }
@@ -259,6 +261,7 @@ async fn groups<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
         Phase::Full | Phase::BeforeReboot => {
             fs::run(cx).await?;
             smb::run(cx).await?;
+            smb_machine::run(cx).await?;
             iscsi::node_run(cx).await;
             iscsi::run(cx).await?;
         }

@@ -118,6 +118,8 @@ pub struct CheckOptions {
     pub claimed: Option<Release>,
     /// The SMB share, if any.
     pub smb: Option<SmbTarget>,
+    /// `--smb-machine-share`: a share mapped as the node's computer account, if any.
+    pub smb_machine: Option<UncPath>,
     /// The iSCSI LUN, if any.
     pub iscsi: Option<IscsiTarget>,
     /// Bound of one host call.
@@ -281,6 +283,12 @@ impl CheckOptions {
             ledger_path: check_dir.join("ledger.json"),
             claimed: args.csi_proxy_release,
             smb,
+            smb_machine: args
+                .smb_machine_share
+                .as_deref()
+                .map(|s| UncPath::parse(s, "--smb-machine-share"))
+                .transpose()
+                .map_err(|e| e.to_string())?,
             iscsi,
             call_timeout: Duration::from_secs(args.call_timeout_secs.max(1)),
             arrival_timeout: Duration::from_secs(args.arrival_timeout_secs),

@@ -82,6 +82,17 @@ pub(crate) fn host_process_refusal(source: &str, options: &SmbMappingOptions) ->
     )))
 }
 
+/// The answer to `authentication: machine` where the driver does not make the mapping itself as SYSTEM (csiProxy
+/// mode; `stage.rs` `machine_account_here`), also recorded by `check-node`.
+pub(crate) fn machine_account_refusal(source: &str) -> Error {
+    Error::FailedPrecondition(format!(
+        "{source} asks for authentication: machine (the node's computer account), which needs the chart's mode: \
+         hostProcess (--host-backend native): csi-proxy v1.1.x and v1.2.x always send a credential, and from \
+         v1.3.0 on a mapping without one takes the identity of whatever account csi-proxy runs as, which this \
+         driver can neither see nor check"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -666,11 +666,7 @@ fn machine_account_here<H: Host>(host: &H, vol: &SmbVolume) -> Result<(), Error>
     if !vol.machine || host.capabilities().list_smb_mappings {
         return Ok(());
     }
-    Err(Error::FailedPrecondition(format!(
-        "{} asks for authentication: machine (the node's computer account), which needs the chart's mode: \
-         hostProcess (--host-backend native): csi-proxy v1.1.x and v1.2.x always send a credential, and from \
-         v1.3.0 on a mapping without one takes the identity of whatever account csi-proxy runs as, which this \
-         driver can neither see nor check",
-        vol.source
-    )))
+    Err(super::options::machine_account_refusal(
+        &vol.source.to_string(),
+    ))
 }

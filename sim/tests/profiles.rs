@@ -183,7 +183,10 @@ async fn a_format_finishes_after_its_client_gave_up() {
     let call = tokio::spawn(async move { impatient.volume().format(&target).await });
     s.host.wait_hung(1).await;
     call.abort();
-    assert!(call.await.is_err_and(|e| e.is_cancelled()), "the client gave up");
+    assert!(
+        call.await.is_err_and(|e| e.is_cancelled()),
+        "the client gave up"
+    );
     assert_eq!(s.host.hung_calls(), 1, "csi-proxy is still formatting");
     s.host.release_hangs();
     s.host.wait_unhung().await;

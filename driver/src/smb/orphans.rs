@@ -136,3 +136,50 @@ fn load(dir: &PathBuf) -> Vec<Orphan> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn orphan(volume_id: &str, root: &str, at: u64) -> Orphan {
+        Orphan {
+            volume_id: volume_id.into(),
+            root: root.into(),
+            removal: SmbRemoval {
+                link: false,
+                mapping: true,
+                boot: None,
+                at_unix_ms: at,
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn kept_durably_read_back_by_a_new_process_and_gone_once_settled() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let a = orphan("v1", r"\\srv\share", 1);
+        let b = orphan("v2", r"\\nas\data", 2);
+        let first = Orphans::default();
+        first.keep(dir.path(), a.clone()).await.expect("keep");
+        first.keep(dir.path(), b.clone()).await.expect("keep");
+        // What a crash in the middle of a write leaves, and a file that does not read: neither is an orphan.
+        std::fs::write(dir.path().join(DIR).join("x.json.tmp"), b"{").expect("tmp");
+        std::fs::write(dir.path().join(DIR).join("bad.json"), b"{").expect("bad");
+        // A restarted driver reads them back; the share's name compares as Windows compares it.
+        let second = Orphans::default();
+        assert_eq!(second.of_share(dir.path(), r"\\SRV\Share"), vec![a.clone()]);
+        assert_eq!(second.of_share(dir.path(), r"\\other\share"), vec![]);
+        second.settled(dir.path(), &a).await.expect("settled");
+        assert!(second.of_share(dir.path(), r"\\srv\share").is_empty());
+        assert!(
+            Orphans::default()
+                .of_share(dir.path(), r"\\srv\share")
+                .is_empty(),
+            "its file is gone"
+        );
+        assert_eq!(
+            Orphans::default().of_share(dir.path(), r"\\nas\data"),
+            vec![b]
+        );
+    }
+}

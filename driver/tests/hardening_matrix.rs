@@ -807,22 +807,6 @@ fn matrix() {
     let total = all.len();
     in_shards(&all, |i, cell| async move {
         println!("hardening matrix: cell {}/{total}: {cell}", i + 1);
-        if let Some(why) = known_open_outlive(cell) {
-            // Reported, not failed on: a known open defect (issue 37's note); any other cell fails the test.
-            use futures::FutureExt;
-            if let Err(p) = std::panic::AssertUnwindSafe(run_cell(cell))
-                .catch_unwind()
-                .await
-            {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default();
-                println!("hardening matrix: KNOWN OPEN ({why}): {msg}");
-            }
-            return;
-        }
         run_cell(cell).await
     });
     let outlive = all.iter().filter(|c| c.fault == Fault::Outlive).count();
@@ -838,19 +822,6 @@ fn matrix() {
         // csi-proxy: PartitionDisk, FormatVolume; native: Initialize, CreatePartition, Format.
         assert!(outlive >= 2, "no destructive call was recorded: {outlive}");
     }
-}
-
-/// Known open: natively, a driver killed inside `MSFT_Disk.Initialize` or `MSFT_Disk.CreatePartition` whose call
-/// goes on, and a short retry that runs while it does, sometimes (under load) leave a volume without a file system
-/// that later retries refuse as "not created in a stage still in progress" (a stranded volume behind a message that
-/// names the way back; issue 37's note). Seen on native only, in 2 of 3 loaded runs.
-fn known_open_outlive(cell: &Cell) -> Option<&'static str> {
-    let name = cell.to_string();
-    (cell.fault == Fault::Outlive
-        && name.starts_with("Iscsi/Stage/")
-        && (name.contains(" MSFT_Disk.Initialize #")
-            || name.contains(" MSFT_Disk.CreatePartition #")))
-    .then_some("a native Initialize/CreatePartition outliving its caller can strand the volume")
 }
 
 // ---- A connection that goes silent (issue 29 item 3): its own cells, its own test ----

@@ -33,6 +33,8 @@ pub struct ProxyClient {
     inner: Arc<Inner>,
     /// The caller's deadline for calls made through this handle ([`ProxyClient::with_deadline`]).
     deadline: Option<Instant>,
+    /// Calls through this handle wait for their answer until then ([`ProxyClient::running_to`]).
+    run_to: Option<Instant>,
 }
 
 struct Inner {
@@ -70,6 +72,7 @@ impl std::fmt::Debug for ProxyClient {
             .field("transport", &self.inner.source)
             .field("timeout", &self.inner.timeout)
             .field("deadline", &self.deadline)
+            .field("run_to", &self.run_to)
             .finish_non_exhaustive()
     }
 }
@@ -119,6 +122,25 @@ impl ProxyClient {
         ProxyClient {
             inner: Arc::clone(&self.inner),
             deadline: Some(self.deadline.map_or(deadline, |d| d.min(deadline))),
+            run_to: self.run_to,
+        }
+    }
+
+    /// This client (the same connections) with calls that run to `end`, past the client's timeout and the caller's
+    /// deadline ([`ProxyClient::with_deadline`]): a call the caller must hear the answer of even after it stopped
+    /// waiting (a destructive call csi-proxy runs to its end anyway; formatting a big volume may take minutes).
+    ///
+    /// Such a call is not cut at the caller's deadline or the client's timeout, but its connection is judged at the
+    /// earlier of the two (its *patience*; the client's timeout from its start when the caller's deadline has already
+    /// passed): if nothing at all came back on the connection since the call was sent, new calls of the group go over
+    /// a new connection, while this call keeps waiting for its answer on the old one until `end`. So a silent
+    /// connection under a long call does not take the caller's next attempt with it; a long call on a live connection
+    /// that answers nothing else meanwhile costs the group one new connection. `grpc-timeout` carries `end`.
+    pub fn running_to(&self, end: Instant) -> ProxyClient {
+        ProxyClient {
+            inner: Arc::clone(&self.inner),
+            deadline: self.deadline,
+            run_to: Some(end),
         }
     }
 
@@ -130,6 +152,7 @@ impl ProxyClient {
                 connections: Connections::new(hook),
             }),
             deadline: None,
+            run_to: None,
         }
     }
 
@@ -191,6 +214,20 @@ impl ProxyClient {
         })
     }
 
+    /// A call's deadline, and its patience if it outlives its caller ([`ProxyClient::running_to`]) and that comes
+    /// first.
+    fn limits(&self, now: Instant) -> (Instant, Option<Instant>) {
+        let Some(end) = self.run_to else {
+            return (now + self.call_timeout(), None);
+        };
+        // The caller's deadline, unless it has passed already (then the client's timeout alone).
+        let patience = match self.deadline {
+            Some(d) if d > now => d.min(now + self.inner.timeout),
+            _ => now + self.inner.timeout,
+        };
+        (end, (patience < end).then_some(patience))
+    }
+
     /// Runs one unary call with the deadline and maps the outcome.
     ///
     /// The group's connection learns how the call ended (`crate::connections`): any end proves it delivers; a
@@ -208,20 +245,33 @@ impl ProxyClient {
         F: FnOnce(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let timeout = self.call_timeout();
+        let now = Instant::now();
+        let (deadline, patience) = self.limits(now);
+        let timeout = deadline.saturating_duration_since(now);
         if timeout.is_zero() {
             // Never send a call that cannot be waited for: its outcome could not be reported.
             return Err(Error::DeadlineExceeded { method, timeout });
         }
-        let deadline = Instant::now() + timeout;
-        let pending = self
+        let mut pending = self
             .inner
             .connections
-            .call(group, deadline, || self.open(group));
+            .call(group, deadline, patience, || self.open(group));
         let mut request = tonic::Request::new(request);
         // Tells the server too (grpc-timeout header); the local timeout below is what counts.
         request.set_timeout(timeout);
-        let result = tokio::time::timeout_at(deadline, call(pending.channel(), request)).await;
+        let answer = call(pending.channel(), request);
+        tokio::pin!(answer);
+        let result = match patience {
+            // A call that outlives its caller: its connection is judged at its patience, the call goes on.
+            Some(patience) => match tokio::time::timeout_at(patience, &mut answer).await {
+                Ok(result) => Ok(result),
+                Err(_patience) => {
+                    pending.patience_passed();
+                    tokio::time::timeout_at(deadline, answer).await
+                }
+            },
+            None => tokio::time::timeout_at(deadline, answer).await,
+        };
         match result {
             // Whichever timer notices the deadline first (this one, or tonic's for the grpc-timeout below).
             Err(_elapsed) => {

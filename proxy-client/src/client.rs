@@ -23,8 +23,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Cheap to clone (an `Arc` inside); clones share connections. Connections are opened lazily,
 /// one per group, on first use, and are re-established after csi-proxy restarts. Every call has a
 /// deadline ([`DEFAULT_TIMEOUT`] unless set with [`ProxyClient::with_timeout`]; a caller's own
-/// deadline with [`ProxyClient::with_deadline`]). A connection on which nothing came back before a
-/// call's deadline is left for a fresh one (new calls dial again; calls in flight on it keep their
+/// deadline, which wins over it, with [`ProxyClient::with_deadline`]; a call that outlives its
+/// caller with [`ProxyClient::running_to`]). A connection on which nothing came back before a
+/// call's deadline — or, for a call allowed longer, before the client's timeout or its caller's
+/// deadline — is left for a fresh one (new calls dial again; calls in flight on it keep their
 /// deadlines): a csi-proxy connection that stays open and silent cannot wedge its group.
 ///
 /// Must be used inside a tokio runtime.
@@ -114,10 +116,12 @@ impl ProxyClient {
         Self::build(self.inner.source.clone(), self.inner.timeout, Some(hook))
     }
 
-    /// This client (the same connections) with calls that also end at `deadline`: each call's deadline is the
-    /// earlier of `deadline` and the client's timeout, and is sent to csi-proxy as `grpc-timeout`. A caller that
-    /// bounds its calls by a deadline of its own passes it here, so that a call reaching it counts as one with no
-    /// answer (see [`ProxyClient`]) rather than as a call its caller lost interest in.
+    /// This client (the same connections) with calls that end at `deadline` (the earlier one if the handle had a
+    /// deadline already), sent to csi-proxy as `grpc-timeout`. A caller's deadline wins over the client's timeout,
+    /// which bounds only calls made without one; a call still waiting at the client's timeout with nothing back on its
+    /// connection since it was sent leaves the connection for new calls and goes on waiting (module `connections`).
+    /// A caller that bounds its calls by a deadline of its own passes it here, so that a call reaching it counts as
+    /// one with no answer (see [`ProxyClient`]) rather than as a call its caller lost interest in.
     pub fn with_deadline(&self, deadline: Instant) -> ProxyClient {
         ProxyClient {
             inner: Arc::clone(&self.inner),
@@ -206,26 +210,24 @@ impl ProxyClient {
         }
     }
 
-    /// This call's time limit: the client's timeout, or less if the caller's deadline comes first.
-    fn call_timeout(&self) -> Duration {
-        let timeout = self.inner.timeout;
-        self.deadline.map_or(timeout, |d| {
-            timeout.min(d.saturating_duration_since(Instant::now()))
-        })
-    }
-
-    /// A call's deadline, and its patience if it outlives its caller ([`ProxyClient::running_to`]) and that comes
-    /// first.
+    /// A call's deadline, and its patience (when its connection is judged, if before its deadline).
+    ///
+    /// * No caller deadline: the client's timeout, judged there.
+    /// * A caller's deadline ([`ProxyClient::with_deadline`]): that deadline, even past the client's timeout (a
+    ///   caller that asks for a long call gets it, and `grpc-timeout` says so); its connection is judged at the
+    ///   client's timeout when the deadline is later (nothing back by then is a silent connection, module
+    ///   `connections`).
+    /// * [`ProxyClient::running_to`]: `end`; judged at the caller's deadline, or at the client's timeout when that
+    ///   comes first or the caller's deadline has passed already.
     fn limits(&self, now: Instant) -> (Instant, Option<Instant>) {
-        let Some(end) = self.run_to else {
-            return (now + self.call_timeout(), None);
+        let by_timeout = now + self.inner.timeout;
+        let (deadline, patience) = match (self.run_to, self.deadline) {
+            (None, None) => (by_timeout, by_timeout),
+            (None, Some(d)) => (d, by_timeout),
+            (Some(end), Some(d)) if d > now => (end, d.min(by_timeout)),
+            (Some(end), _) => (end, by_timeout),
         };
-        // The caller's deadline, unless it has passed already (then the client's timeout alone).
-        let patience = match self.deadline {
-            Some(d) if d > now => d.min(now + self.inner.timeout),
-            _ => now + self.inner.timeout,
-        };
-        (end, (patience < end).then_some(patience))
+        (deadline, (patience < deadline).then_some(patience))
     }
 
     /// Runs one unary call with the deadline and maps the outcome.

@@ -514,4 +514,39 @@ mod tests {
         let _c = connections.call(ApiGroup::Volume, end(), None, open);
         assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_callers_deadline_wins_over_the_clients_timeout_which_judges_the_connection() {
+        let opened = Arc::new(AtomicUsize::new(0));
+        let o = Arc::clone(&opened);
+        let proxy = crate::ProxyClient::with_channel_factory("test", move |_| silent_channel(&o))
+            .with_timeout(Duration::from_secs(10));
+        // Without a caller's deadline, the client's timeout ends the call.
+        let err = proxy.system().bios_serial().await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::DeadlineExceeded, "{err:?}");
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+        // A caller's deadline past it: the call waits for it, and its connection is judged at the timeout.
+        tokio::time::advance(REDIAL_INTERVAL).await;
+        let caller = Instant::now() + Duration::from_secs(60);
+        let long = proxy.with_deadline(caller);
+        let long = long.system();
+        let long = long.bios_serial();
+        tokio::pin!(long);
+        assert!(futures::poll!(&mut long).is_pending());
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(
+            futures::poll!(&mut long).is_pending(),
+            "cut at the client's timeout"
+        );
+        let next = proxy.with_deadline(Instant::now() + Duration::from_secs(5));
+        let next = next.system();
+        let next = next.bios_serial();
+        tokio::pin!(next);
+        assert!(futures::poll!(&mut next).is_pending());
+        assert_eq!(opened.load(Ordering::SeqCst), 3, "a new connection");
+        tokio::time::advance(caller.saturating_duration_since(Instant::now())).await;
+        let err = long.await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::DeadlineExceeded, "{err:?}");
+    }
 }

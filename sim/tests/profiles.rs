@@ -176,9 +176,17 @@ async fn a_format_finishes_after_its_client_gave_up() {
         st.list_volumes_on_disk(n, 2).unwrap()[0].clone()
     });
     s.host.hang_nth("FormatVolume", 1).unwrap();
-    let impatient = s.client.clone().with_timeout(Duration::from_millis(50));
-    let err = impatient.volume().format(&vol).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::DeadlineExceeded, "{err:?}");
+    // The client gives up once the call reached csi-proxy (waiting for that, not for a short timeout that a loaded
+    // machine could let pass before the request even arrived: seen in CI).
+    let impatient = s.client.clone().with_timeout(Duration::from_secs(3600));
+    let target = vol.clone();
+    let call = tokio::spawn(async move { impatient.volume().format(&target).await });
+    s.host.wait_hung(1).await;
+    call.abort();
+    assert!(
+        call.await.is_err_and(|e| e.is_cancelled()),
+        "the client gave up"
+    );
     assert_eq!(s.host.hung_calls(), 1, "csi-proxy is still formatting");
     s.host.release_hangs();
     s.host.wait_unhung().await;

@@ -43,9 +43,7 @@ use crate::locks::Deadline;
 
 pub(crate) use crate::lifecycle::outlive::OUTLIVE_BOUND;
 
-/// The way back from a wait for an announced call whose end cannot be observed, named in every such answer: nothing
-/// from before a reboot can still run (module docs).
-pub(crate) const WAY_BACK: &str = "a reboot of the node ends the wait at once";
+pub(crate) use crate::lifecycle::outlive::WAY_BACK;
 
 /// Which call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -42,6 +42,10 @@ use crate::host::{BootStamp, Host, HostObject, InFlight, Since};
 
 pub use crate::host::OUTLIVE_BOUND;
 
+/// The way back from a wait for an announced call whose end cannot be observed, named in every such answer: nothing
+/// from before a reboot can still run (module docs).
+pub const WAY_BACK: &str = "a reboot of the node ends the wait at once";
+
 /// The stamp an announcement made now carries: the node's uptime, when the backend can tell.
 pub fn stamp_now<H: Host>(host: &H) -> Option<BootStamp> {
     host.uptime().map(BootStamp::at)

@@ -111,6 +111,7 @@ mod adopt;
 mod creation;
 mod mapping;
 mod options;
+mod orphans;
 pub mod params;
 mod removal;
 mod rotate;

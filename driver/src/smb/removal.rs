@@ -26,20 +26,22 @@
 //! A mapping removal announced by a process that died is learned natively from the backend's ledger of calls in
 //! flight (`host/native/inflight.rs`: its `MSFT_SmbGlobalMapping.Remove` runs until the share's mapping list shows
 //! it gone). Limits: through csi-proxy it cannot be observed (no v1 API lists mappings): stages of that share then
-//! wait for a reboot or the bound — unless kubelet's retried unstage of the announcing volume ends
-//! first (its own removal answers; the record and its announcement go), which is taken as the end of the earlier call.
+//! wait for a reboot or the bound, also after kubelet's retried unstage of the announcing volume removed its record
+//! (its own removal answering proves nothing of the earlier call, which still runs in its own PowerShell process): the
+//! announcement is kept in a file of its own (`orphans.rs`) until it is over.
 
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 
 use super::SmbRecord;
+use super::orphans::{Orphan, Orphans};
 use crate::error::Error;
 use crate::host::{
     BootStamp, Host, HostError, HostErrorKind, HostObject, HostOp, HostPath, HostResult, Since,
     UncPath,
 };
 use crate::lifecycle::creation::Creations;
-use crate::lifecycle::outlive::{OUTLIVE_BOUND, Outlive, stamp_now};
+use crate::lifecycle::outlive::{OUTLIVE_BOUND, Outlive, WAY_BACK, stamp_now};
 use crate::lifecycle::{Calls, Context, host_error};
 use crate::locks::Deadline;
 use crate::state::VolumeRecord;
@@ -64,7 +66,7 @@ pub struct SmbRemoval {
 /// its stages (`crate::lifecycle::creation`: the mapping with its staging link, the subDir), which an unstage waits for
 /// as a stage waits for a removal.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Removals(Outlive, pub(super) Creations);
+pub(crate) struct Removals(Outlive, pub(super) Creations, Orphans);
 
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
@@ -115,6 +117,21 @@ impl Removals {
             boot: stamp_now(cx.calls(Deadline::after(OUTLIVE_BOUND)).host()),
             at_unix_ms: unix_ms().max(facts.removing.as_ref().map_or(0, |r| r.at_unix_ms + 1)),
         };
+        // An earlier mapping removal of the record that may still run (a process that died in it, or this process's
+        // task that outlived its unstage) must not leave with the record's announcement: it is kept on its own first
+        // (`orphans.rs`), so the share's stages go on waiting for it after this unstage removed the record.
+        if let Some(old) = facts.removing.as_ref().filter(|o| o.mapping)
+            && self
+                .0
+                .may_run(&Self::key(&rec.volume_id, old, Call::Mapping))
+        {
+            let orphan = Orphan {
+                volume_id: rec.volume_id.clone(),
+                root: facts.root.clone(),
+                removal: old.clone(),
+            };
+            self.2.keep(cx.store().dir(), orphan).await?;
+        }
         for (on, call) in [(link, Call::Link), (mapping, Call::Mapping)] {
             if on {
                 self.0.start(&Self::key(&rec.volume_id, &removal, call));
@@ -251,7 +268,19 @@ impl Removals {
                 Call::Link
             };
             let key = Self::key(&rec.volume_id, x, call);
-            if self.settled(cx, h, &rec, x, call, &key, &r.root).await? {
+            if self
+                .settled(
+                    cx,
+                    h,
+                    &rec.volume_id,
+                    &rec.staging_path,
+                    x,
+                    call,
+                    &key,
+                    &r.root,
+                )
+                .await?
+            {
                 continue;
             }
             let what = match call {
@@ -261,8 +290,39 @@ impl Removals {
             let why = format!(
                 "{what}, issued by the unstage of volume {:?} {}s ago, has not finished: it may still run on the node (a \
                  removal goes on after the call that issued it gave up) and would take away what this stage makes; \
-                 waiting for it (at most {} min from its start, less once the node reboots)",
+                 waiting for it (at most {} min from its start; {WAY_BACK})",
                 rec.volume_id,
+                self.0.age(&key).as_secs(),
+                OUTLIVE_BOUND.as_secs() / 60
+            );
+            return Ok(Some((why, key)));
+        }
+        // Those that outlived their volume's record (`orphans.rs`).
+        for o in self.2.of_share(cx.store().dir(), root) {
+            let key = Self::key(&o.volume_id, &o.removal, Call::Mapping);
+            if self
+                .settled(
+                    cx,
+                    h,
+                    &o.volume_id,
+                    "",
+                    &o.removal,
+                    Call::Mapping,
+                    &key,
+                    &o.root,
+                )
+                .await?
+            {
+                self.2.settled(cx.store().dir(), &o).await?;
+                continue;
+            }
+            let why = format!(
+                "the removal of the SMB global mapping of {}, issued by an unstage of volume {:?} (unstaged since) {}s \
+                 ago, has not finished: it may still run on the node (a removal goes on after the call that issued it \
+                 gave up, and the driver restarted meanwhile) and would take away what this stage makes; waiting for it \
+                 (at most {} min from its start; {WAY_BACK})",
+                o.root,
+                o.volume_id,
                 self.0.age(&key).as_secs(),
                 OUTLIVE_BOUND.as_secs() / 60
             );
@@ -277,7 +337,8 @@ impl Removals {
         &self,
         cx: Context<'_, H>,
         h: &Calls<'_, H>,
-        rec: &VolumeRecord,
+        volume_id: &str,
+        staging_path: &str,
         x: &SmbRemoval,
         call: Call,
         key: &str,
@@ -289,7 +350,10 @@ impl Removals {
         if let (Some(stamp), Some(now)) = (x.boot, h.host().uptime())
             && stamp.since(now) == Since::EarlierBoot
         {
-            info!(volume_id = %rec.volume_id, "an announced SMB removal is from an earlier boot: it cannot still run");
+            info!(
+                volume_id,
+                "an announced SMB removal is from an earlier boot: it cannot still run"
+            );
             self.0.end(key, "the node rebooted since");
             return Ok(true);
         }
@@ -302,7 +366,7 @@ impl Removals {
                 .await?;
         }
         if call == Call::Link
-            && let Ok(staging) = cx.kubelet_root().host_path(&rec.staging_path)
+            && let Ok(staging) = cx.kubelet_root().host_path(staging_path)
         {
             // The link's removal shows: nothing is at the staging path any more.
             match h.path_exists(&staging).await {

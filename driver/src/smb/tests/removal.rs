@@ -237,3 +237,88 @@ fn unavailable_for_removal_of(r: Result<(), Error>, volume: &str, when: &str) {
         other => panic!("{when}: the stage did not wait for {volume}'s removal: {other:?}"),
     }
 }
+
+/// The driver killed inside the share's last mapping removal, then kubelet's retried unstage of the volume: its own
+/// removal answers and its record goes, which proves nothing of the earlier call (through csi-proxy it runs on in its
+/// own PowerShell process). A stage of the share must go on waiting for it — or the late removal takes the new
+/// mapping from under the new pod — until a reboot (or the bound) ends it; natively the backend's ledger settles it.
+#[tokio::test]
+async fn kubelets_retried_unstage_does_not_end_a_removal_a_killed_driver_left_running() {
+    let mut env = new_env(false);
+    let when = format!("{:?}", env.backend);
+    env.sim
+        .with_state_mut(|s| s.set_uptime(Duration::from_secs(86_400)));
+    env.stage(&stage_req("v1", SHARE, None, "bob"), d())
+        .await
+        .expect("v1");
+    hold_mapping_removal_in_host(&env);
+    unstage_given_up_in_host(&env, "v1").await;
+    // The killed process's removal task goes on (the held call answers it once released).
+    let changes = removal_changes(&env);
+    env.restart();
+    // kubelet's retry of v1's unstage: its own removal answers, the record goes.
+    env.mgr
+        .unstage(&unstage_req("v1"), d())
+        .await
+        .unwrap_or_else(|e| panic!("{when}: v1's unstage retry: {e}"));
+    assert!(env.mgr.store().volume("v1").expect("read").is_none());
+    let orphans = env.mgr.store().dir().join("smb-removals");
+    if env.backend == sim::wmi::TestBackend::Native {
+        // The backend's ledger holds the earlier `MSFT_SmbGlobalMapping.Remove` until the mapping list shows it gone.
+        env.release();
+        until(changes.clone(), "the held removal ended", || {
+            env.sim.hung_calls() == 0
+        })
+        .await;
+        env.stage(&stage_req("v2", SHARE, None, "bob"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{when}: natively the ledger settles it: {e}"));
+    } else {
+        match env.stage(&stage_req("v2", SHARE, None, "bob"), d()).await {
+            Err(Error::Unavailable(m)) if m.contains("\"v1\"") && m.contains(wincsi_way_back()) => {
+            }
+            other => panic!("{when}: the stage did not wait for v1's earlier removal: {other:?}"),
+        }
+        // The late removal runs now: with nothing of the share mapped, it takes nothing.
+        env.release();
+        until(changes.clone(), "the held removal ended", || {
+            env.sim.hung_calls() == 0
+        })
+        .await;
+        // Its end cannot be observed through csi-proxy: still waiting, until the node reboots.
+        assert!(
+            matches!(
+                env.stage(&stage_req("v2", SHARE, None, "bob"), d()).await,
+                Err(Error::Unavailable(_))
+            ),
+            "{when}: a new process cannot observe the end through csi-proxy"
+        );
+        assert_eq!(
+            std::fs::read_dir(&orphans).map(|d| d.count()).unwrap_or(0),
+            1,
+            "{when}: kept on its own"
+        );
+        env.sim.reboot().expect("reboot");
+        env.stage(&stage_req("v2", SHARE, None, "bob"), d())
+            .await
+            .unwrap_or_else(|e| panic!("{when}: the node rebooted since: {e}"));
+    }
+    assert!(env.resolves(&norm_staging("v2")), "{when}: v2's mapping");
+    assert_eq!(
+        std::fs::read_dir(&orphans).map(|d| d.count()).unwrap_or(0),
+        0,
+        "{when}: the kept removal leaves once it is over"
+    );
+    env.mgr
+        .unstage(&unstage_req("v2"), d())
+        .await
+        .unwrap_or_else(|e| panic!("{when}: v2's unstage: {e}"));
+    assert!(
+        mappings(&env).is_empty(),
+        "{when}: v2's unstage removes the mapping"
+    );
+}
+
+fn wincsi_way_back() -> &'static str {
+    crate::lifecycle::outlive::WAY_BACK
+}

@@ -40,6 +40,8 @@ mod common;
 mod multipath;
 #[path = "hardening_matrix/paths.rs"]
 mod paths;
+#[path = "hardening_matrix/process.rs"]
+mod process;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -48,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::squeeze;
-use proxy_client::{ApiGroup, ProxyClient, Transport};
+use proxy_client::{ApiGroup, ProxyClient};
 use serde_json::json;
 use sim::wmi::{TestBackend, WindowsView};
 use sim::{HostOptions, Scenario, ServeHandle, SimHost};
@@ -264,6 +266,7 @@ fn manager(
     proxy: &ProxyClient,
     state: &Path,
     backend: TestBackend,
+    process: &mut process::Process,
 ) -> Arc<Manager<TestHost>> {
     let cfg = VolumeConfig {
         kubelet_root: KubeletRoot::new(r"C:\var\lib\kubelet").expect("root"),
@@ -280,7 +283,8 @@ fn manager(
             )
         }
         TestBackend::Native => {
-            let native = NativeHost::new(Arc::new(WindowsView::new(sim.clone())), Some(state));
+            let view = process.view(WindowsView::new(sim.clone()));
+            let native = NativeHost::new(Arc::new(view), Some(state));
             seed = Some(native.clone());
             TestHost::NativeBare(native)
         }
@@ -309,6 +313,8 @@ struct Env {
     _sandbox: tempfile::TempDir,
     state: tempfile::TempDir,
     proxy: ProxyClient,
+    /// The driver process running now: a restart kills it (`process.rs`).
+    process: process::Process,
     mgr: Arc<Manager<TestHost>>,
     /// A connection was silenced: only a csi-proxy restart ends it (and a call run to its end may still wait on it).
     silenced: bool,
@@ -327,11 +333,10 @@ impl Env {
         // A node up for a day: a reboot shows to the driver's boot stamps (its uptime is lower after it).
         sim.with_state_mut(|s| s.set_uptime(Duration::from_secs(86_400)));
         let serve = sim::serve_unix(sim.clone(), socks.path()).expect("serve");
-        let proxy = ProxyClient::new(Transport::UnixSockets {
-            dir: socks.path().to_path_buf(),
-        });
+        let mut process = process::Process::new();
+        let proxy = process.client(socks.path());
         let backend = common::backend::backend();
-        let mgr = manager(&sim, &proxy, state.path(), backend);
+        let mgr = manager(&sim, &proxy, state.path(), backend, &mut process);
         let env = Self {
             workflow,
             backend,
@@ -341,6 +346,7 @@ impl Env {
             _sandbox: sandbox,
             state,
             proxy,
+            process,
             mgr,
             silenced: false,
         };
@@ -357,17 +363,33 @@ impl Env {
         env
     }
 
-    /// The driver process was killed: a new process, a new client, the same state dir and host; startup
-    /// reconciliation runs first, as in `wincsi-node`.
+    /// The driver process was killed (nothing it had in progress reaches the host or its state directory any more:
+    /// `process.rs`): a new process, a new client, the state directory as the dead process left it, the same host;
+    /// startup reconciliation runs first, as in `wincsi-node`.
     async fn restart(&mut self) {
-        self.proxy = ProxyClient::new(Transport::UnixSockets {
-            dir: self.socks.path().to_path_buf(),
-        });
-        self.mgr = manager(&self.sim, &self.proxy, self.state.path(), self.backend);
+        self.kill();
+        self.process = process::Process::new();
+        self.proxy = self.process.client(self.socks.path());
+        self.mgr = manager(
+            &self.sim,
+            &self.proxy,
+            self.state.path(),
+            self.backend,
+            &mut self.process,
+        );
         self.mgr
             .reconcile(long())
             .await
             .expect("startup reconciliation");
+    }
+
+    /// The driver process dies now (`process.rs`): its host calls, connections and state writes stop; the state
+    /// directory is kept as it left it, for [`Env::restart`]. A call it had running goes on on the host. Killing a
+    /// dead process changes nothing.
+    fn kill(&mut self) {
+        if self.process.kill() {
+            self.state = process::snapshot(self.state.path());
+        }
     }
 
     /// [`Env::restart`] on `backend`: the node's `mode` changed (csiProxy ↔ hostProcess) over the same state
@@ -664,6 +686,8 @@ async fn run_cell(cell: &Cell) {
                                 r = env.run(op, long()) => panic!("{what}: finished despite the hang: {r:?}"),
                                 () = env.sim.wait_hung(1) => {}
                             }
+                            // Dead while the next call is pending, which then ends on the host.
+                            env.kill();
                             env.drain_hangs().await;
                         }
                         // Killed after the last call: the host did everything, kubelet saw no answer.
@@ -806,25 +830,14 @@ fn matrix() {
         }
         all.extend(cells(w, recorded));
     }
+    // `WINCSI_MATRIX_CELL=<text>`: only the cells whose name contains it (to look at one).
+    let filtered = std::env::var("WINCSI_MATRIX_CELL").ok();
+    if let Some(only) = &filtered {
+        all.retain(|c| c.to_string().contains(only.as_str()));
+    }
     let total = all.len();
     in_shards(&all, |i, cell| async move {
         println!("hardening matrix: cell {}/{total}: {cell}", i + 1);
-        if let Some(why) = known_open_outlive(cell) {
-            // Reported, not failed on: a known open defect (issue 37's note); any other cell fails the test.
-            use futures::FutureExt;
-            if let Err(p) = std::panic::AssertUnwindSafe(run_cell(cell))
-                .catch_unwind()
-                .await
-            {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default();
-                println!("hardening matrix: KNOWN OPEN ({why}): {msg}");
-            }
-            return;
-        }
         run_cell(cell).await
     });
     let outlive = all.iter().filter(|c| c.fault == Fault::Outlive).count();
@@ -832,36 +845,14 @@ fn matrix() {
         "hardening matrix: {total} cells (fail/hang/kill × every recorded step, outlive × every destructive call: \
          {outlive}), {total} converged, 0 failed"
     );
-    assert!(
-        total >= 3 * 20,
-        "the recorded sequences shrank: {total} cells"
-    );
-    // csi-proxy: PartitionDisk, FormatVolume; native: Initialize, CreatePartition, Format.
-    assert!(outlive >= 2, "no destructive call was recorded: {outlive}");
-}
-
-/// Known open: natively, a driver killed inside `MSFT_Disk.Initialize` or `MSFT_Disk.CreatePartition` whose call
-/// goes on, and a short retry that runs while it does, sometimes (under load) leave a volume without a file system
-/// that later retries refuse as "not created in a stage still in progress" (a stranded volume behind a message that
-/// names the way back; issue 37's note). Seen on native only, in 2 of 3 loaded runs.
-fn known_open_outlive(cell: &Cell) -> Option<&'static str> {
-    let name = cell.to_string();
-    if cell.fault == Fault::Kill
-        && common::backend::backend() == sim::wmi::TestBackend::Native
-        && (name.starts_with("Smb/Stage/call ") || name.starts_with("Iscsi/Stage/call "))
-    {
-        // Found at the integration of this round's branches (issue 37's note): natively, a driver killed early in a
-        // first stage, then retried to OK and torn down, can leave its SMB mapping or iSCSI session (a leftover, no
-        // data loss). Cause not found yet; the cells still run and report.
-        return Some(
-            "natively a kill early in a first stage can leave the mapping or session after the teardown",
+    if filtered.is_none() {
+        assert!(
+            total >= 3 * 20,
+            "the recorded sequences shrank: {total} cells"
         );
+        // csi-proxy: PartitionDisk, FormatVolume; native: Initialize, CreatePartition, Format.
+        assert!(outlive >= 2, "no destructive call was recorded: {outlive}");
     }
-    (cell.fault == Fault::Outlive
-        && name.starts_with("Iscsi/Stage/")
-        && (name.contains(" MSFT_Disk.Initialize #")
-            || name.contains(" MSFT_Disk.CreatePartition #")))
-    .then_some("a native Initialize/CreatePartition outliving its caller can strand the volume")
 }
 
 // ---- A connection that goes silent (issue 29 item 3): its own cells, its own test ----

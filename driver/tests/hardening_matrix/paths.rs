@@ -444,6 +444,8 @@ async fn kill_at(env: &mut Env, cell: &Cell, what: &str) {
                 r = env.run(cell.op, long()) => panic!("{what}: finished despite the hang: {r:?}"),
                 () = env.sim.wait_hung(1) => {}
             }
+            // Dead while the next call is pending, which then ends on the host.
+            env.kill();
             env.drain_hangs().await;
         }
         None => env

@@ -38,6 +38,7 @@ mod tests;
 mod walk;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use winhost::codes::{HResult, HResultCode, Win32Error};
@@ -206,6 +207,8 @@ pub struct WindowsView {
     facts: Arc<ProbeReport>,
     /// What the last probe found (shared by clones): `with_probe`'s report until a `reprobe`.
     probe: Arc<RwLock<ProbeReport>>,
+    /// The process calling through this view was killed ([`WindowsView::kill`]; shared by clones).
+    dead: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for WindowsView {
@@ -229,7 +232,17 @@ impl WindowsView {
             handle,
             facts: Arc::new(ProbeReport::complete()),
             probe: Arc::new(RwLock::new(ProbeReport::complete())),
+            dead: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The driver process calling through this view (and its clones) was killed: from now on none of its calls
+    /// reaches the host — they fail with [`CallError::Cancelled`] `started: false`, unaudited — while a call already
+    /// running finishes there, as a WMI method whose caller died does. A test's driver restart kills the old
+    /// process's view, so that nothing the dead process had in progress (a facade sequence on a blocking thread, a
+    /// task it spawned) issues a host call a dead process never could: the next step of a sequence dies with it.
+    pub fn kill(&self) {
+        self.dead.store(true, Ordering::SeqCst);
     }
 
     /// A host whose start-up probe found what `report` says: a namespace or class it reports absent (`Missing`,
@@ -305,6 +318,9 @@ impl WindowsView {
         failure: impl FnOnce(&T) -> Option<String>,
         fault: impl FnOnce(Fault) -> CallResult<T>,
     ) -> CallResult<T> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(CallError::Cancelled { started: false });
+        }
         ctx.check()?;
         if let Some(missing) = self.missing(name) {
             return Err(CallError::Unsupported { what: missing });

@@ -1415,3 +1415,42 @@ fn per_directory_access_refuses_the_root_and_allows_below_it() {
         .unwrap();
     assert!(host.with_state(|s| s.is_symlink(&link)).unwrap());
 }
+
+#[test]
+fn a_killed_process_s_calls_never_reach_the_host_and_its_running_call_finishes() {
+    let f = fixture();
+    f.host.with_state_mut(|s| s.mkdir(K)).unwrap();
+    // A call of the process is running (held) when the process is killed.
+    f.host.hang_nth("CreateDirectoryW", 1).unwrap();
+    let view = f.view.clone();
+    let t = std::thread::spawn(move || {
+        let c = ctx();
+        let first = view.create_directory(&c, &format!(r"{K}\before"));
+        // The next step of the dead process's sequence.
+        (first, view.create_directory(&c, &format!(r"{K}\after")))
+    });
+    f.rt.block_on(f.host.wait_hung(1));
+    f.view.kill();
+    let audited = f.host.audit(0).len();
+    f.host.release_hangs();
+    let (first, next) = t.join().unwrap();
+    // The running call finished on the host; the next was refused before it (never started, not audited).
+    first.unwrap();
+    assert_eq!(next.unwrap_err(), CallError::Cancelled { started: false });
+    let audit: Vec<String> = f.host.audit(0).into_iter().map(|e| e.rpc).collect();
+    assert_eq!(
+        audit[audited..],
+        ["CreateDirectoryW"],
+        "the running call only"
+    );
+    let exists = |p: &str| {
+        f.host
+            .with_state(|s| s.path_exists(&format!(r"{K}\{p}")).unwrap())
+    };
+    assert!(exists("before"));
+    assert!(!exists("after"));
+    // Clones share the kill; a new view of the host (the restarted process) calls as before.
+    assert!(f.view.clone().disks(&ctx(), None).is_err());
+    let fresh = WindowsView::with_handle(f.host.clone(), f.rt.handle().clone());
+    assert!(!fresh.disks(&ctx(), None).unwrap().is_empty());
+}

@@ -296,6 +296,9 @@ fn create(
     cred: Option<&(String, Secret)>,
     options: &SmbMappingOptions,
 ) -> HostResult<()> {
+    // Already held with no mapping of the share in sight: an earlier `Create` of wincsi's wrote it (durably, before
+    // it was issued) and may still land — a killed process's method, which its WMI provider finishes.
+    let held = o.ledger.contains(key);
     o.ledger.set(key, true).map_err(|e| ledger_error(o, e))?;
     let params = SmbGlobalMappingCreate {
         remote_path: root,
@@ -319,8 +322,19 @@ fn create(
         && e.kind != HostErrorKind::DeadlineExceeded
         && e.kind != HostErrorKind::Unavailable
     {
-        // A definite failure: no mapping was made, so it is not ours.
-        o.ledger.set(key, false).map_err(|e| ledger_error(o, e))?;
+        // A definite failure: this `Create` made no mapping. The key goes, unless it was held before and the share has
+        // a mapping now: the earlier `Create` that wrote it landed between this pass's look and its own `Create`
+        // (which then failed on the name taken), so that mapping is wincsi's and its last unstage removes it.
+        let landed = held && mappings_of(o, root).is_ok_and(|m| !m.is_empty());
+        if landed {
+            info!(
+                root,
+                "SMB mapping counted as wincsi's: an earlier Create of this driver (announced in its ledger) landed \
+                 while this stage mapped the share"
+            );
+        } else {
+            o.ledger.set(key, false).map_err(|e| ledger_error(o, e))?;
+        }
     }
     created.map(|_| ())
 }

@@ -1734,3 +1734,95 @@ async fn discovery_chap_given_for_an_added_portal_is_applied_when_its_own_is_ref
     );
     assert_eq!(fx.sim.with_state(|s| s.sessions().len()), 1);
 }
+
+/// Issue 37 (note item 8): a driver killed while its `MSFT_SmbGlobalMapping.Create` is in flight (the share written
+/// to the mapping ledger before it was issued); the restarted driver reads the ledger, looks (no mapping yet) and
+/// issues its own `Create`; the dead driver's lands first, so the restarted one's fails on the name taken. That
+/// failure made nothing, but the mapping there is wincsi's: the restarted driver must keep counting it and remove it at
+/// the share's last unstage (before: the key was dropped, and the mapping was left for ever as "not created by
+/// wincsi").
+#[tokio::test]
+async fn a_killed_drivers_create_landing_before_the_restarted_drivers_own_keeps_the_mapping_wincsis()
+ {
+    let fx = Fx::new();
+    let stage = path(r"C:\var\lib\kubelet\plugins\v1");
+    // The first process: its Create is held on the host when it dies (its Windows view is killed: it issues nothing
+    // more; its stage is dropped).
+    fx.sim
+        .hang_nth("MSFT_SmbGlobalMapping.Create", 1)
+        .expect("hang");
+    let view = WindowsView::new(fx.sim.clone());
+    let first = NativeHost::new(Arc::new(view.clone()), Some(fx.state.path()));
+    let (s, st) = (share(r"\\fs1\data\base"), stage.clone());
+    let dying = tokio::spawn(async move {
+        first
+            .new_smb_global_mapping(&s, Some(&st), Some(&bob()), d())
+            .await
+    });
+    fx.sim.wait_hung(1).await;
+    view.kill();
+    dying.abort();
+    // The restarted process, over the state directory as the dead one left it (a copy: nothing the dead one's thread
+    // does from now on is seen).
+    let state = tempfile::tempdir().expect("tmp");
+    std::fs::copy(
+        fx.state.path().join(LEDGER_FILE),
+        state.path().join(LEDGER_FILE),
+    )
+    .expect("the share is in the ledger before Create");
+    let restarted = Fx::native(&fx.sim, state.path());
+    // The dead process's held call is let go (the test lands its mapping below, at the moment it matters).
+    fx.sim.fail_hangs();
+    fx.sim.wait_unhung().await;
+    // kubelet's retry: the restarted driver looks (no mapping) and issues its own Create, held.
+    fx.sim
+        .hang_nth("MSFT_SmbGlobalMapping.Create", 1)
+        .expect("hang");
+    fx.calls();
+    let retry = {
+        let (h, s, st) = (restarted.clone(), share(r"\\fs1\data\base"), stage.clone());
+        tokio::spawn(async move {
+            h.new_smb_global_mapping(&s, Some(&st), Some(&bob()), d())
+                .await
+        })
+    };
+    fx.sim.wait_hangs_begun(2).await;
+    // The dead driver's Create lands now (a slow provider finishing the method of a caller that died).
+    fx.sim
+        .with_state_mut(|s| {
+            s.new_smb_global_mapping(r"\\fs1\data", "", r"CORP\bob", &sim::Secret::new(PW))
+        })
+        .expect("the late mapping");
+    fx.sim.release_hangs();
+    let failed = retry.await.expect("task").expect_err("the name is taken");
+    // It looked (no mapping of the share), then issued its own Create. (The dead driver's held Create, let go with a
+    // failure, may be audited late: it is the injected one.)
+    let calls: Vec<String> = fx
+        .sim
+        .audit(0)
+        .into_iter()
+        .filter(|e| !e.injected)
+        .map(|e| e.rpc)
+        .collect();
+    assert_eq!(
+        calls[..3],
+        [BY_PATH, ALL, "MSFT_SmbGlobalMapping.Create"],
+        "{failed:?}"
+    );
+    fx.sim.clear_audit();
+    // kubelet's next retry reuses the mapping; the unstage removes it: it is wincsi's.
+    restarted
+        .new_smb_global_mapping(&share(r"\\fs1\data\base"), Some(&stage), Some(&bob()), d())
+        .await
+        .expect("reuse");
+    restarted.rmdir(&stage, false, d()).await.expect("unlink");
+    restarted
+        .remove_smb_global_mapping(&share(r"\\fs1\data"), d())
+        .await
+        .expect("remove");
+    assert!(
+        fx.sim.with_state(|s| s.mappings().is_empty()),
+        "the mapping the dead driver made is left behind"
+    );
+    assert!(fx.sim.invariants().ok(), "{:?}", fx.sim.invariants());
+}

@@ -251,7 +251,7 @@ impl Drop for KeyedGuard {
 
 /// The point in time by which an RPC must answer; every host call is bounded by it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deadline(Instant);
+pub struct Deadline(Instant, Option<Instant>);
 
 impl Deadline {
     /// The default budget when the caller sent no `grpc-timeout` (kubelet always does; tools may not).
@@ -259,7 +259,21 @@ impl Deadline {
 
     /// A deadline `budget` from now.
     pub fn after(budget: Duration) -> Self {
-        Self(Instant::now() + budget)
+        Self(Instant::now() + budget, None)
+    }
+
+    /// A deadline `bound` from now for a call that outlives `caller`, the RPC that issued it (a destructive call run
+    /// to its end on a task of its own): the call waits for its answer until the bound, and a backend with
+    /// connections judges the call's connection at the caller's deadline (csi-proxy: nothing back on it by then
+    /// leaves it for a fresh one, `proxy_client::ProxyClient::running_to`), so the caller's retry does not queue
+    /// behind a silent connection.
+    pub fn outliving(caller: Deadline, bound: Duration) -> Self {
+        Self(Instant::now() + bound, Some(caller.0))
+    }
+
+    /// The deadline of the RPC this call outlives ([`Deadline::outliving`]).
+    pub fn caller(&self) -> Option<Instant> {
+        self.1
     }
 
     /// The deadline from a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`), or the default budget.

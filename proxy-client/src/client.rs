@@ -23,8 +23,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Cheap to clone (an `Arc` inside); clones share connections. Connections are opened lazily,
 /// one per group, on first use, and are re-established after csi-proxy restarts. Every call has a
 /// deadline ([`DEFAULT_TIMEOUT`] unless set with [`ProxyClient::with_timeout`]; a caller's own
-/// deadline with [`ProxyClient::with_deadline`]). A connection on which nothing came back before a
-/// call's deadline is left for a fresh one (new calls dial again; calls in flight on it keep their
+/// deadline, which wins over it, with [`ProxyClient::with_deadline`]; a call that outlives its
+/// caller with [`ProxyClient::running_to`]). A connection on which nothing came back before a
+/// call's deadline — or, for a call allowed longer, before the client's timeout or its caller's
+/// deadline — is left for a fresh one (new calls dial again; calls in flight on it keep their
 /// deadlines): a csi-proxy connection that stays open and silent cannot wedge its group.
 ///
 /// Must be used inside a tokio runtime.
@@ -33,6 +35,8 @@ pub struct ProxyClient {
     inner: Arc<Inner>,
     /// The caller's deadline for calls made through this handle ([`ProxyClient::with_deadline`]).
     deadline: Option<Instant>,
+    /// Calls through this handle wait for their answer until then ([`ProxyClient::running_to`]).
+    run_to: Option<Instant>,
 }
 
 struct Inner {
@@ -70,6 +74,7 @@ impl std::fmt::Debug for ProxyClient {
             .field("transport", &self.inner.source)
             .field("timeout", &self.inner.timeout)
             .field("deadline", &self.deadline)
+            .field("run_to", &self.run_to)
             .finish_non_exhaustive()
     }
 }
@@ -111,14 +116,35 @@ impl ProxyClient {
         Self::build(self.inner.source.clone(), self.inner.timeout, Some(hook))
     }
 
-    /// This client (the same connections) with calls that also end at `deadline`: each call's deadline is the
-    /// earlier of `deadline` and the client's timeout, and is sent to csi-proxy as `grpc-timeout`. A caller that
-    /// bounds its calls by a deadline of its own passes it here, so that a call reaching it counts as one with no
-    /// answer (see [`ProxyClient`]) rather than as a call its caller lost interest in.
+    /// This client (the same connections) with calls that end at `deadline` (the earlier one if the handle had a
+    /// deadline already), sent to csi-proxy as `grpc-timeout`. A caller's deadline wins over the client's timeout,
+    /// which bounds only calls made without one; a call still waiting at the client's timeout with nothing back on its
+    /// connection since it was sent leaves the connection for new calls and goes on waiting (module `connections`).
+    /// A caller that bounds its calls by a deadline of its own passes it here, so that a call reaching it counts as
+    /// one with no answer (see [`ProxyClient`]) rather than as a call its caller lost interest in.
     pub fn with_deadline(&self, deadline: Instant) -> ProxyClient {
         ProxyClient {
             inner: Arc::clone(&self.inner),
             deadline: Some(self.deadline.map_or(deadline, |d| d.min(deadline))),
+            run_to: self.run_to,
+        }
+    }
+
+    /// This client (the same connections) with calls that run to `end`, past the client's timeout and the caller's
+    /// deadline ([`ProxyClient::with_deadline`]): a call the caller must hear the answer of even after it stopped
+    /// waiting (a destructive call csi-proxy runs to its end anyway; formatting a big volume may take minutes).
+    ///
+    /// Such a call is not cut at the caller's deadline or the client's timeout, but its connection is judged at the
+    /// earlier of the two (its *patience*; the client's timeout from its start when the caller's deadline has already
+    /// passed): if nothing at all came back on the connection since the call was sent, new calls of the group go over
+    /// a new connection, while this call keeps waiting for its answer on the old one until `end`. So a silent
+    /// connection under a long call does not take the caller's next attempt with it; a long call on a live connection
+    /// that answers nothing else meanwhile costs the group one new connection. `grpc-timeout` carries `end`.
+    pub fn running_to(&self, end: Instant) -> ProxyClient {
+        ProxyClient {
+            inner: Arc::clone(&self.inner),
+            deadline: self.deadline,
+            run_to: Some(end),
         }
     }
 
@@ -130,6 +156,7 @@ impl ProxyClient {
                 connections: Connections::new(hook),
             }),
             deadline: None,
+            run_to: None,
         }
     }
 
@@ -183,12 +210,24 @@ impl ProxyClient {
         }
     }
 
-    /// This call's time limit: the client's timeout, or less if the caller's deadline comes first.
-    fn call_timeout(&self) -> Duration {
-        let timeout = self.inner.timeout;
-        self.deadline.map_or(timeout, |d| {
-            timeout.min(d.saturating_duration_since(Instant::now()))
-        })
+    /// A call's deadline, and its patience (when its connection is judged, if before its deadline).
+    ///
+    /// * No caller deadline: the client's timeout, judged there.
+    /// * A caller's deadline ([`ProxyClient::with_deadline`]): that deadline, even past the client's timeout (a
+    ///   caller that asks for a long call gets it, and `grpc-timeout` says so); its connection is judged at the
+    ///   client's timeout when the deadline is later (nothing back by then is a silent connection, module
+    ///   `connections`).
+    /// * [`ProxyClient::running_to`]: `end`; judged at the caller's deadline, or at the client's timeout when that
+    ///   comes first or the caller's deadline has passed already.
+    fn limits(&self, now: Instant) -> (Instant, Option<Instant>) {
+        let by_timeout = now + self.inner.timeout;
+        let (deadline, patience) = match (self.run_to, self.deadline) {
+            (None, None) => (by_timeout, by_timeout),
+            (None, Some(d)) => (d, by_timeout),
+            (Some(end), Some(d)) if d > now => (end, d.min(by_timeout)),
+            (Some(end), _) => (end, by_timeout),
+        };
+        (deadline, (patience < deadline).then_some(patience))
     }
 
     /// Runs one unary call with the deadline and maps the outcome.
@@ -208,20 +247,33 @@ impl ProxyClient {
         F: FnOnce(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let timeout = self.call_timeout();
+        let now = Instant::now();
+        let (deadline, patience) = self.limits(now);
+        let timeout = deadline.saturating_duration_since(now);
         if timeout.is_zero() {
             // Never send a call that cannot be waited for: its outcome could not be reported.
             return Err(Error::DeadlineExceeded { method, timeout });
         }
-        let deadline = Instant::now() + timeout;
-        let pending = self
+        let mut pending = self
             .inner
             .connections
-            .call(group, deadline, || self.open(group));
+            .call(group, deadline, patience, || self.open(group));
         let mut request = tonic::Request::new(request);
         // Tells the server too (grpc-timeout header); the local timeout below is what counts.
         request.set_timeout(timeout);
-        let result = tokio::time::timeout_at(deadline, call(pending.channel(), request)).await;
+        let answer = call(pending.channel(), request);
+        tokio::pin!(answer);
+        let result = match patience {
+            // A call that outlives its caller: its connection is judged at its patience, the call goes on.
+            Some(patience) => match tokio::time::timeout_at(patience, &mut answer).await {
+                Ok(result) => Ok(result),
+                Err(_patience) => {
+                    pending.patience_passed();
+                    tokio::time::timeout_at(deadline, answer).await
+                }
+            },
+            None => tokio::time::timeout_at(deadline, answer).await,
+        };
         match result {
             // Whichever timer notices the deadline first (this one, or tonic's for the grpc-timeout below).
             Err(_elapsed) => {

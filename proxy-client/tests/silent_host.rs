@@ -193,3 +193,96 @@ async fn a_caller_that_drops_its_call_at_its_deadline_counts_as_no_answer() {
     assert!(exists.expect("answered on a new connection"));
     assert_eq!(host.accepted(), 2);
 }
+
+/// A call made to run to its end (`running_to`: a destructive call the driver must hear the answer of) on a connection
+/// that goes silent: at its caller's deadline the connection is judged, so the caller's next attempt goes over a new
+/// connection and converges at once; the long call is not cut (not at its caller's deadline, not at the client's
+/// timeout) and keeps the old connection until it ends.
+#[tokio::test]
+async fn a_call_that_outlives_its_caller_does_not_keep_a_silent_connection_for_the_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProxy::default();
+    let mut host = SilentHost::start(&fake, dir.path(), ApiGroup::System, 1);
+    let abandoned = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&abandoned);
+    // A short client timeout, so that the test shows the call outliving it too.
+    let proxy = ProxyClient::new(Transport::unix_sockets(dir.path()))
+        .with_timeout(Duration::from_millis(300))
+        .on_connection_abandoned(move |_| {
+            count.fetch_add(1, Ordering::SeqCst);
+        });
+    let caller = soon();
+    let long = proxy
+        .with_deadline(caller)
+        .running_to(Instant::now() + Duration::from_secs(600));
+    // Boxed: dropped below to end the call.
+    let mut long = Box::pin(async move { long.system().bios_serial().await });
+    assert!(futures::poll!(&mut long).is_pending());
+    // The caller's deadline and the client's timeout pass (virtual time: no real wait).
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    tokio::time::resume();
+    assert!(
+        futures::poll!(&mut long).is_pending(),
+        "the long call was cut"
+    );
+
+    // The caller's next attempt reaches the host over a second connection and converges.
+    let serial = proxy.with_deadline(generous()).system().bios_serial().await;
+    assert_eq!(serial.expect("answered on a new connection"), BIOS_SERIAL);
+    assert_eq!(host.accepted(), 2);
+    assert_eq!(abandoned.load(Ordering::SeqCst), 1);
+    assert!(
+        futures::poll!(&mut long).is_pending(),
+        "the long call was cut"
+    );
+    assert!(
+        host.closed.try_recv().is_err(),
+        "the long call's connection was closed under it"
+    );
+    // The silent connection closes with the last call on it.
+    drop(long);
+    let closed = tokio::time::timeout(Duration::from_secs(30), host.closed.recv()).await;
+    assert_eq!(closed.expect("the abandoned connection is closed"), Some(1));
+    assert_eq!(proxy.system().bios_serial().await.unwrap(), BIOS_SERIAL);
+    assert_eq!(host.accepted(), 2);
+}
+
+/// A slow but live host: a long call on a connection that answers another call meanwhile keeps it; a long call alone
+/// on its connection past its caller's deadline costs the group one new connection, and the calls after it keep that
+/// one (no redial per call), while both long calls still wait.
+#[tokio::test]
+async fn long_calls_on_a_live_connection_cost_at_most_one_new_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProxy::default();
+    let host = SilentHost::start(&fake, dir.path(), ApiGroup::System, 0);
+    let proxy = ProxyClient::new(Transport::unix_sockets(dir.path()));
+    let far = || Instant::now() + Duration::from_secs(600);
+    let first = proxy.with_deadline(soon()).running_to(far());
+    let first = first.system();
+    let first = first.get_service(HANG_SERVICE);
+    tokio::pin!(first);
+    assert!(futures::poll!(&mut first).is_pending());
+    assert_eq!(proxy.system().bios_serial().await.unwrap(), BIOS_SERIAL);
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    tokio::time::resume();
+    assert!(futures::poll!(&mut first).is_pending());
+    assert_eq!(proxy.system().bios_serial().await.unwrap(), BIOS_SERIAL);
+    assert_eq!(host.accepted(), 1, "a connection that answered is kept");
+
+    let lone = proxy.with_deadline(soon()).running_to(far());
+    let lone = lone.system();
+    let lone = lone.get_service(HANG_SERVICE);
+    tokio::pin!(lone);
+    assert!(futures::poll!(&mut lone).is_pending());
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    tokio::time::resume();
+    for _ in 0..5 {
+        assert_eq!(proxy.system().bios_serial().await.unwrap(), BIOS_SERIAL);
+    }
+    assert_eq!(host.accepted(), 2, "one new connection, kept");
+    assert!(futures::poll!(&mut first).is_pending());
+    assert!(futures::poll!(&mut lone).is_pending());
+}

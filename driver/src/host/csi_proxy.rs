@@ -64,8 +64,18 @@ impl CsiProxyHost {
     /// The client for one host call bounded by `deadline`: proxy-client then times the call out there itself (the
     /// same instant the lifecycle drops it), so a deadline with nothing back on the group's connection is known to it
     /// as one and the connection is replaced (`proxy_client`'s connection docs).
+    ///
+    /// A call that outlives its caller (`Deadline::outliving`: a destructive call run to its end) waits until its own
+    /// deadline, past the client's timeout, and its connection is judged at the caller's deadline
+    /// (`ProxyClient::running_to`).
     fn at(&self, deadline: Deadline) -> ProxyClient {
-        self.client.with_deadline(deadline.instant())
+        match deadline.caller() {
+            Some(caller) => self
+                .client
+                .with_deadline(caller)
+                .running_to(deadline.instant()),
+            None => self.client.with_deadline(deadline.instant()),
+        }
     }
 }
 

@@ -332,8 +332,9 @@ impl Clock {
         let outlive = self.0.clone();
         let host = h.host().clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let d = Deadline::outliving(h.deadline(), OUTLIVE_BOUND);
         tokio::spawn(async move {
-            let answer = call(host, Deadline::after(OUTLIVE_BOUND)).await;
+            let answer = call(host, d).await;
             if !answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
                 outlive.end(&key, "this process saw it answer");
             }

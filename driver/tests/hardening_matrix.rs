@@ -474,7 +474,16 @@ impl Env {
     /// NodeStage; when csi-proxy cannot show that an announced call the stage waits for ended and the stage names a
     /// reboot as the way back, the node reboots (the driver restarts with it) and the stage goes on.
     async fn stage_or_way_back(&mut self, what: &str) {
-        match self.run(Op::Stage, long()).await {
+        // After a silenced connection, a removal of the share this process runs may still wait on it (a call run to
+        // its end waits up to the outlive bound for an answer that never comes): the stage waits for it until its own
+        // deadline, then names the way back. A short deadline keeps that wait out of real time; it changes nothing
+        // else.
+        let first = if self.silenced {
+            Deadline::after(Duration::from_secs(2))
+        } else {
+            long()
+        };
+        match self.run(Op::Stage, first).await {
             Ok(()) => return,
             Err(Error::Unavailable(m))
                 if self.backend == TestBackend::CsiProxy
@@ -948,6 +957,13 @@ fn every_host_call_whose_connection_goes_silent_converges() {
                 }
             }
         }
+        // `WINCSI_MATRIX_CELL=<text>`: only the cells whose name contains it (to look at one).
+        let filtered = std::env::var("WINCSI_MATRIX_CELL").ok();
+        if let Some(only) = &filtered {
+            all.retain(|(w, op, rpc, nth)| {
+                format!("{w:?}/{op:?}/{rpc} #{nth}").contains(only.as_str())
+            });
+        }
         let total = all.len();
         in_shards(&all, |i, (w, op, rpc, nth)| {
             println!(
@@ -957,7 +973,10 @@ fn every_host_call_whose_connection_goes_silent_converges() {
             run_silent_cell(*w, *op, rpc, *nth)
         });
         println!("silent connections: {total} cells converged");
-        assert!(total >= 20, "the recorded sequences shrank: {total} cells");
+        assert!(
+            filtered.is_some() || total >= 20,
+            "the recorded sequences shrank: {total} cells"
+        );
     });
 }
 

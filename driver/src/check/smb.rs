@@ -7,7 +7,7 @@ use super::ledger::Created;
 use super::options::{CheckOptions, SmbTarget};
 use super::report::PlanStep;
 use super::{Ctx, say};
-use crate::host::{Host, HostErrorKind, HostOp, Secret, SmbCredential};
+use crate::host::{Host, HostErrorKind, HostOp, HostPath, Secret, SmbCredential, UncPath};
 
 /// A credential that is certainly wrong: the account's password with a suffix.
 fn wrong(c: &SmbCredential) -> SmbCredential {
@@ -516,5 +516,68 @@ pub(super) async fn after_reboot<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), Str
     )?;
     cx.end(c);
     say("");
+    Ok(())
+}
+
+/// Undo a check's stage of share `root` at `link` (the link, then the mapping, each forgotten by the ledger once
+/// removed) and show both gone: `PathExists` of the link is false and a second removal answers NotFound. A piece
+/// left is a failure of `c`. Shared by the `smb_options` and `smb_machine_account` checks.
+pub(super) async fn unstage_and_show_gone<H: Host>(
+    cx: &mut Ctx<'_, H>,
+    c: &mut super::CheckRun,
+    link: &HostPath,
+    root: &UncPath,
+) -> Result<(), String> {
+    let h = cx.host();
+    let (o, r) = cx
+        .call(HostOp::Rmdir, link.as_str(), h.rmdir(link, false, cx.d()))
+        .await;
+    c.observe("rmdir_link", o, Vec::new());
+    if r.is_ok() {
+        cx.forget(&Created::Link {
+            path: link.to_string(),
+        })?;
+    }
+    let (o, r) = cx
+        .call(
+            HostOp::RemoveSmbGlobalMapping,
+            root.to_string().as_str(),
+            h.remove_smb_global_mapping(root, cx.d()),
+        )
+        .await;
+    c.observe("remove_mapping", o, Vec::new());
+    if r.is_ok() {
+        cx.forget(&Created::SmbMapping {
+            remote: root.to_string(),
+        })?;
+    }
+    let (o, gone) = cx
+        .call(
+            HostOp::PathExists,
+            link.as_str(),
+            h.path_exists(link, cx.d()),
+        )
+        .await;
+    c.observe("link_exists_after", o, Vec::new());
+    let (o, again) = cx
+        .call(
+            HostOp::RemoveSmbGlobalMapping,
+            &format!("{root} (gone)"),
+            h.remove_smb_global_mapping(root, cx.d()),
+        )
+        .await;
+    c.observe("remove_again", o, Vec::new());
+    let left_link = !matches!(gone, Ok(false));
+    let left_mapping = !matches!(&again, Err(e) if e.kind == HostErrorKind::NotFound);
+    if left_link || left_mapping {
+        c.fail(format!(
+            "the unstage left {}",
+            match (left_link, left_mapping) {
+                (true, true) => "the link and the mapping",
+                (true, false) => "the link",
+                _ => "the mapping",
+            }
+        ));
+    }
     Ok(())
 }

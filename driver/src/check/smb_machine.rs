@@ -184,51 +184,6 @@ async fn stage_as_machine<H: Host>(
     } else {
         cx.forget(&through_obj)?;
     }
-    let (o, r) = cx
-        .call(HostOp::Rmdir, link.as_str(), h.rmdir(&link, false, cx.d()))
-        .await;
-    c.observe("rmdir_link", o, Vec::new());
-    if r.is_ok() {
-        cx.forget(&link_obj)?;
-    }
-    let (o, r) = cx
-        .call(
-            HostOp::RemoveSmbGlobalMapping,
-            root.to_string().as_str(),
-            h.remove_smb_global_mapping(&root, cx.d()),
-        )
-        .await;
-    c.observe("remove_mapping", o, Vec::new());
-    if r.is_ok() {
-        cx.forget(&mapping)?;
-    }
-    let (o, gone) = cx
-        .call(
-            HostOp::PathExists,
-            link.as_str(),
-            h.path_exists(&link, cx.d()),
-        )
-        .await;
-    c.observe("link_exists_after", o, Vec::new());
-    let (o, again) = cx
-        .call(
-            HostOp::RemoveSmbGlobalMapping,
-            &format!("{root} (gone)"),
-            h.remove_smb_global_mapping(&root, cx.d()),
-        )
-        .await;
-    c.observe("remove_again", o, Vec::new());
-    let left_link = !matches!(gone, Ok(false));
-    let left_mapping = !matches!(&again, Err(e) if e.kind == HostErrorKind::NotFound);
-    if left_link || left_mapping {
-        c.fail(format!(
-            "the unstage left {}",
-            match (left_link, left_mapping) {
-                (true, true) => "the link and the mapping",
-                (true, false) => "the link",
-                _ => "the mapping",
-            }
-        ));
-    }
+    super::smb::unstage_and_show_gone(cx, c, &link, &root).await?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use tracing::debug;
 
 use super::{IscsiRecord, Sessions, block_error};
 use crate::error::Error;
-use crate::host::{Host, HostOp, HostResult, Portal};
+use crate::host::{Host, HostObject, HostOp, HostResult, Portal};
 use crate::lifecycle::creation::{Creation, Settled};
 use crate::lifecycle::{Calls, Context};
 use crate::state::VolumeRecord;
@@ -110,7 +110,14 @@ pub(super) async fn login_settled<H: Host>(
     let what = format!("the iSCSI login to {iqn}");
     match sessions
         .1
-        .settled(h, &record.volume_id, c, &what, shows)
+        .settled(
+            h,
+            &record.volume_id,
+            c,
+            &HostObject::Target(iqn.to_owned()),
+            &what,
+            shows,
+        )
         .await?
     {
         Settled::No(why) => Err(Error::Unavailable(why)),

@@ -34,7 +34,7 @@ use tracing::{debug, info};
 use super::outlive::{OUTLIVE_BOUND, Outlive, stamp_now, to_end};
 use super::{Calls, Context};
 use crate::error::Error;
-use crate::host::{BootStamp, Host, HostOp, HostResult, Since};
+use crate::host::{BootStamp, Host, HostObject, HostOp, HostResult, Since};
 use crate::locks::Deadline;
 use crate::state::Details;
 
@@ -230,6 +230,7 @@ impl Creations {
         h: &Calls<'_, H>,
         volume_id: &str,
         c: &Creation,
+        object: &HostObject,
         what: &str,
         mut shows: F,
     ) -> Result<Settled, Error>
@@ -287,6 +288,14 @@ impl Creations {
             );
             return Ok(Settled::Yes("the node rebooted since"));
         }
+        // What the backend knows of its calls on the object: natively, the sequence of a killed process died with it,
+        // and only a creating method its provider may finish (in the in-flight ledger) can still run.
+        self.outlive.learn(h, &key, c.boot, object).await?;
+        if !self.outlive.may_run(&key) {
+            return Ok(Settled::Yes(
+                "the backend shows none of its calls still running, or its bound passed",
+            ));
+        }
         if shows().await? {
             debug!(
                 volume_id,
@@ -294,16 +303,17 @@ impl Creations {
             );
             return Ok(Settled::Yes("what it makes shows on the host"));
         }
-        if !self.outlive.may_run(&key) {
-            return Ok(Settled::Yes("its bound passed"));
-        }
         Ok(Settled::No(self.waiting(&key, what)))
     }
 
     fn waiting(&self, key: &str, what: &str) -> String {
+        let running = self
+            .outlive
+            .running(key)
+            .map_or_else(String::new, |r| format!(" ({r})"));
         format!(
-            "{what}, issued by an earlier NodeStageVolume of this volume {}s ago, has not finished: it may still run on \
-             the node (a call goes on after the call that issued it gave up) and would leave what it makes after this \
+            "{what}, issued by an earlier NodeStageVolume of this volume {}s ago, has not finished{running}: it may \
+             still run on the node (a call goes on after the call that issued it gave up) and would leave what it makes after this \
              unstage; kubelet retries the unstage until it ended (at most {} min from its start, less once the node \
              reboots)",
             self.outlive.age(key).as_secs(),

@@ -15,7 +15,7 @@ use super::SmbRecord;
 use super::SmbVolume;
 use super::removal::Removals;
 use crate::error::Error;
-use crate::host::{Host, HostErrorKind, HostOp, HostPath, HostResult};
+use crate::host::{Host, HostErrorKind, HostObject, HostOp, HostPath, HostResult};
 use crate::lifecycle::creation::Settled;
 use crate::lifecycle::{Calls, Context, host_error};
 use crate::state::VolumeRecord;
@@ -75,7 +75,12 @@ impl Removals {
             "the SMB mapping of {} with its staging link (or the subDir made through it)",
             facts.root
         );
-        match self.1.settled(h, &rec.volume_id, c, &what, shows).await? {
+        let mapping = HostObject::Mapping(facts.root.clone());
+        match self
+            .1
+            .settled(h, &rec.volume_id, c, &mapping, &what, shows)
+            .await?
+        {
             Settled::No(why) => Err(Error::Unavailable(why)),
             Settled::Yes(why) => {
                 debug!(volume_id = %rec.volume_id, why, "the stage's creating calls are over: unstaging");

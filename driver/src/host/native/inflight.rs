@@ -13,10 +13,11 @@
 //!   running is a WMI *method* that was in flight in its provider (`WmiPrvSE`/the storage service finish a method
 //!   whose caller died: unverified, real-node checks 28 and N37), never the sequence's next step. So every method that changes
 //!   the host — `MSFT_Disk.Initialize`, `MSFT_Disk.CreatePartition`, `MSFT_Volume.Format`, `MSFT_Partition.Resize`,
-//!   `MSFT_iSCSITarget.Disconnect`, `MSFT_SmbGlobalMapping.Remove` — is written to a durable ledger ([`LEDGER_FILE`])
+//!   `MSFT_iSCSITarget.Disconnect`, `MSFT_SmbGlobalMapping.Remove`, and the creating methods a stage announces
+//!   (`MSFT_SmbGlobalMapping.Create`, `MSFT_iSCSITarget.Connect`) — is written to a durable ledger ([`LEDGER_FILE`])
 //!   before it is called and removed when it answered. An entry left by an earlier process is in flight until its
 //!   outcome shows on the host (the disk has a partition table, a data partition, the volume a file system or its
-//!   size, the target no session, the share no global mapping),
+//!   size, the target no session or, for a login, a session, the share no global mapping or, for a creation, one),
 //!   a reboot (the node's uptime is lower than the entry's) or [`OUTLIVE_BOUND`] from its start; none left means
 //!   [`InFlight::Ended`].
 //!
@@ -37,7 +38,7 @@ use tracing::{info, warn};
 
 use super::ledger::Ledger;
 use super::{HostErrorKind, HostOp, HostResult, Ops};
-use crate::host::{BootStamp, HostObject, InFlight, OUTLIVE_BOUND, Since};
+use crate::host::{BootStamp, HostObject, InFlight, OUTLIVE_BOUND, Portal, Since};
 
 /// The ledger of WMI methods in flight, in the state directory.
 pub const LEDGER_FILE: &str = "native-calls-in-flight.json";
@@ -49,6 +50,9 @@ pub(super) const FORMAT: &str = "MSFT_Volume.Format";
 pub(super) const RESIZE: &str = "MSFT_Partition.Resize";
 pub(super) const DISCONNECT: &str = "MSFT_iSCSITarget.Disconnect";
 pub(super) const REMOVE_MAPPING: &str = "MSFT_SmbGlobalMapping.Remove";
+/// The creating methods a stage announces (`crate::lifecycle::creation`): their outcome is the object appearing.
+pub(super) const CREATE_MAPPING: &str = "MSFT_SmbGlobalMapping.Create";
+pub(super) const CONNECT: &str = "MSFT_iSCSITarget.Connect";
 
 /// One method in flight, as the ledger keeps it (a JSON string per entry).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +67,10 @@ struct Entry {
     /// `Resize`: the partition's size asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     size: Option<u64>,
+    /// `Connect`: the portal it logs in through (`address:port`): a multipath login's session is one through it, the
+    /// target's other sessions show at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    portal: Option<Portal>,
     /// The node's uptime when it was called (absent: unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     boot: Option<BootStamp>,
@@ -169,11 +177,35 @@ impl InFlightCalls {
         disk_id: Option<&str>,
         size: Option<u64>,
     ) -> HostResult<Method<'a>> {
+        self.write(o, method, object, disk_id, size, None)
+    }
+
+    /// [`InFlightCalls::method`] for `MSFT_iSCSITarget.Connect` of target `iqn` through `portal`.
+    pub(crate) fn login<'a>(
+        &'a self,
+        o: &Ops<'_>,
+        iqn: &str,
+        portal: &Portal,
+    ) -> HostResult<Method<'a>> {
+        let object = HostObject::Target(iqn.to_owned());
+        self.write(o, CONNECT, &object, None, None, Some(portal))
+    }
+
+    fn write<'a>(
+        &'a self,
+        o: &Ops<'_>,
+        method: &str,
+        object: &HostObject,
+        disk_id: Option<&str>,
+        size: Option<u64>,
+        portal: Option<&Portal>,
+    ) -> HostResult<Method<'a>> {
         let entry = Entry {
             method: method.to_owned(),
             object: object.key(),
             disk_id: disk_id.map(str::to_owned),
             size,
+            portal: portal.cloned(),
             boot: o.w.uptime().map(BootStamp::at),
             instance: self.instance.clone(),
         };
@@ -325,7 +357,16 @@ fn outcome_shows(o: &Ops<'_>, object: &HostObject, entry: &Entry) -> HostResult<
             }
             Ok(vol.file_system_type.is_formatted())
         }
+        // A login landed: the target has a session through its portal (a connection to it; its disks may come later).
+        // Not merely a session of the target: a multipath login's target already has the first portal's.
+        HostObject::Target(iqn) if entry.method == CONNECT => {
+            super::iscsi::has_session_through(o, iqn, entry.portal.as_ref())
+        }
         HostObject::Target(iqn) => Ok(super::iscsi::target_disks(o, iqn)?.is_empty()),
+        // A creation landed: the share has a global mapping.
+        HostObject::Mapping(root) if entry.method == CREATE_MAPPING => {
+            Ok(!super::smb::mappings_of(o, root)?.is_empty())
+        }
         // The share has no global mapping any more (`Get-SmbGlobalMapping`'s list): the removal landed.
         HostObject::Mapping(root) => Ok(super::smb::mappings_of(o, root)?.is_empty()),
     }

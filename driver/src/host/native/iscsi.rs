@@ -242,7 +242,10 @@ pub(super) fn connect(
         is_persistent: persistent.then_some(true),
         is_multipath_enabled: multipath.then_some(true),
     };
+    // In the in-flight ledger while it runs (`inflight.rs`), as a `Create` of a mapping is.
+    let called = o.calls.login(o, &target.node_address, portal)?;
     let connected = o.w.target_connect(o.c, &params);
+    drop(called);
     let status = match &connected {
         Ok(out) => Some(out.code),
         Err(e) => e.iscsi_status(),
@@ -408,6 +411,26 @@ pub(super) fn target_disks(o: &Ops<'_>, iqn: &str) -> HostResult<Vec<u32>> {
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+/// Whether target `iqn` has a session through `portal` (any session when `None`): a login's outcome
+/// (`inflight.rs`).
+pub(super) fn has_session_through(
+    o: &Ops<'_>,
+    iqn: &str,
+    portal: Option<&Portal>,
+) -> HostResult<bool> {
+    let Some(t) = target(o, iqn)? else {
+        return Ok(false);
+    };
+    match portal {
+        Some(p) => has_path(o, &t, p),
+        None => Ok(!o
+            .w
+            .target_sessions(o.c, &t.path)
+            .map_err(|e| o.err(e))?
+            .is_empty()),
+    }
 }
 
 /// Whether target `t` has a session through `portal`: a connection to its address and port (the Microsoft initiator

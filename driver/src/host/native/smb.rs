@@ -317,7 +317,17 @@ fn create(
         }),
         block_ntlm: options.block_ntlm,
     };
+    // In the in-flight ledger while it runs (`inflight.rs`): an unstage of a killed driver's stage waits for a `Create`
+    // its provider may finish, and for nothing else of the dead process.
+    let called = o.calls.method(
+        o,
+        super::inflight::CREATE_MAPPING,
+        &crate::host::HostObject::Mapping(root.to_owned()),
+        None,
+        None,
+    )?;
     let created = o.method(o.w.global_mapping_create(o.c, &params), &[]);
+    drop(called);
     if let Err(e) = &created
         && e.kind != HostErrorKind::DeadlineExceeded
         && e.kind != HostErrorKind::Unavailable

@@ -96,3 +96,55 @@ async fn a_login_that_landed_while_its_answer_is_late_does_not_hold_up_the_unsta
         env.assert_clean();
     }
 }
+
+/// Natively, a driver killed while its `MSFT_iSCSITarget.Connect` is in the WMI provider (which finishes a method whose
+/// caller died): the restarted driver's NodeUnstage waits for it, naming it, from the in-flight ledger; a driver killed
+/// before its login's method began leaves nothing that can still run (the sequence died with it).
+#[tokio::test]
+async fn natively_a_login_a_killed_driver_left_in_its_provider_is_waited_for_by_the_unstage() {
+    let mut env = Env::with_on(sim::wmi::TestBackend::Native, |_| {});
+    env.sim
+        .hang_nth("MSFT_iSCSITarget.Connect", 1)
+        .expect("hold");
+    let req = stage_req("v1", 0, &[], &[]);
+    tokio::select! {
+        r = env.mgr.stage(&req, d()) => panic!("finished despite the held login: {r:?}"),
+        () = env.sim.wait_hung(1) => {}
+    }
+    env.restart();
+    let r = env
+        .mgr
+        .unstage(
+            &unstage_req("v1"),
+            Deadline::after(Duration::from_millis(300)),
+        )
+        .await;
+    // The provider finishes the method (released before any assertion: the runtime ends only once the held facade
+    // call's thread returned).
+    env.sim.release_hangs();
+    env.sim.wait_unhung().await;
+    assert!(
+        matches!(&r, Err(Error::Unavailable(m)) if m.contains("MSFT_iSCSITarget.Connect") && m.contains("has not finished")),
+        "the unstage did not wait for the method in its provider: {r:?}"
+    );
+}
+
+#[tokio::test]
+async fn natively_a_login_a_killed_driver_announced_before_its_method_began_does_not_hold_up_the_unstage()
+ {
+    let mut env = Env::with_on(sim::wmi::TestBackend::Native, |_| {});
+    env.hold_nth(HostOp::ConnectTarget, 1);
+    let req = stage_req("v1", 0, &[], &[]);
+    tokio::select! {
+        r = env.mgr.stage(&req, d()) => panic!("finished despite the held login: {r:?}"),
+        () = env.hung() => {}
+    }
+    env.restart();
+    env.mgr
+        .unstage(&unstage_req("v1"), Deadline::after(Duration::from_secs(30)))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the unstage waited for a sequence that died with its process: {e}")
+        });
+    env.assert_clean();
+}

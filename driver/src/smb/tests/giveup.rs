@@ -166,3 +166,63 @@ async fn the_empty_sub_dir_path_a_late_mkdir_left_never_strands_the_volume() {
         );
     }
 }
+
+/// Natively a stage's sequence dies with its process: a driver killed before its announced mapping creation reached
+/// the host (here: held at the port, so no WMI method began) leaves nothing that can still run, and the restarted
+/// driver's NodeUnstage answers OK at once instead of UNAVAILABLE until the one-hour bound. (Through csi-proxy the
+/// call may still be in csi-proxy's process: the unstage waits for it, the tests above.)
+#[tokio::test]
+async fn natively_a_creation_a_killed_driver_announced_before_its_method_began_does_not_hold_up_the_unstage()
+ {
+    let mut env = new_env_on(sim::wmi::TestBackend::Native, false);
+    env.hold_nth(NewSmbGlobalMapping, 1);
+    let req = stage_req("v1", SHARE, None, "bob");
+    stage_given_up(&env, &req).await;
+    env.restart();
+    env.mgr
+        .unstage(&unstage_req("v1"), Deadline::after(Duration::from_secs(30)))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the unstage waited for a sequence that died with its process: {e}")
+        });
+    assert!(env.mgr.store().volume("v1").expect("read").is_none());
+    assert!(mappings(&env).is_empty(), "{:?}", mappings(&env));
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    env.stage(&req, d()).await.expect("a later stage");
+    assert!(env.resolves(&norm_staging("v1")));
+}
+
+/// Natively, a driver killed while its `MSFT_SmbGlobalMapping.Create` is in the WMI provider (which finishes a method
+/// whose caller died): the restarted driver's NodeUnstage waits for it, naming it, from the in-flight ledger, and goes
+/// on once the mapping shows.
+#[tokio::test]
+async fn natively_a_mapping_creation_a_killed_driver_left_in_its_provider_is_waited_for_by_the_unstage()
+ {
+    let mut env = new_env_on(sim::wmi::TestBackend::Native, false);
+    env.sim
+        .hang_nth("MSFT_SmbGlobalMapping.Create", 1)
+        .expect("hold");
+    let req = stage_req("v1", SHARE, None, "bob");
+    tokio::select! {
+        r = env.stage(&req, d()) => panic!("the stage ended under the held method: {r:?}"),
+        () = env.sim.wait_hung(1) => {}
+    }
+    env.restart();
+    let r = env
+        .mgr
+        .unstage(
+            &unstage_req("v1"),
+            Deadline::after(Duration::from_millis(300)),
+        )
+        .await;
+    let kept = env.mgr.store().volume("v1").expect("read").is_some();
+    // The provider finishes the method (released before any assertion: the runtime ends only once the held facade
+    // call's thread returned).
+    env.sim.release_hangs();
+    env.sim.wait_unhung().await;
+    assert!(
+        matches!(&r, Err(Error::Unavailable(m)) if m.contains("MSFT_SmbGlobalMapping.Create") && m.contains("has not finished")),
+        "the unstage did not wait for the method in its provider: {r:?}"
+    );
+    assert!(kept, "the record went while the method may land");
+}

@@ -90,7 +90,7 @@ pub(super) async fn login_settled<H: Host>(
     let iqn = rec.target_iqn.as_deref().unwrap_or(&rec.iqn);
     // What the login makes shows: looked at until it does, within the unstage's deadline (a disk arrives some time
     // after its login; through csi-proxy v1.3.0+ a target without a session answers no disks too).
-    let shows = async {
+    let shows = move || async move {
         let Some(portal) = &rec.session_portal else {
             return Ok(false);
         };

@@ -92,7 +92,7 @@ pub(super) async fn logins<H: Host>(
     let iqn = iqn.as_str();
     let mut up: Vec<Portal> = Vec::new();
     let mut last = None;
-    for p in added {
+    for (i, p) in added.iter().enumerate() {
         // Durable before this login, in one write (the first login's is the write a single login makes too): the
         // intent that counts this volume as a user of the target's sessions, the portals whose logins were issued
         // and have not failed (what an unstage's look asks a session through, `creation.rs`), and the login's
@@ -100,8 +100,14 @@ pub(super) async fn logins<H: Host>(
         // for it: it would otherwise land after the unstage's logout and leave a session (an MPIO path) nobody counts.
         rec.session_portal = Some(up.first().unwrap_or(p).clone());
         rec.session_portals = up.iter().chain([p]).cloned().collect();
+        // The previous portal's login, announced by this loop, answered before this one: what this process kept of
+        // its announcement goes once the record no longer holds it.
+        let answered = rec.creating.clone().filter(|_| i > 0);
         rec.creating = Some(super::creation::announce(h, sessions, volume_id, rec));
         put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+        if let Some(c) = answered {
+            sessions.1.forget(volume_id, &c);
+        }
         match super::creation::login(h, sessions, volume_id, p, iqn, vol).await {
             Ok(()) => up.push(p.clone()),
             Err(e) if e.kind == HostErrorKind::AlreadyLoggedIn => up.push(p.clone()),

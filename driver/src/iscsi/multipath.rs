@@ -18,8 +18,8 @@
 //!   failed ([`IscsiRecord::session_portals`]); the login runs on its own task. A login through a later portal that
 //!   hangs until kubelet gives up is waited for by kubelet's NodeUnstage (UNAVAILABLE, retried) until this process
 //!   saw it answer, a session through every such portal shows (`TargetPaths`), the node rebooted, or the bound passed;
-//!   the unstage then logs every session of the target out. Cost: one durable write per further portal of a first
-//!   stage (and one more when the last portal's login failed).
+//!   the unstage then logs every session of the target out. Cost: one durable write per further portal of a stage
+//!   that logs in (and one more when the last portal's login failed).
 //! * **The one MPIO disk.** The LUN's disk is found as for one session (target ∩ LUN, page83/serial hints and the
 //!   pinned identity): with MPIO claiming, the sessions' disks are one disk; without it, two candidates, refused. Its
 //!   paths are then counted through the target's connections (`TargetPaths`: one per session) and logged.

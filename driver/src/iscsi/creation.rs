@@ -2,6 +2,12 @@
 //! run to its end, announced in the record's [`IscsiRecord::creating`] by the write that already precedes it, and
 //! what an unstage waits for before it counts the target's users and logs out. What a late login makes shows as the
 //! target's disks (`GetTargetDisks` answers some: a session of the target is up), so a restarted driver sees it.
+//!
+//! A multipath volume (`multipath.rs`, native only) logs in once per portal, each login announced the same way before
+//! it is issued (the logins are sequential: each earlier one answered before the next was issued). Its look is
+//! stricter: the MPIO disk shows through the target's first session, which proves nothing of a later portal's login,
+//! so it asks for a session through every portal whose login was issued and has not failed
+//! ([`IscsiRecord::session_portals`], `TargetPaths`).
 
 use std::time::Duration;
 
@@ -18,8 +24,8 @@ use crate::state::VolumeRecord;
 const LOOK_STEP: Duration = Duration::from_millis(500);
 const LOOK_STEP_MAX: Duration = Duration::from_secs(4);
 
-/// `ConnectTarget` (persistent when asked) of `iqn` through `portal`, a creating call of `volume_id`'s stage run to its
-/// end on its own task.
+/// `ConnectTarget` (persistent when asked; with Multipath I/O for a multipath volume, `multipath.rs`) of `iqn` through
+/// `portal`, a creating call of `volume_id`'s stage run to its end on its own task.
 pub(super) async fn login<H: Host>(
     h: &Calls<'_, H>,
     sessions: &Sessions,
@@ -28,11 +34,12 @@ pub(super) async fn login<H: Host>(
     iqn: &str,
     vol: &super::IscsiVolume,
 ) -> HostResult<()> {
-    let (p, i, a, persistent) = (
+    let (p, i, a, persistent, multipath) = (
         portal.clone(),
         iqn.to_owned(),
         vol.auth.clone(),
         vol.persistent,
+        vol.multipath,
     );
     h.raw(
         HostOp::ConnectTarget,
@@ -43,7 +50,10 @@ pub(super) async fn login<H: Host>(
             HostOp::ConnectTarget,
             h.deadline(),
             move |host: H, d| async move {
-                if persistent {
+                if multipath {
+                    host.connect_target_multipath(&p, &i, &a, persistent, d)
+                        .await
+                } else if persistent {
                     host.connect_target_persistent(&p, &i, &a, d).await
                 } else {
                     host.connect_target(&p, &i, &a, d).await
@@ -78,26 +88,16 @@ pub(super) async fn login_settled<H: Host>(
         return Ok(());
     };
     let iqn = rec.target_iqn.as_deref().unwrap_or(&rec.iqn);
-    // The target's disks show a session: looked at until they do, within the unstage's deadline (a disk arrives
-    // some time after its login; through csi-proxy v1.3.0+ a target without a session answers no disks too).
+    // What the login makes shows: looked at until it does, within the unstage's deadline (a disk arrives some time
+    // after its login; through csi-proxy v1.3.0+ a target without a session answers no disks too).
     let shows = move || async move {
         let Some(portal) = &rec.session_portal else {
             return Ok(false);
         };
         let mut step = LOOK_STEP;
         loop {
-            match h
-                .raw(
-                    HostOp::GetTargetDisks,
-                    &iqn,
-                    h.host().get_target_disks(portal, iqn, h.deadline()),
-                )
-                .await
-            {
-                Ok(disks) if !disks.is_empty() => return Ok(true),
-                Ok(_) => {}
-                Err(e) if e.kind.is_uncertain() => return Err(block_error(e, &iqn)),
-                Err(e) => debug!(iqn, error = %e.message, "no session of the target shows"),
+            if shows_once(h, rec, portal, iqn).await? {
+                return Ok(true);
             }
             let next = tokio::time::Instant::now() + step;
             if next + LOOK_STEP >= h.deadline().instant() {
@@ -126,6 +126,71 @@ pub(super) async fn login_settled<H: Host>(
             Ok(())
         }
     }
+}
+
+/// One look at what the logins announced in `rec` make: for a multipath volume a session of the target through every
+/// portal in [`IscsiRecord::session_portals`] (its MPIO disk shows through any one session, so the disks prove nothing
+/// of a later portal's login); else the target's disks through `portal`.
+async fn shows_once<H: Host>(
+    h: &Calls<'_, H>,
+    rec: &IscsiRecord,
+    portal: &Portal,
+    iqn: &str,
+) -> Result<bool, Error> {
+    if !rec.session_portals.is_empty() {
+        return match h
+            .raw(
+                HostOp::TargetPaths,
+                &iqn,
+                h.host().target_paths(iqn, h.deadline()),
+            )
+            .await
+        {
+            Ok(paths) => {
+                let missing: Vec<&Portal> = rec
+                    .session_portals
+                    .iter()
+                    .filter(|want| {
+                        !paths
+                            .iter()
+                            .any(|t| t.portal.as_ref().is_some_and(|p| same_portal(p, want)))
+                    })
+                    .collect();
+                if !missing.is_empty() {
+                    debug!(iqn, missing = ?missing, "no session of the target through these portals yet");
+                }
+                Ok(missing.is_empty())
+            }
+            Err(e) if e.kind.is_uncertain() => Err(block_error(e, &iqn)),
+            // A backend without `TargetPaths` (a node moved to csi-proxy since) cannot show a late path: the boot or
+            // the bound decide.
+            Err(e) => {
+                debug!(iqn, error = %e.message, "the target's paths cannot be listed");
+                Ok(false)
+            }
+        };
+    }
+    match h
+        .raw(
+            HostOp::GetTargetDisks,
+            &iqn,
+            h.host().get_target_disks(portal, iqn, h.deadline()),
+        )
+        .await
+    {
+        Ok(disks) => Ok(!disks.is_empty()),
+        Err(e) if e.kind.is_uncertain() => Err(block_error(e, &iqn)),
+        Err(e) => {
+            debug!(iqn, error = %e.message, "no session of the target shows");
+            Ok(false)
+        }
+    }
+}
+
+/// Whether a connection's portal is `want` (Windows reports the address as the login named it; compared ignoring
+/// case, as the native backend's `has_path` does).
+fn same_portal(p: &Portal, want: &Portal) -> bool {
+    p.port == want.port && p.address.eq_ignore_ascii_case(&want.address)
 }
 
 /// After a stage of `volume_id` failed for good with its record kept: the announcement of a login that answered leaves

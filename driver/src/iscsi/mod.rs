@@ -232,7 +232,8 @@ pub struct IscsiRecord {
     /// The portal the session was made through.
     #[serde(default)]
     pub session_portal: Option<Portal>,
-    /// A multipath volume's portals, one session through each (`multipath.rs`); empty for one session.
+    /// A multipath volume's portals, one session through each (`multipath.rs`); empty for one session. While its
+    /// logins run: the portals whose logins were issued and have not failed (an unstage's look, `creation.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub session_portals: Vec<Portal>,
     /// Target name, as given.

@@ -13,6 +13,13 @@
 //!   not answer is not a failure while another path logs in (the LUN is reachable; the volume is staged with fewer
 //!   paths, logged), an uncertain outcome or a CHAP refusal is. The record names the target and the portals before the
 //!   first login (the target's session count), as for one session.
+//! * **Each login announced and run to its end**, as the single login is (`creation.rs`, issue 37): before each login
+//!   one durable write names it ([`IscsiRecord::creating`]) with the portals whose logins were issued and have not
+//!   failed ([`IscsiRecord::session_portals`]); the login runs on its own task. A login through a later portal that
+//!   hangs until kubelet gives up is waited for by kubelet's NodeUnstage (UNAVAILABLE, retried) until this process
+//!   saw it answer, a session through every such portal shows (`TargetPaths`), the node rebooted, or the bound passed;
+//!   the unstage then logs every session of the target out. Cost: one durable write per further portal of a stage
+//!   that logs in (and one more when the last portal's login failed).
 //! * **The one MPIO disk.** The LUN's disk is found as for one session (target ∩ LUN, page83/serial hints and the
 //!   pinned identity): with MPIO claiming, the sessions' disks are one disk; without it, two candidates, refused. Its
 //!   paths are then counted through the target's connections (`TargetPaths`: one per session) and logged.
@@ -25,7 +32,7 @@
 
 use tracing::{info, warn};
 
-use super::{IscsiRecord, IscsiVolume, block_error, put_iscsi};
+use super::{IscsiRecord, IscsiVolume, Sessions, block_error, put_iscsi};
 use crate::error::Error;
 use crate::host::HostPath;
 use crate::host::{Host, HostErrorKind, HostOp, MpioClaim, Portal};
@@ -66,38 +73,42 @@ pub(super) async fn require_claim<H: Host>(
 }
 
 /// Step 4 of a multipath stage (the caller holds the target's lock, added the portals `added` and recorded the target's
-/// name): a login through every portal with `IsMultipathEnabled`, each portal's on record before it; returns the
-/// portals that logged in, first the one the volume's later calls go through.
+/// name): a login through every portal with `IsMultipathEnabled`, each announced in the record and run to its end as
+/// the single login is (`creation.rs`); returns the portals that logged in, first the one the volume's later calls go
+/// through.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn logins<H: Host>(
     cx: Context<'_, H>,
     h: &Calls<'_, H>,
+    sessions: &Sessions,
     volume_id: &str,
     staging: &HostPath,
     vol: &IscsiVolume,
     rec: &mut IscsiRecord,
     added: &[Portal],
 ) -> Result<Vec<Portal>, Error> {
-    let d = h.deadline();
     // The target's spelling as the portal reports it, on record before this step.
     let iqn = rec.target_iqn.clone().unwrap_or_else(|| vol.iqn.clone());
     let iqn = iqn.as_str();
-    // The intent that counts this volume as a user of the target's sessions, with every portal it logs in through, is
-    // durable before the first login (one write).
-    rec.session_portal = added.first().cloned();
-    rec.session_portals = added.to_vec();
-    put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
-    let mut up = Vec::new();
+    let mut up: Vec<Portal> = Vec::new();
     let mut last = None;
-    for p in added {
-        match h
-            .raw(
-                HostOp::ConnectTarget,
-                &iqn,
-                h.host()
-                    .connect_target_multipath(p, iqn, &vol.auth, vol.persistent, d),
-            )
-            .await
-        {
+    for (i, p) in added.iter().enumerate() {
+        // Durable before this login, in one write (the first login's is the write a single login makes too): the
+        // intent that counts this volume as a user of the target's sessions, the portals whose logins were issued
+        // and have not failed (what an unstage's look asks a session through, `creation.rs`), and the login's
+        // announcement. A login that outlives this stage (its caller gave up) runs to its end, and an unstage waits
+        // for it: it would otherwise land after the unstage's logout and leave a session (an MPIO path) nobody counts.
+        rec.session_portal = Some(up.first().unwrap_or(p).clone());
+        rec.session_portals = up.iter().chain([p]).cloned().collect();
+        // The previous portal's login, announced by this loop, answered before this one: what this process kept of
+        // its announcement goes once the record no longer holds it.
+        let answered = rec.creating.clone().filter(|_| i > 0);
+        rec.creating = Some(super::creation::announce(h, sessions, volume_id, rec));
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+        if let Some(c) = answered {
+            sessions.1.forget(volume_id, &c);
+        }
+        match super::creation::login(h, sessions, volume_id, p, iqn, vol).await {
             Ok(()) => up.push(p.clone()),
             Err(e) if e.kind == HostErrorKind::AlreadyLoggedIn => up.push(p.clone()),
             Err(e) if e.kind.is_uncertain() || e.kind == HostErrorKind::LogonFailure => {
@@ -112,6 +123,8 @@ pub(super) async fn logins<H: Host>(
     if up.is_empty() {
         return Err(last.unwrap_or_else(|| Error::Internal("no login attempted".to_owned())));
     }
+    let written = std::mem::replace(&mut rec.session_portals, up.clone());
+    rec.session_portal = up.first().cloned();
     if up.len() < added.len() {
         warn!(
             iqn,
@@ -120,8 +133,11 @@ pub(super) async fn logins<H: Host>(
             "logged in through fewer portals than the volume names"
         );
     }
-    rec.session_portal = up.first().cloned();
-    rec.session_portals = up.clone();
+    if written != up {
+        // The last login failed (its portal does not answer): on record at once, so that a restarted driver's
+        // unstage does not wait for a session through it that never comes. One write, on that path only.
+        put_iscsi(cx, volume_id, staging, Phase::Staging, rec).await?;
+    }
     Ok(up)
 }
 

@@ -341,7 +341,7 @@ async fn session_steps<H: Host>(
     // 4. Login. A target that already has a session (another LUN of it, or an earlier attempt) is logged in: csi-proxy
     //    v1.3.0+ answer OK, the PowerShell era "already logged in". A multipath volume logs in through every portal.
     if vol.multipath {
-        let up = multipath::logins(cx, h, volume_id, staging, vol, rec, &added).await?;
+        let up = multipath::logins(cx, h, sessions, volume_id, staging, vol, rec, &added).await?;
         return Ok(up[0].clone());
     }
     let joined_before = h.host().made_by_wincsi(SharedObject::IscsiSession(&iqn)) == Some(false);

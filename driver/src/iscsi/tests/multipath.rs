@@ -237,3 +237,6 @@ async fn a_portal_that_does_not_answer_at_stage_leaves_the_volume_on_the_other_p
         .expect("unstage");
     env.assert_clean();
 }
+
+// Issue 37: a multipath login that outlives its stage.
+mod giveup;

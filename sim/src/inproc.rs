@@ -41,6 +41,7 @@ use crate::grpc::{
     DiskService, FilesystemService, IscsiService, SmbService, SystemService, VolumeService,
 };
 use crate::host::{SimHost, normalize_rpc};
+use crate::process::DriverProcess;
 use crate::state::State;
 
 /// Buffer of one in-memory connection, per direction.
@@ -132,6 +133,25 @@ impl InProcess {
                 async move { Ok::<_, Infallible>(TokioIo::new(client)) }
             }),
         )
+    }
+
+    /// [`InProcess::client`] of the driver process `process`: its connections break when the process dies, and a dead
+    /// process opens none ([`crate::process`]); a call the host was running when it died runs to its end there.
+    pub fn client_of(&self, process: &DriverProcess) -> ProxyClient {
+        let (this, process) = (self.clone(), process.clone());
+        ProxyClient::with_channel_factory("in-process", move |group| {
+            let (this, process) = (this.clone(), process.clone());
+            Endpoint::from_static("http://inproc.invalid").connect_with_connector_lazy(
+                tower::service_fn(move |_: Uri| {
+                    let connection = process.connection(|| {
+                        let (client, server) = tokio::io::duplex(DUPLEX_BUFFER);
+                        this.serve(group, server);
+                        client
+                    });
+                    async move { connection.map(TokioIo::new) }
+                }),
+            )
+        })
     }
 
     /// Serves one connection with `group`'s service, behind the gate.

@@ -479,6 +479,15 @@ impl Env {
         }
     }
 
+    /// Let the `nth` next call of `op` land on the host and hold its answer until [`Env::release`] (as over a
+    /// connection gone silent; natively, a facade call whose work is done and whose return is late).
+    pub(crate) fn hold_answer_nth(&self, op: HostOp, nth: u64) {
+        match self.backend {
+            TestBackend::CsiProxy => self.sim.hang_answer_nth(op.name(), nth).expect("hold"),
+            TestBackend::Native => self.tap.hang_answer_nth(Some(op), nth),
+        }
+    }
+
     /// Hold the `nth` next call of `op` until [`Env::release`].
     pub(crate) fn hold_nth(&self, op: HostOp, nth: u64) {
         match self.backend {

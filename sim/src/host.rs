@@ -145,6 +145,8 @@ struct HangRule {
     rpc: String,
     nth: u64,
     seen: u64,
+    /// Held after the host work, before the answer (the call landed; its caller hears nothing yet).
+    answer: bool,
 }
 
 /// Outcome of the invariant checks.
@@ -333,7 +335,7 @@ impl SimHost {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or_default();
-        let (fault, latency, hang) = {
+        let (fault, latency, hang, hang_answer) = {
             let mut ctl = lock(&self.inner.ctl);
             *ctl.counts.entry(rpc.to_string()).or_default() += 1;
             let mut fault = None;
@@ -349,7 +351,7 @@ impl SimHost {
                 }
             }
             ctl.faults.retain(|r| r.remaining > 0);
-            let mut hang = false;
+            let (mut hang, mut hang_answer) = (false, false);
             for rule in ctl
                 .hangs
                 .iter_mut()
@@ -357,7 +359,11 @@ impl SimHost {
             {
                 rule.seen += 1;
                 if rule.seen == rule.nth {
-                    hang = true;
+                    if rule.answer {
+                        hang_answer = true;
+                    } else {
+                        hang = true;
+                    }
                 }
             }
             ctl.hangs.retain(|r| r.seen < r.nth);
@@ -366,22 +372,12 @@ impl SimHost {
                 .get(rpc)
                 .or_else(|| ctl.latency.get("*"))
                 .copied();
-            (fault, latency, hang)
+            (fault, latency, hang, hang_answer)
         };
         if let Some(d) = latency {
             tokio::time::sleep(d).await;
         }
-        let mut aborted = false;
-        if hang {
-            let mut rx = self.inner.release.subscribe();
-            rx.borrow_and_update();
-            self.inner.hung.send_modify(|n| *n += 1);
-            self.inner.hangs_begun.send_modify(|n| *n += 1);
-            let _guard = HungGuard(&self.inner.hung);
-            if rx.changed().await.is_ok() {
-                aborted = rx.borrow().1;
-            }
-        }
+        let aborted = hang && self.hold().await;
         let injected = fault.is_some() || aborted;
         let boot = self.with_state(|s| s.boots());
         let mut crash = None;
@@ -411,6 +407,12 @@ impl SimHost {
         if let Some(reason) = crash {
             self.crash_csi_proxy(&reason);
         }
+        // The work is done (and stays done): a reboot while the answer is held loses the answer only.
+        let result = if hang_answer && self.hold().await {
+            Err(Error::host(REBOOT_ABORT))
+        } else {
+            result
+        };
         let error = match &result {
             Err(e) => Some(e.to_string()),
             Ok(answer) => answer_error(answer),
@@ -620,10 +622,40 @@ impl SimHost {
         if nth == 0 {
             return Err(Error::Scenario("hang nth must be >= 1".into()));
         }
-        lock(&self.inner.ctl)
-            .hangs
-            .push(HangRule { rpc, nth, seen: 0 });
+        lock(&self.inner.ctl).hangs.push(HangRule {
+            rpc,
+            nth,
+            seen: 0,
+            answer: false,
+        });
         Ok(())
+    }
+
+    /// Makes the `nth` next call of `rpc` do its work on the host and then hold its answer until
+    /// [`SimHost::release_hangs`] (a reboot meanwhile fails the answer; the work stays done): a call that landed while
+    /// its caller hears nothing, as over a connection gone silent (csi-proxy finishes the call; the answer waits).
+    pub fn hang_answer_nth(&self, rpc: &str, nth: u64) -> Result<()> {
+        let rpc = normalize_rpc(rpc)?;
+        if nth == 0 {
+            return Err(Error::Scenario("hang nth must be >= 1".into()));
+        }
+        lock(&self.inner.ctl).hangs.push(HangRule {
+            rpc,
+            nth,
+            seen: 0,
+            answer: true,
+        });
+        Ok(())
+    }
+
+    /// Holds a hung call until [`SimHost::release_hangs`] or a reboot (`true`: the reboot, which fails it).
+    async fn hold(&self) -> bool {
+        let mut rx = self.inner.release.subscribe();
+        rx.borrow_and_update();
+        self.inner.hung.send_modify(|n| *n += 1);
+        self.inner.hangs_begun.send_modify(|n| *n += 1);
+        let _guard = HungGuard(&self.inner.hung);
+        rx.changed().await.is_ok() && rx.borrow().1
     }
 
     /// Lets every hung call proceed normally.

@@ -80,7 +80,7 @@ pub(super) async fn login_settled<H: Host>(
     let iqn = rec.target_iqn.as_deref().unwrap_or(&rec.iqn);
     // The target's disks show a session: looked at until they do, within the unstage's deadline (a disk arrives
     // some time after its login; through csi-proxy v1.3.0+ a target without a session answers no disks too).
-    let shows = async {
+    let shows = move || async move {
         let Some(portal) = &rec.session_portal else {
             return Ok(false);
         };

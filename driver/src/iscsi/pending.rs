@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{IscsiRecord, same_id};
 use crate::error::Error;
-use crate::host::{BootStamp, Host, HostError, HostErrorKind, HostObject, HostOp, HostResult};
-use crate::lifecycle::outlive::{Outlive, stamp_now};
+use crate::host::{BootStamp, Host, HostObject, HostOp, HostResult};
+use crate::lifecycle::outlive::{Outlive, stamp_now, to_end};
 use crate::lifecycle::{Calls, Context};
 use crate::locks::Deadline;
 
@@ -330,25 +330,19 @@ impl Clock {
     {
         let key = p.key();
         let outlive = self.0.clone();
-        let host = h.host().clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let d = Deadline::outliving(h.deadline(), OUTLIVE_BOUND);
-        tokio::spawn(async move {
-            let answer = call(host, d).await;
+        let late =
+            "did not answer before the deadline; it goes on, announced in the volume's record";
+        let heard = move |answer: &HostResult<()>| {
             if !answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
                 outlive.end(&key, "this process saw it answer");
             }
-            let _ = tx.send(answer);
-        });
-        h.raw(op, &subject, async move {
-            rx.await.unwrap_or_else(|_| {
-                Err(HostError::new(
-                    op,
-                    HostErrorKind::Unavailable,
-                    "the call's task ended without an answer",
-                ))
-            })
-        })
+        };
+        h.raw(
+            op,
+            &subject,
+            to_end(op, h.deadline(), late, call(h.host().clone(), d), heard),
+        )
         .await
     }
 

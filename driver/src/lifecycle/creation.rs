@@ -31,10 +31,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 
-use super::outlive::{OUTLIVE_BOUND, Outlive, stamp_now};
+use super::outlive::{OUTLIVE_BOUND, Outlive, stamp_now, to_end};
 use super::{Calls, Context};
 use crate::error::Error;
-use crate::host::{BootStamp, Host, HostError, HostErrorKind, HostOp, HostResult, Since};
+use crate::host::{BootStamp, Host, HostOp, HostResult, Since};
 use crate::locks::Deadline;
 use crate::state::Details;
 
@@ -147,41 +147,33 @@ impl Creations {
             .entry(volume_id.to_owned())
             .or_default() += 1;
         let this = self.clone();
-        let host = host.clone();
         let volume = volume_id.to_owned();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let answer = call(host, Deadline::after(OUTLIVE_BOUND)).await;
-            // An answer ends it. Without one (the backend's own bound on a call passed, csi-proxy went away) it may
-            // still run on the host as far as this process knows: the boot, the host's look or the bound decide.
-            let mut inner = this.inner();
-            if answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
-                inner.unanswered.insert(volume.clone());
-            }
-            if let Some(n) = inner.running.get_mut(&volume) {
-                *n -= 1;
-                if *n == 0 {
-                    inner.running.remove(&volume);
+        let late = "did not answer before the deadline; it goes on, announced in the volume's record, and an unstage of \
+                    the volume waits for it";
+        to_end(
+            op,
+            caller,
+            late,
+            call(host.clone(), Deadline::after(OUTLIVE_BOUND)),
+            move |answer| {
+                // An answer ends it. Without one (the backend's own bound on a call passed, csi-proxy went away) it
+                // may still run on the host as far as this process knows: the boot, the host's look or the bound
+                // decide.
+                let mut inner = this.inner();
+                if answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
+                    inner.unanswered.insert(volume.clone());
                 }
-            }
-            drop(inner);
-            this.ended.notify_waiters();
-            let _ = tx.send(answer);
-        });
-        match tokio::time::timeout_at(caller.instant(), rx).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(HostError::new(
-                op,
-                HostErrorKind::Unavailable,
-                "the call's task ended without an answer",
-            )),
-            Err(_) => Err(HostError::new(
-                op,
-                HostErrorKind::DeadlineExceeded,
-                "did not answer before the deadline; it goes on, announced in the volume's record, and an unstage of \
-                 the volume waits for it",
-            )),
-        }
+                if let Some(n) = inner.running.get_mut(&volume) {
+                    *n -= 1;
+                    if *n == 0 {
+                        inner.running.remove(&volume);
+                    }
+                }
+                drop(inner);
+                this.ended.notify_waiters();
+            },
+        )
+        .await
     }
 
     /// Run a creating call of `volume_id` in the caller's future, bounded by the caller's deadline as any call (a
@@ -229,20 +221,24 @@ impl Creations {
     }
 
     /// Whether the creation `c` announced in `volume_id`'s record can still run (module docs). `shows` is the
-    /// protocol's look at what the calls make (`Ok(true)`: it is there); it is asked only when nothing else proved
-    /// the calls over.
-    pub async fn settled<H: Host, F>(
+    /// protocol's look at what the calls make (`Ok(true)`: it is there); it is asked when nothing else proved the
+    /// calls over, and first of all while a call of this process still runs: a call whose work landed while its answer
+    /// does not come (its connection gone silent: the call's task may wait up to [`OUTLIVE_BOUND`] for it) is over
+    /// as far as the host goes, and kubelet must not pay a deadline per retry of the unstage until the task ends.
+    pub async fn settled<H: Host, F, Fut>(
         &self,
         h: &Calls<'_, H>,
         volume_id: &str,
         c: &Creation,
         what: &str,
-        shows: F,
+        mut shows: F,
     ) -> Result<Settled, Error>
     where
-        F: std::future::Future<Output = Result<bool, Error>>,
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<bool, Error>>,
     {
         let key = Self::key(volume_id, c);
+        let mut looked = false;
         loop {
             // A call still running in this process is waited for within the caller's deadline (registered before
             // the look, so an end between the two is not missed).
@@ -263,6 +259,18 @@ impl Creations {
                 }
                 break;
             }
+            if !looked {
+                // Once per unstage, raced with the call's end (the look may take the rest of the deadline).
+                looked = true;
+                tokio::select! {
+                    biased;
+                    () = ended.as_mut() => continue,
+                    there = shows() => if there? {
+                        debug!(volume_id, "what a running creating call makes shows on the host: its answer is late");
+                        return Ok(Settled::Yes("what it makes shows on the host"));
+                    },
+                }
+            }
             if tokio::time::timeout_at(h.deadline().instant(), ended)
                 .await
                 .is_err()
@@ -279,7 +287,7 @@ impl Creations {
             );
             return Ok(Settled::Yes("the node rebooted since"));
         }
-        if shows.await? {
+        if shows().await? {
             debug!(
                 volume_id,
                 "what an announced creation makes shows on the host"

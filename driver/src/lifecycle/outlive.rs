@@ -38,13 +38,44 @@ use tracing::{debug, info, warn};
 
 use super::Calls;
 use crate::error::Error;
-use crate::host::{BootStamp, Host, HostObject, InFlight, Since};
+use crate::host::{
+    BootStamp, Host, HostError, HostErrorKind, HostObject, HostOp, HostResult, InFlight, Since,
+};
+use crate::locks::Deadline;
 
 pub use crate::host::OUTLIVE_BOUND;
 
 /// The way back from a wait for an announced call whose end cannot be observed, named in every such answer: nothing
 /// from before a reboot can still run (module docs).
 pub const WAY_BACK: &str = "a reboot of the node ends the wait at once";
+
+/// Run `call`, a host call that may outlive its caller, to its end on a task of its own: `heard` sees its answer there
+/// (this process's bookkeeping of the announcement), whoever still waits; the caller waits until `caller`, then gets
+/// DEADLINE_EXCEEDED saying `late` while the call goes on. How every announced call is issued: creating calls
+/// (`creation.rs`), SMB removals and iSCSI destructive calls.
+pub async fn to_end<T: Send + 'static>(
+    op: HostOp,
+    caller: Deadline,
+    late: &'static str,
+    call: impl Future<Output = HostResult<T>> + Send + 'static,
+    heard: impl FnOnce(&HostResult<T>) + Send + 'static,
+) -> HostResult<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let answer = call.await;
+        heard(&answer);
+        let _ = tx.send(answer);
+    });
+    match tokio::time::timeout_at(caller.instant(), rx).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => Err(HostError::new(
+            op,
+            HostErrorKind::Unavailable,
+            "the call's task ended without an answer",
+        )),
+        Err(_) => Err(HostError::new(op, HostErrorKind::DeadlineExceeded, late)),
+    }
+}
 
 /// The stamp an announcement made now carries: the node's uptime, when the backend can tell.
 pub fn stamp_now<H: Host>(host: &H) -> Option<BootStamp> {

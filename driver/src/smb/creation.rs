@@ -63,9 +63,10 @@ impl Removals {
                     .and_then(|p| cx.kubelet_root().host_path(p).ok())
             })
             .flatten();
-        let shows = async {
+        let (exists, sub) = (&exists, &sub);
+        let shows = move || async move {
             let at_staging = exists(staging).await?;
-            Ok(match &sub {
+            Ok(match sub {
                 Some(sub) => !at_staging || exists(sub).await?,
                 None => at_staging,
             })

@@ -37,11 +37,10 @@ use super::SmbRecord;
 use super::orphans::{Orphan, Orphans};
 use crate::error::Error;
 use crate::host::{
-    BootStamp, Host, HostError, HostErrorKind, HostObject, HostOp, HostPath, HostResult, Since,
-    UncPath,
+    BootStamp, Host, HostErrorKind, HostObject, HostOp, HostPath, HostResult, Since, UncPath,
 };
 use crate::lifecycle::creation::Creations;
-use crate::lifecycle::outlive::{OUTLIVE_BOUND, Outlive, WAY_BACK, stamp_now};
+use crate::lifecycle::outlive::{OUTLIVE_BOUND, Outlive, WAY_BACK, stamp_now, to_end};
 use crate::lifecycle::{Calls, Context, host_error};
 use crate::locks::Deadline;
 use crate::state::VolumeRecord;
@@ -166,33 +165,24 @@ impl Removals {
     {
         let key = Self::key(volume_id, r, which);
         let outlive = self.0.clone();
-        let host = host.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
         // Stages of the share that meet the announcement meanwhile wait for this task's end (`wait_settled`).
         outlive.runs_here(&key);
-        tokio::spawn(async move {
-            let answer = call(host, Deadline::after(OUTLIVE_BOUND)).await;
-            // An answer ends it; its own bound passing (or csi-proxy gone) leaves it to the bound's rule.
-            if !answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
-                outlive.end(&key, "this process saw it answer");
-            }
-            outlive.left_here(&key);
-            let _ = tx.send(answer);
-        });
-        match tokio::time::timeout_at(caller.instant(), rx).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(HostError::new(
-                op,
-                HostErrorKind::Unavailable,
-                "the removal's task ended without an answer",
-            )),
-            Err(_) => Err(HostError::new(
-                op,
-                HostErrorKind::DeadlineExceeded,
-                "did not answer before the deadline; it goes on, announced in the volume's record, and stages of the \
-                 share wait for it",
-            )),
-        }
+        let late = "did not answer before the deadline; it goes on, announced in the volume's record, and stages of the \
+                    share wait for it";
+        to_end(
+            op,
+            caller,
+            late,
+            call(host.clone(), Deadline::after(OUTLIVE_BOUND)),
+            move |answer| {
+                // An answer ends it; its own bound passing (or csi-proxy gone) leaves it to the bound's rule.
+                if !answer.as_ref().is_err_and(|e| e.kind.is_uncertain()) {
+                    outlive.end(&key, "this process saw it answer");
+                }
+                outlive.left_here(&key);
+            },
+        )
+        .await
     }
 
     /// Wait, within `h`'s deadline, for the removals a stage of `volume_id` on share `root` must not overlap

@@ -50,6 +50,8 @@ struct Rules {
     calls: Vec<TapCall>,
     faults: Vec<Rule>,
     hangs: Vec<Rule>,
+    /// Held after the host work, before the answer.
+    answer_hangs: Vec<Rule>,
 }
 
 struct Rule {
@@ -120,6 +122,25 @@ impl Tap {
         });
     }
 
+    /// Let the `nth` next call of `op` (`None`: of any) reach the host and then hold its answer until [`Tap::release`]
+    /// (the call landed; its caller hears nothing yet).
+    pub fn hang_answer_nth(&self, op: Option<HostOp>, nth: u64) {
+        self.rules().answer_hangs.push(Rule {
+            op,
+            nth,
+            seen: 0,
+            text: String::new(),
+        });
+    }
+
+    async fn hold(&self) {
+        let mut rx = self.release.subscribe();
+        rx.borrow_and_update();
+        self.hung.send_modify(|n| *n += 1);
+        let _guard = HungGuard(&self.hung);
+        let _ = rx.changed().await;
+    }
+
     /// Let every held call go on.
     pub fn release(&self) {
         self.release.send_modify(|g| *g += 1);
@@ -156,7 +177,7 @@ impl Tap {
                 "the host backend did not answer (injected outage)",
             ));
         }
-        let (fault, hang) = {
+        let (fault, hang, hang_answer) = {
             let mut rules = self.rules();
             let pick = |list: &mut Vec<Rule>| {
                 let mut hit = None;
@@ -169,14 +190,14 @@ impl Tap {
                 list.retain(|r| r.seen < r.nth);
                 hit
             };
-            (pick(&mut rules.faults), pick(&mut rules.hangs).is_some())
+            (
+                pick(&mut rules.faults),
+                pick(&mut rules.hangs).is_some(),
+                pick(&mut rules.answer_hangs).is_some(),
+            )
         };
         if hang {
-            let mut rx = self.release.subscribe();
-            rx.borrow_and_update();
-            self.hung.send_modify(|n| *n += 1);
-            let _guard = HungGuard(&self.hung);
-            let _ = rx.changed().await;
+            self.hold().await;
             if dead.load(Ordering::SeqCst) {
                 return fut.await;
             }
@@ -192,6 +213,9 @@ impl Tap {
             )),
             None => fut.await,
         };
+        if hang_answer {
+            self.hold().await;
+        }
         self.rules().calls.push(call);
         if result.is_ok() {
             (self.hooks.after)(op.name());

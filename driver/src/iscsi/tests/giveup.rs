@@ -55,3 +55,44 @@ async fn a_login_that_lands_after_kubelet_gave_up_is_waited_for_and_logged_out_b
         env.assert_clean();
     }
 }
+
+/// A login whose work landed while its answer does not come (its csi-proxy connection gone silent; natively a provider
+/// call whose return is late): the login's task may wait up to the outlive bound, but kubelet's NodeUnstage sees the
+/// target's disks on the host and goes on at once (logs the session out) instead of answering UNAVAILABLE at every
+/// deadline until the task ends.
+#[tokio::test(start_paused = true)]
+async fn a_login_that_landed_while_its_answer_is_late_does_not_hold_up_the_unstage() {
+    for v in CsiProxyVersion::ALL {
+        let env = Env::new();
+        env.sim.set_csi_proxy_version(v).expect("release");
+        let login = env.per_backend("ConnectTarget", "MSFT_iSCSITarget.Connect");
+        env.sim.hang_answer_nth(login, 1).expect("hang");
+        let req = stage_req("v1", 0, &[], &[]);
+        tokio::select! {
+            r = env.mgr.stage(&req, d()) => panic!("{v}: finished despite the late answer: {r:?}"),
+            () = env.sim.wait_hung(1) => {}
+        }
+        // (Real time: natively the held provider call holds a blocking thread, and with it tokio's paused clock.)
+        tokio::time::resume();
+        env.mgr
+            .unstage(&unstage_req("v1"), Deadline::after(Duration::from_secs(10)))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("{v}: the unstage waited for a login whose work is done: {e}")
+            });
+        // The late answer changes nothing on the host.
+        env.sim.release_hangs();
+        env.sim.wait_unhung().await;
+        tokio::time::pause();
+        env.assert_clean();
+        env.mgr
+            .stage(&req, d())
+            .await
+            .unwrap_or_else(|e| panic!("{v}: a later stage: {e}"));
+        env.mgr
+            .unstage(&unstage_req("v1"), d())
+            .await
+            .expect("unstage");
+        env.assert_clean();
+    }
+}

@@ -83,6 +83,44 @@ async fn a_mapping_that_lands_after_kubelet_gave_up_is_waited_for_and_removed_by
     }
 }
 
+/// A `NewSmbGlobalMapping` whose work landed while its answer does not come (its csi-proxy connection gone silent; the
+/// call's task may wait up to the outlive bound for it): kubelet's NodeUnstage sees the link and the mapping on the host
+/// and goes on at once instead of answering UNAVAILABLE at every deadline until the task ends.
+#[tokio::test]
+async fn a_mapping_that_landed_while_its_answer_is_late_does_not_hold_up_the_unstage() {
+    for v in CsiProxyVersion::ALL {
+        let when = v.to_string();
+        let env = new_env(false);
+        env.sim.set_csi_proxy_version(v).expect("release");
+        env.hold_answer_nth(NewSmbGlobalMapping, 1);
+        let req = stage_req("v1", SHARE, None, "bob");
+        stage_given_up(&env, &req).await;
+        assert_eq!(mappings(&env).len(), 1, "{when}: the mapping landed");
+        assert!(env.exists(&staging("v1")), "{when}: the link landed");
+        env.mgr
+            .unstage(&unstage_req("v1"), Deadline::after(Duration::from_secs(30)))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("{when}: the unstage waited for a call whose work is done: {e}")
+            });
+        assert!(mappings(&env).is_empty(), "{when}: {:?}", mappings(&env));
+        assert!(!env.exists(&staging("v1")), "{when}: the link stays");
+        assert!(
+            env.mgr.store().volume("v1").expect("read").is_none(),
+            "{when}"
+        );
+        // The late answer changes nothing on the host; a new pod with the same inputs stages.
+        env.release();
+        until_released(&env).await;
+        assert!(mappings(&env).is_empty(), "{when}: {:?}", mappings(&env));
+        assert!(env.leftovers().is_empty(), "{when}: {:?}", env.leftovers());
+        env.stage(&req, d())
+            .await
+            .unwrap_or_else(|e| panic!("{when}: a later stage: {e}"));
+        assert!(env.resolves(&norm_staging("v1")), "{when}");
+    }
+}
+
 /// Through csi-proxy (natively a port-level hold of `Mkdir` is dropped with its caller and never reaches the host; the
 /// matrix's facade-level `CreateDirectoryW #1/Hang/GiveUp` cell proves the native path).
 #[tokio::test]

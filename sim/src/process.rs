@@ -57,12 +57,19 @@ impl DriverProcess {
         view
     }
 
-    /// A connection this process opens to csi-proxy (`open`): it breaks once the process is dead; a dead process
-    /// opens none (`open` is not called).
-    pub fn connection<S>(&self, open: impl FnOnce() -> S) -> io::Result<Mortal<S>> {
+    /// `Ok` while the process lives; a dead process's error (`ConnectionReset`) once it died: to be asked before it
+    /// opens anything.
+    pub fn alive(&self) -> io::Result<()> {
         if self.is_dead() {
             return Err(killed());
         }
+        Ok(())
+    }
+
+    /// A connection this process opens to csi-proxy (`open`): it breaks once the process is dead; a dead process
+    /// opens none (`open` is not called).
+    pub fn connection<S>(&self, open: impl FnOnce() -> S) -> io::Result<Mortal<S>> {
+        self.alive()?;
         Ok(Mortal {
             io: open(),
             dead: Arc::clone(&self.dead),

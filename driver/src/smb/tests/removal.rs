@@ -45,7 +45,9 @@ async fn unstage_given_up_in_host(env: &Env, id: &str) {
 }
 
 /// Resolves once `done` holds, looked at each time the driver process `changes` came from learns a removal's answer
-/// (its task runs on, also when that process was replaced by a restart). The bound only turns a hang into a failure.
+/// (also when that process was killed by a restart: its task still ends when the host's call does — on a broken
+/// connection, or natively with the method's answer — and can do nothing more, so it is only a wake-up here). The
+/// bound only turns a hang into a failure.
 async fn until(
     mut changes: tokio::sync::watch::Receiver<u64>,
     what: &str,

@@ -343,6 +343,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_dead_processs_client_reaches_nothing_while_its_running_call_finishes_on_the_host() {
+        let (h, _d) = host();
+        let inproc = InProcess::new(h.clone());
+        let process = DriverProcess::new();
+        let fs = inproc.client_of(&process).filesystem();
+        fs.mkdir(r"C:\var\lib\kubelet\before").await.unwrap();
+        h.hang_nth("Mkdir", 1).unwrap();
+        let running = tokio::spawn({
+            let fs = fs.clone();
+            async move { fs.mkdir(P).await }
+        });
+        h.wait_hung(1).await;
+        assert!(process.kill(), "it was alive");
+        assert!(!process.kill(), "killed once");
+        h.release_hangs();
+        h.wait_unhung().await;
+        assert!(
+            h.with_state(|s| s.path_exists(P)).unwrap(),
+            "csi-proxy ran the call to its end"
+        );
+        let answer = running.await.unwrap();
+        assert!(
+            answer.is_err(),
+            "the dead process heard the answer: {answer:?}"
+        );
+        let audited = h.audit(0).len();
+        let err = fs.path_exists(P).await.unwrap_err();
+        assert_eq!(
+            err.kind(),
+            proxy_client::ErrorKind::ProxyUnavailable,
+            "{err}"
+        );
+        assert_eq!(
+            h.audit(0).len(),
+            audited,
+            "a dead process's call reached the host"
+        );
+    }
+
+    #[tokio::test]
     async fn scripts_run_after_successful_calls_only() {
         let (h, _d) = host();
         let inproc = InProcess::new(h.clone());

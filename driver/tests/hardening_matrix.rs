@@ -129,6 +129,8 @@ enum Fault {
     Hang,
     Kill,
     Outlive,
+    /// The call lands on the host and its answer is held (kubelet's paths only, `paths.rs`).
+    LateAnswer,
 }
 
 /// The host calls that destroy data when issued twice or at the wrong time (module docs, **outlive**).
@@ -710,6 +712,7 @@ async fn run_cell(cell: &Cell) {
                     }
                     env.restart().await;
                 }
+                Fault::LateAnswer => unreachable!("a cell of kubelet's other paths only"),
                 Fault::Outlive => {
                     env.sim.hang_nth(&cell.rpc, cell.nth).expect("hang");
                     tokio::select! {

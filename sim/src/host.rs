@@ -618,23 +618,17 @@ impl SimHost {
 
     /// Makes the `nth` next call of `rpc` hang until [`SimHost::release_hangs`] (or a reboot, which fails it).
     pub fn hang_nth(&self, rpc: &str, nth: u64) -> Result<()> {
-        let rpc = normalize_rpc(rpc)?;
-        if nth == 0 {
-            return Err(Error::Scenario("hang nth must be >= 1".into()));
-        }
-        lock(&self.inner.ctl).hangs.push(HangRule {
-            rpc,
-            nth,
-            seen: 0,
-            answer: false,
-        });
-        Ok(())
+        self.add_hang(rpc, nth, false)
     }
 
     /// Makes the `nth` next call of `rpc` do its work on the host and then hold its answer until
     /// [`SimHost::release_hangs`] (a reboot meanwhile fails the answer; the work stays done): a call that landed while
     /// its caller hears nothing, as over a connection gone silent (csi-proxy finishes the call; the answer waits).
     pub fn hang_answer_nth(&self, rpc: &str, nth: u64) -> Result<()> {
+        self.add_hang(rpc, nth, true)
+    }
+
+    fn add_hang(&self, rpc: &str, nth: u64, answer: bool) -> Result<()> {
         let rpc = normalize_rpc(rpc)?;
         if nth == 0 {
             return Err(Error::Scenario("hang nth must be >= 1".into()));
@@ -643,7 +637,7 @@ impl SimHost {
             rpc,
             nth,
             seen: 0,
-            answer: true,
+            answer,
         });
         Ok(())
     }

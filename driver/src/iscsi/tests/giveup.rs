@@ -4,6 +4,16 @@
 
 use super::*;
 
+/// kubelet's NodeStageVolume of `req`, given up while its login is held; real time from then on (natively the held
+/// provider call holds a blocking thread, and with it tokio's paused clock).
+async fn given_up(env: &Env, req: &StageRequest, v: &CsiProxyVersion) {
+    tokio::select! {
+        r = env.mgr.stage(req, d()) => panic!("{v}: finished despite the held login: {r:?}"),
+        () = env.sim.wait_hung(1) => {}
+    }
+    tokio::time::resume();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_login_that_lands_after_kubelet_gave_up_is_waited_for_and_logged_out_by_the_unstage() {
     for v in CsiProxyVersion::ALL {
@@ -12,13 +22,8 @@ async fn a_login_that_lands_after_kubelet_gave_up_is_waited_for_and_logged_out_b
         let login = env.per_backend("ConnectTarget", "MSFT_iSCSITarget.Connect");
         env.sim.hang_nth(login, 1).expect("hang");
         let req = stage_req("v1", 0, &[], &[]);
-        tokio::select! {
-            r = env.mgr.stage(&req, d()) => panic!("{v}: finished despite the hung login: {r:?}"),
-            () = env.sim.wait_hung(1) => {}
-        }
         // kubelet gave up (the RPC is gone) and the pod was deleted: NodeUnstage while the login may still land.
-        // (Real time: natively the hung provider call holds a blocking thread, and with it tokio's paused clock.)
-        tokio::time::resume();
+        given_up(&env, &req, &v).await;
         let r = env
             .mgr
             .unstage(
@@ -68,12 +73,7 @@ async fn a_login_that_landed_while_its_answer_is_late_does_not_hold_up_the_unsta
         let login = env.per_backend("ConnectTarget", "MSFT_iSCSITarget.Connect");
         env.sim.hang_answer_nth(login, 1).expect("hang");
         let req = stage_req("v1", 0, &[], &[]);
-        tokio::select! {
-            r = env.mgr.stage(&req, d()) => panic!("{v}: finished despite the late answer: {r:?}"),
-            () = env.sim.wait_hung(1) => {}
-        }
-        // (Real time: natively the held provider call holds a blocking thread, and with it tokio's paused clock.)
-        tokio::time::resume();
+        given_up(&env, &req, &v).await;
         env.mgr
             .unstage(&unstage_req("v1"), Deadline::after(Duration::from_secs(10)))
             .await

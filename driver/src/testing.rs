@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sim::inproc::InProcess;
+use sim::process::DriverProcess;
 use sim::wmi::{TestBackend, WindowsView};
 use sim::{HostOptions, Scenario, SimHost, State};
 
@@ -184,8 +185,12 @@ pub(crate) struct Env {
     pub(crate) sim: SimHost,
     pub(crate) inproc: InProcess,
     pub(crate) mgr: Arc<Manager<TestHost>>,
-    /// The state directory.
+    /// The driver process running now: a restart kills it (`sim::process`).
+    process: DriverProcess,
+    /// The state directory of the process running now.
     pub(crate) dir: tempfile::TempDir,
+    /// The state directories dead processes left (they may still write there; no live process reads them).
+    graves: Vec<tempfile::TempDir>,
     /// The backend under test.
     pub(crate) backend: TestBackend,
     /// The native backend's port tap (shared across restarts, like the sim's audit).
@@ -220,8 +225,10 @@ impl Env {
             after: Box::new(move |rpc| after.run_after(rpc)),
         });
         let background = crate::lifecycle::BackgroundSettings::default();
+        let process = DriverProcess::new();
         let mgr = Self::manager(
             backend,
+            &process,
             &inproc,
             &tap,
             dir.path(),
@@ -234,7 +241,9 @@ impl Env {
             sim,
             inproc,
             mgr,
+            process,
             dir,
+            graves: Vec::new(),
             backend,
             tap,
             secrets: None,
@@ -249,6 +258,7 @@ impl Env {
     #[allow(clippy::too_many_arguments)]
     fn manager(
         backend: TestBackend,
+        process: &DriverProcess,
         inproc: &InProcess,
         tap: &Arc<Tap>,
         dir: &Path,
@@ -266,15 +276,19 @@ impl Env {
             TestBackend::CsiProxy => {
                 let sim = inproc.host().clone();
                 TestHost::CsiProxy(
-                    CsiProxyHost::new(inproc.client())
+                    CsiProxyHost::new(inproc.client_of(process))
                         .with_uptime(Arc::new(move || Some(sim.uptime()))),
                 )
             }
             TestBackend::Native => {
-                let view = Arc::new(WindowsView::new(inproc.host().clone()));
+                let view = Arc::new(process.view(WindowsView::new(inproc.host().clone())));
                 let native = NativeHost::new(view, Some(dir));
                 seed = Some(native.clone());
-                TestHost::Native(Tapped::new(native, Arc::clone(tap)))
+                TestHost::Native(Tapped::of_process(
+                    native,
+                    Arc::clone(tap),
+                    process.death_flag(),
+                ))
             }
         };
         let mgr = manager_with(host, cfg, dir, ISCSI)
@@ -297,6 +311,7 @@ impl Env {
     pub(crate) fn manager_with_store(&self, store: crate::state::StateStore) -> Manager<TestHost> {
         let mgr = Self::manager(
             self.backend,
+            &self.process,
             &self.inproc,
             &self.tap,
             self.dir.path(),
@@ -323,10 +338,16 @@ impl Env {
         self.restart();
     }
 
-    /// A killed and restarted driver: a fresh manager (and client) over the same state dir and host.
+    /// A killed and restarted driver: the driver process dies (`sim::process`: nothing it had in progress — a task it
+    /// spawned, a call it would make next — reaches the host or the state directory any more; a call the host was
+    /// already running finishes there, csi-proxy's and a WMI method's alike), and a new process starts over the same
+    /// host and the state directory as the dead one left it (a copy taken at its death).
     pub(crate) fn restart(&mut self) {
+        self.kill();
+        self.process = DriverProcess::new();
         self.mgr = Self::manager(
             self.backend,
+            &self.process,
             &self.inproc,
             &self.tap,
             self.dir.path(),
@@ -335,6 +356,17 @@ impl Env {
             self.volume_limit,
             &self.background,
         );
+    }
+
+    /// The driver process dies now ([`Env::restart`] starts the next one): its connections break, its Windows view
+    /// refuses its calls, and its state directory is kept as it was at the death. Killing a dead process changes
+    /// nothing.
+    pub(crate) fn kill(&mut self) {
+        if self.process.kill() {
+            let copy = tempfile::tempdir().expect("tmp");
+            sim::process::snapshot(self.dir.path(), copy.path()).expect("the state at the death");
+            self.graves.push(std::mem::replace(&mut self.dir, copy));
+        }
     }
 
     /// Restart the driver with `--max-volumes-per-node limit`.

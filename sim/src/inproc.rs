@@ -41,6 +41,7 @@ use crate::grpc::{
     DiskService, FilesystemService, IscsiService, SmbService, SystemService, VolumeService,
 };
 use crate::host::{SimHost, normalize_rpc};
+use crate::process::DriverProcess;
 use crate::state::State;
 
 /// Buffer of one in-memory connection, per direction.
@@ -132,6 +133,25 @@ impl InProcess {
                 async move { Ok::<_, Infallible>(TokioIo::new(client)) }
             }),
         )
+    }
+
+    /// [`InProcess::client`] of the driver process `process`: its connections break when the process dies, and a dead
+    /// process opens none ([`crate::process`]); a call the host was running when it died runs to its end there.
+    pub fn client_of(&self, process: &DriverProcess) -> ProxyClient {
+        let (this, process) = (self.clone(), process.clone());
+        ProxyClient::with_channel_factory("in-process", move |group| {
+            let (this, process) = (this.clone(), process.clone());
+            Endpoint::from_static("http://inproc.invalid").connect_with_connector_lazy(
+                tower::service_fn(move |_: Uri| {
+                    let connection = process.connection(|| {
+                        let (client, server) = tokio::io::duplex(DUPLEX_BUFFER);
+                        this.serve(group, server);
+                        client
+                    });
+                    async move { connection.map(TokioIo::new) }
+                }),
+            )
+        })
     }
 
     /// Serves one connection with `group`'s service, behind the gate.
@@ -320,6 +340,46 @@ mod tests {
         );
         assert!(inproc.fail_unavailable("Mkdir", 0).is_err());
         assert!(inproc.fail_unavailable("NoSuchRpc", 1).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_dead_processs_client_reaches_nothing_while_its_running_call_finishes_on_the_host() {
+        let (h, _d) = host();
+        let inproc = InProcess::new(h.clone());
+        let process = DriverProcess::new();
+        let fs = inproc.client_of(&process).filesystem();
+        fs.mkdir(r"C:\var\lib\kubelet\before").await.unwrap();
+        h.hang_nth("Mkdir", 1).unwrap();
+        let running = tokio::spawn({
+            let fs = fs.clone();
+            async move { fs.mkdir(P).await }
+        });
+        h.wait_hung(1).await;
+        assert!(process.kill(), "it was alive");
+        assert!(!process.kill(), "killed once");
+        h.release_hangs();
+        h.wait_unhung().await;
+        assert!(
+            h.with_state(|s| s.path_exists(P)).unwrap(),
+            "csi-proxy ran the call to its end"
+        );
+        let answer = running.await.unwrap();
+        assert!(
+            answer.is_err(),
+            "the dead process heard the answer: {answer:?}"
+        );
+        let audited = h.audit(0).len();
+        let err = fs.path_exists(P).await.unwrap_err();
+        assert_eq!(
+            err.kind(),
+            proxy_client::ErrorKind::ProxyUnavailable,
+            "{err}"
+        );
+        assert_eq!(
+            h.audit(0).len(),
+            audited,
+            "a dead process's call reached the host"
+        );
     }
 
     #[tokio::test]

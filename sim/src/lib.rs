@@ -30,6 +30,7 @@ pub use state::{DataLossEvent, HostOptions, SANDBOX_MARKER, State};
 pub mod admin;
 mod grpc;
 pub mod inproc;
+pub mod process;
 mod scripting;
 mod serve;
 pub mod wmi;

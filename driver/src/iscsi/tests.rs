@@ -1100,18 +1100,23 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
                 staged(&env).await;
             }
             if let Err(e) = env.mgr.unstage(&unstage_req("v1"), d()).await {
-                // Killed right after announcing the login: the hung login is in flight on the host, and the unstage
-                // waits for it (issue 37, give up and unstage) until it lands.
+                // Killed right after announcing the login: the unstage waits for it (issue 37, give up and unstage).
                 assert!(
                     kubelet_unstages_instead
                         && matches!(&e, Error::Unavailable(m) if m.contains("has not finished")),
                     "call {n}: unstage: {e:?}"
                 );
                 env.release();
+                if env.backend == sim::wmi::TestBackend::Native {
+                    // Natively the login was held before it reached the host, so it died with the process and never
+                    // lands; the driver cannot tell (no ledger of creating methods yet) and waits out the bound.
+                    tokio::time::advance(crate::host::OUTLIVE_BOUND).await;
+                }
+                // Through csi-proxy the login was in the server, which runs it to its end: it lands.
                 env.mgr
                     .unstage(&unstage_req("v1"), d())
                     .await
-                    .unwrap_or_else(|e| panic!("call {n}: unstage once the login landed: {e}"));
+                    .unwrap_or_else(|e| panic!("call {n}: unstage once the login ended: {e}"));
             }
             if kubelet_unstages_instead && env.mgr.store().volume("v1").expect("read").is_some() {
                 // Killed after `PartitionDisk` was announced: the unstage keeps what says the volume is this

@@ -18,6 +18,7 @@ use HostOp::*;
 
 mod access;
 mod backend_change;
+mod death;
 mod giveup;
 mod lost_state;
 mod outage;

@@ -14,27 +14,18 @@
 //! * **its state directory**: the new process runs over a copy taken at the moment of death, so nothing the dead
 //!   process would still write after it is seen.
 
-use std::io;
 use std::path::Path;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 
 use hyper_util::rt::TokioIo;
 use proxy_client::{ApiGroup, ProxyClient};
+use sim::process::DriverProcess;
 use sim::wmi::WindowsView;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::{Endpoint, Uri};
 
-/// What the death of one driver process cuts.
+/// What the death of one driver process cuts: the simulated host's model of it (`sim::process`), shared with the unit
+/// suites' restart (`testing.rs`).
 #[derive(Clone, Default)]
-pub(crate) struct Process {
-    /// Its Windows view (native backend).
-    view: Option<WindowsView>,
-    /// Set at its death: its connections to csi-proxy break and no new one opens.
-    dead: Arc<AtomicBool>,
-}
+pub(crate) struct Process(DriverProcess);
 
 impl Process {
     pub(crate) fn new() -> Self {
@@ -43,18 +34,16 @@ impl Process {
 
     /// A csi-proxy client over the sockets in `dir` whose connections die with this process.
     pub(crate) fn client(&self, dir: &Path) -> ProxyClient {
-        let (dir, dead) = (dir.to_path_buf(), Arc::clone(&self.dead));
+        let (dir, process) = (dir.to_path_buf(), self.0.clone());
         ProxyClient::with_channel_factory(dir.display().to_string(), move |group: ApiGroup| {
-            let (path, dead) = (proxy_client::socket_path(&dir, group), Arc::clone(&dead));
+            let (path, process) = (proxy_client::socket_path(&dir, group), process.clone());
             Endpoint::from_static("http://localhost").connect_with_connector_lazy(
                 tower::service_fn(move |_: Uri| {
-                    let (path, dead) = (path.clone(), Arc::clone(&dead));
+                    let (path, process) = (path.clone(), process.clone());
                     async move {
-                        if dead.load(Ordering::SeqCst) {
-                            return Err(killed());
-                        }
+                        process.alive()?;
                         let io = tokio::net::UnixStream::connect(path).await?;
-                        Ok(TokioIo::new(Mortal { io, dead }))
+                        Ok::<_, std::io::Error>(TokioIo::new(process.connection(|| io)?))
                     }
                 }),
             )
@@ -63,87 +52,18 @@ impl Process {
 
     /// The Windows view this process calls the simulated host through.
     pub(crate) fn view(&mut self, view: WindowsView) -> WindowsView {
-        self.view = Some(view.clone());
-        view
+        self.0.view(view)
     }
 
     /// The process dies (module docs); whether it was alive.
     pub(crate) fn kill(&self) -> bool {
-        if let Some(view) = &self.view {
-            view.kill();
-        }
-        !self.dead.swap(true, Ordering::SeqCst)
-    }
-}
-
-fn killed() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::ConnectionReset,
-        "the driver process was killed",
-    )
-}
-
-/// A connection of a process: it breaks once the process is dead.
-struct Mortal {
-    io: tokio::net::UnixStream,
-    dead: Arc<AtomicBool>,
-}
-
-impl AsyncRead for Mortal {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.dead.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(killed()));
-        }
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Mortal {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        if self.dead.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(killed()));
-        }
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        self.0.kill()
     }
 }
 
 /// A copy of the state directory `from` in a new directory: what the new process finds at the old one's death.
 pub(crate) fn snapshot(from: &Path) -> tempfile::TempDir {
-    fn copy(from: &Path, to: &Path) {
-        for entry in std::fs::read_dir(from).expect("read the state directory") {
-            let entry = entry.expect("state entry");
-            let target = to.join(entry.file_name());
-            if entry.file_type().expect("file type").is_dir() {
-                std::fs::create_dir(&target).expect("copy a state directory");
-                copy(&entry.path(), &target);
-            } else {
-                match std::fs::copy(entry.path(), &target) {
-                    // Renamed or removed since it was listed: a write finishing as the process died.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    r => {
-                        r.expect("copy a state file");
-                    }
-                }
-            }
-        }
-    }
     let to = tempfile::tempdir().expect("tmp");
-    copy(from, to.path());
+    sim::process::snapshot(from, to.path()).expect("copy the state directory");
     to
 }

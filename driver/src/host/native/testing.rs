@@ -13,6 +13,7 @@
 //! covered by its WMI-level tests and the matrix.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::json;
@@ -156,12 +157,18 @@ impl Tap {
         let _ = rx.wait_for(|c| *c >= n).await;
     }
 
-    /// Run `fut`, the host operation `call`, under the tap's rules.
-    pub async fn around<T>(
+    /// Run `fut`, the host operation `call` of a process that is dead once `dead` says so, under the tap's rules. A
+    /// dead process's call is not the tap's: it counts against no rule and is not recorded (its Windows view refuses
+    /// it unseen, `sim::wmi::WindowsView::kill`), and a call held here when its process died never reaches the host.
+    async fn around<T>(
         &self,
         call: TapCall,
+        dead: &AtomicBool,
         fut: impl Future<Output = HostResult<T>>,
     ) -> HostResult<T> {
+        if dead.load(Ordering::SeqCst) {
+            return fut.await;
+        }
         let op = call.op;
         if (self.hooks.unreachable)(op.name()) {
             return Err(HostError::new(
@@ -191,6 +198,9 @@ impl Tap {
         };
         if hang {
             self.hold().await;
+            if dead.load(Ordering::SeqCst) {
+                return fut.await;
+            }
         }
         let result = match fault {
             Some(text) => Err(classify(
@@ -219,12 +229,20 @@ impl Tap {
 pub struct Tapped {
     host: NativeHost,
     tap: Arc<Tap>,
+    /// Set when the driver process calling through it was killed.
+    dead: Arc<AtomicBool>,
 }
 
 impl Tapped {
     /// `host` behind `tap`.
     pub fn new(host: NativeHost, tap: Arc<Tap>) -> Self {
-        Self { host, tap }
+        Self::of_process(host, tap, Arc::default())
+    }
+
+    /// `host` behind `tap`, called by a driver process that is dead once `dead` is set (its host's Windows view is
+    /// killed with it): from then on its calls bypass the tap.
+    pub fn of_process(host: NativeHost, tap: Arc<Tap>, dead: Arc<AtomicBool>) -> Self {
+        Self { host, tap, dead }
     }
 
     fn call(op: HostOp, args: serde_json::Value) -> TapCall {
@@ -243,12 +261,16 @@ impl Host for Tapped {
 
     async fn path_exists(&self, path: &HostPath, d: Deadline) -> HostResult<bool> {
         let c = Self::call(HostOp::PathExists, json!({ "path": path.as_str() }));
-        self.tap.around(c, self.host.path_exists(path, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.path_exists(path, d))
+            .await
     }
 
     async fn mkdir(&self, path: &HostPath, d: Deadline) -> HostResult<()> {
         let c = Self::call(HostOp::Mkdir, json!({ "path": path.as_str() }));
-        self.tap.around(c, self.host.mkdir(path, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.mkdir(path, d))
+            .await
     }
 
     async fn rmdir(&self, path: &HostPath, force: bool, d: Deadline) -> HostResult<()> {
@@ -256,20 +278,24 @@ impl Host for Tapped {
             HostOp::Rmdir,
             json!({ "path": path.as_str(), "force": force }),
         );
-        self.tap.around(c, self.host.rmdir(path, force, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.rmdir(path, force, d))
+            .await
     }
 
     async fn create_symlink(&self, link: &HostPath, to: &HostPath, d: Deadline) -> HostResult<()> {
         let args = json!({ "source_path": to.as_str(), "target_path": link.as_str() });
         let c = Self::call(HostOp::CreateSymlink, args);
         self.tap
-            .around(c, self.host.create_symlink(link, to, d))
+            .around(c, &self.dead, self.host.create_symlink(link, to, d))
             .await
     }
 
     async fn is_symlink(&self, path: &HostPath, d: Deadline) -> HostResult<bool> {
         let c = Self::call(HostOp::IsSymlink, json!({ "path": path.as_str() }));
-        self.tap.around(c, self.host.is_symlink(path, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.is_symlink(path, d))
+            .await
     }
 
     async fn new_smb_global_mapping(
@@ -287,7 +313,11 @@ impl Host for Tapped {
         });
         let c = Self::call(HostOp::NewSmbGlobalMapping, args);
         self.tap
-            .around(c, self.host.new_smb_global_mapping(remote, link, cred, d))
+            .around(
+                c,
+                &self.dead,
+                self.host.new_smb_global_mapping(remote, link, cred, d),
+            )
             .await
     }
 
@@ -312,6 +342,7 @@ impl Host for Tapped {
         self.tap
             .around(
                 c,
+                &self.dead,
                 self.host
                     .new_smb_global_mapping_with(remote, link, cred, options, d),
             )
@@ -322,7 +353,11 @@ impl Host for Tapped {
         let args = json!({ "remote_path": remote.root().to_string() });
         let c = Self::call(HostOp::RemoveSmbGlobalMapping, args);
         self.tap
-            .around(c, self.host.remove_smb_global_mapping(remote, d))
+            .around(
+                c,
+                &self.dead,
+                self.host.remove_smb_global_mapping(remote, d),
+            )
             .await
     }
 
@@ -331,7 +366,9 @@ impl Host for Tapped {
         d: Deadline,
     ) -> HostResult<std::collections::BTreeMap<u32, DiskLocation>> {
         let c = Self::call(HostOp::ListDiskLocations, json!({}));
-        self.tap.around(c, self.host.list_disk_locations(d)).await
+        self.tap
+            .around(c, &self.dead, self.host.list_disk_locations(d))
+            .await
     }
 
     async fn list_disk_ids(
@@ -339,29 +376,35 @@ impl Host for Tapped {
         d: Deadline,
     ) -> HostResult<std::collections::BTreeMap<u32, DiskIds>> {
         let c = Self::call(HostOp::ListDiskIDs, json!({}));
-        self.tap.around(c, self.host.list_disk_ids(d)).await
+        self.tap
+            .around(c, &self.dead, self.host.list_disk_ids(d))
+            .await
     }
 
     async fn rescan(&self, d: Deadline) -> HostResult<()> {
         let c = Self::call(HostOp::Rescan, json!({}));
-        self.tap.around(c, self.host.rescan(d)).await
+        self.tap.around(c, &self.dead, self.host.rescan(d)).await
     }
 
     async fn partition_disk(&self, n: u32, d: Deadline) -> HostResult<()> {
         let c = Self::call(HostOp::PartitionDisk, json!({ "disk_number": n }));
-        self.tap.around(c, self.host.partition_disk(n, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.partition_disk(n, d))
+            .await
     }
 
     async fn disk_size(&self, n: u32, d: Deadline) -> HostResult<u64> {
         let c = Self::call(HostOp::GetDiskStats, json!({ "disk_number": n }));
-        self.tap.around(c, self.host.disk_size(n, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.disk_size(n, d))
+            .await
     }
 
     async fn set_disk_online(&self, n: u32, online: bool, d: Deadline) -> HostResult<()> {
         let args = json!({ "disk_number": n, "is_online": online });
         let c = Self::call(HostOp::SetDiskState, args);
         self.tap
-            .around(c, self.host.set_disk_online(n, online, d))
+            .around(c, &self.dead, self.host.set_disk_online(n, online, d))
             .await
     }
 
@@ -369,7 +412,7 @@ impl Host for Tapped {
         let args = json!({ "disk_number": n, "is_online": true, "writable": true });
         let c = Self::call(HostOp::SetDiskState, args);
         self.tap
-            .around(c, self.host.set_disk_online_writable(n, d))
+            .around(c, &self.dead, self.host.set_disk_online_writable(n, d))
             .await
     }
 
@@ -377,7 +420,7 @@ impl Host for Tapped {
         let args = json!({ "disk_number": n, "is_online": true, "read_only": true });
         let c = Self::call(HostOp::SetDiskState, args);
         self.tap
-            .around(c, self.host.set_disk_online_read_only(n, d))
+            .around(c, &self.dead, self.host.set_disk_online_read_only(n, d))
             .await
     }
 
@@ -397,67 +440,77 @@ impl Host for Tapped {
 
     async fn is_disk_online(&self, n: u32, d: Deadline) -> HostResult<bool> {
         let c = Self::call(HostOp::GetDiskState, json!({ "disk_number": n }));
-        self.tap.around(c, self.host.is_disk_online(n, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.is_disk_online(n, d))
+            .await
     }
 
     async fn list_volumes_on_disk(&self, n: u32, d: Deadline) -> HostResult<Vec<String>> {
         let args = json!({ "disk_number": n, "partition_number": 0 });
         let c = Self::call(HostOp::ListVolumesOnDisk, args);
         self.tap
-            .around(c, self.host.list_volumes_on_disk(n, d))
+            .around(c, &self.dead, self.host.list_volumes_on_disk(n, d))
             .await
     }
 
     async fn mount_volume(&self, v: &str, path: &HostPath, d: Deadline) -> HostResult<()> {
         let args = json!({ "volume_id": v, "target_path": path.as_str() });
         let c = Self::call(HostOp::MountVolume, args);
-        self.tap.around(c, self.host.mount_volume(v, path, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.mount_volume(v, path, d))
+            .await
     }
 
     async fn unmount_volume(&self, v: &str, path: &HostPath, d: Deadline) -> HostResult<()> {
         let args = json!({ "volume_id": v, "target_path": path.as_str() });
         let c = Self::call(HostOp::UnmountVolume, args);
         self.tap
-            .around(c, self.host.unmount_volume(v, path, d))
+            .around(c, &self.dead, self.host.unmount_volume(v, path, d))
             .await
     }
 
     async fn is_volume_formatted(&self, v: &str, d: Deadline) -> HostResult<bool> {
         let c = Self::call(HostOp::IsVolumeFormatted, json!({ "volume_id": v }));
         self.tap
-            .around(c, self.host.is_volume_formatted(v, d))
+            .around(c, &self.dead, self.host.is_volume_formatted(v, d))
             .await
     }
 
     async fn format_volume(&self, v: &str, d: Deadline) -> HostResult<()> {
         let c = Self::call(HostOp::FormatVolume, json!({ "volume_id": v }));
-        self.tap.around(c, self.host.format_volume(v, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.format_volume(v, d))
+            .await
     }
 
     async fn resize_volume(&self, v: &str, size: u64, d: Deadline) -> HostResult<()> {
         let args = json!({ "volume_id": v, "size_bytes": size });
         let c = Self::call(HostOp::ResizeVolume, args);
         self.tap
-            .around(c, self.host.resize_volume(v, size, d))
+            .around(c, &self.dead, self.host.resize_volume(v, size, d))
             .await
     }
 
     async fn volume_stats(&self, v: &str, d: Deadline) -> HostResult<(u64, u64)> {
         let c = Self::call(HostOp::GetVolumeStats, json!({ "volume_id": v }));
-        self.tap.around(c, self.host.volume_stats(v, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.volume_stats(v, d))
+            .await
     }
 
     async fn volume_id_from_target_path(&self, path: &HostPath, d: Deadline) -> HostResult<String> {
         let args = json!({ "target_path": path.as_str() });
         let c = Self::call(HostOp::GetVolumeIDFromTargetPath, args);
         self.tap
-            .around(c, self.host.volume_id_from_target_path(path, d))
+            .around(c, &self.dead, self.host.volume_id_from_target_path(path, d))
             .await
     }
 
     async fn write_volume_cache(&self, v: &str, d: Deadline) -> HostResult<()> {
         let c = Self::call(HostOp::WriteVolumeCache, json!({ "volume_id": v }));
-        self.tap.around(c, self.host.write_volume_cache(v, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.write_volume_cache(v, d))
+            .await
     }
 
     async fn add_target_portal(&self, p: &Portal, d: Deadline) -> HostResult<()> {
@@ -465,7 +518,9 @@ impl Host for Tapped {
             HostOp::AddTargetPortal,
             json!({ "target_portal": portal_json(p) }),
         );
-        self.tap.around(c, self.host.add_target_portal(p, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.add_target_portal(p, d))
+            .await
     }
 
     async fn discover_target_portal(&self, p: &Portal, d: Deadline) -> HostResult<Vec<String>> {
@@ -474,7 +529,7 @@ impl Host for Tapped {
             json!({ "target_portal": portal_json(p) }),
         );
         self.tap
-            .around(c, self.host.discover_target_portal(p, d))
+            .around(c, &self.dead, self.host.discover_target_portal(p, d))
             .await
     }
 
@@ -487,7 +542,11 @@ impl Host for Tapped {
         let args = json!({ "target_portal": portal_json(p), "discovery_auth": discovery.mode() });
         let c = Self::call(HostOp::AddTargetPortal, args);
         self.tap
-            .around(c, self.host.add_target_portal_with_chap(p, discovery, d))
+            .around(
+                c,
+                &self.dead,
+                self.host.add_target_portal_with_chap(p, discovery, d),
+            )
             .await
     }
 
@@ -501,7 +560,7 @@ impl Host for Tapped {
         let args = json!({ "target_portal": portal_json(p), "iqn": iqn, "auth_type": auth.mode() });
         let c = Self::call(HostOp::ConnectTarget, args);
         self.tap
-            .around(c, self.host.connect_target(p, iqn, auth, d))
+            .around(c, &self.dead, self.host.connect_target(p, iqn, auth, d))
             .await
     }
 
@@ -517,7 +576,11 @@ impl Host for Tapped {
         });
         let c = Self::call(HostOp::ConnectTarget, args);
         self.tap
-            .around(c, self.host.connect_target_persistent(p, iqn, auth, d))
+            .around(
+                c,
+                &self.dead,
+                self.host.connect_target_persistent(p, iqn, auth, d),
+            )
             .await
     }
 
@@ -525,7 +588,7 @@ impl Host for Tapped {
         let args = json!({ "target_portal": portal_json(p), "iqn": iqn });
         let c = Self::call(HostOp::DisconnectTarget, args);
         self.tap
-            .around(c, self.host.disconnect_target(p, iqn, d))
+            .around(c, &self.dead, self.host.disconnect_target(p, iqn, d))
             .await
     }
 
@@ -533,7 +596,7 @@ impl Host for Tapped {
         let args = json!({ "target_portal": portal_json(p), "iqn": iqn });
         let c = Self::call(HostOp::GetTargetDisks, args);
         self.tap
-            .around(c, self.host.get_target_disks(p, iqn, d))
+            .around(c, &self.dead, self.host.get_target_disks(p, iqn, d))
             .await
     }
 
@@ -543,25 +606,29 @@ impl Host for Tapped {
             json!({ "mutual_chap_secret": "<redacted>" }),
         );
         self.tap
-            .around(c, self.host.set_mutual_chap_secret(secret, d))
+            .around(c, &self.dead, self.host.set_mutual_chap_secret(secret, d))
             .await
     }
 
     async fn list_target_portals(&self, d: Deadline) -> HostResult<Vec<Portal>> {
         let c = Self::call(HostOp::ListTargetPortals, json!({}));
-        self.tap.around(c, self.host.list_target_portals(d)).await
+        self.tap
+            .around(c, &self.dead, self.host.list_target_portals(d))
+            .await
     }
 
     async fn disk_number_of_volume(&self, v: &str, d: Deadline) -> HostResult<u32> {
         let c = Self::call(HostOp::GetDiskNumberFromVolumeID, json!({ "volume_id": v }));
         self.tap
-            .around(c, self.host.disk_number_of_volume(v, d))
+            .around(c, &self.dead, self.host.disk_number_of_volume(v, d))
             .await
     }
 
     async fn read_link(&self, path: &HostPath, d: Deadline) -> HostResult<Option<String>> {
         let c = Self::call(HostOp::ReadLink, json!({ "path": path.as_str() }));
-        self.tap.around(c, self.host.read_link(path, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.read_link(path, d))
+            .await
     }
 
     async fn remove_target_portal(&self, p: &Portal, d: Deadline) -> HostResult<()> {
@@ -570,7 +637,7 @@ impl Host for Tapped {
             json!({ "target_portal": portal_json(p) }),
         );
         self.tap
-            .around(c, self.host.remove_target_portal(p, d))
+            .around(c, &self.dead, self.host.remove_target_portal(p, d))
             .await
     }
 
@@ -580,23 +647,29 @@ impl Host for Tapped {
             json!({ "target_portal": portal_json(p) }),
         );
         self.tap
-            .around(c, self.host.refresh_target_portal(p, d))
+            .around(c, &self.dead, self.host.refresh_target_portal(p, d))
             .await
     }
 
     async fn disk_layout(&self, disk: u32, d: Deadline) -> HostResult<DiskLayout> {
         let c = Self::call(HostOp::DiskLayout, json!({ "disk_number": disk }));
-        self.tap.around(c, self.host.disk_layout(disk, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.disk_layout(disk, d))
+            .await
     }
 
     async fn iscsi_sessions(&self, d: Deadline) -> HostResult<Vec<String>> {
         let c = Self::call(HostOp::ListIscsiSessions, json!({}));
-        self.tap.around(c, self.host.iscsi_sessions(d)).await
+        self.tap
+            .around(c, &self.dead, self.host.iscsi_sessions(d))
+            .await
     }
 
     async fn mpio_claim(&self, d: Deadline) -> HostResult<MpioClaim> {
         let c = Self::call(HostOp::MultipathClaim, json!({}));
-        self.tap.around(c, self.host.mpio_claim(d)).await
+        self.tap
+            .around(c, &self.dead, self.host.mpio_claim(d))
+            .await
     }
 
     async fn connect_target_multipath(
@@ -614,6 +687,7 @@ impl Host for Tapped {
         self.tap
             .around(
                 c,
+                &self.dead,
                 self.host
                     .connect_target_multipath(p, iqn, auth, persistent, d),
             )
@@ -622,7 +696,9 @@ impl Host for Tapped {
 
     async fn target_paths(&self, iqn: &str, d: Deadline) -> HostResult<Vec<TargetPath>> {
         let c = Self::call(HostOp::TargetPaths, json!({ "iqn": iqn }));
-        self.tap.around(c, self.host.target_paths(iqn, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.target_paths(iqn, d))
+            .await
     }
 
     fn made_by_wincsi(&self, object: SharedObject<'_>) -> Option<bool> {
@@ -635,7 +711,9 @@ impl Host for Tapped {
 
     async fn path_space(&self, path: &HostPath, d: Deadline) -> HostResult<PathSpace> {
         let c = Self::call(HostOp::PathSpace, json!({ "path": path.as_str() }));
-        self.tap.around(c, self.host.path_space(path, d)).await
+        self.tap
+            .around(c, &self.dead, self.host.path_space(path, d))
+            .await
     }
 }
 

@@ -227,14 +227,16 @@ async fn a_native_stage_killed_over_someone_elses_mapping_leaves_it() {
     let mut env = world(TestBackend::Native, CsiProxyVersion::V1_1_3);
     env.script(|s| s.new_smb_global_mapping(SHARE, "", r"CORP\bob", &sim::Secret::new("pw-1")))
         .expect("someone else's mapping");
-    env.hold_nth(NewSmbGlobalMapping, 1);
+    // Killed inside the call's last step, the staging link over the existing mapping: held in the host (Win32 runs a
+    // call it began to its end; the sequence's steps before and after it die with the process).
+    env.sim.hang_nth("CreateSymbolicLinkW", 1).expect("hold");
     let req = stage_req("smb", SHARE, None, "bob");
     tokio::select! {
         r = env.stage(&req, d()) => panic!("the stage ended under the held call: {r:?}"),
-        () = env.hung() => {}
+        () = env.sim.wait_hung(1) => {}
     }
     env.restart();
-    env.release();
+    env.sim.release_hangs();
     // The released call lands on its own task: kubelet's unstage answers UNAVAILABLE until the link it makes shows
     // (issue 37, give up and unstage: `lifecycle/creation.rs`), and is retried.
     let mut attempts = 0;

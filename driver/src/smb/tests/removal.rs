@@ -45,7 +45,9 @@ async fn unstage_given_up_in_host(env: &Env, id: &str) {
 }
 
 /// Resolves once `done` holds, looked at each time the driver process `changes` came from learns a removal's answer
-/// (its task runs on, also when that process was replaced by a restart). The bound only turns a hang into a failure.
+/// (also when that process was killed by a restart: its task still ends when the host's call does — on a broken
+/// connection, or natively with the method's answer — and can do nothing more, so it is only a wake-up here). The
+/// bound only turns a hang into a failure.
 async fn until(
     mut changes: tokio::sync::watch::Receiver<u64>,
     what: &str,
@@ -162,8 +164,12 @@ async fn after_a_restart_the_removals_are_learned_from_the_host_a_reboot_or_the_
     env.stage(&stage_req("v1", SHARE, None, "bob"), d())
         .await
         .expect("v1");
-    env.hold_nth(Rmdir, 1);
-    unstage_given_up(&env, "v1").await;
+    // The link's removal, held where a killed driver leaves it running: csi-proxy's RPC, or natively the Win32 call
+    // (the driver's port call held before the host would die with the process and never land).
+    env.sim
+        .hang_nth(env.per_backend("Rmdir", "RemoveDirectoryW"), 1)
+        .expect("hold");
+    unstage_given_up_in_host(&env, "v1").await;
     let changes = removal_changes(&env);
     env.restart();
     unavailable_for_removal(

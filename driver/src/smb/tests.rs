@@ -994,15 +994,6 @@ async fn killed_between_any_two_host_calls_then_retried_converges() {
     for (n, op) in ops.iter().enumerate() {
         for kubelet_unstages_instead in [false, true] {
             let mut env = new_env(false);
-            // Natively the port-level hold of the subDir's `Mkdir` is dropped with its caller and never reaches the
-            // host, where a real `CreateDirectoryW` would land: the unstage waits for what it makes to show (or a
-            // reboot, or the bound). The matrix's facade-level `CreateDirectoryW` cells prove that path natively.
-            if kubelet_unstages_instead
-                && env.backend == sim::wmi::TestBackend::Native
-                && *op == Mkdir
-            {
-                continue;
-            }
             env.hang_after(n);
             tokio::select! {
                 r = full_cycle(&env) => panic!("call {n}: cycle finished despite the hang: {r:?}"),

@@ -259,21 +259,7 @@ pub(super) async fn run<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), String> {
             ),
         ],
     );
-    if r.is_ok() {
-        let (o, r) = cx
-            .call(
-                HostOp::Rmdir,
-                share_dir.as_str(),
-                h.rmdir(&share_dir, false, cx.d()),
-            )
-            .await;
-        c.observe("rmdir_through_link", o, Vec::new());
-        if r.is_ok() {
-            cx.forget(&share_obj)?;
-        }
-    } else {
-        cx.forget(&share_obj)?;
-    }
+    remove_share_dir(cx, &mut c, &share_dir, &share_obj, r.is_ok()).await?;
     cx.end(c);
 
     // ---- an OK mapping is reused whatever the credentials ----
@@ -517,6 +503,29 @@ pub(super) async fn after_reboot<H: Host>(cx: &mut Ctx<'_, H>) -> Result<(), Str
     cx.end(c);
     say("");
     Ok(())
+}
+
+/// After a check's `Mkdir` of `dir` through a staging link (ledger object `obj`; `made`: it answered OK): a non-forced
+/// `Rmdir` of it, observed as `rmdir_through_link`; the ledger forgets it once removed, or at once when it was never
+/// made. Shared by the `smb_link_form` and `smb_machine_account` checks.
+pub(super) async fn remove_share_dir<H: Host>(
+    cx: &mut Ctx<'_, H>,
+    c: &mut super::CheckRun,
+    dir: &HostPath,
+    obj: &Created,
+    made: bool,
+) -> Result<(), String> {
+    if made {
+        let h = cx.host();
+        let (o, r) = cx
+            .call(HostOp::Rmdir, dir.as_str(), h.rmdir(dir, false, cx.d()))
+            .await;
+        c.observe("rmdir_through_link", o, Vec::new());
+        if r.is_err() {
+            return Ok(());
+        }
+    }
+    cx.forget(obj)
 }
 
 /// Undo a check's stage of share `root` at `link` (the link, then the mapping, each forgotten by the ledger once

@@ -169,21 +169,7 @@ async fn stage_as_machine<H: Host>(
         o,
         vec![Claim::record(Ref::Native(46))],
     );
-    if r.is_ok() {
-        let (o, r) = cx
-            .call(
-                HostOp::Rmdir,
-                through.as_str(),
-                h.rmdir(&through, false, cx.d()),
-            )
-            .await;
-        c.observe("rmdir_through_link", o, Vec::new());
-        if r.is_ok() {
-            cx.forget(&through_obj)?;
-        }
-    } else {
-        cx.forget(&through_obj)?;
-    }
+    super::smb::remove_share_dir(cx, c, &through, &through_obj, r.is_ok()).await?;
     super::smb::unstage_and_show_gone(cx, c, &link, &root).await?;
     Ok(())
 }
